@@ -1,0 +1,246 @@
+//! The KV cache and attention on the CPU.
+//!
+//! Layout per layer: K `(n_ctx, n_head_kv * head_dim)` and V `(n_ctx, n_head_kv * head_dim_v)`,
+//! one row per position, stored as f32, f16 or q8_0 rows.
+//! Numerics follow llama.cpp's non-flash path: with an f16 cache, KQ = K·q with q rounded to
+//! f16 (ggml's f16 vec_dot type), softmax in f32 with an f64 sum, and the probabilities rounded
+//! to f16 before they weight V.
+
+use std::cell::RefCell;
+
+use half::f16;
+
+use super::ops::{axpy, dot_f32, softmax};
+use super::pool::{Pool, SyncPtr};
+use crate::backend::KvType;
+use crate::error::{Error, Result};
+use crate::quant::QType;
+
+pub struct KvCache {
+    pub kv_type: KvType,
+    pub n_ctx: usize,
+    k: Vec<Vec<u8>>,
+    v: Vec<Vec<u8>>,
+    k_width: Vec<usize>,
+    v_width: Vec<usize>,
+}
+
+#[derive(Clone, Copy)]
+pub struct AttnParams {
+    pub layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub head_dim_v: usize,
+    pub scale: f32,
+    pub window: Option<usize>,
+    pub softcap: Option<f32>,
+}
+
+fn row_bytes(t: KvType, width: usize) -> usize {
+    let q = t.qtype();
+    width / q.block_elems() * q.block_bytes()
+}
+
+impl KvCache {
+    /// `widths[l] = (n_embd_k, n_embd_v)` of layer l.
+    pub fn new(kv_type: KvType, n_ctx: usize, widths: &[(usize, usize)]) -> Result<KvCache> {
+        let q = kv_type.qtype();
+        for &(k, v) in widths {
+            if k % q.block_elems() != 0 || v % q.block_elems() != 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "cache type {} needs KV widths that are multiples of {} (got {k}, {v})",
+                    kv_type.name(),
+                    q.block_elems()
+                )));
+            }
+        }
+        let total: usize = widths
+            .iter()
+            .map(|&(k, v)| row_bytes(kv_type, k) + row_bytes(kv_type, v))
+            .sum::<usize>()
+            * n_ctx;
+        if total > (1usize << 40) {
+            return Err(Error::InvalidArgument(format!(
+                "a KV cache of {total} bytes for n_ctx {n_ctx} is too large"
+            )));
+        }
+        Ok(KvCache {
+            kv_type,
+            n_ctx,
+            k: widths
+                .iter()
+                .map(|&(k, _)| vec![0u8; n_ctx * row_bytes(kv_type, k)])
+                .collect(),
+            v: widths
+                .iter()
+                .map(|&(_, v)| vec![0u8; n_ctx * row_bytes(kv_type, v)])
+                .collect(),
+            k_width: widths.iter().map(|w| w.0).collect(),
+            v_width: widths.iter().map(|w| w.1).collect(),
+        })
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.k.iter().chain(&self.v).map(Vec::len).sum()
+    }
+
+    fn store(t: KvType, src: &[f32], dst: &mut [u8]) {
+        match t {
+            KvType::F32 => dst.copy_from_slice(bytemuck::cast_slice(src)),
+            KvType::F16 => {
+                for (d, &s) in dst.chunks_exact_mut(2).zip(src) {
+                    d.copy_from_slice(&f16::from_f32(s).to_le_bytes());
+                }
+            }
+            KvType::Q8_0 => {
+                // Widths were checked to be whole blocks at construction.
+                let _ = QType::Q8_0.quantize(src, dst);
+            }
+        }
+    }
+
+    /// Decodes `cols` values of row `pos` starting at element `col0` (block-aligned for q8_0).
+    fn load(t: KvType, row: &[u8], col0: usize, out: &mut [f32]) {
+        match t {
+            KvType::F32 => {
+                for (o, c) in out.iter_mut().zip(row[col0 * 4..].chunks_exact(4)) {
+                    *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+            }
+            KvType::F16 => {
+                for (o, c) in out.iter_mut().zip(row[col0 * 2..].chunks_exact(2)) {
+                    *o = f16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+            KvType::Q8_0 => {
+                let bb = QType::Q8_0.block_bytes();
+                let start = col0 / 32 * bb;
+                let n = out.len() / 32 * bb;
+                let _ = QType::Q8_0.dequantize(&row[start..start + n], out);
+            }
+        }
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new(), Vec::new(), Vec::new())) };
+}
+
+/// Writes K/V of `n` tokens at positions `pos0..pos0+n` into layer `p.layer`, then attends.
+/// q: (n, n_head*head_dim), k: (n, n_head_kv*head_dim), v: (n, n_head_kv*head_dim_v),
+/// out: (n, n_head*head_dim_v).
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    pool: &Pool,
+    kv: &mut KvCache,
+    p: &AttnParams,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    pos0: usize,
+    n: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    let l = p.layer;
+    if pos0 + n > kv.n_ctx {
+        return Err(Error::ContextOverflow {
+            pos: pos0 + n - 1,
+            n_ctx: kv.n_ctx,
+        });
+    }
+    let (kw, vw) = (kv.k_width[l], kv.v_width[l]);
+    debug_assert_eq!(kw, p.n_head_kv * p.head_dim);
+    let t = kv.kv_type;
+    let (krb, vrb) = (row_bytes(t, kw), row_bytes(t, vw));
+    for i in 0..n {
+        let pos = pos0 + i;
+        KvCache::store(t, &k[i * kw..(i + 1) * kw], &mut kv.k[l][pos * krb..(pos + 1) * krb]);
+        KvCache::store(t, &v[i * vw..(i + 1) * vw], &mut kv.v[l][pos * vrb..(pos + 1) * vrb]);
+    }
+
+    let (kc, vc) = (&kv.k[l], &kv.v[l]);
+    let group = p.n_head / p.n_head_kv;
+    let (hd, hdv) = (p.head_dim, p.head_dim_v);
+    let qw = p.n_head * hd;
+    let ow = p.n_head * hdv;
+    // Tasks: (kv head, chunk of tokens); each decodes its K/V slice once for all its q heads.
+    let chunk = if n >= 32 { 16 } else { n.max(1) };
+    let n_chunks = n.div_ceil(chunk);
+    let outp = SyncPtr::new(out);
+    pool.for_chunks(p.n_head_kv * n_chunks, 1, |_, r| {
+        for task in r {
+            let (g, c) = (task / n_chunks, task % n_chunks);
+            let (t0, t1) = (c * chunk, ((c + 1) * chunk).min(n));
+            let hi = pos0 + t1; // exclusive
+            let lo = p.window.map_or(0, |w| (pos0 + t0 + 1).saturating_sub(w));
+            SCRATCH.with(|s| {
+                let (ks, vs, qs, sc) = &mut *s.borrow_mut();
+                ks.resize((hi - lo) * hd, 0.0);
+                vs.resize((hi - lo) * hdv, 0.0);
+                qs.resize(hd, 0.0);
+                for j in lo..hi {
+                    KvCache::load(
+                        t,
+                        &kc[j * krb..(j + 1) * krb],
+                        g * hd,
+                        &mut ks[(j - lo) * hd..(j - lo + 1) * hd],
+                    );
+                    KvCache::load(
+                        t,
+                        &vc[j * vrb..(j + 1) * vrb],
+                        g * hdv,
+                        &mut vs[(j - lo) * hdv..(j - lo + 1) * hdv],
+                    );
+                }
+                for i in t0..t1 {
+                    let pos = pos0 + i;
+                    let first = p.window.map_or(0, |w| (pos + 1).saturating_sub(w)).max(lo);
+                    for h in g * group..(g + 1) * group {
+                        qs.copy_from_slice(&q[i * qw + h * hd..i * qw + (h + 1) * hd]);
+                        round_like_cache(t, qs);
+                        sc.clear();
+                        for j in first..=pos {
+                            let mut s = dot_f32(qs, &ks[(j - lo) * hd..(j - lo + 1) * hd]) * p.scale;
+                            if let Some(cap) = p.softcap {
+                                s = (s / cap).tanh() * cap;
+                            }
+                            sc.push(s);
+                        }
+                        softmax(sc);
+                        if t == KvType::F16 {
+                            for w in sc.iter_mut() {
+                                *w = f16::from_f32(*w).to_f32();
+                            }
+                        }
+                        // SAFETY: each (token, head) output slice belongs to exactly one task.
+                        let o = unsafe { outp.slice(i * ow + h * hdv, hdv) };
+                        o.fill(0.0);
+                        for (jj, &w) in sc.iter().enumerate() {
+                            let j = first + jj;
+                            axpy(o, w, &vs[(j - lo) * hdv..(j - lo + 1) * hdv]);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Ok(())
+}
+
+/// q is rounded the way ggml's mul_mat converts it to the cache's vec_dot type.
+fn round_like_cache(t: KvType, q: &mut [f32]) {
+    match t {
+        KvType::F32 => {}
+        KvType::F16 => {
+            for v in q.iter_mut() {
+                *v = f16::from_f32(*v).to_f32();
+            }
+        }
+        KvType::Q8_0 => {
+            if let Ok(b) = QType::Q8_0.quantize_to_vec(q) {
+                let _ = QType::Q8_0.dequantize(&b, q);
+            }
+        }
+    }
+}

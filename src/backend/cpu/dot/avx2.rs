@@ -1,0 +1,941 @@
+//! AVX2 (+FMA, F16C) kernels, ported from ggml's x86 paths (ggml/src/ggml-cpu/arch/x86/quants.c).
+//!
+//! The bodies are `#[inline(always)]` and generic over `V`: with `V = true` (instantiated in
+//! `avx512.rs`, compiled with AVX-512 VNNI) the `maddubs + madd` pairs become `vpdpbusd` /
+//! `vpdpwssd`. The `*_x4` bodies decode each weight block once for four activation rows.
+//! Callers guarantee the row lengths (see `dot_fn!`); reads go through unaligned loads.
+
+use std::arch::x86_64::*;
+
+use super::{dot_fn, dot_table, dot_x4_fn, e8m0_half, scalar, x4_table, DotFn, DotX4Fn, Kernels, N_TYPES};
+use super::{KVALUES_IQ4NL, KVALUES_MXFP4};
+use crate::quant::QType;
+
+pub(super) fn supported() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+}
+
+pub(super) static KERNELS: Kernels = Kernels {
+    isa: "avx2",
+    dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), &DOT),
+    dot_x4: x4_table([None; N_TYPES], &DOT_X4),
+    q8_0: |x, out| unsafe { quantize_q8_0(x, out) },
+    q8_1: |x, out| unsafe { quantize_q8_1(x, out) },
+    q8_k: |x, out| unsafe { quantize_q8_k(x, out) },
+};
+
+/// Compiles every generic body below for one ISA: `instantiate!(features, V)` defines the
+/// `#[target_feature]` entry points and the `DOT` / `DOT_X4` override tables. `avx512.rs`
+/// reuses it with the VNNI features and `V = true`.
+macro_rules! instantiate {
+    ($feat:literal, $v:literal) => {
+        instantiate!(@one $feat, $v;
+            f32_ = dot_float<0>, f16_ = dot_float<1>, bf16_ = dot_float<2>,
+            q4_0_ = dot_signed<Q4_0>, q5_0_ = dot_signed<Q5_0>, q8_0_ = dot_signed<Q8_0>,
+            iq4_nl_ = dot_signed<IQ4NL>, mxfp4_ = dot_signed<MXFP4>,
+            q4_1_ = dot_unsigned<Q4_1>, q5_1_ = dot_unsigned<Q5_1>,
+            q2_k_ = q2_k, q3_k_ = q3_k, q4_k_ = q4_k, q5_k_ = q5_k, q6_k_ = q6_k, q8_k_ = q8_k);
+        instantiate!(@x4 $feat, $v;
+            q4_0x4 = dot_signed_x4<Q4_0>, q5_0x4 = dot_signed_x4<Q5_0>,
+            q8_0x4 = dot_signed_x4<Q8_0>, iq4_nlx4 = dot_signed_x4<IQ4NL>,
+            q4_1x4 = dot_unsigned_x4<Q4_1>, q5_1x4 = dot_unsigned_x4<Q5_1>,
+            q4_kx4 = q4_k_x4, q5_kx4 = q5_k_x4, q6_kx4 = q6_k_x4);
+
+        pub(in crate::backend::cpu::dot) static DOT: [(QType, DotFn); 16] = [
+            dot_fn!(F32, f32_),
+            dot_fn!(F16, f16_),
+            dot_fn!(BF16, bf16_),
+            dot_fn!(Q4_0, q4_0_),
+            dot_fn!(Q4_1, q4_1_),
+            dot_fn!(Q5_0, q5_0_),
+            dot_fn!(Q5_1, q5_1_),
+            dot_fn!(Q8_0, q8_0_),
+            dot_fn!(IQ4NL, iq4_nl_),
+            dot_fn!(MXFP4, mxfp4_),
+            dot_fn!(Q2K, q2_k_),
+            dot_fn!(Q3K, q3_k_),
+            dot_fn!(Q4K, q4_k_),
+            dot_fn!(Q5K, q5_k_),
+            dot_fn!(Q6K, q6_k_),
+            dot_fn!(Q8K, q8_k_),
+        ];
+
+        pub(in crate::backend::cpu::dot) static DOT_X4: [(QType, DotX4Fn); 9] = [
+            dot_x4_fn!(Q4_0, q4_0x4),
+            dot_x4_fn!(Q4_1, q4_1x4),
+            dot_x4_fn!(Q5_0, q5_0x4),
+            dot_x4_fn!(Q5_1, q5_1x4),
+            dot_x4_fn!(Q8_0, q8_0x4),
+            dot_x4_fn!(IQ4NL, iq4_nlx4),
+            dot_x4_fn!(Q4K, q4_kx4),
+            dot_x4_fn!(Q5K, q5_kx4),
+            dot_x4_fn!(Q6K, q6_kx4),
+        ];
+    };
+    (@one $feat:literal, $v:literal; $($name:ident = $body:ident $(<$t:tt>)?),* $(,)?) => {
+        $(
+            #[target_feature(enable = $feat)]
+            unsafe fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                $body::<$v $(, $t)?>(n, w, a)
+            }
+        )*
+    };
+    (@x4 $feat:literal, $v:literal; $($name:ident = $body:ident $(<$t:tt>)?),* $(,)?) => {
+        $(
+            #[target_feature(enable = $feat)]
+            unsafe fn $name(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+                $body::<$v $(, $t)?>(n, w, a)
+            }
+        )*
+    };
+}
+pub(super) use instantiate;
+
+mod inst {
+    use super::*;
+    instantiate!("avx2,fma,f16c", false);
+}
+use inst::{DOT, DOT_X4};
+
+// --- helpers (ggml's names in comments) -----------------------------------------------------
+
+#[inline(always)]
+unsafe fn ld128(p: *const u8) -> __m128i {
+    _mm_loadu_si128(p as *const __m128i)
+}
+
+#[inline(always)]
+unsafe fn ld256(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p as *const __m256i)
+}
+
+/// `vmovd` from a GPR, which writes the whole register. LLVM lowers a loaded 16-bit scale
+/// to `vpinsrw` into whatever register is free — often a live accumulator — which chained
+/// every block on the previous block's FMA and halved the legacy kernels' speed.
+#[inline(always)]
+unsafe fn movd(x: u32) -> __m128i {
+    let v: __m128i;
+    std::arch::asm!("vmovd {v}, {x:e}", x = in(reg) x, v = lateout(xmm_reg) v, options(pure, nomem, nostack, preserves_flags));
+    v
+}
+
+/// The f16 at `p` → f32 (F16C).
+#[inline(always)]
+unsafe fn f16(p: *const u8) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(movd(std::ptr::read_unaligned(p as *const u16) as u32)))
+}
+
+/// Two adjacent f16 at `p`, converted together.
+#[inline(always)]
+unsafe fn f16x2(p: *const u8) -> (f32, f32) {
+    let f = _mm_cvtph_ps(movd(u32u(p)));
+    (_mm_cvtss_f32(f), _mm_cvtss_f32(_mm_movehdup_ps(f)))
+}
+
+#[inline(always)]
+unsafe fn f32u(p: *const u8) -> f32 {
+    std::ptr::read_unaligned(p as *const f32)
+}
+
+#[inline(always)]
+unsafe fn u32u(p: *const u8) -> u32 {
+    std::ptr::read_unaligned(p as *const u32)
+}
+
+/// `hsum_float_8`.
+#[inline(always)]
+pub(super) unsafe fn hsum_ps(x: __m256) -> f32 {
+    let mut r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    _mm_cvtss_f32(r)
+}
+
+#[inline(always)]
+unsafe fn hsum_ps128(x: __m128) -> f32 {
+    let r = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
+}
+
+/// `hsum_i32_8`.
+#[inline(always)]
+unsafe fn hsum_i32(a: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01)))
+}
+
+/// `bytes_from_nibbles_32`: 16 bytes → 32 nibbles (low nibbles first), each in 0..16.
+#[inline(always)]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    let t = ld128(p);
+    _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0xF))
+}
+
+/// `bytes_from_bits_32`: bit i of the 32 at `p` → byte i = 0xFF if set, else 0.
+#[inline(always)]
+unsafe fn bits32(p: *const u8) -> __m256i {
+    let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(u32u(p) as i32), shuf);
+    let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+}
+
+/// Σ of 4 adjacent u8·i8 products into 8 i32 lanes (`mul_sum_us8_pairs`).
+#[inline(always)]
+pub(super) unsafe fn dot_us8<const V: bool>(ax: __m256i, sy: __m256i) -> __m256i {
+    if V {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy)
+    } else {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1))
+    }
+}
+
+/// `acc + madd(a, b)`, one `vpdpwssd` under VNNI.
+#[inline(always)]
+pub(super) unsafe fn madd_acc<const V: bool>(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    if V {
+        _mm256_dpwssd_epi32(acc, a, b)
+    } else {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+    }
+}
+
+// --- float weights × f32 activations ----------------------------------------------------------
+
+/// 8 weights at `p` as f32: `F` = 0 f32, 1 f16, 2 bf16.
+#[inline(always)]
+unsafe fn ld_float<const F: u8>(p: *const u8) -> __m256 {
+    match F {
+        0 => _mm256_loadu_ps(p as *const f32),
+        1 => _mm256_cvtph_ps(ld128(p)),
+        _ => _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(ld128(p)), 16)),
+    }
+}
+
+#[inline(always)]
+pub(super) unsafe fn dot_float<const V: bool, const F: u8>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let wb = if F == 0 { 4 } else { 2 };
+    let (x, y) = (w.as_ptr(), a.as_ptr() as *const f32);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, acc) in acc.iter_mut().enumerate() {
+            let j = i + 8 * k;
+            *acc = _mm256_fmadd_ps(ld_float::<F>(x.add(wb * j)), _mm256_loadu_ps(y.add(j)), *acc);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        acc[0] = _mm256_fmadd_ps(ld_float::<F>(x.add(wb * i)), _mm256_loadu_ps(y.add(i)), acc[0]);
+        i += 8;
+    }
+    let sum = hsum_ps(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
+    let (w, a) = (&w[wb * i..], &a[4 * i..]);
+    sum + match F {
+        0 => scalar::dot_f32(n - i, w, a),
+        1 => scalar::dot_f16(n - i, w, a),
+        _ => scalar::dot_bf16(n - i, w, a),
+    }
+}
+
+// --- 32-element blocks: signed quants × q8_0, unsigned quants (+ min) × q8_1 ---------------
+
+/// A weight block that decodes to 32 signed quants and a scale (partner: q8_0).
+pub(super) trait Signed {
+    const BYTES: usize;
+    unsafe fn decode(xb: *const u8) -> (f32, __m256i);
+}
+
+/// A weight block that decodes to 32 unsigned quants, a scale and a min (partner: q8_1).
+pub(super) trait Unsigned {
+    const BYTES: usize;
+    unsafe fn decode(xb: *const u8) -> (f32, f32, __m256i);
+}
+
+pub(super) struct Q4_0;
+pub(super) struct Q5_0;
+pub(super) struct Q8_0;
+pub(super) struct IQ4NL;
+pub(super) struct MXFP4;
+pub(super) struct Q4_1;
+pub(super) struct Q5_1;
+
+/// 16 packed nibbles looked up in a 16-entry i8 codebook.
+#[inline(always)]
+unsafe fn lut4(table: &[i8; 16], p: *const u8) -> __m256i {
+    let t = ld128(table.as_ptr() as *const u8);
+    _mm256_shuffle_epi8(_mm256_set_m128i(t, t), nibbles(p))
+}
+
+impl Signed for Q4_0 {
+    const BYTES: usize = 18;
+    #[inline(always)]
+    unsafe fn decode(xb: *const u8) -> (f32, __m256i) {
+        (f16(xb), _mm256_sub_epi8(nibbles(xb.add(2)), _mm256_set1_epi8(8)))
+    }
+}
+
+impl Signed for Q5_0 {
+    const BYTES: usize = 22;
+    #[inline(always)]
+    unsafe fn decode(xb: *const u8) -> (f32, __m256i) {
+        // A clear high bit means q - 16: or-ing 0xF0 into the nibble does it in i8.
+        let hi = _mm256_andnot_si256(bits32(xb.add(2)), _mm256_set1_epi8(0xF0u8 as i8));
+        (f16(xb), _mm256_or_si256(nibbles(xb.add(6)), hi))
+    }
+}
+
+impl Signed for Q8_0 {
+    const BYTES: usize = 34;
+    #[inline(always)]
+    unsafe fn decode(xb: *const u8) -> (f32, __m256i) {
+        (f16(xb), ld256(xb.add(2)))
+    }
+}
+
+impl Signed for IQ4NL {
+    const BYTES: usize = 18;
+    #[inline(always)]
+    unsafe fn decode(xb: *const u8) -> (f32, __m256i) {
+        (f16(xb), lut4(&KVALUES_IQ4NL, xb.add(2)))
+    }
+}
+
+impl Signed for MXFP4 {
+    const BYTES: usize = 17;
+    #[inline(always)]
+    unsafe fn decode(xb: *const u8) -> (f32, __m256i) {
+        (e8m0_half(*xb), lut4(&KVALUES_MXFP4, xb.add(1)))
+    }
+}
+
+impl Unsigned for Q4_1 {
+    const BYTES: usize = 20;
+    #[inline(always)]
+    unsafe fn decode(xb: *const u8) -> (f32, f32, __m256i) {
+        let (d, m) = f16x2(xb);
+        (d, m, nibbles(xb.add(4)))
+    }
+}
+
+impl Unsigned for Q5_1 {
+    const BYTES: usize = 24;
+    #[inline(always)]
+    unsafe fn decode(xb: *const u8) -> (f32, f32, __m256i) {
+        let hi = _mm256_and_si256(bits32(xb.add(4)), _mm256_set1_epi8(0x10));
+        let (d, m) = f16x2(xb);
+        (d, m, _mm256_or_si256(nibbles(xb.add(8)), hi))
+    }
+}
+
+/// One block of a signed dot: acc += dx·dy · Σ qx·qy (`mul_sum_i8_pairs_float`).
+#[inline(always)]
+unsafe fn signed_step<const V: bool, B: Signed>(x: *const u8, y: *const u8, i: usize, acc: __m256) -> __m256 {
+    let yb = y.add(34 * i);
+    let (dx, qx) = B::decode(x.add(B::BYTES * i));
+    let p = dot_us8::<V>(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(ld256(yb.add(2)), qx));
+    _mm256_fmadd_ps(_mm256_set1_ps(dx * f16(yb)), _mm256_cvtepi32_ps(p), acc)
+}
+
+/// ggml_vec_dot_{q4_0,q5_0,q8_0,iq4_nl,mxfp4}_q8_0, two accumulators.
+#[inline(always)]
+pub(super) unsafe fn dot_signed<const V: bool, B: Signed>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (x, y, nb) = (w.as_ptr(), a.as_ptr(), n / 32);
+    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut i = 0;
+    while i + 2 <= nb {
+        acc0 = signed_step::<V, B>(x, y, i, acc0);
+        acc1 = signed_step::<V, B>(x, y, i + 1, acc1);
+        i += 2;
+    }
+    if i < nb {
+        acc0 = signed_step::<V, B>(x, y, i, acc0);
+    }
+    hsum_ps(_mm256_add_ps(acc0, acc1))
+}
+
+#[inline(always)]
+pub(super) unsafe fn dot_signed_x4<const V: bool, B: Signed>(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    let (x, y) = (w.as_ptr(), a.map(|r| r.as_ptr()));
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for i in 0..n / 32 {
+        let (dx, qx) = B::decode(x.add(B::BYTES * i));
+        let ax = _mm256_sign_epi8(qx, qx);
+        for k in 0..4 {
+            let yb = y[k].add(34 * i);
+            let p = dot_us8::<V>(ax, _mm256_sign_epi8(ld256(yb.add(2)), qx));
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16(yb)), _mm256_cvtepi32_ps(p), acc[k]);
+        }
+    }
+    [hsum_ps(acc[0]), hsum_ps(acc[1]), hsum_ps(acc[2]), hsum_ps(acc[3])]
+}
+
+/// ggml_vec_dot_{q4_1,q5_1}_q8_1: Σ d·dy·qx·qy + Σ m·s.
+#[inline(always)]
+pub(super) unsafe fn dot_unsigned<const V: bool, B: Unsigned>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (x, y) = (w.as_ptr(), a.as_ptr());
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0f32;
+    for i in 0..n / 32 {
+        let yb = y.add(36 * i);
+        let (d, m, qx) = B::decode(x.add(B::BYTES * i));
+        let (dy, sy) = f16x2(yb);
+        summs += m * sy;
+        let p = dot_us8::<V>(qx, ld256(yb.add(4)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(p), acc);
+    }
+    hsum_ps(acc) + summs
+}
+
+#[inline(always)]
+pub(super) unsafe fn dot_unsigned_x4<const V: bool, B: Unsigned>(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    let (x, y) = (w.as_ptr(), a.map(|r| r.as_ptr()));
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut summs = [0f32; 4];
+    for i in 0..n / 32 {
+        let (d, m, qx) = B::decode(x.add(B::BYTES * i));
+        for k in 0..4 {
+            let yb = y[k].add(36 * i);
+            let (dy, sy) = f16x2(yb);
+            summs[k] += m * sy;
+            let p = dot_us8::<V>(qx, ld256(yb.add(4)));
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(p), acc[k]);
+        }
+    }
+    [
+        hsum_ps(acc[0]) + summs[0],
+        hsum_ps(acc[1]) + summs[1],
+        hsum_ps(acc[2]) + summs[2],
+        hsum_ps(acc[3]) + summs[3],
+    ]
+}
+
+// --- k-quants × q8_K {d: f32 @0, qs[256] @4, bsums: i16[16] @260} -----------------------------
+
+/// Byte shuffles broadcasting i16 scales (ggml `get_scale_shuffle_q3k`, `_k4`, and the i8
+/// `get_scale_shuffle` of q6_K).
+const fn shuffles_q3k() -> [[u8; 32]; 4] {
+    let mut t = [[0u8; 32]; 4];
+    let mut i = 0;
+    while i < 4 {
+        let mut b = 0;
+        while b < 32 {
+            t[i][b] = (4 * i + 2 * (b / 16) + b % 2) as u8;
+            b += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+const fn shuffles_k4() -> [[u8; 32]; 8] {
+    let mut t = [[0u8; 32]; 8];
+    let mut i = 0;
+    while i < 8 {
+        let mut b = 0;
+        while b < 32 {
+            t[i][b] = (2 * i + b % 2) as u8;
+            b += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+const fn shuffles_q6k() -> [[u8; 16]; 8] {
+    let mut t = [[0u8; 16]; 8];
+    let mut i = 0;
+    while i < 8 {
+        let mut b = 0;
+        while b < 16 {
+            t[i][b] = (2 * i + b / 8) as u8;
+            b += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+static SHUF_Q3K: [[u8; 32]; 4] = shuffles_q3k();
+static SHUF_K4: [[u8; 32]; 8] = shuffles_k4();
+static SHUF_Q6K: [[u8; 16]; 8] = shuffles_q6k();
+
+#[inline(always)]
+unsafe fn shuf_q3k(i: usize) -> __m256i {
+    ld256(SHUF_Q3K[i].as_ptr())
+}
+
+#[inline(always)]
+unsafe fn shuf_k4(i: usize) -> __m256i {
+    ld256(SHUF_K4[i].as_ptr())
+}
+
+/// The 16 scales of a q2_K/q3_K block as i16, duplicated per 128-bit lane: one vector per
+/// 128-element half.
+#[inline(always)]
+unsafe fn lane_scales(scales8: __m128i) -> [__m256i; 2] {
+    let all = _mm256_cvtepi8_epi16(scales8);
+    let (l, h) = (_mm256_castsi256_si128(all), _mm256_extracti128_si256(all, 1));
+    [_mm256_set_m128i(l, l), _mm256_set_m128i(h, h)]
+}
+
+/// ggml_vec_dot_q2_K_q8_K. block_q2_K {scales[16] @0, qs[64] @16, d @80, dmin @82}.
+#[inline(always)]
+pub(super) unsafe fn q2_k<const V: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (x, y) = (w.as_ptr(), a.as_ptr());
+    let m3 = _mm256_set1_epi8(3);
+    let m4 = _mm_set1_epi8(0xF);
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n / 256 {
+        let (xb, yb) = (x.add(84 * i), y.add(292 * i));
+        let dy = f32u(yb);
+        let (xd, xdmin) = f16x2(xb.add(80));
+        let (d, dmin) = (dy * xd, -dy * xdmin);
+        let mins_and_scales = ld128(xb);
+        let mins8 = _mm_and_si128(_mm_srli_epi16(mins_and_scales, 4), m4);
+        let prod = _mm256_madd_epi16(_mm256_cvtepi8_epi16(mins8), ld256(yb.add(260)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
+        let scales = lane_scales(_mm_and_si128(mins_and_scales, m4));
+        let mut sumi = _mm256_setzero_si256();
+        for (j, sc) in scales.iter().enumerate() {
+            let q2 = ld256(xb.add(16 + 32 * j));
+            let q8 = yb.add(4 + 128 * j);
+            let q2s = [
+                _mm256_and_si256(q2, m3),
+                _mm256_and_si256(_mm256_srli_epi16(q2, 2), m3),
+                _mm256_and_si256(_mm256_srli_epi16(q2, 4), m3),
+                _mm256_and_si256(_mm256_srli_epi16(q2, 6), m3),
+            ];
+            for (k, q2k) in q2s.into_iter().enumerate() {
+                let p = _mm256_maddubs_epi16(q2k, ld256(q8.add(32 * k)));
+                sumi = madd_acc::<V>(sumi, _mm256_shuffle_epi8(*sc, shuf_q3k(k)), p);
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
+}
+
+/// ggml_vec_dot_q3_K_q8_K. block_q3_K {hmask[32] @0, qs[64] @32, scales[12] @96, d @108}.
+#[inline(always)]
+pub(super) unsafe fn q3_k<const V: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    const KMASK1: u32 = 0x03030303;
+    const KMASK2: u32 = 0x0f0f0f0f;
+    let (x, y) = (w.as_ptr(), a.as_ptr());
+    let m3 = _mm256_set1_epi8(3);
+    let four = _mm256_set1_epi8(4);
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n / 256 {
+        let (xb, yb) = (x.add(110 * i), y.add(292 * i));
+        let d = f32u(yb) * f16(xb.add(108));
+        let (a0, a1, a2) = (u32u(xb.add(96)), u32u(xb.add(100)), u32u(xb.add(104)));
+        let scales128 = _mm_set_epi32(
+            (((a1 >> 4) & KMASK2) | (((a2 >> 6) & KMASK1) << 4)) as i32,
+            (((a0 >> 4) & KMASK2) | (((a2 >> 4) & KMASK1) << 4)) as i32,
+            ((a1 & KMASK2) | (((a2 >> 2) & KMASK1) << 4)) as i32,
+            ((a0 & KMASK2) | ((a2 & KMASK1) << 4)) as i32,
+        );
+        let scales = lane_scales(_mm_sub_epi8(scales128, _mm_set1_epi8(32)));
+        let hbits = ld256(xb);
+        let mut sumi = _mm256_setzero_si256();
+        for (j, sc) in scales.iter().enumerate() {
+            let q3 = ld256(xb.add(32 + 32 * j));
+            let q8 = yb.add(4 + 128 * j);
+            let q3s = [
+                _mm256_and_si256(q3, m3),
+                _mm256_and_si256(_mm256_srli_epi16(q3, 2), m3),
+                _mm256_and_si256(_mm256_srli_epi16(q3, 4), m3),
+                _mm256_and_si256(_mm256_srli_epi16(q3, 6), m3),
+            ];
+            for (k, q3l) in q3s.into_iter().enumerate() {
+                // 4 where the high bit is clear: q = low - 4·(1 - hbit).
+                let bit = _mm256_set1_epi8((1u8 << (4 * j + k)) as i8);
+                let q3h = _mm256_and_si256(
+                    _mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), _mm256_setzero_si256()),
+                    four,
+                );
+                let q8k = ld256(q8.add(32 * k));
+                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q3l, q8k), _mm256_maddubs_epi16(q3h, q8k));
+                sumi = madd_acc::<V>(sumi, _mm256_shuffle_epi8(*sc, shuf_q3k(k)), p);
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
+}
+
+/// q4_K/q5_K scales and mins as i16: (scales duplicated per lane, mins).
+#[inline(always)]
+unsafe fn k4_scales(p: *const u8) -> (__m256i, __m128i) {
+    const KMASK1: u32 = 0x3f3f3f3f;
+    const KMASK2: u32 = 0x0f0f0f0f;
+    const KMASK3: u32 = 0x03030303;
+    let (u0, u1, u2) = (u32u(p), u32u(p.add(4)), u32u(p.add(8)));
+    let u3 = ((u2 >> 4) & KMASK2) | (((u1 >> 6) & KMASK3) << 4);
+    let m = u1 & KMASK1;
+    let s1 = (u2 & KMASK2) | (((u0 >> 6) & KMASK3) << 4);
+    let s0 = u0 & KMASK1;
+    let ms = _mm256_cvtepu8_epi16(_mm_set_epi32(u3 as i32, m as i32, s1 as i32, s0 as i32));
+    let sc = _mm256_castsi256_si128(ms);
+    (_mm256_set_m128i(sc, sc), _mm256_extracti128_si256(ms, 1))
+}
+
+/// Σ mins·(sub-block sums of q8) from the q8_K bsums: 4 i32 lanes.
+#[inline(always)]
+unsafe fn k4_mins(mins: __m128i, yb: *const u8) -> __m128i {
+    let bs = ld256(yb.add(260));
+    let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    _mm_madd_epi16(mins, q8s)
+}
+
+/// The 8 pairs of 32-element q4_K/q5_K groups of one block: (low, high) quants per 64.
+#[inline(always)]
+unsafe fn k4_quants<const FIVE: bool>(xb: *const u8, j: usize) -> (__m256i, __m256i) {
+    let m4 = _mm256_set1_epi8(0xF);
+    let q = ld256(xb.add(if FIVE { 48 } else { 16 } + 32 * j));
+    let (lo, hi) = (_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+    if !FIVE {
+        return (lo, hi);
+    }
+    let hbits = ld256(xb.add(16));
+    (
+        _mm256_add_epi8(lo, hbit16(hbits, 2 * j)),
+        _mm256_add_epi8(hi, hbit16(hbits, 2 * j + 1)),
+    )
+}
+
+/// 16 where bit `b` of each byte is set, else 0.
+#[inline(always)]
+unsafe fn hbit16(hbits: __m256i, b: usize) -> __m256i {
+    let m = _mm256_set1_epi8((1u8 << b) as i8);
+    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, m), m), _mm256_set1_epi8(16))
+}
+
+/// ggml_vec_dot_q{4,5}_K_q8_K. block_q4_K {d @0, dmin @2, scales[12] @4, qs[128] @16};
+/// block_q5_K {d, dmin, scales[12], qh[32] @16, qs[128] @48}.
+#[inline(always)]
+unsafe fn q45_k<const V: bool, const FIVE: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (x, y, bb) = (w.as_ptr(), a.as_ptr(), if FIVE { 176 } else { 144 });
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
+    for i in 0..n / 256 {
+        let (xb, yb) = (x.add(bb * i), y.add(292 * i));
+        let dy = f32u(yb);
+        let (xd, xdmin) = f16x2(xb);
+        let (d, dmin) = (dy * xd, -dy * xdmin);
+        let (scales, mins) = k4_scales(xb.add(4));
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_mins(mins, yb)), acc_m);
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            let (lo, hi) = k4_quants::<FIVE>(xb, j);
+            let q8 = yb.add(4 + 64 * j);
+            let pl = _mm256_maddubs_epi16(lo, ld256(q8));
+            let ph = _mm256_maddubs_epi16(hi, ld256(q8.add(32)));
+            sumi = madd_acc::<V>(sumi, _mm256_shuffle_epi8(scales, shuf_k4(2 * j)), pl);
+            sumi = madd_acc::<V>(sumi, _mm256_shuffle_epi8(scales, shuf_k4(2 * j + 1)), ph);
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc) + hsum_ps128(acc_m)
+}
+
+#[inline(always)]
+unsafe fn q45_k_x4<const V: bool, const FIVE: bool>(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    let (x, y, bb) = (w.as_ptr(), a.map(|r| r.as_ptr()), if FIVE { 176 } else { 144 });
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut acc_m = [_mm_setzero_ps(); 4];
+    for i in 0..n / 256 {
+        let xb = x.add(bb * i);
+        let (dx, dminx) = f16x2(xb);
+        let (scales, mins) = k4_scales(xb.add(4));
+        let mut sumi = [_mm256_setzero_si256(); 4];
+        for j in 0..4 {
+            let (lo, hi) = k4_quants::<FIVE>(xb, j);
+            let (sl, sh) = (
+                _mm256_shuffle_epi8(scales, shuf_k4(2 * j)),
+                _mm256_shuffle_epi8(scales, shuf_k4(2 * j + 1)),
+            );
+            for k in 0..4 {
+                let q8 = y[k].add(292 * i + 4 + 64 * j);
+                sumi[k] = madd_acc::<V>(sumi[k], sl, _mm256_maddubs_epi16(lo, ld256(q8)));
+                sumi[k] = madd_acc::<V>(sumi[k], sh, _mm256_maddubs_epi16(hi, ld256(q8.add(32))));
+            }
+        }
+        for k in 0..4 {
+            let yb = y[k].add(292 * i);
+            let dy = f32u(yb);
+            acc_m[k] = _mm_fmadd_ps(_mm_set1_ps(-dy * dminx), _mm_cvtepi32_ps(k4_mins(mins, yb)), acc_m[k]);
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+        }
+    }
+    [
+        hsum_ps(acc[0]) + hsum_ps128(acc_m[0]),
+        hsum_ps(acc[1]) + hsum_ps128(acc_m[1]),
+        hsum_ps(acc[2]) + hsum_ps128(acc_m[2]),
+        hsum_ps(acc[3]) + hsum_ps128(acc_m[3]),
+    ]
+}
+
+#[inline(always)]
+pub(super) unsafe fn q4_k<const V: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    q45_k::<V, false>(n, w, a)
+}
+
+#[inline(always)]
+pub(super) unsafe fn q5_k<const V: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    q45_k::<V, true>(n, w, a)
+}
+
+#[inline(always)]
+pub(super) unsafe fn q4_k_x4<const V: bool>(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    q45_k_x4::<V, false>(n, w, a)
+}
+
+#[inline(always)]
+pub(super) unsafe fn q5_k_x4<const V: bool>(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    q45_k_x4::<V, true>(n, w, a)
+}
+
+/// The 4 groups of 32 unsigned 6-bit quants (0..64) of 128-element half `j` of a q6_K block.
+/// block_q6_K {ql[128] @0, qh[64] @128, scales: i8[16] @192, d @208}.
+#[inline(always)]
+unsafe fn q6_quants(xb: *const u8, j: usize) -> [__m256i; 4] {
+    let (m4, m30) = (_mm256_set1_epi8(0xF), _mm256_set1_epi8(0x30));
+    let (b1, b2, h) = (
+        ld256(xb.add(64 * j)),
+        ld256(xb.add(64 * j + 32)),
+        ld256(xb.add(128 + 32 * j)),
+    );
+    [
+        _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30)),
+        _mm256_or_si256(_mm256_and_si256(b2, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4), _mm256_and_si256(h, m30)),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
+            _mm256_and_si256(_mm256_srli_epi16(h, 2), m30),
+        ),
+    ]
+}
+
+/// i16 scales for group `g` (0..8, 32 elements, two 16-element scales) of a q6_K block.
+#[inline(always)]
+unsafe fn q6_scale(scales: __m128i, g: usize) -> __m256i {
+    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, ld128(SHUF_Q6K[g].as_ptr())))
+}
+
+/// 32·Σ scale·bsum: the -32 offset of q6_K quants, taken out once per block (8 i32 lanes).
+#[inline(always)]
+unsafe fn q6_offset(scales: __m128i, yb: *const u8) -> __m256i {
+    _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(scales), ld256(yb.add(260))), 5)
+}
+
+/// ggml_vec_dot_q6_K_q8_K, with the -32 offset applied through the bsums.
+#[inline(always)]
+pub(super) unsafe fn q6_k<const V: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (x, y) = (w.as_ptr(), a.as_ptr());
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n / 256 {
+        let (xb, yb) = (x.add(210 * i), y.add(292 * i));
+        let d = f32u(yb) * f16(xb.add(208));
+        let scales = ld128(xb.add(192));
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..2 {
+            let q = q6_quants(xb, j);
+            for (k, qk) in q.into_iter().enumerate() {
+                let p = _mm256_maddubs_epi16(qk, ld256(yb.add(4 + 128 * j + 32 * k)));
+                sumi = madd_acc::<V>(sumi, q6_scale(scales, 4 * j + k), p);
+            }
+        }
+        sumi = _mm256_sub_epi32(sumi, q6_offset(scales, yb));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
+}
+
+#[inline(always)]
+pub(super) unsafe fn q6_k_x4<const V: bool>(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    let (x, y) = (w.as_ptr(), a.map(|r| r.as_ptr()));
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for i in 0..n / 256 {
+        let xb = x.add(210 * i);
+        let dx = f16(xb.add(208));
+        let scales = ld128(xb.add(192));
+        let mut sumi = [_mm256_setzero_si256(); 4];
+        for j in 0..2 {
+            let q = q6_quants(xb, j);
+            for (g, qg) in q.into_iter().enumerate() {
+                let sc = q6_scale(scales, 4 * j + g);
+                for k in 0..4 {
+                    let p = _mm256_maddubs_epi16(qg, ld256(y[k].add(292 * i + 4 + 128 * j + 32 * g)));
+                    sumi[k] = madd_acc::<V>(sumi[k], sc, p);
+                }
+            }
+        }
+        for k in 0..4 {
+            let yb = y[k].add(292 * i);
+            let s = _mm256_sub_epi32(sumi[k], q6_offset(scales, yb));
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(f32u(yb) * dx), _mm256_cvtepi32_ps(s), acc[k]);
+        }
+    }
+    [hsum_ps(acc[0]), hsum_ps(acc[1]), hsum_ps(acc[2]), hsum_ps(acc[3])]
+}
+
+/// q8_K weights · q8_K: exact integer sums per block.
+#[inline(always)]
+pub(super) unsafe fn q8_k<const V: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (x, y) = (w.as_ptr(), a.as_ptr());
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n / 256 {
+        let (xb, yb) = (x.add(292 * i), y.add(292 * i));
+        let mut sumi = _mm256_setzero_si256();
+        for k in 0..8 {
+            let (qx, qy) = (ld256(xb.add(4 + 32 * k)), ld256(yb.add(4 + 32 * k)));
+            let p = dot_us8::<V>(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+            sumi = _mm256_add_epi32(sumi, p);
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f32u(xb) * f32u(yb)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
+}
+
+// --- activation quantizers (bit-exact with the scalar reference) ------------------------------
+
+#[inline(always)]
+unsafe fn abs_ps(v: __m256) -> __m256 {
+    _mm256_andnot_ps(_mm256_set1_ps(-0.0), v)
+}
+
+#[inline(always)]
+unsafe fn hmax_ps(v: __m256) -> f32 {
+    let m = _mm_max_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)))
+}
+
+/// C `roundf` (half away from zero), exactly: trunc, then ±1 where |frac| ≥ 0.5.
+#[inline(always)]
+unsafe fn roundf_ps(v: __m256) -> __m256 {
+    let t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    let up = _mm256_cmp_ps(abs_ps(_mm256_sub_ps(v, t)), _mm256_set1_ps(0.5), _CMP_GE_OQ);
+    let one = _mm256_or_ps(_mm256_set1_ps(1.0), _mm256_and_ps(v, _mm256_set1_ps(-0.0)));
+    _mm256_add_ps(t, _mm256_and_ps(up, one))
+}
+
+/// Four vectors of i32 (32 values, in order) → 32 saturated i8 in order.
+#[inline(always)]
+unsafe fn pack_i8(i: [__m256i; 4]) -> __m256i {
+    let a = _mm256_packs_epi32(i[0], i[1]);
+    let b = _mm256_packs_epi32(i[2], i[3]);
+    _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+#[inline(always)]
+unsafe fn f16_bits(v: f32) -> u16 {
+    _mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(v), _MM_FROUND_TO_NEAREST_INT), 0) as u16
+}
+
+/// One 32-element block: (d, qs as i32 vectors) with roundf(x / d).
+#[inline(always)]
+unsafe fn q8_block(x: *const f32) -> (f32, [__m256i; 4]) {
+    let v = [
+        _mm256_loadu_ps(x),
+        _mm256_loadu_ps(x.add(8)),
+        _mm256_loadu_ps(x.add(16)),
+        _mm256_loadu_ps(x.add(24)),
+    ];
+    let m = _mm256_max_ps(
+        _mm256_max_ps(abs_ps(v[0]), abs_ps(v[1])),
+        _mm256_max_ps(abs_ps(v[2]), abs_ps(v[3])),
+    );
+    let d = hmax_ps(m) / 127.0;
+    let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+    let q = [
+        _mm256_cvtps_epi32(roundf_ps(_mm256_mul_ps(v[0], id))),
+        _mm256_cvtps_epi32(roundf_ps(_mm256_mul_ps(v[1], id))),
+        _mm256_cvtps_epi32(roundf_ps(_mm256_mul_ps(v[2], id))),
+        _mm256_cvtps_epi32(roundf_ps(_mm256_mul_ps(v[3], id))),
+    ];
+    (d, q)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
+    debug_assert!(out.len() >= x.len() / 32 * 34);
+    for i in 0..x.len() / 32 {
+        let (d, q) = q8_block(x.as_ptr().add(32 * i));
+        let yb = out.as_mut_ptr().add(34 * i);
+        std::ptr::write_unaligned(yb as *mut u16, f16_bits(d));
+        _mm256_storeu_si256(yb.add(2) as *mut __m256i, pack_i8(q));
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_q8_1(x: &[f32], out: &mut [u8]) {
+    debug_assert!(out.len() >= x.len() / 32 * 36);
+    for i in 0..x.len() / 32 {
+        let (d, q) = q8_block(x.as_ptr().add(32 * i));
+        let sum = hsum_i32(_mm256_add_epi32(
+            _mm256_add_epi32(q[0], q[1]),
+            _mm256_add_epi32(q[2], q[3]),
+        ));
+        let yb = out.as_mut_ptr().add(36 * i);
+        std::ptr::write_unaligned(yb as *mut u16, f16_bits(d));
+        std::ptr::write_unaligned(yb.add(2) as *mut u16, f16_bits(sum as f32 * d));
+        _mm256_storeu_si256(yb.add(4) as *mut __m256i, pack_i8(q));
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_q8_k(x: &[f32], out: &mut [u8]) {
+    debug_assert!(out.len() >= x.len() / 256 * 292);
+    for i in 0..x.len() / 256 {
+        let xb = x.as_ptr().add(256 * i);
+        let yb = out.as_mut_ptr().add(292 * i);
+        let mut m = _mm256_setzero_ps();
+        for k in 0..32 {
+            m = _mm256_max_ps(m, abs_ps(_mm256_loadu_ps(xb.add(8 * k))));
+        }
+        let amax = hmax_ps(m);
+        if amax == 0.0 {
+            std::ptr::write_bytes(yb, 0, 292);
+            continue;
+        }
+        // The reference keeps the sign of the first element of largest magnitude.
+        let target = _mm256_set1_ps(amax);
+        let mut max = amax;
+        for k in 0..32 {
+            let hit = _mm256_movemask_ps(_mm256_cmp_ps(
+                abs_ps(_mm256_loadu_ps(xb.add(8 * k))),
+                target,
+                _CMP_EQ_OQ,
+            ));
+            if hit != 0 {
+                max = *xb.add(8 * k + hit.trailing_zeros() as usize);
+                break;
+            }
+        }
+        let iscale = -127.0 / max;
+        let mul = _mm256_set1_ps(iscale);
+        for g in 0..8 {
+            // nearest_int is round-half-even, as cvtps under the default MXCSR.
+            // (the clamp is the reference's MIN(127, v); packs would saturate the same way)
+            let q8 = |o: usize| {
+                let v = _mm256_cvtps_epi32(_mm256_mul_ps(mul, _mm256_loadu_ps(xb.add(32 * g + o))));
+                _mm256_min_epi32(v, _mm256_set1_epi32(127))
+            };
+            let q = [q8(0), q8(8), q8(16), q8(24)];
+            _mm256_storeu_si256(yb.add(4 + 32 * g) as *mut __m256i, pack_i8(q));
+            let h = _mm256_hadd_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let h = _mm256_hadd_epi32(h, h);
+            let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            let (s0, s1) = (_mm_cvtsi128_si32(s) as i16, _mm_extract_epi32(s, 1) as i16);
+            std::ptr::write_unaligned(yb.add(260 + 4 * g) as *mut [u8; 2], s0.to_le_bytes());
+            std::ptr::write_unaligned(yb.add(262 + 4 * g) as *mut [u8; 2], s1.to_le_bytes());
+        }
+        std::ptr::write_unaligned(yb as *mut f32, 1.0 / iscale);
+    }
+}

@@ -1,0 +1,349 @@
+//! The CPU backend: always available, zero-copy (weights are the mmap pages), and the
+//! reference every other backend is tested against.
+
+pub mod attention;
+pub mod dot;
+pub mod matmul;
+pub mod ops;
+pub mod pool;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use attention::{AttnParams, KvCache};
+use dot::Kernels;
+use pool::{Pool, SyncPtr};
+
+use super::{Backend, Context, KvType, Refusal};
+use crate::error::{Error, Result};
+use crate::model::{Graph, Model, NodeId, Op, Rope};
+use crate::quant::QType;
+use crate::tensor::Tensor;
+
+pub struct CpuBackend {
+    pool: Arc<Pool>,
+    kernels: &'static Kernels,
+}
+
+/// Threads when none are asked for: every core (`-t` overrides).
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+impl CpuBackend {
+    pub fn new(threads: Option<usize>) -> Result<CpuBackend> {
+        let n = threads.unwrap_or_else(default_threads);
+        if n == 0 || n > 1024 {
+            return Err(Error::InvalidArgument(format!("thread count {n} (expected 1..=1024)")));
+        }
+        Ok(CpuBackend { pool: Arc::new(Pool::new(n)), kernels: Kernels::from_env()? })
+    }
+
+    pub fn n_threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn describe(&self) -> String {
+        format!("cpu ({}, {} threads)", self.kernels.isa(), self.pool.n_threads())
+    }
+
+    fn check(&self, model: &Model, graph: &Graph, kv: KvType) -> std::result::Result<(), Refusal> {
+        for node in &graph.nodes {
+            if let Op::Matmul { weight, .. } = &node.op {
+                let t = model.weights.get(weight).ok_or_else(|| Refusal(format!("{weight} is missing")))?;
+                if matches!(t.qtype, QType::Q8_1 | QType::Q8K) {
+                    return Err(Refusal(format!("{weight} is {}, an activation-only format", t.qtype)));
+                }
+            }
+            if let Op::Attention { head_dim, head_dim_v, .. } = node.op {
+                let be = kv.qtype().block_elems();
+                if head_dim % be != 0 || head_dim_v % be != 0 {
+                    return Err(Refusal(format!(
+                        "{}: head_dim {head_dim} is not a multiple of the {} cache block {be}",
+                        node.name,
+                        kv.name()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn new_context(&self, model: &Arc<Model>, n_ctx: usize, kv: KvType) -> Result<Box<dyn Context>> {
+        let hp = &model.hparams;
+        let widths = vec![(hp.n_embd_k(), hp.n_embd_v()); hp.n_layer];
+        Ok(Box::new(CpuContext {
+            model: model.clone(),
+            pool: self.pool.clone(),
+            kernels: self.kernels,
+            kv: KvCache::new(kv, n_ctx, &widths)?,
+            plans: HashMap::new(),
+            act: Vec::new(),
+            rope: HashMap::new(),
+        }))
+    }
+}
+
+/// A graph resolved against this model: weights looked up once, activations assigned to
+/// reusable buffers by liveness.
+struct Plan {
+    steps: Vec<Step>,
+    buffers: Vec<Vec<f32>>,
+    result: usize,
+}
+
+struct Step {
+    op: Op,
+    weight: Option<Tensor>,
+    /// Float copy of a vector weight (norms, biases): small, decoded once per plan.
+    vector: Vec<f32>,
+    out: usize,
+    inputs: Vec<usize>,
+    width: usize,
+    rows: usize,
+    in_rows: usize,
+}
+
+struct CpuContext {
+    model: Arc<Model>,
+    pool: Arc<Pool>,
+    kernels: &'static Kernels,
+    kv: KvCache,
+    plans: HashMap<(usize, usize), Plan>,
+    act: Vec<u8>,
+    /// cos/sin tables of the current step, per RoPE configuration.
+    rope: HashMap<(u32, u32, usize), Vec<(f32, f32)>>,
+}
+
+fn compile(model: &Model, g: &Graph) -> Result<Plan> {
+    // Last use of each node's value.
+    let mut last_use = vec![0usize; g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        for j in n.op.inputs() {
+            last_use[j] = i;
+        }
+    }
+    last_use[g.result] = usize::MAX;
+    let mut buffers: Vec<Vec<f32>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut buf_of = vec![0usize; g.nodes.len()];
+    let mut steps = Vec::with_capacity(g.nodes.len());
+    for (i, n) in g.nodes.iter().enumerate() {
+        let size = n.rows * n.width;
+        let inputs: Vec<usize> = n.op.inputs().iter().map(|&j| buf_of[j]).collect();
+        // Best fit among free buffers, else a new one.
+        let pick = free
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| buffers[b].len() >= size)
+            .min_by_key(|(_, &b)| buffers[b].len())
+            .map(|(fi, _)| fi);
+        let out = match pick {
+            Some(fi) => free.swap_remove(fi),
+            None => {
+                buffers.push(vec![0f32; size]);
+                buffers.len() - 1
+            }
+        };
+        buf_of[i] = out;
+        for j in n.op.inputs() {
+            if last_use[j] == i && !free.contains(&buf_of[j]) && buf_of[j] != out {
+                free.push(buf_of[j]);
+            }
+        }
+        let weight = n.op.weights().first().map(|w| model.weight(w).cloned()).transpose()?;
+        let vector = match (&n.op, &weight) {
+            (Op::RmsNorm { .. } | Op::HeadNorm { .. } | Op::AddBias { .. }, Some(t)) => t.to_f32()?,
+            _ => Vec::new(),
+        };
+        let in_rows = n.op.inputs().first().map_or(n.rows, |&j: &NodeId| g.nodes[j].rows);
+        steps.push(Step { op: n.op.clone(), weight, vector, out, inputs, width: n.width, rows: n.rows, in_rows });
+    }
+    Ok(Plan { steps, buffers, result: buf_of[g.result] })
+}
+
+/// Two distinct buffers, one read and one written (the planner never gives a node its own
+/// input's buffer while that input is still live).
+fn io<'a>(bufs: &'a mut [Vec<f32>], inp: usize, out: usize) -> (&'a [f32], &'a mut [f32]) {
+    debug_assert_ne!(inp, out);
+    let p = SyncPtr::new(bufs);
+    // SAFETY: inp != out, so the two borrows are of different Vec elements.
+    unsafe { (&*p.0.add(inp), &mut *p.0.add(out)) }
+}
+
+impl CpuContext {
+    fn rope_table(&mut self, rope: &Rope, pos0: usize, n: usize) -> &Vec<(f32, f32)> {
+        let key = (rope.base.to_bits(), rope.freq_scale.to_bits(), rope.n_rot);
+        self.rope.entry(key).or_insert_with(|| {
+            let mut all = Vec::with_capacity(n * rope.n_rot / 2);
+            let mut c = Vec::new();
+            for i in 0..n {
+                ops::rope_cache(pos0 + i, rope, &mut c);
+                all.extend_from_slice(&c);
+            }
+            all
+        })
+    }
+
+    fn run_plan(&mut self, key: (usize, usize), tokens: &[u32], pos0: usize) -> Result<()> {
+        let mut plan = self.plans.remove(&key).ok_or_else(|| Error::InvalidArgument("no plan".into()))?;
+        let r = self.exec(&mut plan, tokens, pos0);
+        self.plans.insert(key, plan);
+        r
+    }
+
+    fn exec(&mut self, plan: &mut Plan, tokens: &[u32], pos0: usize) -> Result<()> {
+        let n = tokens.len();
+        self.rope.clear();
+        let pool = self.pool.clone();
+        for s in &plan.steps {
+            let size = s.rows * s.width;
+            match &s.op {
+                Op::GetRows { .. } => {
+                    let w = s.weight.as_ref().ok_or_else(|| Error::InvalidArgument("get_rows without weight".into()))?;
+                    let out = &mut plan.buffers[s.out][..size];
+                    for (t, &id) in tokens.iter().enumerate() {
+                        w.dequantize_rows(id as usize, 1, &mut out[t * s.width..(t + 1) * s.width])?;
+                    }
+                }
+                Op::Matmul { .. } => {
+                    let w = s.weight.as_ref().ok_or_else(|| Error::InvalidArgument("matmul without weight".into()))?;
+                    let k = w.row_len();
+                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    matmul::matmul(&pool, self.kernels, w, &x[..s.rows * k], s.rows, &mut y[..size], &mut self.act);
+                }
+                Op::AddBias { .. } => {
+                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    for (yr, xr) in y[..size].chunks_exact_mut(s.width).zip(x.chunks_exact(s.width)) {
+                        for ((y, &x), &b) in yr.iter_mut().zip(xr).zip(&s.vector) {
+                            *y = x + b;
+                        }
+                    }
+                }
+                Op::RmsNorm { eps, .. } => {
+                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    let (w, yp) = (s.width, SyncPtr::new(&mut y[..size]));
+                    pool.for_chunks(s.rows, 8, |_, r| {
+                        for t in r {
+                            // SAFETY: one row per task.
+                            let yr = unsafe { yp.slice(t * w, w) };
+                            ops::rms_norm(&x[t * w..(t + 1) * w], &s.vector, *eps, yr);
+                        }
+                    });
+                }
+                Op::HeadNorm { eps, head_dim, .. } => {
+                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    y[..size].copy_from_slice(&x[..size]);
+                    ops::head_norm(&mut y[..size], &s.vector, *eps, *head_dim);
+                }
+                Op::Rope { head_dim, rope, .. } => {
+                    let table = self.rope_table(rope, pos0, n).clone();
+                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    y[..size].copy_from_slice(&x[..size]);
+                    let half = rope.n_rot / 2;
+                    for (t, row) in y[..size].chunks_exact_mut(s.width).enumerate() {
+                        ops::rope_row(row, *head_dim, rope, &table[t * half..(t + 1) * half]);
+                    }
+                }
+                Op::Attention { layer, n_head, n_head_kv, head_dim, head_dim_v, scale, window, softcap, .. } => {
+                    let p = AttnParams {
+                        layer: *layer,
+                        n_head: *n_head,
+                        n_head_kv: *n_head_kv,
+                        head_dim: *head_dim,
+                        head_dim_v: *head_dim_v,
+                        scale: *scale,
+                        window: *window,
+                        softcap: *softcap,
+                    };
+                    let bp = SyncPtr::new(&mut plan.buffers);
+                    // SAFETY: the three inputs and the output are distinct live buffers.
+                    let (q, k, v, out) = unsafe {
+                        (&*bp.0.add(s.inputs[0]), &*bp.0.add(s.inputs[1]), &*bp.0.add(s.inputs[2]), &mut *bp.0.add(s.out))
+                    };
+                    attention::attention(&pool, &mut self.kv, &p, q, k, v, pos0, n, &mut out[..size])?;
+                }
+                Op::Add { .. } | Op::Mul { .. } | Op::Swiglu { .. } | Op::Geglu { .. } => {
+                    let bp = SyncPtr::new(&mut plan.buffers);
+                    // SAFETY: output buffer differs from both inputs (planner invariant).
+                    let (a, b, y) = unsafe { (&*bp.0.add(s.inputs[0]), &*bp.0.add(s.inputs[1]), &mut *bp.0.add(s.out)) };
+                    let (a, b) = (&a[..size], &b[..size]);
+                    let yp = SyncPtr::new(&mut y[..size]);
+                    let op = &s.op;
+                    let chunk = 4096.max(size / (4 * pool.n_threads()));
+                    pool.for_chunks(size, chunk, |_, r| {
+                        // SAFETY: disjoint ranges per task.
+                        let y = unsafe { yp.slice(r.start, r.len()) };
+                        let (a, b) = (&a[r.clone()], &b[r]);
+                        match op {
+                            Op::Add { .. } => y.iter_mut().zip(a).zip(b).for_each(|((y, a), b)| *y = a + b),
+                            Op::Mul { .. } => y.iter_mut().zip(a).zip(b).for_each(|((y, a), b)| *y = a * b),
+                            Op::Swiglu { .. } => ops::swiglu(a, b, y),
+                            _ => ops::geglu(a, b, y),
+                        }
+                    });
+                }
+                Op::Scale { s: f, .. } => {
+                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    y[..size].iter_mut().zip(&x[..size]).for_each(|(y, x)| *y = x * f);
+                }
+                Op::Softcap { cap, .. } => {
+                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    y[..size].copy_from_slice(&x[..size]);
+                    ops::softcap(&mut y[..size], *cap);
+                }
+                Op::Output { .. } => {
+                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    let skip = (s.in_rows - s.rows) * s.width;
+                    y[..size].copy_from_slice(&x[skip..skip + size]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Context for CpuContext {
+    fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()> {
+        let n = tokens.len();
+        if n == 0 || n != graph.n_tokens {
+            return Err(Error::InvalidArgument(format!("{n} tokens for a graph of {}", graph.n_tokens)));
+        }
+        if pos0 + n > self.kv.n_ctx {
+            return Err(Error::ContextOverflow { pos: pos0 + n - 1, n_ctx: self.kv.n_ctx });
+        }
+        let n_vocab = self.model.hparams.n_vocab;
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {n_vocab}")));
+        }
+        let key = (graph.n_tokens, graph.n_outputs);
+        if !self.plans.contains_key(&key) {
+            let plan = compile(&self.model, graph)?;
+            self.plans.insert(key, plan);
+        }
+        self.run_plan(key, tokens, pos0)?;
+        let plan = &self.plans[&key];
+        let len = graph.n_outputs * n_vocab;
+        out.clear();
+        out.extend_from_slice(&plan.buffers[plan.result][..len]);
+        Ok(())
+    }
+
+    fn n_ctx(&self) -> usize {
+        self.kv.n_ctx
+    }
+
+    fn kv_bytes(&self) -> usize {
+        self.kv.bytes()
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        0
+    }
+}

@@ -1,0 +1,211 @@
+//! The CPU's element-wise, normalisation and RoPE ops. These are also the numerical reference
+//! for the GPU kernels; each follows the ggml-cpu function named beside it.
+
+use std::sync::OnceLock;
+
+use half::f16;
+
+use crate::model::{Rope, RopeMode};
+
+/// `ggml_compute_forward_rms_norm_f32` (squares in f32, summed in f64) followed by `ggml_mul`.
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
+    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    let scale = 1.0 / (mean + eps).sqrt();
+    for ((y, &x), &w) in y.iter_mut().zip(x).zip(w) {
+        *y = (x * scale) * w;
+    }
+}
+
+/// Per-head RMSNorm over consecutive `head_dim` slices, in place.
+pub fn head_norm(x: &mut [f32], w: &[f32], eps: f32, head_dim: usize) {
+    let mut tmp = vec![0f32; head_dim];
+    for h in x.chunks_exact_mut(head_dim) {
+        tmp.copy_from_slice(h);
+        rms_norm(&tmp, w, eps, h);
+    }
+}
+
+/// `ggml_vec_swiglu_f32`: silu(g) * u, silu(x) = x / (1 + e^-x).
+pub fn swiglu(gate: &[f32], up: &[f32], y: &mut [f32]) {
+    for ((y, &g), &u) in y.iter_mut().zip(gate).zip(up) {
+        *y = g / (1.0 + (-g).exp()) * u;
+    }
+}
+
+const GELU_COEF_A: f32 = 0.044715;
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+
+/// `ggml_gelu_f32`, the tanh approximation.
+pub fn gelu_tanh(x: f32) -> f32 {
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh())
+}
+
+/// ggml-cpu evaluates GELU through a table indexed by the f16 bits of x (`GGML_GELU_FP16`),
+/// holding f16-rounded results; we keep the same table so logits agree with llama.cpp.
+fn gelu_table() -> &'static [f32] {
+    static T: OnceLock<Vec<f32>> = OnceLock::new();
+    T.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|b| f16::from_f32(gelu_tanh(f16::from_bits(b).to_f32())).to_f32())
+            .collect()
+    })
+}
+
+/// `ggml_vec_geglu_f32`: gelu(g) * u.
+pub fn geglu(gate: &[f32], up: &[f32], y: &mut [f32]) {
+    let t = gelu_table();
+    for ((y, &g), &u) in y.iter_mut().zip(gate).zip(up) {
+        *y = if g <= -10.0 {
+            0.0
+        } else if g >= 10.0 {
+            g * u
+        } else {
+            t[f16::from_f32(g).to_bits() as usize] * u
+        };
+    }
+}
+
+pub fn softcap(x: &mut [f32], cap: f32) {
+    for v in x {
+        *v = (*v / cap).tanh() * cap;
+    }
+}
+
+/// cos/sin for one position: `ggml_rope_cache_init` without YaRN (ext_factor 0, mscale 1);
+/// theta advances multiplicatively in f32 exactly as ggml does.
+pub fn rope_cache(pos: usize, rope: &Rope, cache: &mut Vec<(f32, f32)>) {
+    cache.clear();
+    let theta_scale = rope.base.powf(-2.0 / rope.n_rot as f32);
+    let mut theta = pos as f32;
+    for _ in 0..rope.n_rot / 2 {
+        let t = rope.freq_scale * theta;
+        cache.push((t.cos(), t.sin()));
+        theta *= theta_scale;
+    }
+}
+
+/// Rotates every head of one row in place (`ggml_compute_forward_rope_f32`).
+pub fn rope_row(x: &mut [f32], head_dim: usize, rope: &Rope, cache: &[(f32, f32)]) {
+    let n_rot = rope.n_rot;
+    for h in x.chunks_exact_mut(head_dim) {
+        match rope.mode {
+            RopeMode::Norm => {
+                for (i, &(c, s)) in cache.iter().enumerate() {
+                    let (x0, x1) = (h[2 * i], h[2 * i + 1]);
+                    h[2 * i] = x0 * c - x1 * s;
+                    h[2 * i + 1] = x0 * s + x1 * c;
+                }
+            }
+            RopeMode::Neox => {
+                let half = n_rot / 2;
+                for (i, &(c, s)) in cache.iter().enumerate() {
+                    let (x0, x1) = (h[i], h[i + half]);
+                    h[i] = x0 * c - x1 * s;
+                    h[i + half] = x0 * s + x1 * c;
+                }
+            }
+        }
+    }
+}
+
+/// In-place softmax (`ggml_compute_forward_soft_max_f32`: max-subtracted, sum in f64).
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// A plain f32 dot product in 8 lanes, which the compiler vectorises.
+#[inline]
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
+/// y += a * x
+#[inline]
+pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y += a * x;
+    }
+}
+
+/// Reads a float vector weight (f32/f16/bf16 bytes) into f32.
+pub fn vector_to_f32(t: &crate::tensor::Tensor) -> crate::Result<Vec<f32>> {
+    t.to_f32()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_of_constant_row_is_weight() {
+        let x = vec![3.0f32; 64];
+        let w: Vec<f32> = (0..64).map(|i| i as f32).collect();
+        let mut y = vec![0f32; 64];
+        rms_norm(&x, &w, 0.0, &mut y);
+        for (a, b) in y.iter().zip(&w) {
+            assert!((a - b).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn rope_preserves_norm_and_position_zero_is_identity() {
+        let rope = Rope {
+            mode: RopeMode::Neox,
+            n_rot: 8,
+            base: 10000.0,
+            freq_scale: 1.0,
+        };
+        let x0: Vec<f32> = (0..16).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut cache = Vec::new();
+        rope_cache(0, &rope, &mut cache);
+        let mut x = x0.clone();
+        rope_row(&mut x, 8, &rope, &cache);
+        assert_eq!(x, x0);
+        rope_cache(17, &rope, &mut cache);
+        rope_row(&mut x, 8, &rope, &cache);
+        let n = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>();
+        assert!((n(&x) - n(&x0)).abs() < 1e-4);
+        assert_ne!(x, x0);
+    }
+
+    #[test]
+    fn softmax_sums_to_one() {
+        let mut x = vec![1.0, 2.0, 3.0, -1e30];
+        softmax(&mut x);
+        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert_eq!(x[3], 0.0);
+    }
+
+    #[test]
+    fn geglu_table_tracks_exact_gelu() {
+        let g: Vec<f32> = (-50..50).map(|i| i as f32 * 0.1).collect();
+        let u = vec![1.0f32; g.len()];
+        let mut y = vec![0f32; g.len()];
+        geglu(&g, &u, &mut y);
+        for (&x, &y) in g.iter().zip(&y) {
+            assert!((gelu_tanh(x) - y).abs() < 4e-3 * (1.0 + x.abs()), "x={x}");
+        }
+    }
+}

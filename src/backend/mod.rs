@@ -1,0 +1,167 @@
+//! Backends behind one narrow trait, and the all-or-nothing gate that picks one.
+//!
+//! Adding an op: (1) the CPU reference in `cpu/ops.rs`, (2) a kernel per GPU backend,
+//! (3) one entry in the cross-backend op test. A backend that lacks an op or a qtype says so
+//! through `check`, naming the first thing it cannot do, before anything is uploaded.
+
+pub mod cpu;
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::model::{Graph, Model};
+use crate::quant::QType;
+
+/// Element type of the KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum KvType {
+    F32,
+    F16,
+    Q8_0,
+}
+
+impl KvType {
+    pub fn qtype(self) -> QType {
+        match self {
+            KvType::F32 => QType::F32,
+            KvType::F16 => QType::F16,
+            KvType::Q8_0 => QType::Q8_0,
+        }
+    }
+
+    /// Strict: `f32`, `f16` or `q8_0`; anything else is an error naming it.
+    pub fn parse(s: &str) -> Result<KvType> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(KvType::F32),
+            "f16" => Ok(KvType::F16),
+            "q8_0" => Ok(KvType::Q8_0),
+            _ => Err(Error::InvalidArgument(format!("cache type '{s}' (expected f32, f16 or q8_0)"))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.qtype().name()
+    }
+
+    /// The policy when nothing is asked: f16 for models whose KV traffic matters
+    /// (`n_layer × n_kv_embd ≥ 8192`), f32 for tiny ones. `MINFER_CACHE_TYPE` overrides.
+    pub fn auto(model: &Model) -> Result<KvType> {
+        if let Ok(s) = std::env::var("MINFER_CACHE_TYPE") {
+            return KvType::parse(&s).map_err(|e| Error::InvalidArgument(format!("MINFER_CACHE_TYPE: {e}")));
+        }
+        let hp = &model.hparams;
+        Ok(if hp.n_layer * hp.n_embd_k().max(hp.n_embd_v()) >= 8192 { KvType::F16 } else { KvType::F32 })
+    }
+}
+
+/// Why a backend does not take a model.
+#[derive(Clone, Debug)]
+pub struct Refusal(pub String);
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A compute backend. No wgpu or cudarc type crosses this trait.
+pub trait Backend: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// One line: the device and how it is set up (`cpu (avx512, 2 threads)`).
+    fn describe(&self) -> String;
+    /// The gate: Ok, or the first weight/op/limit this backend cannot handle.
+    fn check(&self, model: &Model, graph: &Graph, kv: KvType) -> std::result::Result<(), Refusal>;
+    /// Registers (uploads) the weights and allocates a KV cache of `n_ctx` positions.
+    fn new_context(&self, model: &Arc<Model>, n_ctx: usize, kv: KvType) -> Result<Box<dyn Context>>;
+}
+
+/// A model resident on a backend, with its KV cache.
+pub trait Context: Send {
+    /// Runs `graph` on `tokens` at positions `pos0..pos0 + tokens.len()`; `out` is replaced by
+    /// the logits of the graph's output rows (`[n_outputs, n_vocab]`).
+    fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()>;
+    fn n_ctx(&self) -> usize;
+    fn kv_bytes(&self) -> usize;
+    /// Bytes of weights this backend copied into its own memory (0 for zero-copy).
+    fn resident_bytes(&self) -> u64;
+    /// A named intermediate of the last forward (`--trace`), where the backend kept it.
+    fn trace(&self, _name: &str) -> Option<Vec<f32>> {
+        None
+    }
+}
+
+/// Which backends the user allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    Auto,
+    Cpu,
+    Wgpu,
+    Cuda,
+}
+
+impl BackendChoice {
+    pub fn parse(s: &str) -> Result<BackendChoice> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(BackendChoice::Auto),
+            "cpu" => Ok(BackendChoice::Cpu),
+            "wgpu" => Ok(BackendChoice::Wgpu),
+            "cuda" => Ok(BackendChoice::Cuda),
+            _ => Err(Error::InvalidArgument(format!("backend '{s}' (expected auto, cpu, wgpu or cuda)"))),
+        }
+    }
+}
+
+/// The backends this build offers for `choice`, best first. Under `auto` the CPU closes the
+/// list: it runs every op and every qtype.
+pub fn candidates(choice: BackendChoice, threads: Option<usize>) -> Result<Vec<Arc<dyn Backend>>> {
+    match choice {
+        BackendChoice::Auto | BackendChoice::Cpu => Ok(vec![Arc::new(cpu::CpuBackend::new(threads)?)]),
+        BackendChoice::Wgpu => Err(Error::Backend { backend: "wgpu", what: "not available in this build".into() }),
+        BackendChoice::Cuda => Err(Error::Backend { backend: "cuda", what: "not available in this build".into() }),
+    }
+}
+
+/// Every candidate's gate verdict on `model` (for `info`).
+pub fn verdicts(model: &Model, kv: KvType) -> Vec<(String, std::result::Result<(), Refusal>)> {
+    let graph = model.graph(1, 1);
+    let mut out = Vec::new();
+    match candidates(BackendChoice::Auto, None) {
+        Ok(cands) => {
+            for b in cands {
+                out.push((b.name().to_string(), b.check(model, &graph, kv)));
+            }
+        }
+        Err(e) => out.push(("cpu".into(), Err(Refusal(e.to_string())))),
+    }
+    out.push(("wgpu".into(), Err(Refusal("not available in this build".into()))));
+    out.push(("cuda".into(), Err(Refusal("not available in this build".into()))));
+    out
+}
+
+/// Runs the gate over the candidates, once, before anything is uploaded; the first that takes
+/// the whole model wins. Returns it and the log lines saying what was decided and why.
+pub fn select(cands: Vec<Arc<dyn Backend>>, model: &Model, kv: KvType) -> Result<(Arc<dyn Backend>, Vec<String>)> {
+    let graph = model.graph(1, 1);
+    let mut log = Vec::new();
+    let mut last = None;
+    for b in cands {
+        match b.check(model, &graph, kv) {
+            Ok(()) => {
+                log.push(format!(
+                    "backend: {} — {}/{} weights, {:.1} MB",
+                    b.describe(),
+                    model.weights.len(),
+                    model.weights.len(),
+                    model.weight_bytes() as f64 / 1e6
+                ));
+                return Ok((b, log));
+            }
+            Err(r) => {
+                log.push(format!("{}: skipped — {r}", b.name()));
+                last = Some((b.name(), r));
+            }
+        }
+    }
+    let (backend, r) = last.unwrap_or(("none", Refusal("no backend available".into())));
+    Err(Error::Backend { backend, what: r.0 })
+}

@@ -1,0 +1,251 @@
+//! `run`, `chat` and `tokenize`.
+
+use std::io::{BufRead, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _, Result};
+
+use minfer::chat::ChatMessage;
+use minfer::generate::{Engine, Flow, GenerateOptions, StopReason};
+use minfer::sampling::SamplerConfig;
+use minfer::tokenizer::Tokenizer;
+use minfer::{gguf::GgufFile, SessionOptions};
+
+pub const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The default model: `$MINFER_MODEL`, then `./models/`, then the user's cache directory.
+pub fn default_model() -> Result<PathBuf> {
+    let mut tried = Vec::new();
+    if let Some(p) = std::env::var_os("MINFER_MODEL") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        tried.push(format!("$MINFER_MODEL={}", p.display()));
+    }
+    let mut dirs = vec![PathBuf::from("models")];
+    if let Some(d) = std::env::var_os("MINFER_MODELS_DIR") {
+        dirs.insert(0, PathBuf::from(d));
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
+    if let Some(c) = cache {
+        dirs.push(c.join("minfer"));
+    }
+    for d in dirs {
+        let p = d.join(DEFAULT_MODEL);
+        if p.is_file() {
+            return Ok(p);
+        }
+        tried.push(p.display().to_string());
+    }
+    bail!(
+        "no model given and the default model {DEFAULT_MODEL} was not found (tried: {}).\n\
+         Fetch it with: scripts/fetch-models smollm2   (or pass a .gguf path)",
+        tried.join(", ")
+    )
+}
+
+/// `[MODEL] [PROMPT]`: a first argument that names a file (or ends in .gguf) is the model.
+pub fn split_model_prompt(args: &[String]) -> Result<(PathBuf, Option<String>)> {
+    let looks_like_model = |s: &str| Path::new(s).is_file() || s.ends_with(".gguf");
+    match args {
+        [] => Ok((default_model()?, None)),
+        [one] if looks_like_model(one) => Ok((check_model(one)?, None)),
+        [one] => Ok((default_model()?, Some(one.clone()))),
+        [m, p] => Ok((check_model(m)?, Some(p.clone()))),
+        _ => bail!("expected at most two arguments, MODEL and PROMPT (quote the prompt)"),
+    }
+}
+
+fn check_model(s: &str) -> Result<PathBuf> {
+    let p = PathBuf::from(s);
+    if !p.exists() {
+        bail!("model '{s}' not found");
+    }
+    Ok(p)
+}
+
+pub fn read_stdin_prompt() -> Result<String> {
+    let mut buf = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut buf)
+        .context("reading the prompt from stdin")?;
+    String::from_utf8(buf).map_err(|e| {
+        anyhow::anyhow!(
+            "the prompt on stdin is not valid UTF-8 (at byte {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+pub struct RunArgs {
+    pub session: SessionOptions,
+    pub sampler: SamplerConfig,
+    pub n_predict: usize,
+    pub system: Option<String>,
+    pub raw: bool,
+    pub json: bool,
+    pub stop: Vec<String>,
+}
+
+fn load(model: &Path, opts: &SessionOptions) -> Result<Engine> {
+    let t = std::time::Instant::now();
+    let engine = Engine::load(model, opts).with_context(|| format!("loading {}", model.display()))?;
+    let m = engine.model();
+    eprintln!(
+        "model: {} ({}, {} layers, {:.1} MB) loaded in {:.2}s",
+        model.display(),
+        m.arch.name(),
+        m.hparams.n_layer,
+        m.file_bytes as f64 / 1e6,
+        t.elapsed().as_secs_f64()
+    );
+    for line in &engine.session.log {
+        eprintln!("{line}");
+    }
+    Ok(engine)
+}
+
+pub fn run(model: &Path, prompt: &str, a: &RunArgs) -> Result<()> {
+    let mut engine = load(model, &a.session)?;
+    let ids = if a.raw || engine.template.is_none() {
+        if a.system.is_some() && !a.raw {
+            bail!("--system needs a chat template, and this model has none");
+        }
+        engine.tokenize(prompt, true, true)?
+    } else {
+        let mut msgs = Vec::new();
+        if let Some(s) = &a.system {
+            msgs.push(ChatMessage::new("system", s.as_str()));
+        }
+        msgs.push(ChatMessage::new("user", prompt));
+        let text = engine.apply_chat_template(&msgs, true)?;
+        engine.tokenize(&text, true, true)?
+    };
+    let opts = GenerateOptions {
+        max_tokens: a.n_predict,
+        sampler: a.sampler.clone(),
+        stop: a.stop.clone(),
+    };
+    let mut out = std::io::stdout();
+    let json = a.json;
+    let g = engine.generate(&ids, &opts, |piece| {
+        if !json {
+            let _ = out.write_all(piece.as_bytes());
+            let _ = out.flush();
+        }
+        Flow::Continue
+    })?;
+    if json {
+        let v = serde_json::json!({"prompt_tokens": g.prompt_tokens, "tokens": g.tokens, "text": g.text});
+        println!("{v}");
+    } else {
+        println!();
+    }
+    let n_gen = g.tokens.len();
+    eprintln!(
+        "prompt {} tokens, {:.1} t/s | generated {n_gen} tokens, {:.1} t/s | stop: {:?}",
+        g.prompt_tokens.len(),
+        g.prompt_evaluated as f64 / g.prefill_secs.max(1e-9),
+        n_gen.saturating_sub(1) as f64 / g.decode_secs.max(1e-9),
+        g.stop_reason
+    );
+    Ok(())
+}
+
+pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
+    let mut engine = load(model, &a.session)?;
+    if engine.template.is_none() {
+        bail!("this model has no chat template; use `run --raw` instead");
+    }
+    let stop_flag = Arc::new(AtomicBool::new(false));
+    {
+        let f = stop_flag.clone();
+        ctrlc::set_handler(move || f.store(true, Ordering::SeqCst)).context("installing the Ctrl-C handler")?;
+    }
+    let mut history: Vec<ChatMessage> = Vec::new();
+    if let Some(s) = &a.system {
+        history.push(ChatMessage::new("system", s.as_str()));
+    }
+    let interactive = std::io::stdin().is_terminal();
+    eprintln!("chat: /reset forgets the conversation, /exit (or Ctrl-D) quits, Ctrl-C stops an answer");
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        if interactive {
+            eprint!("> ");
+            std::io::stderr().flush().ok();
+        }
+        let Some(line) = lines.next() else { break };
+        let line = line.context("reading stdin")?;
+        let line = line.trim();
+        match line {
+            "" => continue,
+            "/exit" | "/quit" => break,
+            "/reset" => {
+                history.retain(|m| m.role == "system");
+                engine.reset();
+                eprintln!("(conversation reset)");
+                continue;
+            }
+            _ => {}
+        }
+        history.push(ChatMessage::new("user", line));
+        let text = engine.apply_chat_template(&history, true)?;
+        let ids = engine.tokenize(&text, true, true)?;
+        if ids.len() + 1 >= engine.session.n_ctx() {
+            eprintln!(
+                "(the conversation is {} tokens and fills the context of {}: /reset to start over, or raise -c)",
+                ids.len(),
+                engine.session.n_ctx()
+            );
+            history.pop();
+            continue;
+        }
+        stop_flag.store(false, Ordering::SeqCst);
+        let opts = GenerateOptions {
+            max_tokens: a.n_predict,
+            sampler: a.sampler.clone(),
+            stop: a.stop.clone(),
+        };
+        let mut out = std::io::stdout();
+        let g = engine.generate(&ids, &opts, |piece| {
+            let _ = out.write_all(piece.as_bytes());
+            let _ = out.flush();
+            if stop_flag.load(Ordering::SeqCst) {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            }
+        })?;
+        println!();
+        match g.stop_reason {
+            StopReason::Callback => eprintln!("(stopped)"),
+            StopReason::ContextFull => {
+                eprintln!("(the context is full: /reset to start over, or raise -c)")
+            }
+            _ => {}
+        }
+        history.push(ChatMessage::new("assistant", g.text.trim()));
+    }
+    Ok(())
+}
+
+pub fn tokenize(model: &Path, text: &str, json: bool, no_special: bool) -> Result<()> {
+    let file = GgufFile::open(model)?;
+    let tok = Tokenizer::from_gguf(&file.metadata)?;
+    let ids = tok.encode(text, true, !no_special)?;
+    if json {
+        println!("{}", serde_json::to_string(&ids)?);
+    } else {
+        for id in ids {
+            let piece = tok.token_to_piece(id);
+            println!("{id:>8} -> '{}'", String::from_utf8_lossy(&piece));
+        }
+    }
+    Ok(())
+}

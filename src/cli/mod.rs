@@ -1,0 +1,367 @@
+//! The command line. Every command is built on the library API and nothing else.
+
+mod bench;
+mod generate;
+mod info;
+mod perplexity;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Args, Parser, Subcommand};
+
+use minfer::backend::{BackendChoice, KvType};
+use minfer::sampling::SamplerConfig;
+use minfer::{Model, Session, SessionOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "minfer-wgpu",
+    version,
+    about = "Run GGUF language models on wgpu, CUDA or the CPU"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Clone)]
+struct EngineFlags {
+    /// Context size in tokens (0 = the model's, at most 4096)
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
+    ctx: usize,
+    /// Prompt tokens per forward
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    batch: usize,
+    /// CPU threads (default: all cores)
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// KV cache type: f32, f16 or q8_0 (default: f16 for all but tiny models)
+    #[arg(long = "cache-type", value_parser = parse_kv)]
+    cache_type: Option<KvType>,
+    /// auto, cpu, wgpu or cuda
+    #[arg(long, default_value = "auto", value_parser = parse_backend)]
+    backend: BackendChoice,
+}
+
+impl EngineFlags {
+    fn session(&self) -> SessionOptions {
+        SessionOptions {
+            n_ctx: self.ctx,
+            n_batch: self.batch,
+            threads: self.threads,
+            backend: self.backend,
+            kv_type: self.cache_type,
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+struct SampleFlags {
+    /// Tokens to generate
+    #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
+    n_predict: usize,
+    /// Temperature; 0 = greedy
+    #[arg(long, default_value_t = 0.8)]
+    temp: f32,
+    #[arg(long = "top-k", default_value_t = 40)]
+    top_k: usize,
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    top_p: f32,
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    min_p: f32,
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    repeat_penalty: f32,
+    #[arg(long = "presence-penalty", default_value_t = 0.0)]
+    presence_penalty: f32,
+    #[arg(long = "frequency-penalty", default_value_t = 0.0)]
+    frequency_penalty: f32,
+    /// Tokens the penalties look back over
+    #[arg(long = "repeat-last-n", default_value_t = 64)]
+    repeat_last_n: usize,
+    /// Seed for reproducible sampling
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Stop before this string (repeatable)
+    #[arg(long)]
+    stop: Vec<String>,
+    /// A system message for the chat template
+    #[arg(long)]
+    system: Option<String>,
+}
+
+impl SampleFlags {
+    fn sampler(&self) -> Result<SamplerConfig> {
+        let c = SamplerConfig {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            penalty_last_n: self.repeat_last_n,
+            seed: self.seed,
+        };
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+fn parse_kv(s: &str) -> Result<KvType, String> {
+    KvType::parse(s).map_err(|e| e.to_string())
+}
+
+fn parse_backend(s: &str) -> Result<BackendChoice, String> {
+    BackendChoice::parse(s).map_err(|e| e.to_string())
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Generate text: `run [MODEL] [PROMPT]` (prompt from stdin when absent)
+    Run {
+        /// [MODEL] [PROMPT]
+        args: Vec<String>,
+        #[command(flatten)]
+        engine: EngineFlags,
+        #[command(flatten)]
+        sample: SampleFlags,
+        /// Skip the chat template; special tokens typed in the prompt are parsed
+        #[arg(long)]
+        raw: bool,
+        /// Print one JSON object {"prompt_tokens", "tokens", "text"} instead of streaming
+        #[arg(long)]
+        json: bool,
+        /// Write the decode graph to FILE (.json, else Graphviz dot)
+        #[arg(long = "dump-graph")]
+        dump_graph: Option<PathBuf>,
+    },
+    /// Chat with a model: `/reset`, `/exit`, Ctrl-C stops an answer
+    Chat {
+        model: Option<PathBuf>,
+        #[command(flatten)]
+        engine: EngineFlags,
+        #[command(flatten)]
+        sample: SampleFlags,
+    },
+    /// Print the token ids of TEXT, as llama-tokenize does
+    Tokenize {
+        model: PathBuf,
+        /// Print a JSON array of ids
+        #[arg(long)]
+        json: bool,
+        /// Treat special tokens in the text as plain text
+        #[arg(long = "no-special")]
+        no_special: bool,
+        text: String,
+    },
+    /// Print a model's metadata, tensor table and each backend's verdict
+    Info {
+        model: PathBuf,
+        /// Print one JSON object
+        #[arg(long)]
+        json: bool,
+        /// Write the decode graph to FILE (.json, else Graphviz dot)
+        #[arg(long = "dump-graph")]
+        dump_graph: Option<PathBuf>,
+    },
+    /// Perplexity over a text file, as llama-perplexity computes it
+    Perplexity {
+        model: PathBuf,
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// Tokens per chunk
+        #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
+        ctx: usize,
+        #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+        batch: usize,
+        #[arg(long)]
+        chunks: Option<usize>,
+        #[arg(short = 't', long)]
+        threads: Option<usize>,
+        #[arg(long = "cache-type", value_parser = parse_kv)]
+        cache_type: Option<KvType>,
+        #[arg(long, default_value = "auto", value_parser = parse_backend)]
+        backend: BackendChoice,
+    },
+    /// Prompt (pp) and generation (tg) speed per backend, llama-bench style
+    Bench {
+        model: PathBuf,
+        #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+        n_prompt: usize,
+        #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+        n_gen: usize,
+        #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+        reps: usize,
+        #[arg(short = 't', long)]
+        threads: Option<usize>,
+        /// Comma-separated backends to run side by side
+        #[arg(long, default_value = "cpu")]
+        backend: String,
+        #[arg(long = "cache-type", value_parser = parse_kv)]
+        cache_type: Option<KvType>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn dump_graph(model: &std::path::Path, file: &std::path::Path) -> Result<()> {
+    let m = Model::open(model)?;
+    let g = m.graph(1, 1);
+    let text = if file.extension().is_some_and(|e| e == "json") {
+        serde_json::to_string_pretty(&g)?
+    } else {
+        g.to_dot()
+    };
+    std::fs::write(file, text).with_context(|| format!("writing {}", file.display()))?;
+    eprintln!("graph: {} nodes written to {}", g.nodes.len(), file.display());
+    Ok(())
+}
+
+fn dispatch(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Info {
+            model,
+            json,
+            dump_graph: dg,
+        } => {
+            if let Some(f) = dg {
+                dump_graph(&model, &f)?;
+            }
+            info::run(&model, json)
+        }
+        Cmd::Run {
+            args,
+            engine,
+            sample,
+            raw,
+            json,
+            dump_graph: dg,
+        } => {
+            let (model, prompt) = generate::split_model_prompt(&args)?;
+            if let Some(f) = dg {
+                dump_graph(&model, &f)?;
+            }
+            let prompt = match prompt {
+                Some(p) => p,
+                None => generate::read_stdin_prompt()?,
+            };
+            let a = generate::RunArgs {
+                session: engine.session(),
+                sampler: sample.sampler()?,
+                n_predict: sample.n_predict,
+                system: sample.system.clone(),
+                raw,
+                json,
+                stop: sample.stop.clone(),
+            };
+            generate::run(&model, &prompt, &a)
+        }
+        Cmd::Chat { model, engine, sample } => {
+            let model = match model {
+                Some(m) => m,
+                None => generate::default_model()?,
+            };
+            let a = generate::RunArgs {
+                session: engine.session(),
+                sampler: sample.sampler()?,
+                n_predict: sample.n_predict,
+                system: sample.system.clone(),
+                raw: false,
+                json: false,
+                stop: sample.stop.clone(),
+            };
+            generate::chat(&model, &a)
+        }
+        Cmd::Tokenize {
+            model,
+            json,
+            no_special,
+            text,
+        } => generate::tokenize(&model, &text, json, no_special),
+        Cmd::Perplexity {
+            model,
+            file,
+            ctx,
+            batch,
+            chunks,
+            threads,
+            cache_type,
+            backend,
+        } => {
+            let text = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let text = String::from_utf8(text).map_err(|e| {
+                anyhow::anyhow!(
+                    "{} is not valid UTF-8 (at byte {})",
+                    file.display(),
+                    e.utf8_error().valid_up_to()
+                )
+            })?;
+            let m = Arc::new(Model::open(&model)?);
+            let tok = minfer::tokenizer::Tokenizer::from_gguf(&m.metadata)?;
+            let opts = SessionOptions {
+                n_ctx: ctx,
+                n_batch: batch,
+                threads,
+                backend,
+                kv_type: cache_type,
+            };
+            let mut session = Session::new(m, &opts)?;
+            for line in &session.log {
+                eprintln!("{line}");
+            }
+            perplexity::run(
+                &mut session,
+                &tok,
+                &perplexity::Args {
+                    text,
+                    n_ctx: ctx,
+                    n_chunks: chunks,
+                },
+            )?;
+            Ok(())
+        }
+        Cmd::Bench {
+            model,
+            n_prompt,
+            n_gen,
+            reps,
+            threads,
+            backend,
+            cache_type,
+            json,
+        } => {
+            if reps == 0 {
+                bail!("--repetitions must be at least 1");
+            }
+            let backends = backend
+                .split(',')
+                .map(BackendChoice::parse)
+                .collect::<minfer::Result<Vec<_>>>()?;
+            bench::run(
+                &model,
+                &bench::Args {
+                    n_prompt,
+                    n_gen,
+                    reps,
+                    threads,
+                    backends,
+                    kv_type: cache_type,
+                    json,
+                },
+            )
+        }
+    }
+}

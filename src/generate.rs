@@ -1,0 +1,268 @@
+//! The library API a desktop app embeds: load a model, template a conversation, generate with
+//! sampling and a streaming callback that can stop generation, count tokens.
+//!
+//! ```no_run
+//! use minfer::generate::{Engine, GenerateOptions, Flow};
+//! use minfer::chat::ChatMessage;
+//!
+//! # fn main() -> minfer::Result<()> {
+//! let mut engine = Engine::load("models/SmolLM2-135M-Instruct.Q4_1.gguf", &Default::default())?;
+//! let prompt = engine.apply_chat_template(&[ChatMessage::new("user", "Name a planet.")], true)?;
+//! let ids = engine.tokenize(&prompt, true, true)?;
+//! let opts = GenerateOptions { max_tokens: 32, ..Default::default() };
+//! let out = engine.generate(&ids, &opts, |piece| {
+//!     print!("{piece}");
+//!     Flow::Continue
+//! })?;
+//! println!("\n{} tokens", out.tokens.len());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::chat::{ChatMessage, ChatTemplate};
+use crate::error::{Error, Result};
+use crate::model::Model;
+use crate::sampling::{Sampler, SamplerConfig};
+use crate::session::{Session, SessionOptions};
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+
+/// What the streaming callback wants next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Stop,
+}
+
+#[derive(Clone, Debug)]
+pub struct GenerateOptions {
+    pub max_tokens: usize,
+    pub sampler: SamplerConfig,
+    /// Generation ends before any of these strings; they are not part of the text.
+    pub stop: Vec<String>,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            max_tokens: 256,
+            sampler: SamplerConfig::default(),
+            stop: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// An end-of-generation token.
+    EndOfText,
+    MaxTokens,
+    StopString,
+    /// The callback asked to stop.
+    Callback,
+    ContextFull,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Generation {
+    pub prompt_tokens: Vec<u32>,
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub stop_reason: StopReason,
+    /// Prompt tokens actually evaluated (those already in the cache are reused).
+    pub prompt_evaluated: usize,
+    pub prefill_secs: f64,
+    pub decode_secs: f64,
+}
+
+pub struct Engine {
+    pub session: Session,
+    pub tokenizer: Tokenizer,
+    pub template: Option<ChatTemplate>,
+    /// The tokens whose K/V the cache holds, in order.
+    cached: Vec<u32>,
+}
+
+impl Engine {
+    pub fn load(path: impl AsRef<Path>, opts: &SessionOptions) -> Result<Engine> {
+        let model = Arc::new(Model::open(path)?);
+        Engine::from_model(model, opts)
+    }
+
+    pub fn from_model(model: Arc<Model>, opts: &SessionOptions) -> Result<Engine> {
+        let tokenizer = Tokenizer::from_gguf(&model.metadata)?;
+        let template = match model.metadata.get_str("tokenizer.chat_template")? {
+            Some(src) => {
+                let piece = |id: Option<u32>| id.and_then(|i| tokenizer.token_str(i)).unwrap_or("").to_string();
+                Some(ChatTemplate::new(
+                    src,
+                    &piece(tokenizer.bos()),
+                    &piece(tokenizer.eos()),
+                )?)
+            }
+            None => None,
+        };
+        let session = Session::new(model, opts)?;
+        Ok(Engine {
+            session,
+            tokenizer,
+            template,
+            cached: Vec::new(),
+        })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.session.model
+    }
+
+    /// Renders `messages` with the model's own template; an error if it has none.
+    pub fn apply_chat_template(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        self.template
+            .as_ref()
+            .ok_or_else(|| Error::Template("this model has no chat template (use a raw prompt)".into()))?
+            .render(messages, add_generation_prompt)
+    }
+
+    pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        self.tokenizer.encode(text, add_special, parse_special)
+    }
+
+    pub fn count_tokens(&self, text: &str) -> Result<usize> {
+        Ok(self.tokenize(text, true, true)?.len())
+    }
+
+    /// Forgets the cached conversation.
+    pub fn reset(&mut self) {
+        self.cached.clear();
+        self.session.reset();
+    }
+
+    /// Generates after `prompt`. Tokens already in the cache from an earlier call (the common
+    /// prefix) are not evaluated again, so a chat that re-sends its history pays only for the
+    /// new turn. `on_text` receives each complete UTF-8 piece as it is produced.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        mut on_text: impl FnMut(&str) -> Flow,
+    ) -> Result<Generation> {
+        if prompt.is_empty() {
+            return Err(Error::InvalidArgument("empty prompt".into()));
+        }
+        let n_ctx = self.session.n_ctx();
+        if prompt.len() >= n_ctx {
+            return Err(Error::InvalidArgument(format!(
+                "the prompt is {} tokens, the context holds {n_ctx}: use a larger context (-c) or a shorter prompt",
+                prompt.len()
+            )));
+        }
+        let mut sampler = Sampler::new(opts.sampler.clone())?;
+        // Reuse the cached prefix; at least one prompt token is evaluated to get logits.
+        let mut keep = self.cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        keep = keep.min(prompt.len() - 1);
+        self.session.truncate(keep);
+        self.cached.truncate(keep);
+        let t0 = Instant::now();
+        let mut logits = self.session.eval(&prompt[keep..], false)?;
+        self.cached.extend_from_slice(&prompt[keep..]);
+        let prefill_secs = t0.elapsed().as_secs_f64();
+
+        let t1 = Instant::now();
+        let mut history: Vec<u32> = prompt.to_vec();
+        let mut tokens = Vec::new();
+        let mut text = String::new();
+        let mut decoder = StreamDecoder::new(&self.tokenizer);
+        let mut held = String::new(); // text that might begin a stop string
+        let mut reason = StopReason::MaxTokens;
+        while tokens.len() < opts.max_tokens {
+            let next = sampler.sample(&mut logits, &history);
+            sampler.accept(next);
+            if self.tokenizer.is_eog(next) {
+                tokens.push(next);
+                reason = StopReason::EndOfText;
+                break;
+            }
+            tokens.push(next);
+            history.push(next);
+            held.push_str(&decoder.push(next));
+            if let Some((cut, _)) = opts
+                .stop
+                .iter()
+                .filter_map(|s| held.find(s.as_str()).map(|i| (i, s)))
+                .min()
+            {
+                held.truncate(cut);
+                reason = StopReason::StopString;
+                break;
+            }
+            let safe = safe_prefix(&held, &opts.stop);
+            if safe > 0 {
+                let piece: String = held.drain(..safe).collect();
+                text.push_str(&piece);
+                if on_text(&piece) == Flow::Stop {
+                    reason = StopReason::Callback;
+                    break;
+                }
+            }
+            if self.session.n_past() >= n_ctx {
+                reason = StopReason::ContextFull;
+                break;
+            }
+            logits = self.session.eval(&[next], false)?;
+            self.cached.push(next);
+        }
+        if reason != StopReason::Callback {
+            held.push_str(&decoder.flush());
+            if reason != StopReason::StopString {
+                if let Some(cut) = opts.stop.iter().filter_map(|s| held.find(s.as_str())).min() {
+                    held.truncate(cut);
+                }
+            }
+            if !held.is_empty() {
+                text.push_str(&held);
+                on_text(&held);
+            }
+        }
+        Ok(Generation {
+            prompt_tokens: prompt.to_vec(),
+            tokens,
+            text,
+            stop_reason: reason,
+            prompt_evaluated: prompt.len() - keep,
+            prefill_secs,
+            decode_secs: t1.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// Length of the longest prefix of `held` that cannot be the start of any stop string.
+fn safe_prefix(held: &str, stops: &[String]) -> usize {
+    let mut safe = held.len();
+    for s in stops {
+        for (i, _) in held.char_indices() {
+            if i < safe && s.starts_with(&held[i..]) {
+                safe = i;
+                break;
+            }
+        }
+    }
+    safe
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_prefix;
+
+    #[test]
+    fn holds_back_possible_stop_prefixes() {
+        let stops = vec!["</s>".to_string()];
+        assert_eq!(safe_prefix("hello", &stops), 5);
+        assert_eq!(safe_prefix("hello </", &stops), 6);
+        assert_eq!(safe_prefix("hello <", &stops), 6);
+        assert_eq!(safe_prefix("abc", &[]), 3);
+    }
+}

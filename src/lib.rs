@@ -1,0 +1,20 @@
+//! minfer: portable LLM inference over raw GGUF blocks.
+//!
+//! Pipeline: [`gguf`] opens the file → [`model`] dispatches on the architecture and builds
+//! the graph → [`backend`] gates and runs it → [`session`] owns the KV cache and batching.
+
+pub mod backend;
+pub mod error;
+pub mod chat;
+pub mod gguf;
+pub mod generate;
+pub mod model;
+pub mod quant;
+pub mod sampling;
+pub mod session;
+pub mod tensor;
+pub mod tokenizer;
+
+pub use error::{Error, Result};
+pub use model::Model;
+pub use session::{Session, SessionOptions};

@@ -1,0 +1,61 @@
+//! The architecture table: one file per architecture, one match arm each.
+
+mod gemma3;
+mod llama;
+mod qwen2;
+mod qwen3;
+
+use crate::error::{Error, Result};
+use crate::model::graph::{Builder, Graph};
+use crate::model::hparams::{HParams, Keys, Weights};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    Llama,
+    Qwen2,
+    Qwen3,
+    Gemma3,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 4] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3];
+
+    /// Dispatch happens here, once, on the `general.architecture` string.
+    pub fn from_name(name: &str) -> Result<Arch> {
+        Ok(match name {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
+            "gemma3" => Arch::Gemma3,
+            other => return Err(Error::UnknownArchitecture(other.to_string())),
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
+        }
+    }
+
+    pub fn hparams(self, keys: &Keys, tensors: &Weights) -> Result<HParams> {
+        match self {
+            Arch::Llama => llama::hparams(keys, tensors),
+            Arch::Qwen2 => qwen2::hparams(keys, tensors),
+            Arch::Qwen3 => qwen3::hparams(keys, tensors),
+            Arch::Gemma3 => gemma3::hparams(keys, tensors),
+        }
+    }
+
+    pub fn build(self, b: Builder) -> Graph {
+        match self {
+            Arch::Llama => llama::build(b),
+            Arch::Qwen2 => qwen2::build(b),
+            Arch::Qwen3 => qwen3::build(b),
+            Arch::Gemma3 => gemma3::build(b),
+        }
+    }
+}

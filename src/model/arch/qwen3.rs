@@ -1,0 +1,32 @@
+//! Qwen3: per-head RMSNorm on Q and K before RoPE, no projection biases, NeoX RoPE, and a
+//! head_dim (`attention.key_length`) that need not be n_embd / n_head.
+//! llama.cpp: `src/models/qwen3.cpp`.
+
+use crate::error::Result;
+use crate::model::graph::{AttnOpts, Builder, FfnAct, Graph};
+use crate::model::hparams::{check_shape, read_common, HParams, Keys, RopeMode, Weights};
+
+pub fn hparams(keys: &Keys, tensors: &Weights) -> Result<HParams> {
+    let hp = read_common(keys, tensors, RopeMode::Neox)?;
+    if let Some(t) = tensors.get("blk.0.attn_q_norm.weight") {
+        check_shape(t, &[hp.head_dim])?;
+    }
+    Ok(hp)
+}
+
+pub fn build(mut b: Builder) -> Graph {
+    let opts = AttnOpts {
+        qkv_bias: false,
+        qk_norm: true,
+    };
+    let mut x = b.embed();
+    for il in 0..b.hp.n_layer {
+        let h = b.norm(x, &format!("blk.{il}.attn_norm.weight"), &format!("blk.{il}.attn_norm"));
+        let a = b.attention(il, h, opts);
+        x = b.add(x, a, &format!("blk.{il}.attn_res"));
+        let h = b.norm(x, &format!("blk.{il}.ffn_norm.weight"), &format!("blk.{il}.ffn_norm"));
+        let f = b.ffn(il, h, FfnAct::Silu);
+        x = b.add(x, f, &format!("blk.{il}.ffn_res"));
+    }
+    b.head(x)
+}

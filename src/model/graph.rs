@@ -1,0 +1,430 @@
+//! The graph IR: a small closed set of ops over f32 activations `[rows, width]`. Nodes name the
+//! weights they read (canonical GGUF names); backends resolve names through their own registry.
+//! Architectures build graphs from the shared blocks at the bottom of this file.
+
+use serde::Serialize;
+
+use super::hparams::{HParams, Rope};
+
+pub type NodeId = usize;
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// Rows of `weight` picked by the step's token ids. → [n_tokens, ne0]
+    GetRows {
+        weight: String,
+    },
+    /// y = x · Wᵀ for any qtype W `[ne0 = in, ne1 = out]`.
+    Matmul {
+        x: NodeId,
+        weight: String,
+    },
+    /// x + b, b a weight vector broadcast over rows.
+    AddBias {
+        x: NodeId,
+        bias: String,
+    },
+    /// RMSNorm over each row, times `weight`.
+    RmsNorm {
+        x: NodeId,
+        weight: String,
+        eps: f32,
+    },
+    /// RMSNorm over each head-wide slice of a row, times `weight` (`[head_dim]`).
+    HeadNorm {
+        x: NodeId,
+        weight: String,
+        eps: f32,
+        head_dim: usize,
+    },
+    /// Rotary embedding of `n_heads` heads at the step's positions.
+    Rope {
+        x: NodeId,
+        n_heads: usize,
+        head_dim: usize,
+        rope: Rope,
+    },
+    /// Writes K and V into the cache of `layer` at the step's positions, then attends over
+    /// positions `[max(0, pos - window + 1), pos]`. → [n_tokens, n_head * head_dim_v]
+    Attention {
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        layer: usize,
+        n_head: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+        head_dim_v: usize,
+        scale: f32,
+        window: Option<usize>,
+        softcap: Option<f32>,
+    },
+    Add {
+        a: NodeId,
+        b: NodeId,
+    },
+    Mul {
+        a: NodeId,
+        b: NodeId,
+    },
+    Scale {
+        x: NodeId,
+        s: f32,
+    },
+    /// silu(gate) * up
+    Swiglu {
+        gate: NodeId,
+        up: NodeId,
+    },
+    /// gelu_tanh(gate) * up
+    Geglu {
+        gate: NodeId,
+        up: NodeId,
+    },
+    /// cap * tanh(x / cap)
+    Softcap {
+        x: NodeId,
+        cap: f32,
+    },
+    /// Keeps the last `n_outputs` rows of x.
+    Output {
+        x: NodeId,
+    },
+}
+
+impl Op {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Op::GetRows { .. } => "get_rows",
+            Op::Matmul { .. } => "matmul",
+            Op::AddBias { .. } => "add_bias",
+            Op::RmsNorm { .. } => "rms_norm",
+            Op::HeadNorm { .. } => "head_norm",
+            Op::Rope { .. } => "rope",
+            Op::Attention { .. } => "attention",
+            Op::Add { .. } => "add",
+            Op::Mul { .. } => "mul",
+            Op::Scale { .. } => "scale",
+            Op::Swiglu { .. } => "swiglu",
+            Op::Geglu { .. } => "geglu",
+            Op::Softcap { .. } => "softcap",
+            Op::Output { .. } => "output",
+        }
+    }
+
+    pub fn inputs(&self) -> Vec<NodeId> {
+        match *self {
+            Op::GetRows { .. } => vec![],
+            Op::Matmul { x, .. }
+            | Op::AddBias { x, .. }
+            | Op::RmsNorm { x, .. }
+            | Op::HeadNorm { x, .. }
+            | Op::Rope { x, .. }
+            | Op::Scale { x, .. }
+            | Op::Softcap { x, .. }
+            | Op::Output { x } => vec![x],
+            Op::Attention { q, k, v, .. } => vec![q, k, v],
+            Op::Add { a, b } | Op::Mul { a, b } => vec![a, b],
+            Op::Swiglu { gate, up } | Op::Geglu { gate, up } => vec![gate, up],
+        }
+    }
+
+    /// The weights this op reads.
+    pub fn weights(&self) -> Vec<&str> {
+        match self {
+            Op::GetRows { weight }
+            | Op::Matmul { weight, .. }
+            | Op::RmsNorm { weight, .. }
+            | Op::HeadNorm { weight, .. } => {
+                vec![weight]
+            }
+            Op::AddBias { bias, .. } => vec![bias],
+            _ => vec![],
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Node {
+    /// `blk.3.attn_q`, `result_output`, …: stable across backends, for dumps and traces.
+    pub name: String,
+    #[serde(flatten)]
+    pub op: Op,
+    /// Output row width.
+    pub width: usize,
+    /// Output rows: n_tokens, or n_outputs after the Output node.
+    pub rows: usize,
+}
+
+/// A graph for one shape: `n_tokens` inputs, logits for the last `n_outputs` of them.
+#[derive(Clone, Debug, Serialize)]
+pub struct Graph {
+    pub n_tokens: usize,
+    pub n_outputs: usize,
+    pub nodes: Vec<Node>,
+    /// The node holding the logits `[n_outputs, n_vocab]`.
+    pub result: NodeId,
+}
+
+impl Graph {
+    pub fn to_dot(&self) -> String {
+        let mut s = String::from("digraph minfer {\n  node [shape=box, fontname=monospace];\n");
+        for (i, n) in self.nodes.iter().enumerate() {
+            let w = n.op.weights();
+            let extra = if w.is_empty() {
+                String::new()
+            } else {
+                format!("\\n{}", w.join(", "))
+            };
+            s.push_str(&format!(
+                "  n{i} [label=\"{}\\n{} [{}x{}]{}\"];\n",
+                n.name,
+                n.op.kind(),
+                n.rows,
+                n.width,
+                extra
+            ));
+            for j in n.op.inputs() {
+                s.push_str(&format!("  n{j} -> n{i};\n"));
+            }
+        }
+        s.push_str("}\n");
+        s
+    }
+}
+
+/// Builds a graph node by node; the shared blocks below are what architecture files call.
+pub struct Builder<'a> {
+    pub hp: &'a HParams,
+    nodes: Vec<Node>,
+    n_tokens: usize,
+    n_outputs: usize,
+    rows: usize,
+}
+
+impl<'a> Builder<'a> {
+    pub fn new(hp: &'a HParams, n_tokens: usize, n_outputs: usize) -> Self {
+        Builder {
+            hp,
+            nodes: Vec::new(),
+            n_tokens,
+            n_outputs: n_outputs.clamp(1, n_tokens.max(1)),
+            rows: n_tokens,
+        }
+    }
+
+    pub fn push(&mut self, name: impl Into<String>, op: Op, width: usize) -> NodeId {
+        if let Op::Output { .. } = op {
+            self.rows = self.n_outputs;
+        }
+        self.nodes.push(Node {
+            name: name.into(),
+            op,
+            width,
+            rows: self.rows,
+        });
+        self.nodes.len() - 1
+    }
+
+    pub fn width(&self, id: NodeId) -> usize {
+        self.nodes[id].width
+    }
+
+    pub fn finish(self, result: NodeId) -> Graph {
+        Graph {
+            n_tokens: self.n_tokens,
+            n_outputs: self.n_outputs,
+            nodes: self.nodes,
+            result,
+        }
+    }
+
+    // --- shared blocks (llama.cpp's build_norm / build_attn / build_ffn) ---------------------
+
+    pub fn embed(&mut self) -> NodeId {
+        let e = self.push(
+            "inp_embd",
+            Op::GetRows {
+                weight: "token_embd.weight".into(),
+            },
+            self.hp.n_embd,
+        );
+        match self.hp.embd_scale {
+            Some(s) => self.push("inp_scaled", Op::Scale { x: e, s }, self.hp.n_embd),
+            None => e,
+        }
+    }
+
+    pub fn norm(&mut self, x: NodeId, weight: &str, name: &str) -> NodeId {
+        let w = self.width(x);
+        self.push(
+            name,
+            Op::RmsNorm {
+                x,
+                weight: weight.into(),
+                eps: self.hp.rms_eps,
+            },
+            w,
+        )
+    }
+
+    pub fn matmul(&mut self, x: NodeId, weight: &str, out: usize, name: &str) -> NodeId {
+        self.push(
+            name,
+            Op::Matmul {
+                x,
+                weight: weight.into(),
+            },
+            out,
+        )
+    }
+
+    pub fn add(&mut self, a: NodeId, b: NodeId, name: &str) -> NodeId {
+        let w = self.width(a);
+        self.push(name, Op::Add { a, b }, w)
+    }
+
+    /// Q/K/V projections (+ optional biases and per-head norms), RoPE, attention, output proj.
+    pub fn attention(&mut self, il: usize, x: NodeId, opts: AttnOpts) -> NodeId {
+        let hp = self.hp;
+        let p = format!("blk.{il}");
+        let mut q = self.matmul(x, &format!("{p}.attn_q.weight"), hp.n_embd_q(), &format!("{p}.attn_q"));
+        let mut k = self.matmul(x, &format!("{p}.attn_k.weight"), hp.n_embd_k(), &format!("{p}.attn_k"));
+        let mut v = self.matmul(x, &format!("{p}.attn_v.weight"), hp.n_embd_v(), &format!("{p}.attn_v"));
+        if opts.qkv_bias {
+            q = self.push(
+                format!("{p}.attn_q_b"),
+                Op::AddBias {
+                    x: q,
+                    bias: format!("{p}.attn_q.bias"),
+                },
+                hp.n_embd_q(),
+            );
+            k = self.push(
+                format!("{p}.attn_k_b"),
+                Op::AddBias {
+                    x: k,
+                    bias: format!("{p}.attn_k.bias"),
+                },
+                hp.n_embd_k(),
+            );
+            v = self.push(
+                format!("{p}.attn_v_b"),
+                Op::AddBias {
+                    x: v,
+                    bias: format!("{p}.attn_v.bias"),
+                },
+                hp.n_embd_v(),
+            );
+        }
+        if opts.qk_norm {
+            let (eps, head_dim) = (hp.rms_eps, hp.head_dim);
+            q = self.push(
+                format!("{p}.attn_q_norm"),
+                Op::HeadNorm {
+                    x: q,
+                    weight: format!("{p}.attn_q_norm.weight"),
+                    eps,
+                    head_dim,
+                },
+                hp.n_embd_q(),
+            );
+            k = self.push(
+                format!("{p}.attn_k_norm"),
+                Op::HeadNorm {
+                    x: k,
+                    weight: format!("{p}.attn_k_norm.weight"),
+                    eps,
+                    head_dim,
+                },
+                hp.n_embd_k(),
+            );
+        }
+        let swa = hp.is_swa(il);
+        let rope = if swa { hp.rope_swa } else { hp.rope };
+        q = self.push(
+            format!("{p}.attn_q_rope"),
+            Op::Rope {
+                x: q,
+                n_heads: hp.n_head,
+                head_dim: hp.head_dim,
+                rope,
+            },
+            hp.n_embd_q(),
+        );
+        k = self.push(
+            format!("{p}.attn_k_rope"),
+            Op::Rope {
+                x: k,
+                n_heads: hp.n_head_kv,
+                head_dim: hp.head_dim,
+                rope,
+            },
+            hp.n_embd_k(),
+        );
+        let attn = Op::Attention {
+            q,
+            k,
+            v,
+            layer: il,
+            n_head: hp.n_head,
+            n_head_kv: hp.n_head_kv,
+            head_dim: hp.head_dim,
+            head_dim_v: hp.head_dim_v,
+            scale: hp.attn_scale,
+            window: if swa { hp.sliding_window } else { None },
+            softcap: hp.attn_softcap,
+        };
+        let a = self.push(format!("{p}.attn"), attn, hp.n_head * hp.head_dim_v);
+        self.matmul(
+            a,
+            &format!("{p}.attn_output.weight"),
+            hp.n_embd,
+            &format!("{p}.attn_out"),
+        )
+    }
+
+    /// Gated FFN: down(act(gate(x)) * up(x)).
+    pub fn ffn(&mut self, il: usize, x: NodeId, act: FfnAct) -> NodeId {
+        let hp = self.hp;
+        let p = format!("blk.{il}");
+        let gate = self.matmul(x, &format!("{p}.ffn_gate.weight"), hp.n_ff, &format!("{p}.ffn_gate"));
+        let up = self.matmul(x, &format!("{p}.ffn_up.weight"), hp.n_ff, &format!("{p}.ffn_up"));
+        let h = match act {
+            FfnAct::Silu => self.push(format!("{p}.ffn_swiglu"), Op::Swiglu { gate, up }, hp.n_ff),
+            FfnAct::GeluTanh => self.push(format!("{p}.ffn_geglu"), Op::Geglu { gate, up }, hp.n_ff),
+        };
+        self.matmul(h, &format!("{p}.ffn_down.weight"), hp.n_embd, &format!("{p}.ffn_out"))
+    }
+
+    /// Keeps the output rows, final norm, LM head (tied to the embedding when there is no
+    /// `output.weight`), optional final soft-capping.
+    pub fn head(mut self, x: NodeId) -> Graph {
+        let hp = self.hp;
+        let x = self.push("out_rows", Op::Output { x }, hp.n_embd);
+        let x = self.norm(x, "output_norm.weight", "result_norm");
+        let w = if hp.tied_output {
+            "token_embd.weight"
+        } else {
+            "output.weight"
+        };
+        let mut y = self.matmul(x, w, hp.n_vocab, "result_output");
+        if let Some(cap) = hp.final_softcap {
+            y = self.push("result_softcap", Op::Softcap { x: y, cap }, hp.n_vocab);
+        }
+        self.finish(y)
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+pub struct AttnOpts {
+    pub qkv_bias: bool,
+    pub qk_norm: bool,
+}
+
+#[derive(Clone, Copy)]
+pub enum FfnAct {
+    Silu,
+    GeluTanh,
+}

@@ -1,0 +1,256 @@
+//! Hyperparameters, read from metadata with fallback chains (the architecture's own prefix,
+//! then `llama.*`) and checked against the real tensor shapes (principle 3).
+
+use crate::error::{Error, Result};
+use crate::gguf::Metadata;
+use crate::tensor::Tensor;
+
+/// Weights by canonical name.
+pub type Weights = std::collections::HashMap<String, Tensor>;
+
+/// How RoPE pairs dimensions: `Norm` rotates (2i, 2i+1) — llama's GGUF Q/K rows are permuted
+/// for this; `Neox` rotates (i, i + n_rot/2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum RopeMode {
+    Norm,
+    Neox,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Rope {
+    pub mode: RopeMode,
+    /// Dimensions rotated per head (`rope.dimension_count`, default head_dim).
+    pub n_rot: usize,
+    pub base: f32,
+    /// 1 / linear scaling factor (`rope.scaling.factor` with type `linear`).
+    pub freq_scale: f32,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct HParams {
+    pub n_vocab: usize,
+    pub n_ctx_train: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// Per-head width of Q and K (`attention.key_length`), and of V (`value_length`).
+    pub head_dim: usize,
+    pub head_dim_v: usize,
+    pub n_ff: usize,
+    pub rms_eps: f32,
+    pub rope: Rope,
+    /// RoPE of sliding-window layers where it differs (Gemma 3: base 10 000).
+    pub rope_swa: Rope,
+    /// Sliding-window size, and which layers use it (`true` = sliding).
+    pub sliding_window: Option<usize>,
+    pub swa_layers: Vec<bool>,
+    pub attn_scale: f32,
+    pub attn_softcap: Option<f32>,
+    pub final_softcap: Option<f32>,
+    /// Multiplies the token embeddings (Gemma: sqrt(n_embd)).
+    pub embd_scale: Option<f32>,
+    pub tied_output: bool,
+}
+
+impl HParams {
+    pub fn n_embd_q(&self) -> usize {
+        self.n_head * self.head_dim
+    }
+    pub fn n_embd_k(&self) -> usize {
+        self.n_head_kv * self.head_dim
+    }
+    pub fn n_embd_v(&self) -> usize {
+        self.n_head_kv * self.head_dim_v
+    }
+    pub fn is_swa(&self, layer: usize) -> bool {
+        self.swa_layers.get(layer).copied().unwrap_or(false)
+    }
+}
+
+/// Metadata lookups for one architecture: `{arch}.{key}`, then `llama.{key}`.
+pub struct Keys<'a> {
+    pub md: &'a Metadata,
+    pub arch: &'a str,
+}
+
+impl Keys<'_> {
+    fn find(&self, key: &str) -> (String, bool) {
+        let own = format!("{}.{key}", self.arch);
+        if self.md.contains(&own) {
+            return (own, true);
+        }
+        let fallback = format!("llama.{key}");
+        let found = self.md.contains(&fallback);
+        (if found { fallback } else { own }, found)
+    }
+
+    pub fn u64_opt(&self, key: &str) -> Result<Option<u64>> {
+        let (k, found) = self.find(key);
+        if !found {
+            return Ok(None);
+        }
+        // Per-layer arrays (e.g. head_count_kv) are accepted when all entries agree.
+        if let Some(arr) = self.md.get_array(&k).ok().flatten() {
+            let vals: Vec<u64> = arr.iter().filter_map(|v| v.as_u64()).collect();
+            return match vals.first() {
+                Some(&v) if vals.len() == arr.len() && vals.iter().all(|&x| x == v) => Ok(Some(v)),
+                _ => Err(Error::metadata(k, "per-layer values differ; not supported")),
+            };
+        }
+        self.md.get_u64(&k)
+    }
+
+    pub fn usize(&self, key: &str) -> Result<usize> {
+        let v = self
+            .u64_opt(key)?
+            .ok_or_else(|| Error::metadata(format!("{}.{key}", self.arch), "missing"))?;
+        to_usize(&format!("{}.{key}", self.arch), v)
+    }
+
+    pub fn usize_or(&self, key: &str, default: usize) -> Result<usize> {
+        match self.u64_opt(key)? {
+            Some(v) => to_usize(&format!("{}.{key}", self.arch), v),
+            None => Ok(default),
+        }
+    }
+
+    pub fn f32_opt(&self, key: &str) -> Result<Option<f32>> {
+        let (k, found) = self.find(key);
+        if !found {
+            return Ok(None);
+        }
+        Ok(self.md.get_f64(&k)?.map(|v| v as f32))
+    }
+
+    pub fn f32_or(&self, key: &str, default: f32) -> Result<f32> {
+        Ok(self.f32_opt(key)?.unwrap_or(default))
+    }
+
+    pub fn str_opt(&self, key: &str) -> Result<Option<&str>> {
+        let (k, found) = self.find(key);
+        if !found {
+            return Ok(None);
+        }
+        self.md.get_str(&k)
+    }
+}
+
+/// Caps every count at something a real model could have: a hostile file must not make us
+/// allocate a KV cache for 2^40 layers.
+fn to_usize(key: &str, v: u64) -> Result<usize> {
+    if v > 1 << 24 {
+        return Err(Error::metadata(key, format!("value {v} is absurd")));
+    }
+    Ok(v as usize)
+}
+
+/// The common reading shared by every architecture; each arch file then adjusts its own fields.
+pub fn read_common(keys: &Keys, tensors: &Weights, rope_mode: RopeMode) -> Result<HParams> {
+    let n_embd = keys.usize("embedding_length")?;
+    let n_layer = keys.usize("block_count")?;
+    let n_head = keys.usize("attention.head_count")?;
+    let n_head_kv = keys.usize_or("attention.head_count_kv", n_head)?;
+    let n_ff = keys.usize("feed_forward_length")?;
+    if n_embd == 0 || n_layer == 0 || n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+        return Err(Error::metadata(
+            format!("{}.attention.head_count", keys.arch),
+            format!("n_embd {n_embd}, n_layer {n_layer}, n_head {n_head}, n_head_kv {n_head_kv} are inconsistent"),
+        ));
+    }
+    let head_dim = keys.usize_or("attention.key_length", n_embd / n_head)?;
+    let head_dim_v = keys.usize_or("attention.value_length", head_dim)?;
+    if head_dim == 0 || head_dim % 2 != 0 {
+        return Err(Error::metadata(
+            format!("{}.attention.key_length", keys.arch),
+            format!("head_dim {head_dim} must be even"),
+        ));
+    }
+
+    let emb = tensors
+        .get("token_embd.weight")
+        .ok_or_else(|| Error::MissingTensor("token_embd.weight".into()))?;
+    let n_vocab = emb.shape.get(1).copied().unwrap_or(0) as usize;
+    check_shape(emb, &[n_embd, n_vocab])?;
+    // Trust the bytes: the K projection's rows give the real KV width.
+    let k = tensors
+        .get("blk.0.attn_k.weight")
+        .ok_or_else(|| Error::MissingTensor("blk.0.attn_k.weight".into()))?;
+    check_shape(k, &[n_embd, n_head_kv * head_dim])?;
+    let q = tensors
+        .get("blk.0.attn_q.weight")
+        .ok_or_else(|| Error::MissingTensor("blk.0.attn_q.weight".into()))?;
+    check_shape(q, &[n_embd, n_head * head_dim])?;
+
+    let n_rot = keys.usize_or("rope.dimension_count", head_dim)?;
+    if n_rot > head_dim || n_rot % 2 != 0 {
+        return Err(Error::metadata(
+            format!("{}.rope.dimension_count", keys.arch),
+            format!("{n_rot} does not fit head_dim {head_dim}"),
+        ));
+    }
+    let base = keys.f32_or("rope.freq_base", 10_000.0)?;
+    let mut freq_scale = 1.0;
+    let scaling = keys.str_opt("rope.scaling.type")?.unwrap_or("none");
+    let factor = keys.f32_opt("rope.scaling.factor")?;
+    match (scaling, factor) {
+        ("none", _) | (_, None) => {}
+        (_, Some(f)) if f <= 0.0 || !f.is_finite() => {
+            return Err(Error::metadata(
+                format!("{}.rope.scaling.factor", keys.arch),
+                format!("{f} is not positive"),
+            ))
+        }
+        ("linear", Some(f)) => freq_scale = 1.0 / f,
+        (other, Some(_)) => {
+            return Err(Error::metadata(
+                format!("{}.rope.scaling.type", keys.arch),
+                format!("'{other}' scaling is not supported"),
+            ))
+        }
+    }
+    let rope = Rope {
+        mode: rope_mode,
+        n_rot,
+        base,
+        freq_scale,
+    };
+
+    Ok(HParams {
+        n_vocab,
+        n_ctx_train: keys.usize_or("context_length", 4096)?,
+        n_embd,
+        n_layer,
+        n_head,
+        n_head_kv,
+        head_dim,
+        head_dim_v,
+        n_ff,
+        rms_eps: keys.f32_or("attention.layer_norm_rms_epsilon", 1e-5)?,
+        rope,
+        rope_swa: rope,
+        sliding_window: None,
+        swa_layers: vec![false; n_layer],
+        attn_scale: 1.0 / (head_dim as f32).sqrt(),
+        attn_softcap: None,
+        final_softcap: None,
+        embd_scale: None,
+        tied_output: tensors.get("output.weight").is_none(),
+    })
+}
+
+/// Asserts a tensor's ggml shape `[ne0, ne1, …]`.
+pub fn check_shape(t: &Tensor, want: &[usize]) -> Result<()> {
+    let got: Vec<usize> = t.shape.iter().map(|&d| d as usize).collect();
+    let mut trimmed = got.clone();
+    while trimmed.len() > want.len() && trimmed.last() == Some(&1) {
+        trimmed.pop();
+    }
+    if trimmed != want {
+        return Err(Error::tensor(
+            &t.name,
+            format!("shape {got:?} contradicts the hyperparameters, which need {want:?}"),
+        ));
+    }
+    Ok(())
+}

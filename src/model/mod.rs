@@ -1,0 +1,112 @@
+//! A model: the architecture (dispatched once on its name), checked hyperparameters and the
+//! weights by canonical name, still raw bytes in the mapped file.
+
+pub mod arch;
+pub mod graph;
+pub mod hparams;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+pub use arch::Arch;
+pub use graph::{Graph, Node, NodeId, Op};
+pub use hparams::{HParams, Rope, RopeMode};
+
+use crate::error::{Error, Result};
+use crate::gguf::{GgufFile, Metadata};
+use crate::tensor::Tensor;
+
+pub struct Model {
+    pub arch: Arch,
+    pub hparams: HParams,
+    pub metadata: Metadata,
+    /// Weights by canonical (GGUF) name.
+    pub weights: HashMap<String, Tensor>,
+    /// Where it came from, for logs (`info`, the startup line).
+    pub source: String,
+    pub file_bytes: u64,
+}
+
+impl Model {
+    pub fn open(path: impl AsRef<Path>) -> Result<Model> {
+        let path = path.as_ref();
+        let file = GgufFile::open(path)?;
+        Model::from_gguf(file, path.display().to_string())
+    }
+
+    pub fn from_gguf(file: GgufFile, source: String) -> Result<Model> {
+        let name = file.architecture()?.to_string();
+        let arch = Arch::from_name(&name)?;
+        let file_bytes = file.file_bytes();
+        let GgufFile { metadata, tensors, .. } = file;
+        let weights: HashMap<String, Tensor> = tensors.into_iter().map(|t| (t.name.clone(), t)).collect();
+        let keys = hparams::Keys {
+            md: &metadata,
+            arch: &name,
+        };
+        let hparams = arch.hparams(&keys, &weights)?;
+        let model = Model {
+            arch,
+            hparams,
+            metadata,
+            weights,
+            source,
+            file_bytes,
+        };
+        model.check_weights(&model.graph(1, 1))?;
+        Ok(model)
+    }
+
+    /// The graph for `n_tokens` inputs with logits for the last `n_outputs`.
+    pub fn graph(&self, n_tokens: usize, n_outputs: usize) -> Graph {
+        self.arch.build(graph::Builder::new(&self.hparams, n_tokens, n_outputs))
+    }
+
+    pub fn weight(&self, name: &str) -> Result<&Tensor> {
+        self.weights
+            .get(name)
+            .ok_or_else(|| Error::MissingTensor(name.to_string()))
+    }
+
+    /// Every weight the graph names exists and has the shape its op needs.
+    pub fn check_weights(&self, g: &Graph) -> Result<()> {
+        for node in &g.nodes {
+            let in_width = |id: NodeId| g.nodes[id].width;
+            match &node.op {
+                Op::GetRows { weight } => {
+                    hparams::check_shape(self.weight(weight)?, &[node.width, self.hparams.n_vocab])?
+                }
+                Op::Matmul { x, weight } => hparams::check_shape(self.weight(weight)?, &[in_width(*x), node.width])?,
+                Op::AddBias { bias: w, .. } | Op::RmsNorm { weight: w, .. } => {
+                    let t = self.weight(w)?;
+                    hparams::check_shape(t, &[node.width])?;
+                    check_float(t)?;
+                }
+                Op::HeadNorm { weight, head_dim, .. } => {
+                    let t = self.weight(weight)?;
+                    hparams::check_shape(t, &[*head_dim])?;
+                    check_float(t)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of all weights (what a backend has to host).
+    pub fn weight_bytes(&self) -> u64 {
+        self.weights.values().map(|t| t.data.len() as u64).sum()
+    }
+}
+
+/// Norm weights and biases are read as plain floats by every backend.
+fn check_float(t: &Tensor) -> Result<()> {
+    use crate::quant::QType;
+    match t.qtype {
+        QType::F32 | QType::F16 | QType::BF16 => Ok(()),
+        q => Err(Error::tensor(
+            &t.name,
+            format!("vector weights must be f32/f16/bf16, found {q}"),
+        )),
+    }
+}

@@ -1,0 +1,141 @@
+//! A session: one model on one backend, a KV cache and the graph cache.
+//! `eval` appends tokens at the current position and returns logits.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::backend::{self, BackendChoice, Context, KvType};
+use crate::error::{Error, Result};
+use crate::model::{Graph, Model};
+
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// Context size in tokens (0 = the model's training context, capped at 4096).
+    pub n_ctx: usize,
+    /// Tokens per forward during prefill.
+    pub n_batch: usize,
+    pub threads: Option<usize>,
+    pub backend: BackendChoice,
+    /// None = the auto policy (`KvType::auto`, `MINFER_CACHE_TYPE`).
+    pub kv_type: Option<KvType>,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            n_ctx: 0,
+            n_batch: 512,
+            threads: None,
+            backend: BackendChoice::Auto,
+            kv_type: None,
+        }
+    }
+}
+
+pub struct Session {
+    pub model: Arc<Model>,
+    ctx: Box<dyn Context>,
+    graphs: HashMap<(usize, usize), Arc<Graph>>,
+    n_past: usize,
+    n_batch: usize,
+    pub kv_type: KvType,
+    pub backend_name: &'static str,
+    /// What was decided at start-up and why (backend, KV type and size).
+    pub log: Vec<String>,
+}
+
+impl Session {
+    pub fn new(model: Arc<Model>, opts: &SessionOptions) -> Result<Session> {
+        let kv_type = match opts.kv_type {
+            Some(t) => t,
+            None => KvType::auto(&model)?,
+        };
+        let n_ctx = if opts.n_ctx == 0 {
+            model.hparams.n_ctx_train.min(4096)
+        } else {
+            opts.n_ctx
+        };
+        if n_ctx > 1 << 20 {
+            return Err(Error::InvalidArgument(format!("context size {n_ctx} is too large")));
+        }
+        if opts.n_batch == 0 {
+            return Err(Error::InvalidArgument("batch size 0".into()));
+        }
+        let cands = backend::candidates(opts.backend, opts.threads)?;
+        let (backend, mut log) = backend::select(cands, &model, kv_type)?;
+        let ctx = backend.new_context(&model, n_ctx, kv_type)?;
+        log.push(format!(
+            "kv cache: {} × {} positions, {:.1} MB",
+            kv_type.name(),
+            n_ctx,
+            ctx.kv_bytes() as f64 / 1e6
+        ));
+        Ok(Session {
+            model,
+            ctx,
+            graphs: HashMap::new(),
+            n_past: 0,
+            n_batch: opts.n_batch,
+            kv_type,
+            backend_name: backend.name(),
+            log,
+        })
+    }
+
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.ctx.n_ctx()
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.model.hparams.n_vocab
+    }
+
+    /// Forgets the conversation (the cache is overwritten from position 0).
+    pub fn reset(&mut self) {
+        self.n_past = 0;
+    }
+
+    /// Rewinds to `n` tokens (keeps the cache for positions < n).
+    pub fn truncate(&mut self, n: usize) {
+        self.n_past = self.n_past.min(n);
+    }
+
+    fn graph(&mut self, n_tokens: usize, n_outputs: usize) -> Arc<Graph> {
+        let model = &self.model;
+        self.graphs
+            .entry((n_tokens, n_outputs))
+            .or_insert_with(|| Arc::new(model.graph(n_tokens, n_outputs)))
+            .clone()
+    }
+
+    /// Appends `tokens` at the current position, in batches of `n_batch`. Returns the logits
+    /// of the last token (`[n_vocab]`), or of every token (`[n, n_vocab]`) when `all_logits`.
+    pub fn eval(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(Error::InvalidArgument("no tokens to evaluate".into()));
+        }
+        let end = self.n_past + tokens.len();
+        if end > self.n_ctx() {
+            return Err(Error::ContextOverflow {
+                pos: end - 1,
+                n_ctx: self.n_ctx(),
+            });
+        }
+        let mut result = Vec::new();
+        let mut logits = Vec::new();
+        for chunk in tokens.chunks(self.n_batch) {
+            let n_out = if all_logits { chunk.len() } else { 1 };
+            let g = self.graph(chunk.len(), n_out);
+            self.ctx.forward(&g, chunk, self.n_past, &mut logits)?;
+            self.n_past += chunk.len();
+            if all_logits {
+                result.extend_from_slice(&logits);
+            }
+        }
+        Ok(if all_logits { result } else { logits })
+    }
+}

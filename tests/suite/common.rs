@@ -1,0 +1,93 @@
+//! Where test fixtures live, and the rule for absent ones: a test whose data is missing reports
+//! "skipped" — except in CI (`CI=true`), where missing references or models are a failure.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+/// `tests/data` in this checkout: small fixtures that always travel with the code.
+pub fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
+}
+
+/// Prints the skip (or panics in CI) and returns `None`.
+pub fn skip<T>(test: &str, why: &str) -> Option<T> {
+    if in_ci() {
+        panic!("{test}: required in CI but missing: {why}");
+    }
+    eprintln!("skipped: {test}: {why}");
+    None
+}
+
+/// The llama.cpp reference tree (`$MINFER_REF_DIR`), or a skip.
+pub fn ref_dir(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("MINFER_REF_DIR") {
+        Some(d) if Path::new(&d).is_dir() => Some(PathBuf::from(d)),
+        Some(d) => skip(
+            test,
+            &format!("MINFER_REF_DIR={} is not a directory", Path::new(&d).display()),
+        ),
+        None => skip(test, "MINFER_REF_DIR is not set"),
+    }
+}
+
+/// A file under `$MINFER_REF_DIR`, or a skip.
+pub fn ref_file(test: &str, rel: &str) -> Option<PathBuf> {
+    let p = ref_dir(test)?.join(rel);
+    if p.is_file() {
+        Some(p)
+    } else {
+        skip(test, &format!("{} is missing", p.display()))
+    }
+}
+
+/// A real model fetched by `scripts/fetch-models` (`$MINFER_MODELS_DIR`, else `./models`), or a skip.
+pub fn real_model(test: &str, file: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("MINFER_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("models"));
+    let p = dir.join(file);
+    if p.is_file() {
+        Some(p)
+    } else {
+        skip(test, &format!("{} is missing (run scripts/fetch-models)", p.display()))
+    }
+}
+
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+pub fn hex_decode(s: &str) -> Vec<u8> {
+    assert!(s.len() % 2 == 0, "odd hex length");
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// Reads a little-endian float32 `.npy` array (any shape) as a flat vector.
+pub fn read_npy_f32(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&bytes[..6], b"\x93NUMPY", "{}: not an npy file", path.display());
+    let (hlen, start) = if bytes[6] == 1 {
+        (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10)
+    } else {
+        (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        )
+    };
+    let header = std::str::from_utf8(&bytes[start..start + hlen]).unwrap();
+    assert!(header.contains("'<f4'"), "{}: not float32: {header}", path.display());
+    assert!(header.contains("'fortran_order': False"), "{}", path.display());
+    bytes[start + hlen..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}

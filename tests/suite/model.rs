@@ -1,0 +1,251 @@
+//! Whole-model parity with llama.cpp's recorded outputs (and transformers' for the f32/f16
+//! random models), on the CPU backend with an f16 KV cache as the references used.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use minfer::backend::{BackendChoice, KvType};
+use minfer::{Model, Session, SessionOptions};
+
+use crate::common;
+
+pub fn session(path: &Path, n_ctx: usize, kv: KvType) -> Session {
+    let model = Arc::new(Model::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())));
+    let opts = SessionOptions {
+        n_ctx,
+        n_batch: 512,
+        threads: Some(2),
+        backend: BackendChoice::Cpu,
+        kv_type: Some(kv),
+    };
+    Session::new(model, &opts).unwrap()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn argmax(x: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+fn top2(x: &[f32]) -> [(usize, f32); 2] {
+    let a = argmax(x);
+    let mut b = if a == 0 { 1 } else { 0 };
+    for (i, &v) in x.iter().enumerate() {
+        if i != a && v > x[b] {
+            b = i;
+        }
+    }
+    [(a, x[a]), (b, x[b])]
+}
+
+/// (max |Δ|, NMSE) of `ours` against `reference`.
+pub fn diff(ours: &[f32], reference: &[f32]) -> (f32, f64) {
+    assert_eq!(ours.len(), reference.len());
+    let mut maxd = 0f32;
+    let (mut num, mut den) = (0f64, 0f64);
+    for (&a, &b) in ours.iter().zip(reference) {
+        maxd = maxd.max((a - b).abs());
+        num += ((a - b) as f64).powi(2);
+        den += (b as f64).powi(2);
+    }
+    (maxd, num / den.max(1e-30))
+}
+
+struct TopCheck {
+    counted: usize,
+    agree: usize,
+    skipped_small_margin: Vec<usize>,
+    max_top20_delta: f32,
+}
+
+/// Top-1 at every position whose recorded margin is ≥ `min_margin`; also the largest |Δ| of
+/// the recorded top-20 logits.
+fn check_top1(all: &[f32], n_vocab: usize, top20: &serde_json::Value, min_margin: f32) -> TopCheck {
+    let mut c = TopCheck {
+        counted: 0,
+        agree: 0,
+        skipped_small_margin: vec![],
+        max_top20_delta: 0.0,
+    };
+    for (pos, entries) in top20.as_array().unwrap().iter().enumerate() {
+        let row = &all[pos * n_vocab..(pos + 1) * n_vocab];
+        let e = entries.as_array().unwrap();
+        let tok = |i: usize| e[i][0].as_u64().unwrap() as usize;
+        let logit = |i: usize| e[i][1].as_f64().unwrap() as f32;
+        for i in 0..e.len() {
+            c.max_top20_delta = c.max_top20_delta.max((row[tok(i)] - logit(i)).abs());
+        }
+        if logit(0) - logit(1) < min_margin {
+            c.skipped_small_margin.push(pos);
+            continue;
+        }
+        c.counted += 1;
+        if argmax(row) == tok(0) {
+            c.agree += 1;
+        } else {
+            let ours = top2(row);
+            eprintln!(
+                "  position {pos}: llama.cpp top-2 {:?}/{:?} ({} {}), ours {:?}",
+                tok(0),
+                tok(1),
+                logit(0),
+                logit(1),
+                ours
+            );
+        }
+    }
+    c
+}
+
+const RANDOM_ARCHS: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
+const RANDOM_QTYPES: [&str; 10] = [
+    "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K",
+];
+
+/// Runs one random GGUF on the reference prompt; returns all-position logits.
+fn run_random(gguf: &Path, prompt: &[u32]) -> (Vec<f32>, usize) {
+    let mut s = session(gguf, prompt.len() + 8, KvType::F16);
+    let n_vocab = s.n_vocab();
+    (s.eval(prompt, true).unwrap(), n_vocab)
+}
+
+/// f32 and f16 GGUFs against transformers' float32 logits at every position: max |Δ| ≤ 5e-3.
+#[test]
+fn random_f32_f16_models_match_transformers() {
+    let t = "random_f32_f16_models_match_transformers";
+    let Some(root) = common::ref_dir(t) else {
+        return;
+    };
+    for arch in RANDOM_ARCHS {
+        let hf = common::read_json(&root.join(format!("random/refs/{arch}.hf-fp32.json")));
+        let prompt = ids(&hf["prompt_ids"]);
+        let want = common::read_npy_f32(&root.join(format!("random/refs/{arch}.hf-fp32.all_logits.npy")));
+        for ty in ["f32", "f16"] {
+            let (got, _) = run_random(&root.join(format!("random/gguf/{arch}-{ty}.gguf")), &prompt);
+            let (maxd, nmse) = diff(&got, &want);
+            eprintln!("{arch}-{ty}: max|Δ| {maxd:.2e}, NMSE {nmse:.2e} vs transformers");
+            assert!(maxd <= 5e-3, "{arch}-{ty}: max |Δ| {maxd} > 5e-3");
+        }
+    }
+}
+
+/// Every quantized random model against llama.cpp: full last-position logits within
+/// max |Δ| ≤ 0.1 or NMSE ≤ 1e-3, the recorded top-20 at every position likewise, and top-1
+/// equal wherever llama.cpp's margin exceeds 0.1.
+#[test]
+fn random_quantized_models_match_llama_cpp() {
+    let t = "random_quantized_models_match_llama_cpp";
+    let Some(root) = common::ref_dir(t) else {
+        return;
+    };
+    let mut failures = Vec::new();
+    eprintln!(
+        "{:<18} {:>10} {:>10} {:>12} {:>8}",
+        "model", "max|Δ|", "NMSE", "top20 max|Δ|", "top-1"
+    );
+    for arch in RANDOM_ARCHS {
+        for ty in RANDOM_QTYPES {
+            let name = format!("{arch}-{ty}");
+            let r = common::read_json(&root.join(format!("random/refs/{name}.json")));
+            let prompt = ids(&r["prompt_ids"]);
+            let (all, n_vocab) = run_random(&root.join(format!("random/gguf/{name}.gguf")), &prompt);
+            let last = &all[(prompt.len() - 1) * n_vocab..];
+            let want = common::read_npy_f32(&root.join(format!("random/refs/{name}.last_logits.npy")));
+            let (maxd, nmse) = diff(last, &want);
+            let top = check_top1(&all, n_vocab, &r["top20_per_position"], 0.1);
+            eprintln!(
+                "{name:<18} {maxd:>10.3e} {nmse:>10.3e} {:>12.3e} {:>4}/{:<3}",
+                top.max_top20_delta, top.agree, top.counted
+            );
+            if !(maxd <= 0.1 || nmse <= 1e-3) {
+                failures.push(format!("{name}: last logits max|Δ| {maxd}, NMSE {nmse}"));
+            }
+            if top.agree != top.counted {
+                failures.push(format!("{name}: top-1 {}/{}", top.agree, top.counted));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+const REAL_CASES: [(&str, &str); 5] = [
+    ("smollm2.p1_capital", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    ("smollm2.p2_chat_jinja", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    ("smollm2.p3_paragraph", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    ("gemma3.p1_capital", "gemma-3-270m-Q4_K_M.gguf"),
+    ("gemma3.p3_paragraph", "gemma-3-270m-Q4_K_M.gguf"),
+];
+
+/// The real models from llama.cpp's prompt ids: top-1 at every position with margin ≥ 0.05,
+/// and the first 16 greedy tokens (or up to end-of-turn) in at least 4 of the 5 cases.
+#[test]
+fn real_models_match_llama_cpp() {
+    let t = "real_models_match_llama_cpp";
+    let Some(root) = common::ref_dir(t) else {
+        return;
+    };
+    let mut greedy_ok = 0;
+    let mut top1_failures = Vec::new();
+    for (case, file) in REAL_CASES {
+        let Some(model) = common::real_model(t, file) else {
+            return;
+        };
+        let r = common::read_json(&root.join(format!("real/{case}.json")));
+        let prompt = ids(&r["prompt_ids"]);
+        let want_greedy = ids(&r["greedy_ids"]);
+        let mut s = session(&model, prompt.len() + 40, KvType::F16);
+        let n_vocab = s.n_vocab();
+        let all = s.eval(&prompt, true).unwrap();
+        let top = check_top1(&all, n_vocab, &r["top20_per_position"], 0.05);
+        let want_last = common::read_npy_f32(&root.join(format!("real/{case}.last_logits.npy")));
+        let (maxd, nmse) = diff(&all[(prompt.len() - 1) * n_vocab..], &want_last);
+        // Greedy continuation.
+        let n_check = want_greedy.len().min(16);
+        let mut logits = all[(prompt.len() - 1) * n_vocab..].to_vec();
+        let mut got = Vec::new();
+        let mut diverged = None;
+        for step in 0..n_check {
+            let next = argmax(&logits) as u32;
+            got.push(next);
+            if next != want_greedy[step] {
+                let ours = top2(&logits);
+                diverged = Some(format!(
+                    "step {step}: llama.cpp {} vs ours {next}; our top-2 {ours:?}, llama.cpp's logit for its token here: {}",
+                    want_greedy[step],
+                    logits[want_greedy[step] as usize]
+                ));
+                break;
+            }
+            if step + 1 < n_check {
+                logits = s.eval(&[next], false).unwrap();
+            }
+        }
+        eprintln!(
+            "{case}: top-1 {}/{} (small margins at {:?}), last logits max|Δ| {maxd:.3}, NMSE {nmse:.2e}, greedy {}",
+            top.agree,
+            top.counted,
+            top.skipped_small_margin,
+            diverged.as_deref().unwrap_or("identical")
+        );
+        if diverged.is_none() {
+            greedy_ok += 1;
+        }
+        if top.agree != top.counted {
+            top1_failures.push(format!("{case}: {}/{}", top.agree, top.counted));
+        }
+    }
+    assert!(top1_failures.is_empty(), "top-1 mismatches: {top1_failures:?}");
+    assert!(greedy_ok >= 4, "greedy equal in only {greedy_ok} of 5 cases");
+}
