@@ -172,14 +172,14 @@ impl Engine {
         let prefill_secs = t0.elapsed().as_secs_f64();
 
         let t1 = Instant::now();
-        let mut history: Vec<u32> = prompt.to_vec();
         let mut tokens = Vec::new();
         let mut text = String::new();
         let mut decoder = StreamDecoder::new(&self.tokenizer);
         let mut held = String::new(); // text that might begin a stop string
         let mut reason = StopReason::MaxTokens;
         while tokens.len() < opts.max_tokens {
-            let next = sampler.sample(&mut logits, &history);
+            // The prompt is the penalty history; `accept` appends each generated token to it.
+            let next = sampler.sample(&mut logits, prompt);
             sampler.accept(next);
             if self.tokenizer.is_eog(next) {
                 tokens.push(next);
@@ -187,7 +187,6 @@ impl Engine {
                 break;
             }
             tokens.push(next);
-            history.push(next);
             held.push_str(&decoder.push(next));
             if let Some((cut, _)) = opts
                 .stop

@@ -4,10 +4,10 @@
 //! the graph → [`backend`] gates and runs it → [`session`] owns the KV cache and batching.
 
 pub mod backend;
-pub mod error;
 pub mod chat;
-pub mod gguf;
+pub mod error;
 pub mod generate;
+pub mod gguf;
 pub mod model;
 pub mod quant;
 pub mod sampling;

@@ -35,7 +35,9 @@ impl KvType {
             "f32" => Ok(KvType::F32),
             "f16" => Ok(KvType::F16),
             "q8_0" => Ok(KvType::Q8_0),
-            _ => Err(Error::InvalidArgument(format!("cache type '{s}' (expected f32, f16 or q8_0)"))),
+            _ => Err(Error::InvalidArgument(format!(
+                "cache type '{s}' (expected f32, f16 or q8_0)"
+            ))),
         }
     }
 
@@ -50,7 +52,11 @@ impl KvType {
             return KvType::parse(&s).map_err(|e| Error::InvalidArgument(format!("MINFER_CACHE_TYPE: {e}")));
         }
         let hp = &model.hparams;
-        Ok(if hp.n_layer * hp.n_embd_k().max(hp.n_embd_v()) >= 8192 { KvType::F16 } else { KvType::F32 })
+        Ok(if hp.n_layer * hp.n_embd_k().max(hp.n_embd_v()) >= 8192 {
+            KvType::F16
+        } else {
+            KvType::F32
+        })
     }
 }
 
@@ -106,7 +112,9 @@ impl BackendChoice {
             "cpu" => Ok(BackendChoice::Cpu),
             "wgpu" => Ok(BackendChoice::Wgpu),
             "cuda" => Ok(BackendChoice::Cuda),
-            _ => Err(Error::InvalidArgument(format!("backend '{s}' (expected auto, cpu, wgpu or cuda)"))),
+            _ => Err(Error::InvalidArgument(format!(
+                "backend '{s}' (expected auto, cpu, wgpu or cuda)"
+            ))),
         }
     }
 }
@@ -116,8 +124,14 @@ impl BackendChoice {
 pub fn candidates(choice: BackendChoice, threads: Option<usize>) -> Result<Vec<Arc<dyn Backend>>> {
     match choice {
         BackendChoice::Auto | BackendChoice::Cpu => Ok(vec![Arc::new(cpu::CpuBackend::new(threads)?)]),
-        BackendChoice::Wgpu => Err(Error::Backend { backend: "wgpu", what: "not available in this build".into() }),
-        BackendChoice::Cuda => Err(Error::Backend { backend: "cuda", what: "not available in this build".into() }),
+        BackendChoice::Wgpu => Err(Error::Backend {
+            backend: "wgpu",
+            what: "not available in this build".into(),
+        }),
+        BackendChoice::Cuda => Err(Error::Backend {
+            backend: "cuda",
+            what: "not available in this build".into(),
+        }),
     }
 }
 

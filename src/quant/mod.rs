@@ -80,12 +80,60 @@ pub static TABLE: [QTypeInfo; 17] = [
     row!(Q5_1, 7, 32, 24, "q5_1", legacy::dequant_q5_1, Some(legacy::quant_q5_1)),
     row!(Q8_0, 8, 32, 34, "q8_0", legacy::dequant_q8_0, Some(legacy::quant_q8_0)),
     row!(Q8_1, 9, 32, 36, "q8_1", legacy::dequant_q8_1, Some(legacy::quant_q8_1)),
-    row!(Q2K, 10, 256, 84, "q2_K", kquants::dequant_q2_k, Some(kquants::quant_q2_k)),
-    row!(Q3K, 11, 256, 110, "q3_K", kquants::dequant_q3_k, Some(kquants::quant_q3_k)),
-    row!(Q4K, 12, 256, 144, "q4_K", kquants::dequant_q4_k, Some(kquants::quant_q4_k)),
-    row!(Q5K, 13, 256, 176, "q5_K", kquants::dequant_q5_k, Some(kquants::quant_q5_k)),
-    row!(Q6K, 14, 256, 210, "q6_K", kquants::dequant_q6_k, Some(kquants::quant_q6_k)),
-    row!(Q8K, 15, 256, 292, "q8_K", kquants::dequant_q8_k, Some(kquants::quant_q8_k)),
+    row!(
+        Q2K,
+        10,
+        256,
+        84,
+        "q2_K",
+        kquants::dequant_q2_k,
+        Some(kquants::quant_q2_k)
+    ),
+    row!(
+        Q3K,
+        11,
+        256,
+        110,
+        "q3_K",
+        kquants::dequant_q3_k,
+        Some(kquants::quant_q3_k)
+    ),
+    row!(
+        Q4K,
+        12,
+        256,
+        144,
+        "q4_K",
+        kquants::dequant_q4_k,
+        Some(kquants::quant_q4_k)
+    ),
+    row!(
+        Q5K,
+        13,
+        256,
+        176,
+        "q5_K",
+        kquants::dequant_q5_k,
+        Some(kquants::quant_q5_k)
+    ),
+    row!(
+        Q6K,
+        14,
+        256,
+        210,
+        "q6_K",
+        kquants::dequant_q6_k,
+        Some(kquants::quant_q6_k)
+    ),
+    row!(
+        Q8K,
+        15,
+        256,
+        292,
+        "q8_K",
+        kquants::dequant_q8_k,
+        Some(kquants::quant_q8_k)
+    ),
     row!(IQ4NL, 20, 32, 18, "iq4_nl", iq::dequant_iq4_nl, Some(iq::quant_iq4_nl)),
     row!(MXFP4, 39, 32, 17, "mxfp4", iq::dequant_mxfp4, Some(iq::quant_mxfp4)),
 ];
@@ -139,7 +187,7 @@ impl QType {
     /// or the size overflows.
     pub fn bytes_for(self, n_elems: u64) -> Option<u64> {
         let (be, bb) = (self.block_elems() as u64, self.block_bytes() as u64);
-        if n_elems % be != 0 {
+        if !n_elems.is_multiple_of(be) {
             return None;
         }
         (n_elems / be).checked_mul(bb)
@@ -149,7 +197,7 @@ impl QType {
     pub fn dequantize(self, src: &[u8], dst: &mut [f32]) -> Result<()> {
         let info = self.info();
         let n = src.len() / info.block_bytes;
-        if src.len() % info.block_bytes != 0 || dst.len() != n * info.block_elems {
+        if !src.len().is_multiple_of(info.block_bytes) || dst.len() != n * info.block_elems {
             return Err(Error::InvalidArgument(format!(
                 "{}: {} bytes do not decode into {} values",
                 info.name,
@@ -169,7 +217,7 @@ impl QType {
             what: "quantization".into(),
         })?;
         let n = src.len() / info.block_elems;
-        if src.len() % info.block_elems != 0 || dst.len() != n * info.block_bytes {
+        if !src.len().is_multiple_of(info.block_elems) || dst.len() != n * info.block_bytes {
             return Err(Error::InvalidArgument(format!(
                 "{}: {} values do not encode into {} bytes",
                 info.name,

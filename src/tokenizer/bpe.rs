@@ -103,13 +103,20 @@ impl Bpe {
     /// `merges[i]` is "left right" with rank i; the first occurrence of a pair wins.
     pub fn new(vocab: &Vocab, merges: &[String], pre: PreTokenizer) -> Result<Bpe> {
         let n_vocab = vocab.n_tokens() as u32;
-        let mut bpe = Bpe { pre, merges: HashMap::with_capacity(merges.len()), extra: HashMap::new(), n_vocab };
+        let mut bpe = Bpe {
+            pre,
+            merges: HashMap::with_capacity(merges.len()),
+            extra: HashMap::new(),
+            n_vocab,
+        };
         let mut joined = String::new();
         for (rank, m) in merges.iter().enumerate() {
             // llama.cpp splits at the first space after the first byte.
             let pos = m.bytes().skip(1).position(|b| b == b' ').map(|p| p + 1);
             let Some(pos) = pos else {
-                return Err(Error::Tokenizer(format!("merge {rank} ({m:?}) is not two pieces separated by a space")));
+                return Err(Error::Tokenizer(format!(
+                    "merge {rank} ({m:?}) is not two pieces separated by a space"
+                )));
             };
             let (left, right) = (&m[..pos], &m[pos + 1..]);
             let l = bpe.intern(vocab, left);
@@ -211,7 +218,9 @@ impl Bpe {
             if ls.len == 0 || rs.len == 0 || ls.len + rs.len != size {
                 continue;
             }
-            let Some(&(_, merged)) = self.merges.get(&(ls.id, rs.id)) else { continue };
+            let Some(&(_, merged)) = self.merges.get(&(ls.id, rs.id)) else {
+                continue;
+            };
             let left = &mut symbols[l as usize];
             left.len += rs.len;
             left.id = merged;

@@ -9,16 +9,24 @@ use crate::gguf::{Metadata, Value};
 const MAX_TOKENS: usize = 1 << 24;
 
 fn strings(md: &Metadata, key: &str) -> Result<Option<Vec<String>>> {
-    let Some(items) = md.get_array(key)? else { return Ok(None) };
+    let Some(items) = md.get_array(key)? else {
+        return Ok(None);
+    };
     if items.len() > MAX_TOKENS {
-        return Err(Error::metadata(key, format!("{} entries is more than {MAX_TOKENS}", items.len())));
+        return Err(Error::metadata(
+            key,
+            format!("{} entries is more than {MAX_TOKENS}", items.len()),
+        ));
     }
     let mut out = Vec::with_capacity(items.len());
     for (i, v) in items.iter().enumerate() {
         match v {
             Value::String(s) => out.push(s.clone()),
             other => {
-                return Err(Error::metadata(key, format!("entry {i} is {}, not a string", other.display(2))));
+                return Err(Error::metadata(
+                    key,
+                    format!("entry {i} is {}, not a string", other.display(2)),
+                ));
             }
         }
     }
@@ -26,14 +34,21 @@ fn strings(md: &Metadata, key: &str) -> Result<Option<Vec<String>>> {
 }
 
 fn numbers<T>(md: &Metadata, key: &str, conv: impl Fn(&Value) -> Option<T>) -> Result<Vec<T>> {
-    let Some(items) = md.get_array(key)? else { return Ok(Vec::new()) };
+    let Some(items) = md.get_array(key)? else {
+        return Ok(Vec::new());
+    };
     if items.len() > MAX_TOKENS {
-        return Err(Error::metadata(key, format!("{} entries is more than {MAX_TOKENS}", items.len())));
+        return Err(Error::metadata(
+            key,
+            format!("{} entries is more than {MAX_TOKENS}", items.len()),
+        ));
     }
     items
         .iter()
         .enumerate()
-        .map(|(i, v)| conv(v).ok_or_else(|| Error::metadata(key, format!("entry {i} is {}, not a number", v.display(2)))))
+        .map(|(i, v)| {
+            conv(v).ok_or_else(|| Error::metadata(key, format!("entry {i} is {}, not a number", v.display(2))))
+        })
         .collect()
 }
 
@@ -49,6 +64,9 @@ impl TokenizerSpec {
             .get_str("tokenizer.ggml.model")?
             .ok_or_else(|| Error::Tokenizer("tokenizer.ggml.model is missing".into()))?
             .to_string();
+        if !matches!(model.as_str(), "gpt2" | "llama") {
+            return Err(super::unsupported_model(&model));
+        }
         let tokens = strings(md, "tokenizer.ggml.tokens")?
             .ok_or_else(|| Error::Tokenizer("tokenizer.ggml.tokens is missing".into()))?;
         let merges = match model.as_str() {
@@ -57,7 +75,9 @@ impl TokenizerSpec {
             _ => Vec::new(),
         };
         let scores = numbers(md, "tokenizer.ggml.scores", |v| v.as_f64().map(|x| x as f32))?;
-        let token_types = numbers(md, "tokenizer.ggml.token_type", |v| v.as_i64().and_then(|x| i32::try_from(x).ok()))?;
+        let token_types = numbers(md, "tokenizer.ggml.token_type", |v| {
+            v.as_i64().and_then(|x| i32::try_from(x).ok())
+        })?;
 
         let k = |name: &str| format!("tokenizer.ggml.{name}");
         // The deprecated prefix/suffix/middle keys are read after the fim_* ones and win when valid.

@@ -1,8 +1,8 @@
 //! Tokenizers built from GGUF metadata that give exactly llama.cpp's token ids.
 //!
 //! `tokenizer.ggml.model = "gpt2"` is byte-level BPE with the pre-tokenizer named by
-//! `tokenizer.ggml.pre` ([`bpe`], [`pretokenize`]); `"llama"` is SentencePiece BPE with byte
-//! fallback ([`spm`]). Special and user-defined tokens written in the text are cut out first, longest
+//! `tokenizer.ggml.pre` (`bpe.rs`, `pretokenize.rs`); `"llama"` is SentencePiece BPE with byte
+//! fallback (`spm.rs`). Special and user-defined tokens written in the text are cut out first, longest
 //! first, as llama.cpp's `tokenizer_st_partition` does. Everything follows llama.cpp
 //! `src/llama-vocab.cpp` and `src/unicode.cpp` at commit 0c1e570 (the reference data's oracle).
 
@@ -11,6 +11,7 @@ mod load;
 mod pretokenize;
 mod spm;
 mod stream;
+mod table;
 mod unicode_data;
 mod vocab;
 
@@ -22,7 +23,9 @@ use crate::error::{Error, Result};
 use crate::gguf::Metadata;
 use bpe::Bpe;
 use pretokenize::PreTokenizer;
-use vocab::{SpecialIds, Vocab, ATTR_BYTE, ATTR_CONTROL, ATTR_LSTRIP, ATTR_NORMAL, ATTR_RSTRIP, ATTR_UNKNOWN, ATTR_USER_DEFINED};
+use vocab::{
+    SpecialIds, Vocab, ATTR_BYTE, ATTR_CONTROL, ATTR_LSTRIP, ATTR_NORMAL, ATTR_RSTRIP, ATTR_UNKNOWN, ATTR_USER_DEFINED,
+};
 
 /// Everything a tokenizer is built from, in GGUF's terms (`tokenizer.ggml.*`). Built by
 /// [`TokenizerSpec::from_gguf`], or by hand (tests, `tokenizer.json`).
@@ -95,35 +98,55 @@ impl Tokenizer {
             "gpt2" => {
                 let pre = PreTokenizer::from_name(spec.pre.as_deref())?;
                 let default_bos = if pre.no_default_bos { None } else { in_vocab(11) };
-                let defaults = SpecialIds { bos: default_bos, eos: in_vocab(11), ..Default::default() };
+                let defaults = SpecialIds {
+                    bos: default_bos,
+                    eos: in_vocab(11),
+                    ..Default::default()
+                };
                 let add_bos = spec.add_bos.unwrap_or(pre.add_bos);
                 let merges = std::mem::take(&mut spec.merges);
                 let vocab = Vocab::build(&mut spec, defaults)?;
-                let bpe = Bpe::new(&vocab, &merges, pre)?;
-                Self::finish(vocab, Kind::Bpe(Box::new(bpe)), add_bos, spec.add_eos.unwrap_or(false), false)
+                let bpe = Box::new(Bpe::new(&vocab, &merges, pre)?);
+                // BPE never adds a space when encoding; the flag only strips one when decoding.
+                let (add_eos, add_space_prefix) =
+                    (spec.add_eos.unwrap_or(false), spec.add_space_prefix.unwrap_or(false));
+                Self::finish(vocab, Kind::Bpe(bpe), add_bos, add_eos, add_space_prefix)
             }
             "llama" => {
-                let defaults = SpecialIds { bos: in_vocab(1), eos: in_vocab(2), unk: in_vocab(0), ..Default::default() };
+                let defaults = SpecialIds {
+                    bos: in_vocab(1),
+                    eos: in_vocab(2),
+                    unk: in_vocab(0),
+                    ..Default::default()
+                };
                 let (add_bos, add_eos) = (spec.add_bos.unwrap_or(true), spec.add_eos.unwrap_or(false));
                 let add_space_prefix = spec.add_space_prefix.unwrap_or(true);
                 let vocab = Vocab::build(&mut spec, defaults)?;
                 let bytes = Box::new(spm::byte_tokens(&vocab));
                 Self::finish(vocab, Kind::Spm { bytes }, add_bos, add_eos, add_space_prefix)
             }
-            other => Err(Error::Tokenizer(format!(
-                "tokenizer model '{other}' (tokenizer.ggml.model) is not supported; supported: gpt2, llama"
-            ))),
+            other => Err(unsupported_model(other)),
         }
     }
 
     fn finish(vocab: Vocab, kind: Kind, add_bos: bool, add_eos: bool, add_space_prefix: bool) -> Result<Tokenizer> {
         if add_bos && vocab.special.bos.is_none() {
-            return Err(Error::Tokenizer("tokenizer.ggml.add_bos_token is true but there is no BOS id".into()));
+            return Err(Error::Tokenizer(
+                "tokenizer.ggml.add_bos_token is true but there is no BOS id".into(),
+            ));
         }
         if add_eos && vocab.special.eos.is_none() {
-            return Err(Error::Tokenizer("tokenizer.ggml.add_eos_token is true but there is no EOS id".into()));
+            return Err(Error::Tokenizer(
+                "tokenizer.ggml.add_eos_token is true but there is no EOS id".into(),
+            ));
         }
-        Ok(Tokenizer { vocab, kind, add_bos, add_eos, add_space_prefix })
+        Ok(Tokenizer {
+            vocab,
+            kind,
+            add_bos,
+            add_eos,
+            add_space_prefix,
+        })
     }
 
     /// `add_special`: add BOS/EOS per the model's flags; `parse_special`: control tokens typed in the
@@ -189,7 +212,7 @@ impl Tokenizer {
             if !parse_special && attr & (ATTR_CONTROL | ATTR_UNKNOWN) != 0 {
                 continue;
             }
-            let tok = self.vocab.texts[id as usize].as_str();
+            let tok = self.vocab.texts.text(id);
             let mut i = 0;
             while i < frags.len() {
                 let Fragment::Text(mut start, end) = frags[i] else {
@@ -238,7 +261,10 @@ impl Tokenizer {
     /// vocabulary is an error.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.vocab.n_tokens()) {
-            return Err(Error::Tokenizer(format!("token id {bad} is outside the vocabulary of {}", self.n_vocab())));
+            return Err(Error::Tokenizer(format!(
+                "token id {bad} is outside the vocabulary of {}",
+                self.n_vocab()
+            )));
         }
         let mut ids = ids;
         let mut remove_space = self.add_space_prefix;
@@ -270,7 +296,9 @@ impl Tokenizer {
 
     /// llama.cpp `token_to_piece` without lstrip: `special` renders control/unknown tokens as text.
     fn piece(&self, id: u32, special: bool) -> Cow<'_, [u8]> {
-        let Some(text) = self.vocab.texts.get(id as usize) else { return Cow::Borrowed(&[]) };
+        let Some(text) = self.vocab.token_str(id) else {
+            return Cow::Borrowed(&[]);
+        };
         let attr = self.vocab.attr(id);
         if attr & (ATTR_UNKNOWN | ATTR_CONTROL) != 0 && !special {
             return Cow::Borrowed(&[]);
@@ -338,7 +366,7 @@ impl Tokenizer {
 
     /// The vocabulary string of a token (`▁`/byte-level characters not undone).
     pub fn token_str(&self, id: u32) -> Option<&str> {
-        self.vocab.texts.get(id as usize).map(String::as_str)
+        self.vocab.token_str(id)
     }
 
     /// Id of a token by its exact vocabulary string.
@@ -364,6 +392,12 @@ impl Tokenizer {
             Kind::Spm { .. } => ("llama", None),
         }
     }
+}
+
+fn unsupported_model(name: &str) -> Error {
+    Error::Tokenizer(format!(
+        "tokenizer model '{name}' (tokenizer.ggml.model) is not supported; supported: gpt2, llama"
+    ))
 }
 
 /// C `isspace` in the "C" locale, which llama.cpp's lstrip/rstrip use.

@@ -45,11 +45,19 @@ pub(crate) struct PreTokenizer {
     pub no_default_bos: bool,
 }
 
-const DEFAULT: &[Split] =
-    &[Split::PunctRuns { backtick: false }, Split::Gpt2, Split::NumberRuns, Split::AsciiDigitTriples];
+const DEFAULT: &[Split] = &[
+    Split::PunctRuns { backtick: false },
+    Split::Gpt2,
+    Split::NumberRuns,
+    Split::AsciiDigitTriples,
+];
 const GPT2: &[Split] = &[Split::Gpt2];
 const STARCODER: &[Split] = &[Split::EachNumber, Split::Gpt2];
-const FALCON: &[Split] = &[Split::PunctRuns { backtick: true }, Split::Gpt2, Split::AsciiDigitTriples];
+const FALCON: &[Split] = &[
+    Split::PunctRuns { backtick: true },
+    Split::Gpt2,
+    Split::AsciiDigitTriples,
+];
 const LLAMA3: &[Split] = &[Split::Llama3 { max_digits: 3 }];
 const QWEN2: &[Split] = &[Split::Llama3 { max_digits: 1 }];
 const LAGUNA: &[Split] = &[Split::Newlines, Split::Llama3 { max_digits: 1 }];
@@ -87,7 +95,14 @@ impl PreTokenizer {
                 )))
             }
         };
-        Ok(PreTokenizer { name: n.to_string(), stages, ignore_merges, clean_spaces, add_bos, no_default_bos })
+        Ok(PreTokenizer {
+            name: n.to_string(),
+            stages,
+            ignore_merges,
+            clean_spaces,
+            add_bos,
+            no_default_bos,
+        })
     }
 
     /// Splits `text` into words; returns their byte ranges in order (they tile the text).
@@ -99,7 +114,12 @@ impl PreTokenizer {
             let mut out = Vec::with_capacity(offsets.len() * 2);
             let mut start = 0;
             for &len in &offsets {
-                let s = Span { cpts: &cpts, flags: &flags, ini: start, end: start + len };
+                let s = Span {
+                    cpts: &cpts,
+                    flags: &flags,
+                    ini: start,
+                    end: start + len,
+                };
                 match stage {
                     Split::Gpt2 => s.gpt2(&mut out),
                     Split::Llama3 { max_digits } => s.llama3(max_digits, &mut out),
@@ -188,7 +208,13 @@ impl Span<'_> {
     }
 
     fn contraction(&self, pos: usize, lower: bool) -> usize {
-        let fold = |c: u32| if lower && (b'A' as u32..=b'Z' as u32).contains(&c) { c + 32 } else { c };
+        let fold = |c: u32| {
+            if lower && (b'A' as u32..=b'Z' as u32).contains(&c) {
+                c + 32
+            } else {
+                c
+            }
+        };
         if self.cpt(pos) != '\'' as u32 || pos + 1 >= self.end {
             return 0;
         }

@@ -82,7 +82,12 @@ impl Ord for TotalF32 {
 pub(crate) fn encode(vocab: &Vocab, bytes: &[Option<u32>; 256], text: &str, out: &mut Vec<u32>) -> Result<()> {
     let mut symbols: Vec<Symbol> = Vec::with_capacity(text.len());
     for (i, (start, c)) in text.char_indices().enumerate() {
-        symbols.push(Symbol { start: start as u32, len: c.len_utf8() as u32, prev: i as i32 - 1, next: i as i32 + 1 });
+        symbols.push(Symbol {
+            start: start as u32,
+            len: c.len_utf8() as u32,
+            prev: i as i32 - 1,
+            next: i as i32 + 1,
+        });
     }
     if let Some(last) = symbols.last_mut() {
         last.next = -1;
@@ -96,7 +101,12 @@ pub(crate) fn encode(vocab: &Vocab, bytes: &[Option<u32>; 256], text: &str, out:
         let (ls, rs) = (&symbols[l as usize], &symbols[r as usize]);
         let size = ls.len + rs.len;
         if let Some(id) = vocab.get(piece(ls, size)) {
-            heap.push(Bigram { score: vocab.scores[id as usize], left: l as u32, right: r as u32, size });
+            heap.push(Bigram {
+                score: vocab.scores[id as usize],
+                left: l as u32,
+                right: r as u32,
+                size,
+            });
         }
     };
     for i in 1..symbols.len() as i32 {

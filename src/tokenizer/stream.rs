@@ -15,7 +15,11 @@ pub struct StreamDecoder<'a> {
 impl<'a> StreamDecoder<'a> {
     /// Control tokens render as their text (`<|im_end|>`), as llama.cpp's `token_to_piece(special = true)`.
     pub fn new(tok: &'a Tokenizer) -> Self {
-        StreamDecoder { tok, pending: Vec::new(), skip_special: false }
+        StreamDecoder {
+            tok,
+            pending: Vec::new(),
+            skip_special: false,
+        }
     }
 
     /// Drop control and unknown tokens instead of rendering them.

@@ -25,18 +25,27 @@ fn gpt2_split() {
     assert_eq!(words("gpt-2", "Hello world"), ["Hello", " world"]);
     assert_eq!(words("gpt-2", "  Hello  world  "), [" ", " Hello", " ", " world", "  "]);
     // `\s+(?!\S)` leaves the last whitespace before a word to stand alone
-    assert_eq!(words("gpt-2", "I'm 42!!\n\nok"), ["I", "'m", " 42", "!!", "\n", "\n", "ok"]);
+    assert_eq!(
+        words("gpt-2", "I'm 42!!\n\nok"),
+        ["I", "'m", " 42", "!!", "\n", "\n", "ok"]
+    );
     assert_eq!(words("gpt-2", "a\nb"), ["a", "\n", "b"]);
 }
 
 #[test]
 fn smollm_isolates_digits() {
-    assert_eq!(words("smollm", "x 2024-01"), ["x", " ", "2", "0", "2", "4", "-", "0", "1"]);
+    assert_eq!(
+        words("smollm", "x 2024-01"),
+        ["x", " ", "2", "0", "2", "4", "-", "0", "1"]
+    );
 }
 
 #[test]
 fn llama3_and_qwen2_split() {
-    assert_eq!(words("llama-bpe", "Hello 12345 WE'RE\r\n\n  x"), ["Hello", " ", "123", "45", " WE", "'RE", "\r\n\n", " ", " x"]);
+    assert_eq!(
+        words("llama-bpe", "Hello 12345 WE'RE\r\n\n  x"),
+        ["Hello", " ", "123", "45", " WE", "'RE", "\r\n\n", " ", " x"]
+    );
     assert_eq!(words("qwen2", "ab 123"), ["ab", " ", "1", "2", "3"]);
     assert_eq!(words("llama-bpe", "a...\n\nb"), ["a", "...\n\n", "b"]);
 }
@@ -53,7 +62,18 @@ fn unknown_pre_is_named() {
 }
 
 fn tiny_bpe(merges: &[&str]) -> Tokenizer {
-    let tokens = ["<|endoftext|>", "a", "b", "c", "ab", "bc", "abc", "Ġ", "Ġa", "<|im_end|>"];
+    let tokens = [
+        "<|endoftext|>",
+        "a",
+        "b",
+        "c",
+        "ab",
+        "bc",
+        "abc",
+        "Ġ",
+        "Ġa",
+        "<|im_end|>",
+    ];
     Tokenizer::from_parts(TokenizerSpec {
         model: "gpt2".into(),
         pre: Some("gpt-2".into()),
@@ -108,7 +128,10 @@ fn special_tokens_are_cut_out_only_when_parsing_special() {
 }
 
 fn tiny_spm(add_space_prefix: bool) -> Tokenizer {
-    let mut tokens: Vec<String> = ["<unk>", "<s>", "</s>", "▁", "h", "i", "hi", "▁hi", "▁h"].iter().map(|s| s.to_string()).collect();
+    let mut tokens: Vec<String> = ["<unk>", "<s>", "</s>", "▁", "h", "i", "hi", "▁hi", "▁h"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     let mut types = vec![2, 3, 3, 1, 1, 1, 1, 1, 1];
     let mut scores = vec![0.0, 0.0, 0.0, -1.0, -2.0, -2.0, -1.5, -0.5, -3.0];
     for b in 0..=255u32 {
@@ -160,12 +183,45 @@ fn stream_decoder_holds_partial_chars() {
 
 #[test]
 fn hostile_specs_are_refused() {
-    let bad = |spec: TokenizerSpec| Tokenizer::from_parts(spec).err().map(|e| e.to_string()).unwrap_or_default();
-    let base = TokenizerSpec { model: "gpt2".into(), tokens: vec!["a".into(), "b".into()], ..Default::default() };
-    assert!(bad(TokenizerSpec { model: "wordpiece".into(), ..base.clone() }).contains("'wordpiece'"));
-    assert!(bad(TokenizerSpec { merges: vec!["ab".into()], ..base.clone() }).contains("\"ab\""));
-    assert!(bad(TokenizerSpec { tokens: vec!["a".into(), "a".into()], ..base.clone() }).contains("twice"));
-    assert!(bad(TokenizerSpec { tokens: vec![], ..base.clone() }).contains("empty"));
-    assert!(bad(TokenizerSpec { add_bos: Some(true), ..base.clone() }).contains("BOS"));
-    assert!(bad(TokenizerSpec { scores: vec![0.0], ..base }).contains("1 scores"));
+    let bad = |spec: TokenizerSpec| {
+        Tokenizer::from_parts(spec)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let base = TokenizerSpec {
+        model: "gpt2".into(),
+        tokens: vec!["a".into(), "b".into()],
+        ..Default::default()
+    };
+    assert!(bad(TokenizerSpec {
+        model: "wordpiece".into(),
+        ..base.clone()
+    })
+    .contains("'wordpiece'"));
+    assert!(bad(TokenizerSpec {
+        merges: vec!["ab".into()],
+        ..base.clone()
+    })
+    .contains("\"ab\""));
+    assert!(bad(TokenizerSpec {
+        tokens: vec!["a".into(), "a".into()],
+        ..base.clone()
+    })
+    .contains("twice"));
+    assert!(bad(TokenizerSpec {
+        tokens: vec![],
+        ..base.clone()
+    })
+    .contains("empty"));
+    assert!(bad(TokenizerSpec {
+        add_bos: Some(true),
+        ..base.clone()
+    })
+    .contains("BOS"));
+    assert!(bad(TokenizerSpec {
+        scores: vec![0.0],
+        ..base
+    })
+    .contains("1 scores"));
 }

@@ -4,7 +4,9 @@
 //! special ids per model type, the text-based auto-detection of EOT/EOM/FIM tokens (which also forces
 //! them to CONTROL), the EOG list, and the special-token cache sorted longest first.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use super::table::TextTable;
 
 use super::TokenizerSpec;
 use crate::error::{Error, Result};
@@ -127,10 +129,9 @@ pub(crate) struct SpecialIds {
 }
 
 pub(crate) struct Vocab {
-    pub texts: Vec<String>,
+    pub texts: TextTable,
     pub scores: Vec<f32>,
     pub attrs: Vec<u16>,
-    pub token_to_id: HashMap<String, u32>,
     pub special: SpecialIds,
     /// End-of-generation ids, ascending.
     pub eog: BTreeSet<u32>,
@@ -146,26 +147,35 @@ impl Vocab {
             return Err(Error::Tokenizer("the token list is empty".into()));
         }
         if n > u32::MAX as usize / 2 {
-            return Err(Error::Tokenizer(format!("{n} tokens is more than a vocabulary can hold")));
+            return Err(Error::Tokenizer(format!(
+                "{n} tokens is more than a vocabulary can hold"
+            )));
         }
         if !spec.scores.is_empty() && spec.scores.len() < n {
             return Err(Error::Tokenizer(format!("{} scores for {n} tokens", spec.scores.len())));
         }
         if !spec.token_types.is_empty() && spec.token_types.len() < n {
-            return Err(Error::Tokenizer(format!("{} token types for {n} tokens", spec.token_types.len())));
+            return Err(Error::Tokenizer(format!(
+                "{} token types for {n} tokens",
+                spec.token_types.len()
+            )));
         }
 
         let mut texts = std::mem::take(&mut spec.tokens);
-        let mut token_to_id = HashMap::with_capacity(n);
         for (i, t) in texts.iter_mut().enumerate() {
             if t.is_empty() {
                 *t = format!("[EMPTY_{i}]");
             }
-            if let Some(prev) = token_to_id.insert(t.clone(), i as u32) {
-                return Err(Error::Tokenizer(format!("token {t:?} appears twice (ids {prev} and {i})")));
-            }
         }
-        let scores = if spec.scores.is_empty() { vec![0.0; n] } else { spec.scores[..n].to_vec() };
+        let table = TextTable::new(&texts).map_err(|(a, b)| {
+            Error::Tokenizer(format!("token {:?} appears twice (ids {a} and {b})", texts[b as usize]))
+        })?;
+        drop(texts);
+        let scores = if spec.scores.is_empty() {
+            vec![0.0; n]
+        } else {
+            spec.scores[..n].to_vec()
+        };
         let attrs: Vec<u16> = if spec.token_types.is_empty() {
             vec![ATTR_NORMAL; n]
         } else {
@@ -173,10 +183,9 @@ impl Vocab {
         };
 
         let mut v = Vocab {
-            texts,
+            texts: table,
             scores,
             attrs,
-            token_to_id,
             special: SpecialIds::default(),
             eog: BTreeSet::new(),
             special_cache: Vec::new(),
@@ -193,8 +202,12 @@ impl Vocab {
         self.texts.len()
     }
 
+    pub fn token_str(&self, id: u32) -> Option<&str> {
+        ((id as usize) < self.texts.len()).then(|| self.texts.text(id))
+    }
+
     pub fn get(&self, text: &str) -> Option<u32> {
-        self.token_to_id.get(text).copied()
+        self.texts.get(text)
     }
 
     pub fn attr(&self, id: u32) -> u16 {
@@ -237,7 +250,8 @@ impl Vocab {
     }
 
     fn detect_special_tokens(&mut self) {
-        let lists: [(&[&str], fn(&mut SpecialIds) -> &mut Option<u32>); 8] = [
+        type Field = fn(&mut SpecialIds) -> &mut Option<u32>;
+        let lists: [(&[&str], Field); 8] = [
             (EOT_TEXTS, |s| &mut s.eot),
             (EOM_TEXTS, |s| &mut s.eom),
             (FIM_PRE_TEXTS, |s| &mut s.fim_pre),
@@ -300,9 +314,11 @@ impl Vocab {
 
     fn build_special_cache(&mut self) {
         let mask = ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN;
-        let mut ids: Vec<u32> = (0..self.texts.len() as u32).filter(|&i| self.attrs[i as usize] & mask != 0).collect();
+        let mut ids: Vec<u32> = (0..self.texts.len() as u32)
+            .filter(|&i| self.attrs[i as usize] & mask != 0)
+            .collect();
         // llama.cpp uses an unstable std::sort by length; ties by id keep ours deterministic.
-        ids.sort_by_key(|&i| std::cmp::Reverse(self.texts[i as usize].len()));
+        ids.sort_by_key(|&i| std::cmp::Reverse(self.texts.text(i).len()));
         self.special_cache = ids;
     }
 
@@ -316,7 +332,10 @@ impl Vocab {
                 *a = if on { *a | bit } else { *a & !bit };
             }
         };
-        if ["jina-v2-de", "jina-v2-es", "jina-v2-code"].iter().any(|p| pre.contains(p)) {
+        if ["jina-v2-de", "jina-v2-es", "jina-v2-code"]
+            .iter()
+            .any(|p| pre.contains(p))
+        {
             set(self, "<mask>", ATTR_LSTRIP, true);
         } else if name.contains("phi-3") || name.contains("phi3") {
             for i in 0..self.special_cache.len() {

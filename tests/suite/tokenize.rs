@@ -114,33 +114,35 @@ fn gemma3_decode_round_trips() {
 }
 
 /// Streaming yields valid UTF-8 chunks only (partial characters held back) that add up to decode().
+/// Besides the non-ASCII reference strings, private-use characters force byte-fallback tokens.
 fn check_stream(test: &str, model: &str, reference: &str) {
-    let Some(tok) = tokenizer(test, model) else {
-        return;
-    };
+    let Some(tok) = tokenizer(test, model) else { return };
+    let mut texts: Vec<String> = cases(reference)
+        .into_iter()
+        .map(|c| c.text)
+        .filter(|t| !t.is_ascii())
+        .collect();
+    texts.push("plane 16: \u{10FFFD}\u{E000}, ok".into());
     let mut held_back = 0;
-    for c in cases(reference).iter().filter(|c| !c.text.is_ascii()) {
-        let ids = match c.ids.first() {
-            Some(&b) if Some(b) == tok.bos() && tok.add_bos() => &c.ids[1..],
-            _ => &c.ids[..],
-        };
+    for text in &texts {
+        let ids = tok.encode(text, false, true).unwrap();
         let mut stream = StreamDecoder::new(tok);
         let mut joined = String::new();
-        for &id in ids {
+        for &id in &ids {
             let chunk = stream.push(id);
-            assert!(!chunk.contains('\u{FFFD}'), "{:?}: chunk {chunk:?}", c.text);
+            assert!(!chunk.contains('\u{FFFD}'), "{text:?}: chunk {chunk:?}");
             if chunk.is_empty() && !tok.token_to_piece(id).is_empty() {
                 held_back += 1;
             }
             joined.push_str(&chunk);
         }
         joined.push_str(&stream.flush());
-        assert_eq!(joined, tok.decode(ids, false).unwrap());
-        assert_eq!(joined, c.text);
+        assert_eq!(joined, tok.decode(&ids, false).unwrap());
+        assert_eq!(&joined, text);
     }
     assert!(
         held_back > 0,
-        "no token ever ended inside a character: the test proves nothing"
+        "no token ended inside a character: the test proves nothing"
     );
 }
 
@@ -168,7 +170,15 @@ fn real_prompts_match_llama_cpp() {
             assert_eq!(chat, text, "{case}: the prompt is the rendered chat");
         }
         let want = ids_of(&c["prompt_ids"]);
-        assert_eq!(tok.encode(text, true, true).unwrap(), want, "{case}: prompt ids");
+        let t0 = Instant::now();
+        let got = tok.encode(text, true, true).unwrap();
+        eprintln!(
+            "{case}: {} bytes → {} ids in {:.2} ms",
+            text.len(),
+            got.len(),
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+        assert_eq!(got, want, "{case}: prompt ids");
         for (id, hex) in want.iter().zip(c["prompt_pieces_hex"].as_array().unwrap()) {
             let piece = common::hex_decode(hex.as_str().unwrap());
             assert_eq!(tok.token_to_piece(*id), piece, "{case}: piece of token {id}");
@@ -217,8 +227,8 @@ fn gemma3_vocab_loads_fast() {
     let tok = Tokenizer::from_gguf(&gguf.metadata).unwrap();
     let ms = t0.elapsed().as_secs_f64() * 1e3;
     eprintln!("gemma3: {} tokens loaded in {ms:.1} ms", tok.n_vocab());
-    // 300 ms is the release budget; the margin absorbs a busy shared machine.
-    assert!(ms < 1500.0, "loading 262k tokens took {ms:.0} ms");
+    // The budget is 300 ms in release (measured 40-70 ms); twice that absorbs a busy shared machine.
+    assert!(ms < 600.0, "loading 262k tokens took {ms:.0} ms")
 }
 
 // --- hostile metadata ------------------------------------------------------------------------

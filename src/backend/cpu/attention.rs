@@ -123,8 +123,17 @@ impl KvCache {
     }
 }
 
+/// Per-thread scratch: K and V rows decoded to f32, one query head, its scores.
+#[derive(Default)]
+struct Scratch {
+    k: Vec<f32>,
+    v: Vec<f32>,
+    q: Vec<f32>,
+    scores: Vec<f32>,
+}
+
 thread_local! {
-    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new(), Vec::new(), Vec::new())) };
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
 /// Writes K/V of `n` tokens at positions `pos0..pos0+n` into layer `p.layer`, then attends.
@@ -175,7 +184,12 @@ pub fn attention(
             let hi = pos0 + t1; // exclusive
             let lo = p.window.map_or(0, |w| (pos0 + t0 + 1).saturating_sub(w));
             SCRATCH.with(|s| {
-                let (ks, vs, qs, sc) = &mut *s.borrow_mut();
+                let Scratch {
+                    k: ks,
+                    v: vs,
+                    q: qs,
+                    scores: sc,
+                } = &mut *s.borrow_mut();
                 ks.resize((hi - lo) * hd, 0.0);
                 vs.resize((hi - lo) * hdv, 0.0);
                 qs.resize(hd, 0.0);

@@ -36,7 +36,10 @@ impl CpuBackend {
         if n == 0 || n > 1024 {
             return Err(Error::InvalidArgument(format!("thread count {n} (expected 1..=1024)")));
         }
-        Ok(CpuBackend { pool: Arc::new(Pool::new(n)), kernels: Kernels::from_env()? })
+        Ok(CpuBackend {
+            pool: Arc::new(Pool::new(n)),
+            kernels: Kernels::from_env()?,
+        })
     }
 
     pub fn n_threads(&self) -> usize {
@@ -56,12 +59,18 @@ impl Backend for CpuBackend {
     fn check(&self, model: &Model, graph: &Graph, kv: KvType) -> std::result::Result<(), Refusal> {
         for node in &graph.nodes {
             if let Op::Matmul { weight, .. } = &node.op {
-                let t = model.weights.get(weight).ok_or_else(|| Refusal(format!("{weight} is missing")))?;
+                let t = model
+                    .weights
+                    .get(weight)
+                    .ok_or_else(|| Refusal(format!("{weight} is missing")))?;
                 if matches!(t.qtype, QType::Q8_1 | QType::Q8K) {
                     return Err(Refusal(format!("{weight} is {}, an activation-only format", t.qtype)));
                 }
             }
-            if let Op::Attention { head_dim, head_dim_v, .. } = node.op {
+            if let Op::Attention {
+                head_dim, head_dim_v, ..
+            } = node.op
+            {
                 let be = kv.qtype().block_elems();
                 if head_dim % be != 0 || head_dim_v % be != 0 {
                     return Err(Refusal(format!(
@@ -163,14 +172,27 @@ fn compile(model: &Model, g: &Graph) -> Result<Plan> {
             _ => Vec::new(),
         };
         let in_rows = n.op.inputs().first().map_or(n.rows, |&j: &NodeId| g.nodes[j].rows);
-        steps.push(Step { op: n.op.clone(), weight, vector, out, inputs, width: n.width, rows: n.rows, in_rows });
+        steps.push(Step {
+            op: n.op.clone(),
+            weight,
+            vector,
+            out,
+            inputs,
+            width: n.width,
+            rows: n.rows,
+            in_rows,
+        });
     }
-    Ok(Plan { steps, buffers, result: buf_of[g.result] })
+    Ok(Plan {
+        steps,
+        buffers,
+        result: buf_of[g.result],
+    })
 }
 
 /// Two distinct buffers, one read and one written (the planner never gives a node its own
 /// input's buffer while that input is still live).
-fn io<'a>(bufs: &'a mut [Vec<f32>], inp: usize, out: usize) -> (&'a [f32], &'a mut [f32]) {
+fn io(bufs: &mut [Vec<f32>], inp: usize, out: usize) -> (&[f32], &mut [f32]) {
     debug_assert_ne!(inp, out);
     let p = SyncPtr::new(bufs);
     // SAFETY: inp != out, so the two borrows are of different Vec elements.
@@ -192,7 +214,10 @@ impl CpuContext {
     }
 
     fn run_plan(&mut self, key: (usize, usize), tokens: &[u32], pos0: usize) -> Result<()> {
-        let mut plan = self.plans.remove(&key).ok_or_else(|| Error::InvalidArgument("no plan".into()))?;
+        let mut plan = self
+            .plans
+            .remove(&key)
+            .ok_or_else(|| Error::InvalidArgument("no plan".into()))?;
         let r = self.exec(&mut plan, tokens, pos0);
         self.plans.insert(key, plan);
         r
@@ -206,17 +231,31 @@ impl CpuContext {
             let size = s.rows * s.width;
             match &s.op {
                 Op::GetRows { .. } => {
-                    let w = s.weight.as_ref().ok_or_else(|| Error::InvalidArgument("get_rows without weight".into()))?;
+                    let w = s
+                        .weight
+                        .as_ref()
+                        .ok_or_else(|| Error::InvalidArgument("get_rows without weight".into()))?;
                     let out = &mut plan.buffers[s.out][..size];
                     for (t, &id) in tokens.iter().enumerate() {
                         w.dequantize_rows(id as usize, 1, &mut out[t * s.width..(t + 1) * s.width])?;
                     }
                 }
                 Op::Matmul { .. } => {
-                    let w = s.weight.as_ref().ok_or_else(|| Error::InvalidArgument("matmul without weight".into()))?;
+                    let w = s
+                        .weight
+                        .as_ref()
+                        .ok_or_else(|| Error::InvalidArgument("matmul without weight".into()))?;
                     let k = w.row_len();
                     let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
-                    matmul::matmul(&pool, self.kernels, w, &x[..s.rows * k], s.rows, &mut y[..size], &mut self.act);
+                    matmul::matmul(
+                        &pool,
+                        self.kernels,
+                        w,
+                        &x[..s.rows * k],
+                        s.rows,
+                        &mut y[..size],
+                        &mut self.act,
+                    );
                 }
                 Op::AddBias { .. } => {
                     let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
@@ -251,7 +290,17 @@ impl CpuContext {
                         ops::rope_row(row, *head_dim, rope, &table[t * half..(t + 1) * half]);
                     }
                 }
-                Op::Attention { layer, n_head, n_head_kv, head_dim, head_dim_v, scale, window, softcap, .. } => {
+                Op::Attention {
+                    layer,
+                    n_head,
+                    n_head_kv,
+                    head_dim,
+                    head_dim_v,
+                    scale,
+                    window,
+                    softcap,
+                    ..
+                } => {
                     let p = AttnParams {
                         layer: *layer,
                         n_head: *n_head,
@@ -265,14 +314,20 @@ impl CpuContext {
                     let bp = SyncPtr::new(&mut plan.buffers);
                     // SAFETY: the three inputs and the output are distinct live buffers.
                     let (q, k, v, out) = unsafe {
-                        (&*bp.0.add(s.inputs[0]), &*bp.0.add(s.inputs[1]), &*bp.0.add(s.inputs[2]), &mut *bp.0.add(s.out))
+                        (
+                            &*bp.0.add(s.inputs[0]),
+                            &*bp.0.add(s.inputs[1]),
+                            &*bp.0.add(s.inputs[2]),
+                            &mut *bp.0.add(s.out),
+                        )
                     };
                     attention::attention(&pool, &mut self.kv, &p, q, k, v, pos0, n, &mut out[..size])?;
                 }
                 Op::Add { .. } | Op::Mul { .. } | Op::Swiglu { .. } | Op::Geglu { .. } => {
                     let bp = SyncPtr::new(&mut plan.buffers);
                     // SAFETY: output buffer differs from both inputs (planner invariant).
-                    let (a, b, y) = unsafe { (&*bp.0.add(s.inputs[0]), &*bp.0.add(s.inputs[1]), &mut *bp.0.add(s.out)) };
+                    let (a, b, y) =
+                        unsafe { (&*bp.0.add(s.inputs[0]), &*bp.0.add(s.inputs[1]), &mut *bp.0.add(s.out)) };
                     let (a, b) = (&a[..size], &b[..size]);
                     let yp = SyncPtr::new(&mut y[..size]);
                     let op = &s.op;
@@ -313,14 +368,22 @@ impl Context for CpuContext {
     fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()> {
         let n = tokens.len();
         if n == 0 || n != graph.n_tokens {
-            return Err(Error::InvalidArgument(format!("{n} tokens for a graph of {}", graph.n_tokens)));
+            return Err(Error::InvalidArgument(format!(
+                "{n} tokens for a graph of {}",
+                graph.n_tokens
+            )));
         }
         if pos0 + n > self.kv.n_ctx {
-            return Err(Error::ContextOverflow { pos: pos0 + n - 1, n_ctx: self.kv.n_ctx });
+            return Err(Error::ContextOverflow {
+                pos: pos0 + n - 1,
+                n_ctx: self.kv.n_ctx,
+            });
         }
         let n_vocab = self.model.hparams.n_vocab;
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {n_vocab}")));
+            return Err(Error::InvalidArgument(format!(
+                "token id {bad} is outside the vocabulary of {n_vocab}"
+            )));
         }
         let key = (graph.n_tokens, graph.n_outputs);
         if !self.plans.contains_key(&key) {

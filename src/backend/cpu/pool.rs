@@ -133,7 +133,7 @@ fn worker(s: Arc<Shared>, tid: usize) {
                 break;
             }
             spins += 1;
-            if spins % 1024 == 0 && t0.elapsed() > SPIN {
+            if spins.is_multiple_of(1024) && t0.elapsed() > SPIN {
                 let mut sleepers = s.sleepers.lock().unwrap_or_else(|e| e.into_inner());
                 *sleepers += 1;
                 while s.epoch.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
@@ -178,7 +178,8 @@ impl<T> SyncPtr<T> {
         SyncPtr(s.as_mut_ptr())
     }
 
-    /// SAFETY: `[start, start+len)` is in bounds and no other thread touches it meanwhile.
+    /// # Safety
+    /// `[start, start+len)` is in bounds and no other thread touches it meanwhile.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
         std::slice::from_raw_parts_mut(self.0.add(start), len)

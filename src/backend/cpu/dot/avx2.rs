@@ -7,9 +7,8 @@
 
 use std::arch::x86_64::*;
 
-use super::{dot_fn, dot_table, dot_x4_fn, e8m0_half, scalar, x4_table, DotFn, DotX4Fn, Kernels, N_TYPES};
-use super::{KVALUES_IQ4NL, KVALUES_MXFP4};
-use crate::quant::QType;
+use super::{dot_fn, dot_table, dot_x4_fn, scalar, x4_table, DotFn, DotX4Fn, Kernels, N_TYPES};
+use crate::quant::{e8m0_to_f32_half, QType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
 pub(super) fn supported() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
@@ -19,6 +18,7 @@ pub(super) static KERNELS: Kernels = Kernels {
     isa: "avx2",
     dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), &DOT),
     dot_x4: x4_table([None; N_TYPES], &DOT_X4),
+    // SAFETY (these and every kernel in `DOT`): the table is handed out only where `supported()`.
     q8_0: |x, out| unsafe { quantize_q8_0(x, out) },
     q8_1: |x, out| unsafe { quantize_q8_1(x, out) },
     q8_k: |x, out| unsafe { quantize_q8_k(x, out) },
@@ -100,12 +100,12 @@ use inst::{DOT, DOT_X4};
 // --- helpers (ggml's names in comments) -----------------------------------------------------
 
 #[inline(always)]
-unsafe fn ld128(p: *const u8) -> __m128i {
+pub(super) unsafe fn ld128(p: *const u8) -> __m128i {
     _mm_loadu_si128(p as *const __m128i)
 }
 
 #[inline(always)]
-unsafe fn ld256(p: *const u8) -> __m256i {
+pub(super) unsafe fn ld256(p: *const u8) -> __m256i {
     _mm256_loadu_si256(p as *const __m256i)
 }
 
@@ -127,13 +127,13 @@ unsafe fn f16(p: *const u8) -> f32 {
 
 /// Two adjacent f16 at `p`, converted together.
 #[inline(always)]
-unsafe fn f16x2(p: *const u8) -> (f32, f32) {
+pub(super) unsafe fn f16x2(p: *const u8) -> (f32, f32) {
     let f = _mm_cvtph_ps(movd(u32u(p)));
     (_mm_cvtss_f32(f), _mm_cvtss_f32(_mm_movehdup_ps(f)))
 }
 
 #[inline(always)]
-unsafe fn f32u(p: *const u8) -> f32 {
+pub(super) unsafe fn f32u(p: *const u8) -> f32 {
     std::ptr::read_unaligned(p as *const f32)
 }
 
@@ -152,7 +152,7 @@ pub(super) unsafe fn hsum_ps(x: __m256) -> f32 {
 }
 
 #[inline(always)]
-unsafe fn hsum_ps128(x: __m128) -> f32 {
+pub(super) unsafe fn hsum_ps128(x: __m128) -> f32 {
     let r = _mm_add_ps(x, _mm_movehl_ps(x, x));
     _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
 }
@@ -309,7 +309,7 @@ impl Signed for MXFP4 {
     const BYTES: usize = 17;
     #[inline(always)]
     unsafe fn decode(xb: *const u8) -> (f32, __m256i) {
-        (e8m0_half(*xb), lut4(&KVALUES_MXFP4, xb.add(1)))
+        (e8m0_to_f32_half(*xb), lut4(&KVALUES_MXFP4, xb.add(1)))
     }
 }
 
@@ -334,7 +334,12 @@ impl Unsigned for Q5_1 {
 
 /// One block of a signed dot: acc += dx·dy · Σ qx·qy (`mul_sum_i8_pairs_float`).
 #[inline(always)]
-unsafe fn signed_step<const V: bool, B: Signed>(x: *const u8, y: *const u8, i: usize, acc: __m256) -> __m256 {
+pub(super) unsafe fn signed_step<const V: bool, B: Signed>(
+    x: *const u8,
+    y: *const u8,
+    i: usize,
+    acc: __m256,
+) -> __m256 {
     let yb = y.add(34 * i);
     let (dx, qx) = B::decode(x.add(B::BYTES * i));
     let p = dot_us8::<V>(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(ld256(yb.add(2)), qx));
@@ -570,7 +575,7 @@ pub(super) unsafe fn q3_k<const V: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 /// q4_K/q5_K scales and mins as i16: (scales duplicated per lane, mins).
 #[inline(always)]
-unsafe fn k4_scales(p: *const u8) -> (__m256i, __m128i) {
+pub(super) unsafe fn k4_scales(p: *const u8) -> (__m256i, __m128i) {
     const KMASK1: u32 = 0x3f3f3f3f;
     const KMASK2: u32 = 0x0f0f0f0f;
     const KMASK3: u32 = 0x03030303;
@@ -586,7 +591,7 @@ unsafe fn k4_scales(p: *const u8) -> (__m256i, __m128i) {
 
 /// Σ mins·(sub-block sums of q8) from the q8_K bsums: 4 i32 lanes.
 #[inline(always)]
-unsafe fn k4_mins(mins: __m128i, yb: *const u8) -> __m128i {
+pub(super) unsafe fn k4_mins(mins: __m128i, yb: *const u8) -> __m128i {
     let bs = ld256(yb.add(260));
     let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
     _mm_madd_epi16(mins, q8s)
@@ -729,7 +734,7 @@ unsafe fn q6_scale(scales: __m128i, g: usize) -> __m256i {
 
 /// 32·Σ scale·bsum: the -32 offset of q6_K quants, taken out once per block (8 i32 lanes).
 #[inline(always)]
-unsafe fn q6_offset(scales: __m128i, yb: *const u8) -> __m256i {
+pub(super) unsafe fn q6_offset(scales: __m128i, yb: *const u8) -> __m256i {
     _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(scales), ld256(yb.add(260))), 5)
 }
 
@@ -802,7 +807,7 @@ pub(super) unsafe fn q8_k<const V: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     hsum_ps(acc)
 }
 
-// --- activation quantizers (bit-exact with the scalar reference) ------------------------------
+// --- activation quantizers (bit-exact with the scalar encoders) --------------------------------
 
 #[inline(always)]
 unsafe fn abs_ps(v: __m256) -> __m256 {
@@ -816,13 +821,10 @@ unsafe fn hmax_ps(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)))
 }
 
-/// C `roundf` (half away from zero), exactly: trunc, then ±1 where |frac| ≥ 0.5.
+/// Round to nearest, ties to even (`_mm256_round_ps(x, _MM_ROUND_NEAREST)` in ggml).
 #[inline(always)]
-unsafe fn roundf_ps(v: __m256) -> __m256 {
-    let t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    let up = _mm256_cmp_ps(abs_ps(_mm256_sub_ps(v, t)), _mm256_set1_ps(0.5), _CMP_GE_OQ);
-    let one = _mm256_or_ps(_mm256_set1_ps(1.0), _mm256_and_ps(v, _mm256_set1_ps(-0.0)));
-    _mm256_add_ps(t, _mm256_and_ps(up, one))
+unsafe fn rint_ps(v: __m256) -> __m256 {
+    _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 }
 
 /// Four vectors of i32 (32 values, in order) → 32 saturated i8 in order.
@@ -838,7 +840,8 @@ unsafe fn f16_bits(v: f32) -> u16 {
     _mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(v), _MM_FROUND_TO_NEAREST_INT), 0) as u16
 }
 
-/// One 32-element block: (d, qs as i32 vectors) with roundf(x / d).
+/// One 32-element block: (d, qs as i32 vectors) with rint(x · 127/amax), as ggml-cpu's AVX2
+/// `quantize_row_q8_0`.
 #[inline(always)]
 unsafe fn q8_block(x: *const f32) -> (f32, [__m256i; 4]) {
     let v = [
@@ -851,13 +854,14 @@ unsafe fn q8_block(x: *const f32) -> (f32, [__m256i; 4]) {
         _mm256_max_ps(abs_ps(v[0]), abs_ps(v[1])),
         _mm256_max_ps(abs_ps(v[2]), abs_ps(v[3])),
     );
-    let d = hmax_ps(m) / 127.0;
-    let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+    let amax = hmax_ps(m);
+    let d = amax / 127.0;
+    let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
     let q = [
-        _mm256_cvtps_epi32(roundf_ps(_mm256_mul_ps(v[0], id))),
-        _mm256_cvtps_epi32(roundf_ps(_mm256_mul_ps(v[1], id))),
-        _mm256_cvtps_epi32(roundf_ps(_mm256_mul_ps(v[2], id))),
-        _mm256_cvtps_epi32(roundf_ps(_mm256_mul_ps(v[3], id))),
+        _mm256_cvtps_epi32(rint_ps(_mm256_mul_ps(v[0], id))),
+        _mm256_cvtps_epi32(rint_ps(_mm256_mul_ps(v[1], id))),
+        _mm256_cvtps_epi32(rint_ps(_mm256_mul_ps(v[2], id))),
+        _mm256_cvtps_epi32(rint_ps(_mm256_mul_ps(v[3], id))),
     ];
     (d, q)
 }

@@ -15,7 +15,8 @@ use std::arch::aarch64::*;
 #[cfg(not(target_arch = "aarch64"))]
 use model::*;
 
-use super::{f16_at, f32_at, scalar::k4_scales_mins, KVALUES_IQ4NL};
+use super::{f16_at, f32_at, scalar::k4_scales_mins};
+use crate::quant::KVALUES_IQ4NL;
 
 #[cfg(target_arch = "aarch64")]
 pub(super) use tables::{kernels, supported};
@@ -268,7 +269,12 @@ unsafe fn dot_signed_x4<const D: bool, B: Signed>(n: usize, w: &[u8], a: [&[u8];
             *acc = vfmaq_f32(*acc, vcvtq_f32_s32(p), vdupq_n_f32(dx * f16_at(a, 34 * i)));
         }
     }
-    [vaddvq_f32(acc[0]), vaddvq_f32(acc[1]), vaddvq_f32(acc[2]), vaddvq_f32(acc[3])]
+    [
+        vaddvq_f32(acc[0]),
+        vaddvq_f32(acc[1]),
+        vaddvq_f32(acc[2]),
+        vaddvq_f32(acc[3]),
+    ]
 }
 
 /// ggml_vec_dot_q4_1_q8_1: block_q4_1 {d, m: f16, qs[16]} · block_q8_1 {d, s: f16, qs[32]}.
@@ -311,9 +317,16 @@ unsafe fn q45_k<const D: bool, const FIVE: bool>(n: usize, w: &[u8], a: &[u8]) -
         let (scales, mins) = k4_scales_mins(&w[xo + 4..xo + 16]);
         let q8sums = vpaddq_s16(ld_s16(yb.add(260)), ld_s16(yb.add(276)));
         let mins16 = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mins.as_ptr())));
-        let prod = vaddq_s32(vmull_s16(vget_low_s16(q8sums), vget_low_s16(mins16)), vmull_high_s16(q8sums, mins16));
+        let prod = vaddq_s32(
+            vmull_s16(vget_low_s16(q8sums), vget_low_s16(mins16)),
+            vmull_high_s16(q8sums, mins16),
+        );
         sumf -= dmin * vaddvq_s32(prod) as f32;
-        let hb = if FIVE { [vld1q_u8(xb.add(16)), vld1q_u8(xb.add(32))] } else { [vdupq_n_u8(0); 2] };
+        let hb = if FIVE {
+            [vld1q_u8(xb.add(16)), vld1q_u8(xb.add(32))]
+        } else {
+            [vdupq_n_u8(0); 2]
+        };
         let mut sumi = 0i32;
         for j in 0..4 {
             let (q0, q1) = (vld1q_u8(xb.add(qs + 32 * j)), vld1q_u8(xb.add(qs + 32 * j + 16)));
@@ -351,8 +364,14 @@ unsafe fn q6_k<const D: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
         };
         let (bs0, bs1) = (ld_s16(yb.add(260)), ld_s16(yb.add(276)));
         let mins = vaddq_s32(
-            vaddq_s32(vmull_s16(vget_low_s16(bs0), vget_low_s16(sc16[0])), vmull_high_s16(bs0, sc16[0])),
-            vaddq_s32(vmull_s16(vget_low_s16(bs1), vget_low_s16(sc16[1])), vmull_high_s16(bs1, sc16[1])),
+            vaddq_s32(
+                vmull_s16(vget_low_s16(bs0), vget_low_s16(sc16[0])),
+                vmull_high_s16(bs0, sc16[0]),
+            ),
+            vaddq_s32(
+                vmull_s16(vget_low_s16(bs1), vget_low_s16(sc16[1])),
+                vmull_high_s16(bs1, sc16[1]),
+            ),
         );
         let mut isum = 0i32;
         for j in 0..2 {
@@ -370,7 +389,11 @@ unsafe fn q6_k<const D: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
                 vshrq_n_u8::<6>(qh1),
             ];
             for g in 0..8 {
-                let low = if g < 4 { vandq_u8(ql[g], m4) } else { vshrq_n_u8::<4>(ql[g - 4]) };
+                let low = if g < 4 {
+                    vandq_u8(ql[g], m4)
+                } else {
+                    vshrq_n_u8::<4>(ql[g - 4])
+                };
                 let q = vorrq_u8(low, vshlq_n_u8::<4>(vandq_u8(hs[g], m3)));
                 let p = dot_s8::<D>(vdupq_n_s32(0), vreinterpretq_s8_u8(q), ld_s8(q8.add(16 * g)));
                 isum += vaddvq_s32(p) * sc[8 * j + g] as i8 as i32;
@@ -563,7 +586,9 @@ mod model {
     }
     /// `fcvtl` of 4 f16 at `p`.
     pub unsafe fn ld_f16x4(p: *const u8) -> float32x4_t {
-        float32x4_t(map(vreinterpret_u16_u8(vld1_u8(p)).0, |h| half::f16::from_bits(h).to_f32()))
+        float32x4_t(map(vreinterpret_u16_u8(vld1_u8(p)).0, |h| {
+            half::f16::from_bits(h).to_f32()
+        }))
     }
 }
 
@@ -615,7 +640,10 @@ mod tests {
                 for (name, f) in [("sdot", dot), ("base", base)] {
                     // SAFETY: the rows have exactly n elements.
                     let got = unsafe { f(n, &wb, &ab) };
-                    assert!((got - want).abs() as f64 <= 1e-5 * sabs + 1e-30, "{w} {name} n={n}: {got} vs {want}");
+                    assert!(
+                        (got - want).abs() as f64 <= 1e-5 * sabs + 1e-30,
+                        "{w} {name} n={n}: {got} vs {want}"
+                    );
                 }
                 if matches!(w, QType::Q4_0 | QType::Q8_0) {
                     let a4 = [&ab[..], &ab, &ab, &ab];
@@ -627,7 +655,10 @@ mod tests {
                             dot_signed_x4::<false, Q8_0>(n, &wb, a4)
                         }
                     };
-                    assert!(got.iter().all(|g| (g - want).abs() as f64 <= 1e-5 * sabs + 1e-30), "{w} x4");
+                    assert!(
+                        got.iter().all(|g| (g - want).abs() as f64 <= 1e-5 * sabs + 1e-30),
+                        "{w} x4"
+                    );
                 }
             }
         }

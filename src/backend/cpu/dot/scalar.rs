@@ -5,8 +5,9 @@
 //! The quantizers follow `quantize_row_*_ref` (ggml/src/ggml-quants.c) bit for bit.
 //! Weight and activation rows are raw bytes: fields are read with `from_le_bytes`.
 
-use super::{dot_fn, e8m0_half, f16_at, f32_at, DotFn, KVALUES_IQ4NL, KVALUES_MXFP4};
+use super::{dot_fn, f16_at, f32_at, DotFn};
 use crate::quant::QType;
+use crate::quant::{e8m0_to_f32_half, KVALUES_IQ4NL, KVALUES_MXFP4};
 
 pub(super) static DOT: [(QType, DotFn); 17] = [
     dot_fn!(F32, dot_f32),
@@ -191,7 +192,7 @@ pub fn dot_iq4_nl(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 /// block_mxfp4 {e: e8m0, qs[16]} · q8_0.
 pub fn dot_mxfp4(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    dot_lut4(n, w, a, 17, &KVALUES_MXFP4, |x| e8m0_half(x[0]))
+    dot_lut4(n, w, a, 17, &KVALUES_MXFP4, |x| e8m0_to_f32_half(x[0]))
 }
 
 // --- k-quants (256-element super-blocks) × q8_K {d: f32, qs[256], bsums: i16[16]} ----------
@@ -234,10 +235,9 @@ fn k_lanes(aux8: &[i8; 256], q8: &[i8], group: usize, scale: impl Fn(usize) -> i
     let mut aux32 = [0i32; 8];
     for j in 0..256 / group {
         let s = scale(j);
-        for l0 in (0..group).step_by(8) {
-            for l in 0..8 {
-                let i = j * group + l0 + l;
-                aux32[l] += s * (q8[i] as i32 * aux8[i] as i32);
+        for l0 in (j * group..(j + 1) * group).step_by(8) {
+            for (l, acc) in aux32.iter_mut().enumerate() {
+                *acc += s * (q8[l0 + l] as i32 * aux8[l0 + l] as i32);
             }
         }
     }
@@ -405,26 +405,29 @@ fn f16_bits(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_bits().to_le_bytes()
 }
 
-/// ggml `quantize_row_q8_0_ref`: d = amax/127, qs = roundf(x/d).
+/// ggml-cpu's x86 `quantize_row_q8_0`: d = amax/127, qs = rint(x · 127/amax) (ties to even).
+/// Differs from the reference codec (`roundf(x / d)`) in rare ties, and llama.cpp runs this one.
 pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
     for (xb, yb) in x.chunks_exact(32).zip(out.chunks_exact_mut(34)) {
-        let d = amax(xb) / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let m = amax(xb);
+        let d = m / 127.0;
+        let id = if m != 0.0 { 127.0 / m } else { 0.0 };
         yb[0..2].copy_from_slice(&f16_bits(d));
         for (q, &v) in yb[2..].iter_mut().zip(xb) {
-            *q = (v * id).round() as i8 as u8;
+            *q = (v * id).round_ties_even() as i8 as u8;
         }
     }
 }
 
-/// ggml `quantize_row_q8_1_ref`: as q8_0, plus s = d · Σqs.
+/// ggml-cpu's x86 `quantize_row_q8_1`: as q8_0, plus s = d · Σqs.
 pub fn quantize_q8_1(x: &[f32], out: &mut [u8]) {
     for (xb, yb) in x.chunks_exact(32).zip(out.chunks_exact_mut(36)) {
-        let d = amax(xb) / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let m = amax(xb);
+        let d = m / 127.0;
+        let id = if m != 0.0 { 127.0 / m } else { 0.0 };
         let mut sum = 0i32;
         for (q, &v) in yb[4..].iter_mut().zip(xb) {
-            let r = (v * id).round() as i8;
+            let r = (v * id).round_ties_even() as i8;
             sum += r as i32;
             *q = r as u8;
         }

@@ -1,0 +1,35 @@
+// Byte-offset readers over a raw GGUF weight `w: array<u32>` (declared by the op). GGUF blocks
+// are not 4-byte aligned (q4_0 is 18 bytes, q8_0 34, q6_K 210), so a 32-bit word at any byte
+// offset is two neighbours combined; 16-bit fields always sit at even offsets. Buffers carry
+// 4 bytes of padding so the neighbour of the last word exists.
+
+fn w_u32(b: u32) -> u32 {
+    let i = b >> 2u;
+    let s = (b & 3u) * 8u;
+    let lo = w[i];
+    if (s == 0u) {
+        return lo;
+    }
+    return (lo >> s) | (w[i + 1u] << (32u - s));
+}
+
+fn w_u16(b: u32) -> u32 {
+    return (w[b >> 2u] >> ((b & 2u) * 8u)) & 0xffffu;
+}
+
+fn w_u8(b: u32) -> u32 {
+    return (w[b >> 2u] >> ((b & 3u) * 8u)) & 0xffu;
+}
+
+fn w_i8(b: u32) -> i32 {
+    return bitcast<i32>(w_u8(b) << 24u) >> 24u;
+}
+
+fn w_f16(b: u32) -> f32 {
+    return unpack2x16float(w_u16(b)).x;
+}
+
+// Nibbles (shift 0 or 4) of the 4 bytes at b, as floats.
+fn w_nib4(b: u32, shift: u32) -> vec4<f32> {
+    return vec4<f32>(unpack4xU8((w_u32(b) >> shift) & 0x0f0f0f0fu));
+}

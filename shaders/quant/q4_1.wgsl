@@ -1,0 +1,13 @@
+// q4_1, 20 bytes / 32: d f16 | m f16 | qs[16]. x = d·q + m; nibbles as q4_0.
+// ggml: dequantize_row_q4_1.
+
+const QK: u32 = 32u;
+const QB: u32 = 20u;
+
+fn dq8(b: u32, c: u32) -> array<vec4<f32>, 2> {
+    let d = w_f16(b);
+    let m = w_f16(b + 2u);
+    let o = b + 4u + (c & 1u) * 8u;
+    let sh = (c >> 1u) * 4u;
+    return array<vec4<f32>, 2>(w_nib4(o, sh) * d + m, w_nib4(o + 4u, sh) * d + m);
+}

@@ -1,0 +1,21 @@
+// q5_1, 24 bytes / 32: d f16 | m f16 | qh u32 | qs[16]. x = d·q + m; bits as q5_0.
+// ggml: dequantize_row_q5_1.
+
+const QK: u32 = 32u;
+const QB: u32 = 24u;
+
+fn q5_high(qh: u32, c: u32) -> array<vec4<f32>, 2> {
+    let s = vec4<u32>(0u, 1u, 2u, 3u) + 8u * c;
+    let lo = vec4<f32>(((vec4<u32>(qh) >> s) & vec4<u32>(1u)) << vec4<u32>(4u));
+    let hi = vec4<f32>(((vec4<u32>(qh) >> (s + 4u)) & vec4<u32>(1u)) << vec4<u32>(4u));
+    return array<vec4<f32>, 2>(lo, hi);
+}
+
+fn dq8(b: u32, c: u32) -> array<vec4<f32>, 2> {
+    let d = w_f16(b);
+    let m = w_f16(b + 2u);
+    let h = q5_high(w_u32(b + 4u), c);
+    let o = b + 8u + (c & 1u) * 8u;
+    let sh = (c >> 1u) * 4u;
+    return array<vec4<f32>, 2>((w_nib4(o, sh) + h[0]) * d + m, (w_nib4(o + 4u, sh) + h[1]) * d + m);
+}

@@ -1,0 +1,29 @@
+// q5_K, 176 bytes / 256: d f16 | dmin f16 | scales[12] | qh[32] | qs[128]. As q4_K with a fifth
+// bit: element 64g + 32hi + l has bit 2g + hi of qh[l]. ggml: dequantize_row_q5_K.
+
+const QK: u32 = 256u;
+const QB: u32 = 176u;
+
+fn scale_min_k4(s: u32, j: u32) -> vec2<f32> {
+    if (j < 4u) {
+        return vec2<f32>(f32(w_u8(s + j) & 63u), f32(w_u8(s + j + 4u) & 63u));
+    }
+    let b4 = w_u8(s + j + 4u);
+    let sc = (b4 & 0xfu) | ((w_u8(s + j - 4u) >> 6u) << 4u);
+    let mn = (b4 >> 4u) | ((w_u8(s + j) >> 6u) << 4u);
+    return vec2<f32>(f32(sc), f32(mn));
+}
+
+fn dq8(b: u32, c: u32) -> array<vec4<f32>, 2> {
+    let g = c >> 3u;
+    let hi = (c >> 2u) & 1u;
+    let l0 = (c & 3u) * 8u;
+    let j = 2u * g + hi;
+    let sm = scale_min_k4(b + 4u, j);
+    let d = w_f16(b) * sm.x;
+    let m = w_f16(b + 2u) * sm.y;
+    let o = b + 48u + 32u * g + l0;
+    let h0 = 16.0 * vec4<f32>(unpack4xU8((w_u32(b + 16u + l0) >> j) & 0x01010101u));
+    let h1 = 16.0 * vec4<f32>(unpack4xU8((w_u32(b + 20u + l0) >> j) & 0x01010101u));
+    return array<vec4<f32>, 2>(d * (w_nib4(o, 4u * hi) + h0) - m, d * (w_nib4(o + 4u, 4u * hi) + h1) - m);
+}

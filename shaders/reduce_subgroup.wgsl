@@ -1,0 +1,42 @@
+// Workgroup reductions through subgroup operations (wgpu `Features::SUBGROUP`): one subgroup
+// reduction, one barrier, then every invocation adds up the per-subgroup partials. The subgroup
+// size (8 to 64 depending on the adapter, 8 on llvmpipe) comes from the builtins, never assumed.
+
+enable subgroups;
+
+struct Lanes {
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(subgroup_invocation_id) sg_lane: u32,
+    @builtin(subgroup_id) sg_id: u32,
+    @builtin(num_subgroups) n_sg: u32,
+}
+
+var<workgroup> red: array<f32, 256>;
+
+fn wg_sum(v: f32, ln: Lanes) -> f32 {
+    let s = subgroupAdd(v);
+    if (ln.sg_lane == 0u) {
+        red[ln.sg_id] = s;
+    }
+    workgroupBarrier();
+    var t = 0.0;
+    for (var i = 0u; i < ln.n_sg; i++) {
+        t += red[i];
+    }
+    workgroupBarrier();
+    return t;
+}
+
+fn wg_max(v: f32, ln: Lanes) -> f32 {
+    let s = subgroupMax(v);
+    if (ln.sg_lane == 0u) {
+        red[ln.sg_id] = s;
+    }
+    workgroupBarrier();
+    var t = red[0];
+    for (var i = 1u; i < ln.n_sg; i++) {
+        t = max(t, red[i]);
+    }
+    workgroupBarrier();
+    return t;
+}

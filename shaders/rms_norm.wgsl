@@ -1,0 +1,31 @@
+// rms_norm: y = x / sqrt(mean(x²) + eps) · w over each row. One workgroup per row.
+// ggml: ggml_compute_forward_rms_norm_f32 followed by ggml_mul.
+
+override WG: u32 = 64u;
+
+struct Params {
+    width: u32,
+    eps: f32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+@group(0) @binding(2) var<storage, read> x: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, ln: Lanes) {
+    let row = wid.x + wid.y * nwg.x;
+    let base = row * p.width;
+    var s = 0.0;
+    for (var i = ln.lid; i < p.width; i += WG) {
+        let v = x[base + i];
+        s += v * v;
+    }
+    let scale = 1.0 / sqrt(wg_sum(s, ln) / f32(p.width) + p.eps);
+    for (var i = ln.lid; i < p.width; i += WG) {
+        y[base + i] = (x[base + i] * scale) * dq1(i);
+    }
+}
