@@ -1,25 +1,59 @@
 //! A persistent thread pool for the CPU backend. A forward runs a few hundred parallel
 //! regions; spawning threads per region, or parking them between regions, would cost more than
-//! the work itself. Workers spin for a short while after each region and park only when idle.
+//! the work itself. Workers spin briefly after each region, then yield, then park.
+//!
+//! Completion is tracked per chunk of work, not per worker: the caller takes chunks too and
+//! returns as soon as every chunk is done, so a worker the OS has descheduled (a loaded machine)
+//! delays nothing — it finds no work left when it wakes.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long an idle worker spins before parking. A decode step's regions are microseconds
-/// apart; between steps (sampling, printing) the gap is well under this.
-const SPIN: Duration = Duration::from_micros(500);
+/// How long an idle worker spins (then yields) before parking. A decode step's regions are
+/// microseconds apart; between steps (sampling, printing) the gap is well under this.
+const SPIN: Duration = Duration::from_micros(300);
+const PARK_AFTER: Duration = Duration::from_millis(2);
 
-type Job = dyn Fn(usize) + Sync;
+/// One parallel region: chunks handed out by `next`, counted by `done`.
+struct Region<'a> {
+    f: &'a (dyn Fn(usize, std::ops::Range<usize>) + Sync),
+    n: usize,
+    chunk: usize,
+    n_chunks: usize,
+    next: AtomicUsize,
+    done: AtomicUsize,
+    panicked: AtomicUsize,
+}
+
+impl Region<'_> {
+    /// Takes and runs chunks until none are left.
+    fn work(&self, tid: usize) {
+        loop {
+            let c = self.next.fetch_add(1, SeqCst);
+            if c >= self.n_chunks {
+                return;
+            }
+            let start = c * self.chunk;
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                (self.f)(tid, start..(start + self.chunk).min(self.n))
+            }));
+            if r.is_err() {
+                self.panicked.fetch_add(1, SeqCst);
+            }
+            self.done.fetch_add(1, SeqCst);
+        }
+    }
+}
 
 struct Shared {
-    /// The current job, lifetime erased; valid while `run` waits for its workers.
-    job: Mutex<Option<&'static Job>>,
+    /// The current region (lifetime erased), or null. Valid while `active` says a worker may
+    /// be reading it; the caller nulls it and waits for `active == 0` before returning.
+    region: AtomicPtr<Region<'static>>,
+    active: AtomicUsize,
     epoch: AtomicU64,
-    done: AtomicUsize,
-    panicked: AtomicBool,
-    shutdown: AtomicBool,
+    shutdown: AtomicUsize,
     sleepers: Mutex<usize>,
     wake: Condvar,
 }
@@ -28,7 +62,7 @@ pub struct Pool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
     n_threads: usize,
-    /// `run` is not re-entrant; this serialises callers from several contexts.
+    /// Regions are not re-entrant; this serialises callers from several contexts.
     busy: Mutex<()>,
 }
 
@@ -37,11 +71,10 @@ impl Pool {
     pub fn new(n_threads: usize) -> Pool {
         let n_threads = n_threads.max(1);
         let shared = Arc::new(Shared {
-            job: Mutex::new(None),
+            region: AtomicPtr::new(std::ptr::null_mut()),
+            active: AtomicUsize::new(0),
             epoch: AtomicU64::new(0),
-            done: AtomicUsize::new(0),
-            panicked: AtomicBool::new(false),
-            shutdown: AtomicBool::new(false),
+            shutdown: AtomicUsize::new(0),
             sleepers: Mutex::new(0),
             wake: Condvar::new(),
         });
@@ -54,49 +87,15 @@ impl Pool {
                     .expect("spawning a CPU worker thread")
             })
             .collect();
-        Pool {
-            shared,
-            workers,
-            n_threads,
-            busy: Mutex::new(()),
-        }
+        Pool { shared, workers, n_threads, busy: Mutex::new(()) }
     }
 
     pub fn n_threads(&self) -> usize {
         self.n_threads
     }
 
-    /// Runs `f(thread_index)` on every thread (the caller is thread 0) and waits for all.
-    pub fn run<F: Fn(usize) + Sync>(&self, f: F) {
-        if self.n_threads == 1 {
-            f(0);
-            return;
-        }
-        let _guard = self.busy.lock().unwrap_or_else(|e| e.into_inner());
-        let job: &(dyn Fn(usize) + Sync + '_) = &f;
-        // SAFETY: the reference is cleared below only after every worker has finished with it.
-        let job: &'static Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync + '_), &'static Job>(job) };
-        *self.shared.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
-        self.shared.done.store(0, Ordering::Relaxed);
-        self.shared.epoch.fetch_add(1, Ordering::Release);
-        if *self.shared.sleepers.lock().unwrap_or_else(|e| e.into_inner()) > 0 {
-            self.shared.wake.notify_all();
-        }
-        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(0)));
-        while self.shared.done.load(Ordering::Acquire) < self.n_threads - 1 {
-            std::hint::spin_loop();
-        }
-        *self.shared.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        if let Err(p) = mine {
-            std::panic::resume_unwind(p);
-        }
-        if self.shared.panicked.swap(false, Ordering::Relaxed) {
-            panic!("a CPU worker thread panicked");
-        }
-    }
-
     /// Splits `0..n` into chunks of `chunk` and hands them out dynamically:
-    /// `f(thread, start..end)` is called once per chunk.
+    /// `f(thread, start..end)` is called once per chunk; returns when all are done.
     pub fn for_chunks<F: Fn(usize, std::ops::Range<usize>) + Sync>(&self, n: usize, chunk: usize, f: F) {
         let chunk = chunk.max(1);
         let n_chunks = n.div_ceil(chunk);
@@ -106,15 +105,42 @@ impl Pool {
             }
             return;
         }
-        let next = AtomicUsize::new(0);
-        self.run(|tid| loop {
-            let c = next.fetch_add(1, Ordering::Relaxed);
-            if c >= n_chunks {
-                break;
+        let _guard = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let region = Region {
+            f: &f,
+            n,
+            chunk,
+            n_chunks,
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            panicked: AtomicUsize::new(0),
+        };
+        let s = &self.shared;
+        // SAFETY: `region` outlives every access: see `Shared::region`.
+        let ptr = &region as *const Region as *mut Region<'static>;
+        s.region.store(ptr, SeqCst);
+        s.epoch.fetch_add(1, SeqCst);
+        if *s.sleepers.lock().unwrap_or_else(|e| e.into_inner()) > 0 {
+            s.wake.notify_all();
+        }
+        region.work(0);
+        let t0 = Instant::now();
+        let mut spins = 0u32;
+        while region.done.load(SeqCst) < n_chunks {
+            spins += 1;
+            if spins.is_multiple_of(64) && t0.elapsed() > SPIN {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
             }
-            let start = c * chunk;
-            f(tid, start..(start + chunk).min(n));
-        });
+        }
+        s.region.store(std::ptr::null_mut(), SeqCst);
+        while s.active.load(SeqCst) != 0 {
+            std::hint::spin_loop();
+        }
+        if region.panicked.load(SeqCst) > 0 {
+            panic!("a CPU kernel panicked");
+        }
     }
 }
 
@@ -124,39 +150,46 @@ fn worker(s: Arc<Shared>, tid: usize) {
         let t0 = Instant::now();
         let mut spins = 0u32;
         loop {
-            if s.shutdown.load(Ordering::Acquire) {
+            if s.shutdown.load(SeqCst) != 0 {
                 return;
             }
-            let e = s.epoch.load(Ordering::Acquire);
+            let e = s.epoch.load(SeqCst);
             if e != seen {
                 seen = e;
                 break;
             }
             spins += 1;
-            if spins.is_multiple_of(1024) && t0.elapsed() > SPIN {
+            if !spins.is_multiple_of(64) {
+                std::hint::spin_loop();
+                continue;
+            }
+            let idle = t0.elapsed();
+            if idle < SPIN {
+                std::hint::spin_loop();
+            } else if idle < PARK_AFTER {
+                std::thread::yield_now();
+            } else {
                 let mut sleepers = s.sleepers.lock().unwrap_or_else(|e| e.into_inner());
                 *sleepers += 1;
-                while s.epoch.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
+                while s.epoch.load(SeqCst) == seen && s.shutdown.load(SeqCst) == 0 {
                     sleepers = s.wake.wait(sleepers).unwrap_or_else(|e| e.into_inner());
                 }
                 *sleepers -= 1;
-            } else {
-                std::hint::spin_loop();
             }
         }
-        let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(job) = job {
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(tid))).is_err() {
-                s.panicked.store(true, Ordering::Relaxed);
-            }
+        s.active.fetch_add(1, SeqCst);
+        let p = s.region.load(SeqCst);
+        if !p.is_null() {
+            // SAFETY: non-null after our `active` increment means the caller is still waiting.
+            unsafe { (*p).work(tid) };
         }
-        s.done.fetch_add(1, Ordering::Release);
+        s.active.fetch_sub(1, SeqCst);
     }
 }
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.shutdown.store(1, SeqCst);
         {
             let _g = self.shared.sleepers.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();
@@ -197,41 +230,54 @@ mod tests {
             let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
             pool.for_chunks(n, 13, |_, r| {
                 for i in r {
-                    hits[i].fetch_add(1, Ordering::Relaxed);
+                    hits[i].fetch_add(1, SeqCst);
                 }
             });
-            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n={n}");
+            assert!(hits.iter().all(|h| h.load(SeqCst) == 1), "n={n}");
         }
     }
 
     #[test]
-    fn run_reaches_every_thread_and_survives_idle() {
+    fn workers_take_chunks_and_survive_parking() {
         let pool = Pool::new(2);
-        for round in 0..3 {
-            let seen = AtomicUsize::new(0);
-            pool.run(|tid| {
-                seen.fetch_or(1 << tid, Ordering::Relaxed);
+        let mut helped = false;
+        for _ in 0..200 {
+            let by_worker = AtomicUsize::new(0);
+            pool.for_chunks(64, 1, |tid, _| {
+                std::thread::sleep(Duration::from_micros(50));
+                if tid == 1 {
+                    by_worker.fetch_add(1, SeqCst);
+                }
             });
-            assert_eq!(seen.load(Ordering::Relaxed), 0b11, "round {round}");
-            std::thread::sleep(Duration::from_millis(2)); // let the worker park
+            helped |= by_worker.load(SeqCst) > 0;
+            if helped {
+                break;
+            }
         }
+        assert!(helped, "the worker never took a chunk");
+        std::thread::sleep(Duration::from_millis(5)); // let the worker park
+        let n = AtomicUsize::new(0);
+        pool.for_chunks(10, 1, |_, _| {
+            n.fetch_add(1, SeqCst);
+        });
+        assert_eq!(n.load(SeqCst), 10);
     }
 
     #[test]
-    fn a_panicking_job_does_not_hang_the_pool() {
+    fn a_panicking_chunk_does_not_hang_the_pool() {
         let pool = Pool::new(2);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pool.run(|tid| {
-                if tid == 1 {
+            pool.for_chunks(8, 1, |_, r| {
+                if r.start == 5 {
                     panic!("boom");
                 }
             })
         }));
         assert!(r.is_err());
         let ok = AtomicUsize::new(0);
-        pool.run(|_| {
-            ok.fetch_add(1, Ordering::Relaxed);
+        pool.for_chunks(4, 1, |_, _| {
+            ok.fetch_add(1, SeqCst);
         });
-        assert_eq!(ok.load(Ordering::Relaxed), 2);
+        assert_eq!(ok.load(SeqCst), 4);
     }
 }
