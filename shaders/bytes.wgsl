@@ -26,7 +26,7 @@ fn w_i8(b: u32) -> i32 {
 }
 
 fn w_f16(b: u32) -> f32 {
-    return unpack2x16float(w_u16(b)).x;
+    return f16_to_f32(w_u16(b));
 }
 
 // Nibbles (shift 0 or 4) of the 4 bytes at b, as floats.

@@ -32,8 +32,30 @@ fn f16_bits(x: f32) -> u32 {
     return sign | (q + select(0u, 1u, up));
 }
 
+// IEEE half bits (low 16 bits of h) -> f32, exact. Integer decoding instead of
+// unpack2x16float: wgpu allows that builtin only with DownlevelFlags::SHADER_F16_IN_F32, which
+// Mesa's Vulkan drivers (llvmpipe included) lack without the shader-f16 feature.
+fn f16_to_f32(h: u32) -> f32 {
+    let sign = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    if (e == 0u) {
+        let v = f32(m) * 5.9604644775390625e-8; // subnormal: m · 2^-24, a normal f32
+        return select(v, -v, sign != 0u);
+    }
+    if (e == 31u) {
+        return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
+    }
+    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
+}
+
+// Two halves packed in a word, low half first.
+fn f16x2(u: u32) -> vec2<f32> {
+    return vec2<f32>(f16_to_f32(u & 0xffffu), f16_to_f32(u >> 16u));
+}
+
 fn round_f16(x: f32) -> f32 {
-    return unpack2x16float(f16_bits(x)).x;
+    return f16_to_f32(f16_bits(x));
 }
 
 // Linear index of this invocation when a dispatch is folded into (x, y) workgroups.

@@ -35,7 +35,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let ty = lid / 8u;
     let cpb = QK / 8u;
     let rbytes = (p.k / QK) * QB;
-    var acc: array<f32, 16>;
+    // acc[i] = rows 4tx + i × tokens 4ty .. 4ty + 4
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < p.k; k0 += TK) {
         for (var i = 0u; i < 2u; i++) {
             let idx = lid + i * 64u;
@@ -47,10 +51,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 v = dq8((m0 + r) * rbytes + (gc / cpb) * QB, gc % cpb);
             }
             let s = r * LD + c * 8u;
-            for (var e = 0u; e < 4u; e++) {
-                ws[s + e] = v[0][e];
-                ws[s + 4u + e] = v[1][e];
-            }
+            let lo = v[0];
+            let hi = v[1];
+            ws[s] = lo.x;
+            ws[s + 1u] = lo.y;
+            ws[s + 2u] = lo.z;
+            ws[s + 3u] = lo.w;
+            ws[s + 4u] = hi.x;
+            ws[s + 5u] = hi.y;
+            ws[s + 6u] = hi.z;
+            ws[s + 7u] = hi.w;
         }
         for (var i = 0u; i < 16u; i++) {
             let idx = lid + i * 64u;
@@ -63,28 +73,34 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             xs[t * LD + kk] = v;
         }
         workgroupBarrier();
+        let wr = tx * 4u * LD;
+        let xr = ty * 4u * LD;
         for (var kk = 0u; kk < TK; kk++) {
-            var a: array<f32, 4>;
-            var b: array<f32, 4>;
-            for (var i = 0u; i < 4u; i++) {
-                a[i] = ws[(tx * 4u + i) * LD + kk];
-                b[i] = xs[(ty * 4u + i) * LD + kk];
-            }
-            for (var i = 0u; i < 4u; i++) {
-                for (var j = 0u; j < 4u; j++) {
-                    acc[i * 4u + j] += a[i] * b[j];
-                }
-            }
+            let a = vec4<f32>(ws[wr + kk], ws[wr + LD + kk], ws[wr + 2u * LD + kk], ws[wr + 3u * LD + kk]);
+            let b = vec4<f32>(xs[xr + kk], xs[xr + LD + kk], xs[xr + 2u * LD + kk], xs[xr + 3u * LD + kk]);
+            acc0 += a.x * b;
+            acc1 += a.y * b;
+            acc2 += a.z * b;
+            acc3 += a.w * b;
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < 4u; i++) {
-        for (var j = 0u; j < 4u; j++) {
-            let r = m0 + tx * 4u + i;
-            let t = n0 + ty * 4u + j;
-            if (r < p.rows && t < p.n) {
-                y[t * p.m + p.row0 + r] = acc[i * 4u + j];
-            }
+    let r = m0 + tx * 4u;
+    let t = n0 + ty * 4u;
+    store4(r, t, acc0);
+    store4(r + 1u, t, acc1);
+    store4(r + 2u, t, acc2);
+    store4(r + 3u, t, acc3);
+}
+
+// Row r (of the part) for tokens t .. t + 4.
+fn store4(r: u32, t: u32, v: vec4<f32>) {
+    if (r >= p.rows) {
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        if (t + j < p.n) {
+            y[(t + j) * p.m + p.row0 + r] = v[j];
         }
     }
 }

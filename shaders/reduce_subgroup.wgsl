@@ -1,14 +1,15 @@
 // Workgroup reductions through subgroup operations (wgpu `Features::SUBGROUP`): one subgroup
 // reduction, one barrier, then every invocation adds up the per-subgroup partials. The subgroup
 // size (8 to 64 depending on the adapter, 8 on llvmpipe) comes from the builtins, never assumed.
-
-enable subgroups;
+// (wgpu enables the builtins with the device feature; naga rejects the `enable` directive.)
+// The host takes this path only when the smallest subgroup holds a whole matmul_vec segment.
 
 struct Lanes {
     @builtin(local_invocation_index) lid: u32,
     @builtin(subgroup_invocation_id) sg_lane: u32,
     @builtin(subgroup_id) sg_id: u32,
     @builtin(num_subgroups) n_sg: u32,
+    @builtin(subgroup_size) sg_size: u32,
 }
 
 var<workgroup> red: array<f32, 256>;
@@ -39,4 +40,20 @@ fn wg_max(v: f32, ln: Lanes) -> f32 {
     }
     workgroupBarrier();
     return t;
+}
+
+// Segments of `tpr` lanes of one subgroup (tpr ≤ subgroup size, checked by the host): segment
+// and lane come from the subgroup builtins, so no assumption about how local indices map onto
+// subgroups; the sum is a butterfly of shuffles, no barrier.
+fn seg_index(ln: Lanes, tpr: u32) -> vec2<u32> {
+    let per = max(ln.sg_size / tpr, 1u);
+    return vec2<u32>(ln.sg_id * per + ln.sg_lane / tpr, ln.sg_lane % tpr);
+}
+
+fn seg_sum(v: f32, ln: Lanes, tpr: u32) -> f32 {
+    var s = v;
+    for (var m = tpr / 2u; m > 0u; m >>= 1u) {
+        s += subgroupShuffleXor(s, m);
+    }
+    return s;
 }

@@ -88,13 +88,15 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// `path`: a `.gguf` file, a Hugging Face model directory, or `org/name[@revision]` in the
+    /// HF cache.
     pub fn load(path: impl AsRef<Path>, opts: &SessionOptions) -> Result<Engine> {
         let model = Arc::new(Model::open(path)?);
         Engine::from_model(model, opts)
     }
 
     pub fn from_model(model: Arc<Model>, opts: &SessionOptions) -> Result<Engine> {
-        let tokenizer = Tokenizer::from_gguf(&model.metadata)?;
+        let tokenizer = model.tokenizer()?;
         let template = match model.metadata.get_str("tokenizer.chat_template")? {
             Some(src) => {
                 let piece = |id: Option<u32>| id.and_then(|i| tokenizer.token_str(i)).unwrap_or("").to_string();

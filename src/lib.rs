@@ -1,14 +1,17 @@
 //! minfer: portable LLM inference over raw GGUF blocks.
 //!
-//! Pipeline: [`gguf`] opens the file → [`model`] dispatches on the architecture and builds
-//! the graph → [`backend`] gates and runs it → [`session`] owns the KV cache and batching.
+//! Pipeline: [`gguf`] opens the file (or [`hf`] a safetensors directory) → [`model`] dispatches
+//! on the architecture and builds the graph → [`backend`] gates and runs it → [`session`] owns
+//! the KV cache and batching.
 
 pub mod backend;
 pub mod chat;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+pub mod hf;
 pub mod model;
+pub mod perplexity;
 pub mod quant;
 pub mod sampling;
 pub mod session;

@@ -5,6 +5,8 @@
 //! through `check`, naming the first thing it cannot do, before anything is uploaded.
 
 pub mod cpu;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 use std::sync::Arc;
 
@@ -13,7 +15,7 @@ use crate::model::{Graph, Model};
 use crate::quant::QType;
 
 /// Element type of the KV cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum KvType {
     F32,
     F16,
@@ -90,6 +92,14 @@ pub trait Context: Send {
     fn kv_bytes(&self) -> usize;
     /// Bytes of weights this backend copied into its own memory (0 for zero-copy).
     fn resident_bytes(&self) -> u64;
+    /// `forward`, then the argmax of the last output row (lowest id on ties, as
+    /// `sampling::argmax`). A GPU backend reads back only the id.
+    fn forward_argmax(&mut self, graph: &Graph, tokens: &[u32], pos0: usize) -> Result<u32> {
+        let mut logits = Vec::new();
+        self.forward(graph, tokens, pos0, &mut logits)?;
+        let n_vocab = logits.len() / graph.n_outputs.max(1);
+        Ok(crate::sampling::argmax(&logits[logits.len() - n_vocab..]))
+    }
     /// A named intermediate of the last forward (`--trace`), where the backend kept it.
     fn trace(&self, _name: &str) -> Option<Vec<f32>> {
         None
@@ -121,9 +131,26 @@ impl BackendChoice {
 
 /// The backends this build offers for `choice`, best first. Under `auto` the CPU closes the
 /// list: it runs every op and every qtype.
+/// A wgpu adapter comes first under `auto` only if it is hardware (or `MINFER_WGPU_ALLOW_CPU=1`);
+/// `wgpu` takes whatever adapter there is, software included.
 pub fn candidates(choice: BackendChoice, threads: Option<usize>) -> Result<Vec<Arc<dyn Backend>>> {
     match choice {
-        BackendChoice::Auto | BackendChoice::Cpu => Ok(vec![Arc::new(cpu::CpuBackend::new(threads)?)]),
+        BackendChoice::Auto => {
+            let mut v: Vec<Arc<dyn Backend>> = Vec::new();
+            #[cfg(feature = "wgpu")]
+            if let Ok(b) = wgpu::WgpuBackend::new(wgpu::WgpuOptions::auto()) {
+                v.push(Arc::new(b));
+            }
+            v.push(Arc::new(cpu::CpuBackend::new(threads)?));
+            Ok(v)
+        }
+        BackendChoice::Cpu => Ok(vec![Arc::new(cpu::CpuBackend::new(threads)?)]),
+        #[cfg(feature = "wgpu")]
+        BackendChoice::Wgpu => match wgpu::WgpuBackend::new(wgpu::WgpuOptions::forced()) {
+            Ok(b) => Ok(vec![Arc::new(b)]),
+            Err(r) => Err(Error::Backend { backend: "wgpu", what: r.0 }),
+        },
+        #[cfg(not(feature = "wgpu"))]
         BackendChoice::Wgpu => Err(Error::Backend {
             backend: "wgpu",
             what: "not available in this build".into(),
@@ -139,7 +166,7 @@ pub fn candidates(choice: BackendChoice, threads: Option<usize>) -> Result<Vec<A
 pub fn verdicts(model: &Model, kv: KvType) -> Vec<(String, std::result::Result<(), Refusal>)> {
     let graph = model.graph(1, 1);
     let mut out = Vec::new();
-    match candidates(BackendChoice::Auto, None) {
+    match candidates(BackendChoice::Cpu, None) {
         Ok(cands) => {
             for b in cands {
                 out.push((b.name().to_string(), b.check(model, &graph, kv)));
@@ -147,9 +174,29 @@ pub fn verdicts(model: &Model, kv: KvType) -> Vec<(String, std::result::Result<(
         }
         Err(e) => out.push(("cpu".into(), Err(Refusal(e.to_string())))),
     }
+    #[cfg(feature = "wgpu")]
+    out.push(("wgpu".into(), wgpu_verdict(model, &graph, kv)));
+    #[cfg(not(feature = "wgpu"))]
     out.push(("wgpu".into(), Err(Refusal("not available in this build".into()))));
     out.push(("cuda".into(), Err(Refusal("not available in this build".into()))));
     out
+}
+
+/// The wgpu verdict as `auto` sees it; a software adapter that `auto` skips is also checked
+/// the way `--backend wgpu` would take it.
+#[cfg(feature = "wgpu")]
+fn wgpu_verdict(model: &Model, graph: &Graph, kv: KvType) -> std::result::Result<(), Refusal> {
+    match wgpu::WgpuBackend::new(wgpu::WgpuOptions::auto()) {
+        Ok(b) => b.check(model, graph, kv),
+        Err(r) if r.0.starts_with("software") => match wgpu::WgpuBackend::new(wgpu::WgpuOptions::forced()) {
+            Ok(b) => match b.check(model, graph, kv) {
+                Ok(()) => Err(Refusal(format!("{r}; forced, it takes the model"))),
+                Err(why) => Err(Refusal(format!("{r}; forced, it would refuse: {why}"))),
+            },
+            Err(_) => Err(r),
+        },
+        Err(r) => Err(r),
+    }
 }
 
 /// Runs the gate over the candidates, once, before anything is uploaded; the first that takes

@@ -9,6 +9,7 @@ use anyhow::{bail, Context as _, Result};
 
 use minfer::chat::ChatMessage;
 use minfer::generate::{Engine, Flow, GenerateOptions, StopReason};
+use minfer::hf::ModelPath;
 use minfer::sampling::SamplerConfig;
 use minfer::tokenizer::Tokenizer;
 use minfer::{gguf::GgufFile, SessionOptions};
@@ -49,9 +50,11 @@ pub fn default_model() -> Result<PathBuf> {
     )
 }
 
-/// `[MODEL] [PROMPT]`: a first argument that names a file (or ends in .gguf) is the model.
+/// `[MODEL] [PROMPT]`: a first argument that names a file or directory, ends in .gguf, or reads
+/// as a Hugging Face `org/name[@revision]` is the model.
 pub fn split_model_prompt(args: &[String]) -> Result<(PathBuf, Option<String>)> {
-    let looks_like_model = |s: &str| Path::new(s).is_file() || s.ends_with(".gguf");
+    let looks_like_model =
+        |s: &str| Path::new(s).exists() || s.ends_with(".gguf") || minfer::hf::HubName::parse(s).is_some();
     match args {
         [] => Ok((default_model()?, None)),
         [one] if looks_like_model(one) => Ok((check_model(one)?, None)),
@@ -61,12 +64,16 @@ pub fn split_model_prompt(args: &[String]) -> Result<(PathBuf, Option<String>)> 
     }
 }
 
+/// An existing path as given; a Hugging Face name as its snapshot directory in the cache.
 fn check_model(s: &str) -> Result<PathBuf> {
     let p = PathBuf::from(s);
-    if !p.exists() {
-        bail!("model '{s}' not found");
+    if p.exists() {
+        return Ok(p);
     }
-    Ok(p)
+    if minfer::hf::HubName::parse(s).is_some() && !s.ends_with(".gguf") {
+        return Ok(minfer::hf::resolve(&p)?.path().to_path_buf());
+    }
+    bail!("model '{s}' not found")
 }
 
 pub fn read_stdin_prompt() -> Result<String> {
@@ -236,8 +243,11 @@ pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
 }
 
 pub fn tokenize(model: &Path, text: &str, json: bool, no_special: bool) -> Result<()> {
-    let file = GgufFile::open(model)?;
-    let tok = Tokenizer::from_gguf(&file.metadata)?;
+    // Only the tokenizer is read: no weights are mapped.
+    let tok = match minfer::hf::resolve(model)? {
+        ModelPath::Gguf(p) => Tokenizer::from_gguf(&GgufFile::open(p)?.metadata)?,
+        ModelPath::HfDir(d) => minfer::hf::load_tokenizer(&d)?,
+    };
     let ids = tok.encode(text, true, !no_special)?;
     if json {
         println!("{}", serde_json::to_string(&ids)?);

@@ -1,5 +1,7 @@
-//! `minfer-wgpu info MODEL [--json]`: metadata, the tensor table, and each backend's verdict.
-//! Reads only the header: no tensor data is touched.
+//! `minfer-wgpu info MODEL [--json]`: metadata, the tensor table, and each backend's verdict,
+//! for a GGUF file or a Hugging Face directory (its config as the GGUF keys it maps to, its
+//! tensors under their canonical names). Reads only the headers: no tensor data is touched
+//! (but Gemma's few norm vectors, which an HF load turns into `1 + w`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -8,46 +10,116 @@ use anyhow::Result;
 use serde_json::{json, Value as J};
 
 use minfer::backend::{self, KvType};
-use minfer::gguf::{GgufFile, Value};
+use minfer::gguf::{GgufFile, Metadata, Value};
+use minfer::hf::{HfDir, ModelPath};
+use minfer::tensor::Tensor;
 use minfer::Model;
 
 /// Metadata arrays longer than this are abbreviated in the text listing.
 const TEXT_ARRAY_ITEMS: usize = 8;
 
 pub fn run(path: &Path, as_json: bool) -> Result<()> {
-    let file = GgufFile::open(path)?;
-    let arch = file
-        .architecture()
-        .map(str::to_string)
-        .unwrap_or_else(|_| "(none)".into());
-    let mut per_qtype: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
-    for t in &file.tensors {
-        let e = per_qtype.entry(t.qtype.name()).or_default();
-        e.0 += 1;
-        e.1 += t.data.len() as u64;
+    match minfer::hf::resolve(path)? {
+        ModelPath::Gguf(p) => {
+            let file = GgufFile::open(&p)?;
+            let listing = Listing::new(&file.metadata, &file.tensors, |_| None);
+            let (format, version) = (format!("GGUF v{}", file.version), json!(file.version));
+            let parts: Vec<String> = file.parts.iter().map(|p| p.path.display().to_string()).collect();
+            let file_bytes = file.file_bytes();
+            let model = Model::from_gguf(file, p.display().to_string());
+            print(listing, &format, version, parts, file_bytes, model, as_json)
+        }
+        ModelPath::HfDir(d) => {
+            let dir = HfDir::open(&d)?;
+            let mut tensors: Vec<&Tensor> = dir.weights.values().collect();
+            tensors.sort_by_key(|t| (t.part, t.file_offset));
+            let tensors: Vec<Tensor> = tensors.into_iter().cloned().collect();
+            let listing = Listing::new(&dir.config.metadata, &tensors, |name| dir.hf_names.get(name).cloned());
+            let parts: Vec<String> = dir.shards.iter().map(|s| s.path.display().to_string()).collect();
+            let file_bytes = dir.file_bytes();
+            if !dir.skipped.is_empty() {
+                eprintln!("({} tensors of other modalities not loaded)", dir.skipped.len());
+            }
+            print(
+                listing,
+                "safetensors",
+                J::Null,
+                parts,
+                file_bytes,
+                dir.into_model(),
+                as_json,
+            )
+        }
     }
-    let parts: Vec<String> = file.parts.iter().map(|p| p.path.display().to_string()).collect();
-    let params = file.n_params();
-    let file_bytes = file.file_bytes();
-    let tensors: Vec<J> = file
-        .tensors
-        .iter()
-        .map(|t| json!({"name": t.name, "qtype": t.qtype.name(), "shape": t.shape, "bytes": t.data.len()}))
-        .collect();
-    let metadata_json: serde_json::Map<String, J> = file
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.to_string(), metadata_json(k, v)))
-        .collect();
-    let metadata_text: Vec<(String, String)> = file
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.display(TEXT_ARRAY_ITEMS)))
-        .collect();
-    let version = file.version;
+}
 
+/// What both formats list.
+struct Listing {
+    arch: String,
+    per_qtype: BTreeMap<&'static str, (usize, u64)>,
+    params: u64,
+    tensors: Vec<J>,
+    metadata_json: serde_json::Map<String, J>,
+    metadata_text: Vec<(String, String)>,
+}
+
+impl Listing {
+    fn new(md: &Metadata, tensors: &[Tensor], hf_name: impl Fn(&str) -> Option<String>) -> Listing {
+        let arch = md
+            .get_str("general.architecture")
+            .ok()
+            .flatten()
+            .unwrap_or("(none)")
+            .to_string();
+        let mut per_qtype: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+        for t in tensors {
+            let e = per_qtype.entry(t.qtype.name()).or_default();
+            e.0 += 1;
+            e.1 += t.data.len() as u64;
+        }
+        let tensors_json = tensors
+            .iter()
+            .map(|t| {
+                let mut j = json!({"name": t.name, "qtype": t.qtype.name(), "shape": t.shape, "bytes": t.data.len()});
+                if let Some(h) = hf_name(&t.name) {
+                    j["hf_name"] = J::String(h);
+                }
+                j
+            })
+            .collect();
+        Listing {
+            arch,
+            per_qtype,
+            params: tensors.iter().map(|t| t.n_elements()).sum(),
+            tensors: tensors_json,
+            metadata_json: md.iter().map(|(k, v)| (k.to_string(), metadata_json(k, v))).collect(),
+            metadata_text: md
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.display(TEXT_ARRAY_ITEMS)))
+                .collect(),
+        }
+    }
+}
+
+fn print(
+    l: Listing,
+    format: &str,
+    version: J,
+    parts: Vec<String>,
+    file_bytes: u64,
+    model: minfer::Result<Model>,
+    as_json: bool,
+) -> Result<()> {
+    let Listing {
+        arch,
+        per_qtype,
+        params,
+        tensors,
+        metadata_json,
+        metadata_text,
+    } = l;
     // The gate verdicts need the architecture dispatched; a model that fails to load says why.
-    let (model_err, verdicts) = match Model::from_gguf(file, path.display().to_string()) {
+    let (model_err, verdicts) = match model {
         Ok(model) => {
             let kv = KvType::auto(&model).unwrap_or(KvType::F16);
             let v: Vec<(String, Result<(), String>)> = backend::verdicts(&model, kv)
@@ -76,6 +148,7 @@ pub fn run(path: &Path, as_json: bool) -> Result<()> {
             .collect();
         let out = json!({
             "architecture": arch,
+            "format": format,
             "gguf_version": version,
             "metadata": metadata_json,
             "tensors": tensors,
@@ -92,7 +165,7 @@ pub fn run(path: &Path, as_json: bool) -> Result<()> {
 
     println!("file:         {}", parts.join(", "));
     println!(
-        "size:         {} bytes in {} part(s), GGUF v{version}",
+        "size:         {} bytes in {} part(s), {format}",
         file_bytes,
         parts.len()
     );
@@ -115,11 +188,12 @@ pub fn run(path: &Path, as_json: bool) -> Result<()> {
             .map(|d| d.to_string())
             .collect();
         println!(
-            "  {:<40} {:<7} {:<24} {:>12}",
+            "  {:<40} {:<7} {:<24} {:>12}{}",
             t["name"].as_str().unwrap_or(""),
             t["qtype"].as_str().unwrap_or(""),
             shape.join(", "),
-            t["bytes"]
+            t["bytes"],
+            t["hf_name"].as_str().map(|h| format!("  ← {h}")).unwrap_or_default()
         );
     }
     println!("\nbytes per qtype:");

@@ -19,7 +19,10 @@ use minfer::{Model, Session, SessionOptions};
 #[command(
     name = "minfer-wgpu",
     version,
-    about = "Run GGUF language models on wgpu, CUDA or the CPU"
+    about = "Run GGUF and Hugging Face language models on wgpu, CUDA or the CPU",
+    after_help = "MODEL is a .gguf file, a Hugging Face model directory (config.json, *.safetensors, \
+                  tokenizer.json), or org/name[@revision] from the Hugging Face cache \
+                  ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -310,7 +313,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                 )
             })?;
             let m = Arc::new(Model::open(&model)?);
-            let tok = minfer::tokenizer::Tokenizer::from_gguf(&m.metadata)?;
+            let tok = m.tokenizer()?;
             let opts = SessionOptions {
                 n_ctx: ctx,
                 n_batch: batch,
@@ -322,16 +325,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             for line in &session.log {
                 eprintln!("{line}");
             }
-            perplexity::run(
-                &mut session,
-                &tok,
-                &perplexity::Args {
-                    text,
-                    n_ctx: ctx,
-                    n_chunks: chunks,
-                },
-            )?;
-            Ok(())
+            perplexity::run(&mut session, &tok, &text, ctx, chunks)
         }
         Cmd::Bench {
             model,

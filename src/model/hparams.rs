@@ -158,6 +158,15 @@ pub fn read_common(keys: &Keys, tensors: &Weights, rope_mode: RopeMode) -> Resul
             format!("n_embd {n_embd}, n_layer {n_layer}, n_head {n_head}, n_head_kv {n_head_kv} are inconsistent"),
         ));
     }
+    // Trust the tensors over the count: a file claiming millions of layers must not make us
+    // build a graph for them before the first missing weight is noticed.
+    let last = format!("blk.{}.attn_q.weight", n_layer - 1);
+    if tensors.len() < n_layer || !tensors.contains_key(&last) {
+        return Err(Error::metadata(
+            format!("{}.block_count", keys.arch),
+            format!("{n_layer} layers, but the file has no '{last}'"),
+        ));
+    }
     let head_dim = keys.usize_or("attention.key_length", n_embd / n_head)?;
     let head_dim_v = keys.usize_or("attention.value_length", head_dim)?;
     if head_dim == 0 || head_dim % 2 != 0 {

@@ -5,6 +5,9 @@
 //! fallback (`spm.rs`). Special and user-defined tokens written in the text are cut out first, longest
 //! first, as llama.cpp's `tokenizer_st_partition` does. Everything follows llama.cpp
 //! `src/llama-vocab.cpp` and `src/unicode.cpp` at commit 0c1e570 (the reference data's oracle).
+//!
+//! A Hugging Face `tokenizer.json` ([`crate::hf::load_tokenizer`]) encodes and decodes through
+//! the `tokenizers` crate; its token table, pieces and end-of-generation set are the shared ones.
 
 mod bpe;
 mod load;
@@ -69,6 +72,7 @@ pub struct TokenizerSpec {
 enum Kind {
     Bpe(Box<Bpe>),
     Spm { bytes: Box<[Option<u32>; 256]> },
+    Hf(Box<crate::hf::tokenizer::HfTokenizer>),
 }
 
 pub struct Tokenizer {
@@ -129,6 +133,21 @@ impl Tokenizer {
         }
     }
 
+    /// A Hugging Face tokenizer (built by [`crate::hf::load_tokenizer`]): `spec` is its token
+    /// table with the special ids and flags from the config files; every id in `eos_ids` also
+    /// ends generation.
+    pub(crate) fn from_hf(
+        mut spec: TokenizerSpec,
+        hf: crate::hf::tokenizer::HfTokenizer,
+        eos_ids: &[u32],
+    ) -> Result<Tokenizer> {
+        let (add_bos, add_eos) = (spec.add_bos.unwrap_or(false), spec.add_eos.unwrap_or(false));
+        let mut vocab = Vocab::build(&mut spec, SpecialIds::default())?;
+        let n = vocab.n_tokens();
+        vocab.eog.extend(eos_ids.iter().filter(|&&id| (id as usize) < n));
+        Self::finish(vocab, Kind::Hf(Box::new(hf)), add_bos, add_eos, false)
+    }
+
     fn finish(vocab: Vocab, kind: Kind, add_bos: bool, add_eos: bool, add_space_prefix: bool) -> Result<Tokenizer> {
         if add_bos && vocab.special.bos.is_none() {
             return Err(Error::Tokenizer(
@@ -156,10 +175,10 @@ impl Tokenizer {
         if add_special && self.add_bos {
             out.extend(self.vocab.special.bos);
         }
-        let frags = self.partition(text, parse_special);
         match &self.kind {
+            Kind::Hf(hf) => out.extend(hf.encode(text, parse_special)?),
             Kind::Bpe(bpe) => {
-                for f in frags {
+                for f in self.partition(text, parse_special) {
                     match f {
                         Fragment::Text(a, b) => bpe.encode(&self.vocab, &text[a..b], &mut out),
                         Fragment::Token(id) => out.push(id),
@@ -169,7 +188,7 @@ impl Tokenizer {
             Kind::Spm { bytes } => {
                 let mut prev_special = true; // a space prefix goes before the first text, too
                 let mut buf = String::new();
-                for f in frags {
+                for f in self.partition(text, parse_special) {
                     match f {
                         Fragment::Text(a, b) => {
                             buf.clear();
@@ -266,6 +285,9 @@ impl Tokenizer {
                 self.n_vocab()
             )));
         }
+        if let Kind::Hf(hf) = &self.kind {
+            return hf.decode(ids, skip_special);
+        }
         let mut ids = ids;
         let mut remove_space = self.add_space_prefix;
         if skip_special && self.add_bos && !ids.is_empty() && Some(ids[0]) == self.vocab.special.bos {
@@ -307,12 +329,17 @@ impl Tokenizer {
             return Cow::Borrowed(text.as_bytes());
         }
         if attr & ATTR_NORMAL != 0 {
-            return match &self.kind {
-                Kind::Spm { .. } => match text.contains(spm::ESCAPED_SPACE) {
+            let byte_level = match &self.kind {
+                Kind::Bpe(_) => true,
+                Kind::Spm { .. } => false,
+                Kind::Hf(hf) => hf.byte_level,
+            };
+            return match byte_level {
+                false => match text.contains(spm::ESCAPED_SPACE) {
                     true => Cow::Owned(text.replace(spm::ESCAPED_SPACE, " ").into_bytes()),
                     false => Cow::Borrowed(text.as_bytes()),
                 },
-                Kind::Bpe(_) => {
+                true => {
                     let mut out = Vec::with_capacity(text.len());
                     bpe::decode_text(text, &mut out);
                     Cow::Owned(out)
@@ -385,11 +412,13 @@ impl Tokenizer {
         matches!(&self.kind, Kind::Bpe(b) if b.pre.clean_spaces)
     }
 
-    /// `"gpt2"` or `"llama"`, and the BPE pre-tokenizer name.
+    /// `"gpt2"` or `"llama"`, and the BPE pre-tokenizer name; `"tokenizer.json"` and its model
+    /// type for a Hugging Face tokenizer.
     pub fn model(&self) -> (&'static str, Option<&str>) {
         match &self.kind {
             Kind::Bpe(b) => ("gpt2", Some(b.pre.name.as_str())),
             Kind::Spm { .. } => ("llama", None),
+            Kind::Hf(hf) => ("tokenizer.json", Some(hf.model_type)),
         }
     }
 }

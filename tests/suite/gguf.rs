@@ -355,3 +355,28 @@ fn real_models_match_the_gguf_py_summary() {
         check_against_summary(&model, entry);
     }
 }
+
+/// Inputs the fuzzer once found trouble with (`fuzz/regressions/`): each must now load or
+/// fail quickly with an error — never panic, hang, or allocate for a count the file can't back.
+#[test]
+fn fuzz_regressions_fail_cleanly() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/gguf_header");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let t = std::time::Instant::now();
+        let bytes = std::fs::read(&path).unwrap();
+        let r = std::panic::catch_unwind(|| {
+            GgufFile::from_bytes(bytes, "regression").and_then(|f| minfer::Model::from_gguf(f, "regression".into()))
+        });
+        assert!(r.is_ok(), "{}: panicked", path.display());
+        assert!(
+            t.elapsed().as_secs_f64() < 2.0,
+            "{}: took {:?}",
+            path.display(),
+            t.elapsed()
+        );
+        n += 1;
+    }
+    assert!(n > 0, "no regression inputs in {}", dir.display());
+}

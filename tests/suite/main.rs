@@ -2,14 +2,20 @@
 //!
 //! - `common`    — fixtures: tests/data, $MINFER_REF_DIR, the fetched real models
 //! - `gguf`      — the container: round trips, split files, real models, hostile files
+//! - `hf`        — safetensors directories vs transformers and GGUF; HF cache resolution; hostile files
 //! - `model`     — whole-model logits against llama.cpp and transformers (CPU backend)
+//! - `tiny`      — tiny random models per architecture: prefill/decode, caches, threads, bad shapes
 //! - `quant`     — every qtype's codecs against ggml's recorded bytes and floats
 //! - `chat`      — chat templates against jinja2's renders (SmolLM2's recorded, ChatML, Qwen2)
 //! - `tokenize`  — GGUF tokenizers against llama.cpp's ids, pieces and detokenized text
+//! - `wgpu`      — the wgpu backend against the CPU: every op and qtype, naga, whole models
 
 mod chat;
 mod common;
 mod gguf;
+mod hf;
 mod model;
 mod quant;
+mod tiny;
 mod tokenize;
+mod wgpu;

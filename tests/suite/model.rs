@@ -21,7 +21,7 @@ pub fn session(path: &Path, n_ctx: usize, kv: KvType) -> Session {
     Session::new(model, &opts).unwrap()
 }
 
-fn ids(v: &serde_json::Value) -> Vec<u32> {
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array()
         .unwrap()
         .iter()
@@ -248,4 +248,85 @@ fn real_models_match_llama_cpp() {
     }
     assert!(top1_failures.is_empty(), "top-1 mismatches: {top1_failures:?}");
     assert!(greedy_ok >= 4, "greedy equal in only {greedy_ok} of 5 cases");
+}
+
+/// `perplexity` on the Apache-2.0 text within 0.5 % of llama-perplexity's, for both real
+/// models (f16 cache, as llama.cpp ran it).
+#[test]
+fn perplexity_matches_llama_cpp() {
+    let t = "perplexity_matches_llama_cpp";
+    let Some(root) = common::ref_dir(t) else { return };
+    let results = common::read_json(&root.join("ppl/results.json"));
+    let text = std::fs::read_to_string(root.join("ppl/ppl_apache2.txt")).unwrap();
+    for r in results["results"].as_array().unwrap() {
+        let file = r["model_file"].as_str().unwrap();
+        let Some(path) = common::real_model(t, file) else {
+            return;
+        };
+        let mut s = session(&path, 512, KvType::F16);
+        let tok = minfer::tokenizer::Tokenizer::from_gguf(&s.model.metadata).unwrap();
+        let got = minfer::perplexity::perplexity(&mut s, &tok, &text, 512, None, |_, _| {}).unwrap();
+        let want = r["final_ppl"].as_f64().unwrap();
+        let rel = (got.ppl - want).abs() / want;
+        eprintln!(
+            "{file}: PPL {:.4} ± {:.5} (llama.cpp {want:.4}), {:.3} % off; running {:?}",
+            got.ppl,
+            got.err,
+            rel * 100.0,
+            got.running
+        );
+        assert_eq!(
+            got.running.len() as u64,
+            r["n_chunks"].as_u64().unwrap(),
+            "{file}: chunk count"
+        );
+        assert!(rel <= 0.005, "{file}: PPL {} vs llama.cpp {want}", got.ppl);
+    }
+}
+
+/// The chat-templated SmolLM2 prompt: rendered by the model's own template, tokenized to
+/// llama.cpp's ids, and the greedy reply through the generation API equals llama.cpp's.
+#[test]
+fn smollm2_chat_reply_matches_llama_cpp() {
+    use minfer::chat::ChatMessage;
+    use minfer::generate::{Engine, Flow, GenerateOptions};
+    use minfer::sampling::SamplerConfig;
+
+    let t = "smollm2_chat_reply_matches_llama_cpp";
+    let Some(path) = common::real_model(t, "SmolLM2-135M-Instruct.Q4_1.gguf") else {
+        return;
+    };
+    let r = common::read_json(&common::data_dir().join("real/smollm2.p2_chat_jinja.json"));
+    let opts = SessionOptions {
+        n_ctx: 256,
+        n_batch: 512,
+        threads: Some(2),
+        backend: BackendChoice::Cpu,
+        kv_type: Some(KvType::F16),
+    };
+    let mut engine = Engine::load(&path, &opts).unwrap();
+    let msgs: Vec<ChatMessage> = serde_json::from_value(r["chat"]["messages"].clone()).unwrap();
+    let text = engine.apply_chat_template(&msgs, true).unwrap();
+    assert_eq!(text, r["chat"]["rendered_text"].as_str().unwrap());
+    let Some(refs) = common::ref_file(t, "real/smollm2.p2_chat_jinja.json") else {
+        return;
+    };
+    let refs = common::read_json(&refs);
+    let ids = engine.tokenize(&text, true, true).unwrap();
+    assert_eq!(ids, super::model::ids(&refs["prompt_ids"]));
+    let gen = GenerateOptions {
+        max_tokens: 48,
+        sampler: SamplerConfig::greedy(),
+        stop: vec![],
+    };
+    let mut streamed = String::new();
+    let out = engine
+        .generate(&ids, &gen, |piece| {
+            streamed.push_str(piece);
+            Flow::Continue
+        })
+        .unwrap();
+    assert_eq!(out.tokens, super::model::ids(&refs["greedy_ids"]));
+    assert_eq!(streamed, out.text);
+    assert_eq!(out.text, "The capital of France is Paris.");
 }

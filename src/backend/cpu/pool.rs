@@ -87,7 +87,12 @@ impl Pool {
                     .expect("spawning a CPU worker thread")
             })
             .collect();
-        Pool { shared, workers, n_threads, busy: Mutex::new(()) }
+        Pool {
+            shared,
+            workers,
+            n_threads,
+            busy: Mutex::new(()),
+        }
     }
 
     pub fn n_threads(&self) -> usize {

@@ -1,0 +1,117 @@
+// attention (second half of the op; kv_store ran first): one workgroup per (q head, token)
+// attends over cache positions [lo, pos], lo = pos + 1 − window for sliding-window layers.
+// Pass 1 finds the softmax max and sum (online, per invocation, then reduced); pass 2
+// recomputes each score, forms p = e^(s − max) / sum exactly once, rounds it like the CPU
+// (kv_round) and accumulates p·V through a WG-position tile of p in workgroup memory. No
+// score scratch buffer, so any context length fits. GQA: q head h reads kv head h / (n_head /
+// n_head_kv). ggml: the non-flash path (mul_mat KQ, soft_max_ext, mul_mat KQV).
+
+override WG: u32 = 64u;
+
+const MAX_HD: u32 = 512u; // head_dim limit (q lives in workgroup memory); checked by the gate
+
+struct Params {
+    n_head: u32,
+    n_head_kv: u32,
+    head_dim: u32,
+    head_dim_v: u32,
+    scale: f32,
+    window: u32,  // 0 = none
+    softcap: f32, // 0 = none
+    n: u32,
+}
+
+struct Step {
+    pos0: u32,
+    n: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<uniform> step: Step;
+@group(0) @binding(2) var<storage, read> q: array<f32>;
+@group(0) @binding(3) var<storage, read> kc: array<KV>;
+@group(0) @binding(4) var<storage, read> vc: array<KV>;
+@group(0) @binding(5) var<storage, read_write> o: array<f32>;
+
+var<workgroup> qs: array<f32, MAX_HD>;
+var<workgroup> ps: array<f32, 256>;
+
+fn score(j: u32, g: u32) -> f32 {
+    let kw = p.n_head_kv * p.head_dim;
+    let kb = (j * kw + g * p.head_dim) / 2u;
+    var s = 0.0;
+    for (var d = 0u; d < p.head_dim / 2u; d++) {
+        let kp = k_pair(kb + d);
+        s += qs[2u * d] * kp.x + qs[2u * d + 1u] * kp.y;
+    }
+    s *= p.scale;
+    if (p.softcap > 0.0) {
+        s = tanh(clamp(s / p.softcap, -15.0, 15.0)) * p.softcap;
+    }
+    return s;
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
+    let h = wid.x;
+    let t = wid.y;
+    let lid = ln.lid;
+    let g = h / (p.n_head / p.n_head_kv);
+    let pos = step.pos0 + t;
+    var lo = 0u;
+    if (p.window > 0u && pos + 1u > p.window) {
+        lo = pos + 1u - p.window;
+    }
+    let hd = p.head_dim;
+    let hdv = p.head_dim_v;
+    let qb = (t * p.n_head + h) * hd;
+    for (var d = lid; d < hd; d += WG) {
+        qs[d] = kv_round(q[qb + d]);
+    }
+    workgroupBarrier();
+
+    var m = -3.0e38;
+    var l = 0.0;
+    for (var j = lo + lid; j <= pos; j += WG) {
+        let s = score(j, g);
+        let mn = max(m, s);
+        l = l * exp(m - mn) + exp(s - mn);
+        m = mn;
+    }
+    let mx = wg_max(m, ln);
+    let inv = 1.0 / wg_sum(l * exp(m - mx), ln);
+
+    let vw = p.n_head_kv * hdv;
+    var acc: array<f32, 8>;
+    for (var base = lo; base <= pos; base += WG) {
+        let j = base + lid;
+        var pj = 0.0;
+        if (j <= pos) {
+            pj = kv_round(exp(score(j, g) - mx) * inv);
+        }
+        ps[lid] = pj;
+        workgroupBarrier();
+        let cnt = min(WG, pos + 1u - base);
+        for (var a = 0u; a < 8u; a++) {
+            let d = lid + a * WG;
+            if (d < hdv) {
+                let vb = base * vw + g * hdv + d;
+                var s = acc[a];
+                for (var jj = 0u; jj < cnt; jj++) {
+                    s += ps[jj] * v_at(vb + jj * vw);
+                }
+                acc[a] = s;
+            }
+        }
+        workgroupBarrier();
+    }
+    let ob = (t * p.n_head + h) * hdv;
+    for (var a = 0u; a < 8u; a++) {
+        let d = lid + a * WG;
+        if (d < hdv) {
+            o[ob + d] = acc[a];
+        }
+    }
+}

@@ -1,0 +1,22 @@
+// f16 KV cache: two halves per u32 (low half first), written with the CPU's round-to-nearest-
+// even. Like the CPU (ggml's non-flash path), q and the softmax probabilities are rounded to
+// f16 too.
+
+alias KV = u32;
+const EPW: u32 = 2u;
+
+fn kv_encode(a: f32, b: f32) -> u32 {
+    return f16_bits(a) | (f16_bits(b) << 16u);
+}
+
+fn k_pair(i: u32) -> vec2<f32> {
+    return f16x2(kc[i]);
+}
+
+fn v_at(i: u32) -> f32 {
+    return f16x2(vc[i >> 1u])[i & 1u];
+}
+
+fn kv_round(x: f32) -> f32 {
+    return round_f16(x);
+}

@@ -1,0 +1,25 @@
+// f32 KV cache: one element per word. KV-file interface (shaders/kv/*.wgsl), over the op's
+// `kc` / `vc` bindings:
+//   KV, EPW           word type and elements per word
+//   kv_encode(a, b)   the word holding elements (a, b) (b unused when EPW = 1)
+//   k_pair(i)         elements 2i, 2i + 1 of kc;  v_at(i): element i of vc
+//   kv_round(x)       what the CPU's attention rounds q and the probabilities to
+
+alias KV = f32;
+const EPW: u32 = 1u;
+
+fn kv_encode(a: f32, b: f32) -> f32 {
+    return a;
+}
+
+fn k_pair(i: u32) -> vec2<f32> {
+    return vec2<f32>(kc[2u * i], kc[2u * i + 1u]);
+}
+
+fn v_at(i: u32) -> f32 {
+    return vc[i];
+}
+
+fn kv_round(x: f32) -> f32 {
+    return x;
+}

@@ -1,0 +1,248 @@
+//! A model resident on the device: weights, KV cache, compiled plans. A forward is one command
+//! buffer and one submit; only the logits rows (or, for greedy, the argmax id) come back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::device::Gpu;
+use super::plan::{self, Pass, Plan, Targets};
+use super::profile::Profiler;
+use super::registry::Registry;
+use crate::backend::cpu::ops::rope_cache;
+use crate::backend::{Context, KvType};
+use crate::error::{Error, Result};
+use crate::model::{Graph, Model};
+
+pub struct WgpuContext {
+    pub(super) gpu: Arc<Gpu>,
+    pub(super) model: Arc<Model>,
+    pub(super) kv: KvType,
+    pub(super) n_ctx: usize,
+    pub(super) weights: Registry,
+    pub(super) kc: Vec<wgpu::Buffer>,
+    pub(super) vc: Vec<wgpu::Buffer>,
+    pub(super) kv_bytes: usize,
+    /// `Step { pos0, n }`, written per forward.
+    pub(super) step: wgpu::Buffer,
+    pub(super) plans: HashMap<(usize, usize), Plan>,
+    pub(super) subgroups: bool,
+    pub(super) profiler: Option<Profiler>,
+}
+
+fn err(what: impl Into<String>) -> Error {
+    Error::Backend { backend: "wgpu", what: what.into() }
+}
+
+/// What a forward reads back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Readback {
+    Logits,
+    Argmax,
+}
+
+impl WgpuContext {
+    /// Allocates `n_ctx` positions of K and V per layer (zeroed).
+    pub(super) fn alloc_kv(gpu: &Gpu, model: &Model, n_ctx: usize, kv: KvType) -> Result<(Vec<wgpu::Buffer>, Vec<wgpu::Buffer>, usize)> {
+        let hp = &model.hparams;
+        let elt = match kv {
+            KvType::F32 => 4,
+            KvType::F16 => 2,
+            KvType::Q8_0 => return Err(err("q8_0 KV cache has no wgpu kernel")),
+        };
+        let (kb, vb) = ((n_ctx * hp.n_embd_k() * elt) as u64, (n_ctx * hp.n_embd_v() * elt) as u64);
+        let max = gpu.max_binding();
+        if kb.max(vb) > max {
+            return Err(err(format!(
+                "a KV cache layer of {} bytes for n_ctx {n_ctx} exceeds the {max}-byte binding limit",
+                kb.max(vb)
+            )));
+        }
+        let make = |label: String, size: u64| {
+            gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(&label),
+                size: size.div_ceil(16).max(1) * 16,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            })
+        };
+        let (mut kc, mut vc) = (Vec::new(), Vec::new());
+        gpu.scoped("kv cache", || {
+            for l in 0..hp.n_layer {
+                kc.push(make(format!("k{l}"), kb));
+                vc.push(make(format!("v{l}"), vb));
+            }
+        })
+        .map_err(err)?;
+        Ok((kc, vc, (kb + vb) as usize * hp.n_layer))
+    }
+
+    fn check_step(&self, graph: &Graph, tokens: &[u32], pos0: usize) -> Result<()> {
+        let n = tokens.len();
+        if n == 0 || n != graph.n_tokens {
+            return Err(Error::InvalidArgument(format!("{n} tokens for a graph of {}", graph.n_tokens)));
+        }
+        if pos0 + n > self.n_ctx {
+            return Err(Error::ContextOverflow { pos: pos0 + n - 1, n_ctx: self.n_ctx });
+        }
+        let n_vocab = self.model.hparams.n_vocab;
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {n_vocab}")));
+        }
+        let maxg = self.gpu.limits.max_compute_workgroups_per_dimension as usize;
+        if n > maxg {
+            return Err(err(format!("{n} tokens in one forward (at most {maxg})")));
+        }
+        let max = self.gpu.max_binding();
+        if let Some(node) = graph.nodes.iter().find(|nd| (nd.rows * nd.width * 4) as u64 > max) {
+            return Err(err(format!(
+                "{}: {} × {} activations exceed the {max}-byte binding limit; use a smaller batch",
+                node.name, node.rows, node.width
+            )));
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, what: Readback) -> Result<Vec<u8>> {
+        self.check_step(graph, tokens, pos0)?;
+        let key = (graph.n_tokens, graph.n_outputs);
+        if !self.plans.contains_key(&key) {
+            let t = Targets {
+                gpu: &self.gpu,
+                weights: &self.weights,
+                step: &self.step,
+                kc: &self.kc,
+                vc: &self.vc,
+                kv: self.kv,
+                subgroups: self.subgroups,
+            };
+            let n_vocab = self.model.hparams.n_vocab;
+            let p = self.gpu.scoped("compile", || plan::compile(&t, graph, n_vocab)).map_err(err)?.map_err(err)?;
+            self.gpu.save_pipeline_cache();
+            self.plans.insert(key, p);
+        }
+        let gpu = self.gpu.clone();
+        let plan = &self.plans[&key];
+        let n = tokens.len();
+        let profiler = &mut self.profiler;
+        let step = &self.step;
+        let bytes = gpu
+            .scoped("forward", || -> Result<Vec<u8>> {
+                let q = &gpu.queue;
+                q.write_buffer(step, 0, bytemuck::cast_slice(&[pos0 as u32, n as u32, 0, 0]));
+                q.write_buffer(&plan.ids, 0, bytemuck::cast_slice(tokens));
+                let mut cs = Vec::new();
+                for (rope, buf) in &plan.ropes {
+                    let mut table: Vec<f32> = Vec::with_capacity(n * rope.n_rot);
+                    for i in 0..n {
+                        rope_cache(pos0 + i, rope, &mut cs);
+                        table.extend(cs.iter().flat_map(|&(c, s)| [c, s]));
+                    }
+                    q.write_buffer(buf, 0, bytemuck::cast_slice(&table));
+                }
+                let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") });
+                encode(&mut enc, plan, profiler.as_mut());
+                let (src, dst, size) = match what {
+                    Readback::Logits => (&plan.acts[plan.result], &plan.readback, plan.result_bytes),
+                    Readback::Argmax => {
+                        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("argmax"), timestamp_writes: None });
+                        let d = &plan.argmax;
+                        pass.set_pipeline(&d.pipeline.pipeline);
+                        pass.set_bind_group(0, &d.bind_group, &[]);
+                        pass.dispatch_workgroups(1, 1, 1);
+                        drop(pass);
+                        (&plan.argmax_out, &plan.argmax_readback, 4)
+                    }
+                };
+                enc.copy_buffer_to_buffer(src, 0, dst, 0, size);
+                if let Some(p) = profiler.as_mut() {
+                    p.resolve(&mut enc);
+                }
+                q.submit([enc.finish()]);
+                let out = read(&gpu, dst, size)?;
+                if let Some(p) = profiler.as_mut() {
+                    p.collect(&gpu).map_err(err)?;
+                }
+                Ok(out)
+            })
+            .map_err(err)??;
+        if let Some(e) = self.gpu.take_uncaptured() {
+            return Err(err(e));
+        }
+        Ok(bytes)
+    }
+
+    /// The argmax of the last output row, with only 4 bytes read back (greedy decoding).
+    pub fn forward_argmax(&mut self, graph: &Graph, tokens: &[u32], pos0: usize) -> Result<u32> {
+        let b = self.run(graph, tokens, pos0, Readback::Argmax)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
+
+/// Records the plan's passes: one compute pass per node (timestamped when profiling).
+fn encode(enc: &mut wgpu::CommandEncoder, plan: &Plan, mut prof: Option<&mut Profiler>) {
+    for pass in &plan.passes {
+        match pass {
+            Pass::Compute { kind, dispatches } => {
+                let ts = prof.as_deref_mut().and_then(|p| p.writes(kind));
+                let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(kind), timestamp_writes: ts });
+                for d in dispatches {
+                    cp.set_pipeline(&d.pipeline.pipeline);
+                    cp.set_bind_group(0, &d.bind_group, &[]);
+                    cp.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+                }
+            }
+            Pass::Copy { src, src_offset, dst, size } => {
+                enc.copy_buffer_to_buffer(&plan.acts[*src], *src_offset, &plan.acts[*dst], 0, *size);
+            }
+        }
+    }
+}
+
+/// Maps `buf`, waits for the submission, copies `size` bytes out and unmaps.
+fn read(gpu: &Gpu, buf: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
+    let slice = buf.slice(..size);
+    let (tx, rx) = std::sync::mpsc::channel();
+    slice.map_async(wgpu::MapMode::Read, move |r| {
+        let _ = tx.send(r);
+    });
+    gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| err(format!("poll: {e}")))?;
+    rx.recv()
+        .map_err(|e| err(format!("map: {e}")))?
+        .map_err(|e| err(format!("map: {e}")))?;
+    let out = slice.get_mapped_range().map_err(|e| err(format!("map: {e}")))?.to_vec();
+    buf.unmap();
+    Ok(out)
+}
+
+impl Context for WgpuContext {
+    fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()> {
+        let bytes = self.run(graph, tokens, pos0, Readback::Logits)?;
+        out.clear();
+        out.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        Ok(())
+    }
+
+    fn forward_argmax(&mut self, graph: &Graph, tokens: &[u32], pos0: usize) -> Result<u32> {
+        WgpuContext::forward_argmax(self, graph, tokens, pos0)
+    }
+
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    fn kv_bytes(&self) -> usize {
+        self.kv_bytes
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        self.weights.resident
+    }
+}
+
+impl Drop for WgpuContext {
+    fn drop(&mut self) {
+        if let Some(p) = &self.profiler {
+            eprint!("{}", p.report(&self.gpu.describe()));
+        }
+    }
+}

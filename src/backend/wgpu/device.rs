@@ -1,0 +1,273 @@
+//! The adapter and device: found once per process, shared by every context.
+//!
+//! Choice: discrete > integrated > virtual > other GPU; a software adapter (`DeviceType::Cpu`,
+//! e.g. llvmpipe) only when no GPU exists, and then only if the caller allows it. The device
+//! gets the adapter's own limits and whichever of SHADER_F16, SUBGROUP, TIMESTAMP_QUERY and
+//! PIPELINE_CACHE it has; every kernel runs without them. Device errors are caught in error
+//! scopes (and an uncaptured-error handler that records instead of panicking).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::shaders::{Bind, Variant};
+
+/// The adapter we would use, described without creating a device.
+#[derive(Clone, Debug)]
+pub struct AdapterSummary {
+    pub name: String,
+    pub backend: String,
+    pub software: bool,
+}
+
+struct Probe {
+    adapter: wgpu::Adapter,
+    summary: AdapterSummary,
+}
+
+/// The best adapter of this machine, probed once. `Err` says why there is none.
+fn probe() -> &'static Result<Probe, String> {
+    static PROBE: OnceLock<Result<Probe, String>> = OnceLock::new();
+    PROBE.get_or_init(|| {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+        let rank = |t: wgpu::DeviceType| match t {
+            wgpu::DeviceType::DiscreteGpu => 0,
+            wgpu::DeviceType::IntegratedGpu => 1,
+            wgpu::DeviceType::VirtualGpu => 2,
+            wgpu::DeviceType::Other => 3,
+            wgpu::DeviceType::Cpu => 4,
+        };
+        let best = adapters
+            .into_iter()
+            .filter(|a| {
+                let caps = a.get_downlevel_capabilities();
+                caps.flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS)
+                    && a.limits().max_storage_buffers_per_shader_stage >= 6
+            })
+            .min_by_key(|a| rank(a.get_info().device_type));
+        match best {
+            Some(adapter) => {
+                let info = adapter.get_info();
+                let summary = AdapterSummary {
+                    name: info.name.clone(),
+                    backend: format!("{:?}", info.backend),
+                    software: info.device_type == wgpu::DeviceType::Cpu,
+                };
+                Ok(Probe { adapter, summary })
+            }
+            None => Err("no adapter with compute shaders (Vulkan, Metal or DX12)".into()),
+        }
+    })
+}
+
+/// The adapter that `--backend wgpu` would use, or why there is none.
+pub fn adapter() -> Result<AdapterSummary, String> {
+    probe().as_ref().map(|p| p.summary.clone()).map_err(Clone::clone)
+}
+
+/// A compiled kernel and the layout its bind groups use.
+pub struct Pipeline {
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+}
+
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    pub features: wgpu::Features,
+    pipelines: Mutex<HashMap<Variant, Arc<Pipeline>>>,
+    cache: Option<wgpu::PipelineCache>,
+    /// Errors that reached no error scope (recorded, never a panic).
+    uncaptured: Arc<Mutex<Vec<String>>>,
+}
+
+/// The shared device on the best adapter, created on first use.
+pub fn gpu() -> Result<Arc<Gpu>, String> {
+    static GPU: OnceLock<Result<Arc<Gpu>, String>> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let p = probe().as_ref().map_err(Clone::clone)?;
+        Gpu::new(&p.adapter).map(Arc::new)
+    })
+    .clone()
+}
+
+impl Gpu {
+    fn new(adapter: &wgpu::Adapter) -> Result<Gpu, String> {
+        let wanted = wgpu::Features::SHADER_F16
+            | wgpu::Features::SUBGROUP
+            | wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::PIPELINE_CACHE;
+        let features = adapter.features() & wanted;
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("minfer"),
+            required_features: features,
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|e| format!("request_device: {e}"))?;
+        let uncaptured = Arc::new(Mutex::new(Vec::new()));
+        let sink = uncaptured.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut v) = sink.lock() {
+                v.push(e.to_string());
+            }
+        }));
+        let info = adapter.get_info();
+        let cache = if features.contains(wgpu::Features::PIPELINE_CACHE) {
+            let data = cache_path(&info).and_then(|p| std::fs::read(p).ok());
+            // SAFETY: the data is either absent or what `get_data` wrote for this adapter's key;
+            // `fallback: true` makes the driver validate it and start empty if it is stale.
+            Some(unsafe {
+                device.create_pipeline_cache(&wgpu::PipelineCacheDescriptor {
+                    label: Some("minfer pipelines"),
+                    data: data.as_deref(),
+                    fallback: true,
+                })
+            })
+        } else {
+            None
+        };
+        Ok(Gpu {
+            device,
+            queue,
+            info,
+            limits,
+            features,
+            pipelines: Mutex::new(HashMap::new()),
+            cache,
+            uncaptured,
+        })
+    }
+
+    pub fn has(&self, f: wgpu::Features) -> bool {
+        self.features.contains(f)
+    }
+
+    /// `Vulkan, llvmpipe (LLVM 15.0.6, 256 bits), subgroups 8–8`.
+    pub fn describe(&self) -> String {
+        let mut s = format!("{:?}, {}", self.info.backend, self.info.name);
+        if self.has(wgpu::Features::SUBGROUP) {
+            s += &format!(", subgroups {}–{}", self.info.subgroup_min_size, self.info.subgroup_max_size);
+        }
+        s
+    }
+
+    /// Largest storage binding, also capped by the largest buffer.
+    pub fn max_binding(&self) -> u64 {
+        (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size)
+    }
+
+    /// Runs `f` inside validation and out-of-memory error scopes; the first error is returned.
+    pub fn scoped<T>(&self, what: &str, f: impl FnOnce() -> T) -> Result<T, String> {
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let val = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let r = f();
+        let e_val = pollster::block_on(val.pop());
+        let e_oom = pollster::block_on(oom.pop());
+        match e_val.or(e_oom) {
+            Some(e) => Err(format!("{what}: {e}")),
+            None => Ok(r),
+        }
+    }
+
+    /// Errors no scope caught since the last call.
+    pub fn take_uncaptured(&self) -> Option<String> {
+        let mut v = self.uncaptured.lock().ok()?;
+        if v.is_empty() {
+            None
+        } else {
+            Some(std::mem::take(&mut *v).join("; "))
+        }
+    }
+
+    /// The pipeline for `v`, built on first use and kept for the life of the device.
+    pub fn pipeline(&self, v: Variant) -> Result<Arc<Pipeline>, String> {
+        if let Some(p) = self.pipelines.lock().map_err(|e| e.to_string())?.get(&v) {
+            return Ok(p.clone());
+        }
+        let name = v.name();
+        let src = v.source().ok_or_else(|| format!("{name}: no shader for this type"))?;
+        let p = self.scoped(&name, || {
+            let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(&name),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            });
+            let entries: Vec<wgpu::BindGroupLayoutEntry> = v
+                .kernel
+                .bindings()
+                .iter()
+                .enumerate()
+                .map(|(i, b)| wgpu::BindGroupLayoutEntry {
+                    binding: i as u32,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: match b {
+                        Bind::Uniform => wgpu::BindingType::Buffer {
+                            ty: wgpu::BufferBindingType::Uniform,
+                            has_dynamic_offset: false,
+                            min_binding_size: None,
+                        },
+                        Bind::Read | Bind::ReadWrite => wgpu::BindingType::Buffer {
+                            ty: wgpu::BufferBindingType::Storage { read_only: *b == Bind::Read },
+                            has_dynamic_offset: false,
+                            min_binding_size: None,
+                        },
+                    },
+                    count: None,
+                })
+                .collect();
+            let layout = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some(&name),
+                entries: &entries,
+            });
+            let pl = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(&name),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+            let constants = v.constants();
+            let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&name),
+                layout: Some(&pl),
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &constants,
+                    zero_initialize_workgroup_memory: true,
+                },
+                cache: self.cache.as_ref(),
+            });
+            Arc::new(Pipeline { pipeline, layout })
+        })?;
+        self.pipelines.lock().map_err(|e| e.to_string())?.insert(v, p.clone());
+        Ok(p)
+    }
+
+    /// Writes the driver's pipeline cache back to disk (best effort).
+    pub fn save_pipeline_cache(&self) {
+        if let (Some(cache), Some(path)) = (&self.cache, cache_path(&self.info)) {
+            if let Some(data) = cache.get_data() {
+                if let Some(dir) = path.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                let tmp = path.with_extension("tmp");
+                if std::fs::write(&tmp, data).is_ok() {
+                    let _ = std::fs::rename(tmp, path);
+                }
+            }
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME/minfer/wgpu-<key>.bin` (else `~/.cache`), keyed by wgpu's own cache key.
+fn cache_path(info: &wgpu::AdapterInfo) -> Option<std::path::PathBuf> {
+    let key = wgpu::util::pipeline_cache_key(info)?;
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))?;
+    Some(base.join("minfer").join(key))
+}

@@ -1,0 +1,209 @@
+//! The wgpu backend: WGSL kernels (`shaders/`) that read the raw GGUF blocks, on any adapter
+//! wgpu reaches (Vulkan, Metal, DX12).
+//!
+//! - `device`   — adapter choice, the shared device, error scopes, pipelines (+ disk cache)
+//! - `shaders`  — the WGSL sources and how kernel variants are assembled from them
+//! - `registry` — weights uploaded once, raw, split by rows past the binding limit
+//! - `plan`     — a graph compiled once per shape: buffers by liveness, params, bind groups
+//! - `context`  — the KV cache and the forward (one command buffer, one submit)
+//! - `profile`  — per-op GPU time from timestamp queries (`MINFER_PROFILE=1`)
+//!
+//! Numerics: activations stay f32 end to end (no activation quantization as on the CPU);
+//! weights are dequantized inside the dot products. With an f16 KV cache, q and the softmax
+//! probabilities are rounded to f16 as the CPU does (ggml's non-flash path), so the two backends
+//! agree to f32 rounding except where the CPU quantizes activations for its integer dot products.
+//!
+//! Adding an op: the CPU reference first (`cpu/ops.rs`), then `shaders/<op>.wgsl`, a `Kernel`
+//! entry in `shaders.rs`, its dispatch in `plan.rs`, and its line in `tests/suite/wgpu.rs`.
+
+mod context;
+pub mod device;
+mod plan;
+mod profile;
+pub mod registry;
+pub mod shaders;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::{Backend, Context, KvType, Refusal};
+use crate::error::{Error, Result};
+use crate::model::{Graph, Model, Op};
+use context::WgpuContext;
+use device::Gpu;
+use registry::Registry;
+use shaders::{kv_source, quant_source};
+
+/// Head widths the attention kernel takes: q is held in workgroup memory, and each of the 64
+/// invocations accumulates up to 8 output dimensions.
+const MAX_HEAD_DIM: usize = 512;
+
+#[derive(Clone, Debug)]
+pub struct WgpuOptions {
+    /// Take a software adapter (llvmpipe, WARP) when there is no GPU.
+    pub allow_software: bool,
+    /// Use subgroup reductions where the adapter has them.
+    pub subgroups: bool,
+    /// Split weights at this many bytes per binding instead of the adapter's limit (tests use a
+    /// small value to exercise the split on every tensor).
+    pub max_binding: Option<u64>,
+}
+
+impl WgpuOptions {
+    /// Under `--backend auto`: hardware adapters only, unless `MINFER_WGPU_ALLOW_CPU=1`.
+    pub fn auto() -> WgpuOptions {
+        let allow = std::env::var("MINFER_WGPU_ALLOW_CPU").is_ok_and(|v| v == "1" || v == "true");
+        WgpuOptions { allow_software: allow, subgroups: true, max_binding: None }
+    }
+
+    /// Under `--backend wgpu`: whatever adapter there is.
+    pub fn forced() -> WgpuOptions {
+        WgpuOptions { allow_software: true, ..WgpuOptions::auto() }
+    }
+}
+
+pub struct WgpuBackend {
+    gpu: Arc<Gpu>,
+    opts: WgpuOptions,
+    uploaded: AtomicU64,
+}
+
+impl WgpuBackend {
+    /// The backend on this machine's best adapter, or why not: `MINFER_DISABLE_WGPU`, no
+    /// adapter, or a software adapter that `opts` does not allow.
+    pub fn new(opts: WgpuOptions) -> std::result::Result<WgpuBackend, Refusal> {
+        if std::env::var("MINFER_DISABLE_WGPU").is_ok_and(|v| !v.is_empty() && v != "0") {
+            return Err(Refusal("disabled by MINFER_DISABLE_WGPU".into()));
+        }
+        let a = device::adapter().map_err(Refusal)?;
+        if a.software && !opts.allow_software {
+            return Err(Refusal(format!(
+                "software adapter {} ({}) is not auto-selected (--backend wgpu or MINFER_WGPU_ALLOW_CPU=1 forces it)",
+                a.name, a.backend
+            )));
+        }
+        let gpu = device::gpu().map_err(Refusal)?;
+        Ok(WgpuBackend { gpu, opts, uploaded: AtomicU64::new(0) })
+    }
+
+    /// Bytes of weights uploaded by this backend's contexts so far.
+    pub fn uploaded_bytes(&self) -> u64 {
+        self.uploaded.load(Ordering::Relaxed)
+    }
+
+    /// Whether kernels take the subgroup path on this device: it needs the feature, and
+    /// subgroups of at least 8 lanes (a `matmul_vec` row segment lives in one subgroup).
+    pub fn uses_subgroups(&self) -> bool {
+        self.opts.subgroups && self.gpu.has(wgpu::Features::SUBGROUP) && self.gpu.info.subgroup_min_size >= 8
+    }
+
+    fn max_binding(&self) -> u64 {
+        let hw = self.gpu.max_binding();
+        self.opts.max_binding.map_or(hw, |m| m.min(hw))
+    }
+}
+
+fn refuse(s: String) -> std::result::Result<(), Refusal> {
+    Err(Refusal(s))
+}
+
+impl Backend for WgpuBackend {
+    fn name(&self) -> &'static str {
+        "wgpu"
+    }
+
+    fn describe(&self) -> String {
+        format!("wgpu ({})", self.gpu.describe())
+    }
+
+    fn check(&self, model: &Model, graph: &Graph, kv: KvType) -> std::result::Result<(), Refusal> {
+        let max = self.max_binding();
+        // Every weight is uploaded (raw), so every weight must fit its bindings.
+        let mut all: Vec<_> = model.weights.values().collect();
+        all.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        for t in all {
+            if let Err(e) = registry::split_rows(t.row_bytes() as u64, t.n_rows() as u64, max) {
+                return refuse(format!("{}: {e}", t.name));
+            }
+        }
+        let mut seen = HashMap::new();
+        for node in &graph.nodes {
+            for name in node.op.weights() {
+                if seen.insert(name, ()).is_some() {
+                    continue;
+                }
+                let t = model.weights.get(name).ok_or_else(|| Refusal(format!("{name} is missing")))?;
+                if quant_source(t.qtype).is_none() {
+                    return refuse(format!("{name} is {}, no wgpu kernel", t.qtype));
+                }
+                let k = t.row_len();
+                let need = match node.op {
+                    Op::Matmul { .. } => 32,
+                    Op::GetRows { .. } => 8,
+                    _ => 1,
+                };
+                if k % need != 0 {
+                    return refuse(format!("{name}: row length {k} is not a multiple of {need}"));
+                }
+            }
+            let hw = self.gpu.max_binding();
+            if (node.rows * node.width * 4) as u64 > hw {
+                return refuse(format!("{}: {} activations exceed the {hw}-byte binding limit", node.name, node.width));
+            }
+            match node.op {
+                Op::Attention { n_head, n_head_kv, head_dim, head_dim_v, .. } => {
+                    if kv_source(kv).is_none() {
+                        return refuse(format!("{}: {} KV cache has no wgpu kernel", node.name, kv.name()));
+                    }
+                    if head_dim % 2 != 0 || head_dim > MAX_HEAD_DIM || head_dim_v > MAX_HEAD_DIM {
+                        return refuse(format!(
+                            "{}: head_dim {head_dim}/{head_dim_v} (the kernel takes even widths up to {MAX_HEAD_DIM})",
+                            node.name
+                        ));
+                    }
+                    if n_head_kv == 0 || n_head % n_head_kv != 0 {
+                        return refuse(format!("{}: {n_head} heads over {n_head_kv} KV heads", node.name));
+                    }
+                }
+                Op::Rope { head_dim, rope, .. } if rope.n_rot % 2 != 0 || rope.n_rot > head_dim => {
+                    return refuse(format!("{}: n_rot {} of head_dim {head_dim}", node.name, rope.n_rot));
+                }
+                Op::HeadNorm { head_dim, .. } if head_dim == 0 || node.width % head_dim != 0 => {
+                    return refuse(format!("{}: width {} is not whole heads of {head_dim}", node.name, node.width));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn new_context(&self, model: &Arc<Model>, n_ctx: usize, kv: KvType) -> Result<Box<dyn Context>> {
+        let gpu = self.gpu.clone();
+        let err = |what: String| Error::Backend { backend: "wgpu", what };
+        let (kc, vc, kv_bytes) = WgpuContext::alloc_kv(&gpu, model, n_ctx, kv)?;
+        let weights = Registry::upload(&gpu, model, self.max_binding()).map_err(err)?;
+        self.uploaded.fetch_add(weights.resident, Ordering::Relaxed);
+        let step = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("step"),
+            size: 16,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let profiler = profile::Profiler::from_env(&gpu);
+        Ok(Box::new(WgpuContext {
+            gpu,
+            model: model.clone(),
+            kv,
+            n_ctx,
+            weights,
+            kc,
+            vc,
+            kv_bytes,
+            step,
+            plans: HashMap::new(),
+            subgroups: self.uses_subgroups(),
+            profiler,
+        }))
+    }
+}

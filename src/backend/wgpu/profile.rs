@@ -1,0 +1,123 @@
+//! Per-op GPU time from timestamp queries (`MINFER_PROFILE=1`, where the adapter has
+//! TIMESTAMP_QUERY): each node's compute pass writes a begin and an end timestamp; the times are
+//! summed per op kind (`matmul/q4_1`, `attention`, …) and printed when the context is dropped.
+
+use std::collections::BTreeMap;
+
+use super::device::Gpu;
+
+/// Queries per forward; passes beyond MAX_QUERIES / 2 go untimed.
+const MAX_QUERIES: u32 = 4096;
+
+pub struct Profiler {
+    set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    readback: wgpu::Buffer,
+    /// Kinds of the passes timed in the current forward, in order.
+    kinds: Vec<String>,
+    /// kind → (passes, total ns)
+    totals: BTreeMap<String, (u64, f64)>,
+    forwards: u64,
+    period_ns: f64,
+}
+
+impl Profiler {
+    /// `None` without the feature or without `MINFER_PROFILE`.
+    pub fn from_env(gpu: &Gpu) -> Option<Profiler> {
+        let on = std::env::var("MINFER_PROFILE").is_ok_and(|v| !v.is_empty() && v != "0");
+        if !on {
+            return None;
+        }
+        if !gpu.has(wgpu::Features::TIMESTAMP_QUERY) {
+            eprintln!("wgpu: MINFER_PROFILE ignored: the adapter has no timestamp queries");
+            return None;
+        }
+        let set = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("profile"),
+            ty: wgpu::QueryType::Timestamp,
+            count: MAX_QUERIES,
+        });
+        let bytes = MAX_QUERIES as u64 * 8;
+        let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("profile resolve"),
+            size: bytes,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let readback = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("profile readback"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        Some(Profiler {
+            set,
+            resolve,
+            readback,
+            kinds: Vec::new(),
+            totals: BTreeMap::new(),
+            forwards: 0,
+            period_ns: gpu.queue.get_timestamp_period() as f64,
+        })
+    }
+
+    /// Timestamp writes for the next pass, or `None` once the query set is full.
+    pub fn writes(&mut self, kind: &str) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
+        let i = self.kinds.len() as u32;
+        if 2 * i + 2 > MAX_QUERIES {
+            return None;
+        }
+        self.kinds.push(kind.to_string());
+        Some(wgpu::ComputePassTimestampWrites {
+            query_set: &self.set,
+            beginning_of_pass_write_index: Some(2 * i),
+            end_of_pass_write_index: Some(2 * i + 1),
+        })
+    }
+
+    pub fn resolve(&self, enc: &mut wgpu::CommandEncoder) {
+        let n = 2 * self.kinds.len() as u32;
+        if n > 0 {
+            enc.resolve_query_set(&self.set, 0..n, &self.resolve, 0);
+            enc.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, n as u64 * 8);
+        }
+    }
+
+    /// Reads the timestamps of the forward just submitted (after its readback waited for it).
+    pub fn collect(&mut self, gpu: &Gpu) -> Result<(), String> {
+        let n = 2 * self.kinds.len() as u64;
+        if n == 0 {
+            return Ok(());
+        }
+        let slice = self.readback.slice(..n * 8);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| e.to_string())?;
+        rx.recv().map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+        let ts: Vec<u64> = bytemuck::pod_collect_to_vec(&slice.get_mapped_range().map_err(|e| e.to_string())?);
+        self.readback.unmap();
+        for (i, kind) in self.kinds.drain(..).enumerate() {
+            let ns = ts[2 * i + 1].saturating_sub(ts[2 * i]) as f64 * self.period_ns;
+            let e = self.totals.entry(kind).or_default();
+            e.0 += 1;
+            e.1 += ns;
+        }
+        self.forwards += 1;
+        Ok(())
+    }
+
+    /// The table: op kind, passes, total ms, share.
+    pub fn report(&self, device: &str) -> String {
+        let total: f64 = self.totals.values().map(|v| v.1).sum();
+        let mut rows: Vec<_> = self.totals.iter().collect();
+        rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        let mut s = format!("wgpu profile ({device}), {} forwards, GPU time per op:\n", self.forwards);
+        s += &format!("  {:<20} {:>8} {:>12} {:>7}\n", "op", "passes", "ms", "%");
+        for (k, (n, ns)) in rows {
+            s += &format!("  {k:<20} {n:>8} {:>12.3} {:>6.1}%\n", ns / 1e6, 100.0 * ns / total.max(1.0));
+        }
+        s
+    }
+}

@@ -1,0 +1,362 @@
+//! `config.json` → the architecture and the GGUF metadata keys `convert_hf_to_gguf.py` would write,
+//! so that the architecture's own `hparams` reading (fallback chains, shape checks) runs unchanged
+//! on a Hugging Face model. What GGUF keys cannot say (Gemma 3's per-layer attention types, its
+//! local RoPE base, `query_pre_attn_scalar`) is returned in [`Extras`] and applied afterwards.
+
+use serde_json::Value as J;
+
+use crate::error::{Error, Result};
+use crate::gguf::{Metadata, Value};
+use crate::model::Arch;
+
+/// The `model_type` values we run, and the architecture each maps to.
+pub const MODEL_TYPES: [(&str, Arch); 6] = [
+    ("llama", Arch::Llama),
+    ("mistral", Arch::Llama),
+    ("qwen2", Arch::Qwen2),
+    ("qwen3", Arch::Qwen3),
+    ("gemma3", Arch::Gemma3),
+    ("gemma3_text", Arch::Gemma3),
+];
+
+/// Hyperparameters GGUF keys do not carry.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Extras {
+    /// `layer_types`: true = sliding-window attention.
+    pub swa_layers: Option<Vec<bool>>,
+    /// Gemma 3 `rope_local_base_freq`.
+    pub rope_local_base: Option<f32>,
+    /// Gemma `query_pre_attn_scalar`: attention scale 1/sqrt(this).
+    pub query_pre_attn_scalar: Option<f32>,
+}
+
+pub struct Config {
+    pub arch: Arch,
+    pub model_type: String,
+    pub metadata: Metadata,
+    pub extras: Extras,
+    /// `bos_token_id` / `eos_token_id` (a list for some models).
+    pub bos: Option<u32>,
+    pub eos: Vec<u32>,
+}
+
+fn err(key: &str, what: impl Into<String>) -> Error {
+    Error::metadata(format!("config.json {key}"), what)
+}
+
+/// Reads the text model's config: the top level, or `text_config` of a multimodal wrapper.
+pub fn parse(root: &J) -> Result<Config> {
+    let top = root.as_object().ok_or_else(|| err("(root)", "is not a JSON object"))?;
+    let (cfg, nested) = match top.get("text_config") {
+        Some(J::Object(t)) => (t, true),
+        Some(J::Null) | None => (top, false),
+        Some(other) => return Err(err("text_config", format!("is {other}, not an object"))),
+    };
+    let model_type = match (cfg.get("model_type"), top.get("model_type")) {
+        (Some(J::String(s)), _) => s.clone(),
+        // A `text_config` without its own model_type is the wrapper's text model.
+        (None, Some(J::String(s))) if nested => format!("{s}_text"),
+        (None, Some(J::String(s))) => s.clone(),
+        _ => return Err(err("model_type", "missing")),
+    };
+    let arch = MODEL_TYPES
+        .iter()
+        .find(|(t, _)| *t == model_type)
+        .map(|&(_, a)| a)
+        .ok_or_else(|| {
+            let known: Vec<&str> = MODEL_TYPES.iter().map(|(t, _)| *t).collect();
+            err(
+                "model_type",
+                format!("'{model_type}' is not supported (supported: {})", known.join(", ")),
+            )
+        })?;
+    let c = Fields(cfg);
+    let a = arch.name();
+    let mut md = Metadata::new();
+    let put_u = |md: &mut Metadata, key: &str, v: u64| md.insert(format!("{a}.{key}"), Value::U64(v));
+    md.insert("general.architecture", Value::String(a.into()));
+    md.insert("general.source", Value::String("safetensors".into()));
+    md.insert("hf.model_type", Value::String(model_type.clone()));
+
+    put_u(&mut md, "embedding_length", c.req_u64("hidden_size")?);
+    put_u(&mut md, "block_count", c.req_u64("num_hidden_layers")?);
+    put_u(&mut md, "feed_forward_length", c.req_u64("intermediate_size")?);
+    let n_head = c.req_u64("num_attention_heads")?;
+    put_u(&mut md, "attention.head_count", n_head);
+    put_u(
+        &mut md,
+        "attention.head_count_kv",
+        c.u64("num_key_value_heads")?.unwrap_or(n_head),
+    );
+    if let Some(hd) = c.u64("head_dim")? {
+        put_u(&mut md, "attention.key_length", hd);
+        put_u(&mut md, "attention.value_length", hd);
+    }
+    if let Some(n) = c.u64("max_position_embeddings")? {
+        put_u(&mut md, "context_length", n);
+    }
+    let put_f = |md: &mut Metadata, key: &str, v: f64| md.insert(format!("{a}.{key}"), Value::F32(v as f32));
+    if let Some(eps) = c.f64("rms_norm_eps")? {
+        put_f(&mut md, "attention.layer_norm_rms_epsilon", eps);
+    }
+    // transformers' default rope_theta is 10 000 for every model_type here.
+    put_f(&mut md, "rope.freq_base", c.f64("rope_theta")?.unwrap_or(10_000.0));
+    if let Some(p) = c.f64("partial_rotary_factor")? {
+        let hd = match c.u64("head_dim")? {
+            Some(hd) => hd,
+            None => c.req_u64("hidden_size")? / n_head.max(1),
+        };
+        put_u(&mut md, "rope.dimension_count", (hd as f64 * p) as u64);
+    }
+    rope_scaling(&c, &mut md, a)?;
+    check_activation(&c, arch)?;
+    for key in ["attention_bias", "mlp_bias"] {
+        if arch == Arch::Llama && c.bool(key)? == Some(true) {
+            return Err(err(key, "is true; the llama graph has no projection biases"));
+        }
+    }
+
+    let mut extras = Extras::default();
+    if arch == Arch::Gemma3 {
+        gemma3(&c, &mut md, &mut extras)?;
+    }
+    // generation_config.json / tokenizer_config.json may override these; see `hf::tokenizer`.
+    let bos = c.u64("bos_token_id")?.and_then(|v| u32::try_from(v).ok());
+    let eos = ids(&c, "eos_token_id")?;
+    Ok(Config {
+        arch,
+        model_type,
+        metadata: md,
+        extras,
+        bos,
+        eos,
+    })
+}
+
+fn gemma3(c: &Fields, md: &mut Metadata, x: &mut Extras) -> Result<()> {
+    if let Some(w) = c.u64("sliding_window")? {
+        md.insert("gemma3.attention.sliding_window", Value::U64(w));
+    }
+    // Newer configs list every layer's type; older ones give the period of the pattern.
+    if let Some(types) = c.0.get("layer_types").filter(|v| !v.is_null()) {
+        let arr = types.as_array().ok_or_else(|| err("layer_types", "is not an array"))?;
+        let swa = arr
+            .iter()
+            .map(|t| match t.as_str() {
+                Some("sliding_attention") => Ok(true),
+                Some("full_attention") => Ok(false),
+                _ => Err(err(
+                    "layer_types",
+                    format!("entry {t} is not sliding_attention/full_attention"),
+                )),
+            })
+            .collect::<Result<Vec<bool>>>()?;
+        // The GGUF converter writes the period; keep it where the types have one.
+        if let Some(p) = swa.iter().position(|s| !s) {
+            let period = p + 1;
+            if swa.iter().enumerate().all(|(i, &s)| s == (i % period < period - 1)) {
+                md.insert("gemma3.attention.sliding_window_pattern", Value::U64(period as u64));
+            }
+        }
+        x.swa_layers = Some(swa);
+    } else if let Some(p) = match c.u64("sliding_window_pattern")? {
+        Some(p) => Some(p),
+        None => c.u64("_sliding_window_pattern")?,
+    } {
+        md.insert("gemma3.attention.sliding_window_pattern", Value::U64(p));
+    }
+    if let Some(b) = c.f64("rope_local_base_freq")? {
+        md.insert("gemma3.rope.freq_base_swa", Value::F32(b as f32));
+        x.rope_local_base = Some(b as f32);
+    }
+    for key in ["final_logit_softcapping", "attn_logit_softcapping"] {
+        if let Some(v) = c.f64(key)? {
+            md.insert(format!("gemma3.{key}"), Value::F32(v as f32));
+        }
+    }
+    if let Some(q) = c.f64("query_pre_attn_scalar")? {
+        if q <= 0.0 || !q.is_finite() {
+            return Err(err("query_pre_attn_scalar", format!("{q} is not positive")));
+        }
+        x.query_pre_attn_scalar = Some(q as f32);
+    }
+    Ok(())
+}
+
+/// `rope_scaling` (`type` or `rope_type`): none/default, or linear with a factor. The others
+/// (llama3, yarn, dynamic, longrope) change the frequencies in ways the graph does not do.
+fn rope_scaling(c: &Fields, md: &mut Metadata, a: &str) -> Result<()> {
+    let Some(rs) = c.0.get("rope_scaling").filter(|v| !v.is_null()) else {
+        return Ok(());
+    };
+    let obj = rs
+        .as_object()
+        .ok_or_else(|| err("rope_scaling", format!("{rs} is not an object")))?;
+    let ty = obj
+        .get("rope_type")
+        .or_else(|| obj.get("type"))
+        .and_then(J::as_str)
+        .unwrap_or("default");
+    match ty {
+        "default" => Ok(()),
+        "linear" => {
+            let f = obj
+                .get("factor")
+                .and_then(J::as_f64)
+                .ok_or_else(|| err("rope_scaling.factor", "missing for linear scaling"))?;
+            md.insert(format!("{a}.rope.scaling.type"), Value::String("linear".into()));
+            md.insert(format!("{a}.rope.scaling.factor"), Value::F32(f as f32));
+            Ok(())
+        }
+        other => Err(err(
+            "rope_scaling.rope_type",
+            format!("'{other}' is not supported (supported: default, linear)"),
+        )),
+    }
+}
+
+fn check_activation(c: &Fields, arch: Arch) -> Result<()> {
+    let (key, ok): (&str, &[&str]) = match arch {
+        Arch::Gemma3 => ("hidden_activation", &["gelu_pytorch_tanh", "gelu"]),
+        _ => ("hidden_act", &["silu"]),
+    };
+    let v = match c.0.get(key).or_else(|| c.0.get("hidden_act")) {
+        Some(J::String(s)) => s.as_str(),
+        _ => return Ok(()),
+    };
+    if ok.contains(&v) {
+        Ok(())
+    } else {
+        Err(err(
+            key,
+            format!("'{v}' is not supported for {} (supported: {ok:?})", arch.name()),
+        ))
+    }
+}
+
+/// An id or a list of ids (`eos_token_id: [1, 106]`).
+pub(crate) fn ids(c: &Fields, key: &str) -> Result<Vec<u32>> {
+    let conv = |v: &J| {
+        v.as_u64()
+            .and_then(|x| u32::try_from(x).ok())
+            .ok_or_else(|| err(key, format!("{v} is not a token id")))
+    };
+    match c.0.get(key) {
+        None | Some(J::Null) => Ok(vec![]),
+        Some(J::Array(a)) if a.len() <= 1024 => a.iter().map(conv).collect(),
+        Some(J::Array(a)) => Err(err(key, format!("{} ids is absurd", a.len()))),
+        Some(v) => Ok(vec![conv(v)?]),
+    }
+}
+
+/// Typed, optional lookups in a config object; `null` counts as absent.
+pub(crate) struct Fields<'a>(pub &'a serde_json::Map<String, J>);
+
+impl Fields<'_> {
+    fn get(&self, key: &str) -> Option<&J> {
+        self.0.get(key).filter(|v| !v.is_null())
+    }
+
+    pub fn u64(&self, key: &str) -> Result<Option<u64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| err(key, format!("{v} is not a non-negative integer"))),
+        }
+    }
+
+    pub fn req_u64(&self, key: &str) -> Result<u64> {
+        self.u64(key)?.ok_or_else(|| err(key, "missing"))
+    }
+
+    pub fn f64(&self, key: &str) -> Result<Option<f64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| err(key, format!("{v} is not a number"))),
+        }
+    }
+
+    pub fn bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| err(key, format!("{v} is not a bool"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn maps_a_llama_config() {
+        let c = parse(&json!({
+            "model_type": "mistral", "hidden_size": 256, "num_hidden_layers": 2, "intermediate_size": 512,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "rope_theta": 5e5,
+            "max_position_embeddings": 512, "eos_token_id": [2, 7], "bos_token_id": 1, "rope_scaling": null
+        }))
+        .unwrap();
+        assert_eq!(c.arch, Arch::Llama);
+        let md = &c.metadata;
+        assert_eq!(md.get_u64("llama.embedding_length").unwrap(), Some(256));
+        assert_eq!(md.get_u64("llama.attention.head_count_kv").unwrap(), Some(2));
+        assert_eq!(md.get_f64("llama.rope.freq_base").unwrap(), Some(5e5));
+        assert!(!md.contains("llama.attention.key_length"));
+        assert_eq!((c.bos, c.eos), (Some(1), vec![2, 7]));
+    }
+
+    #[test]
+    fn reads_nested_text_config_and_gemma_fields() {
+        let c = parse(&json!({
+            "model_type": "gemma3",
+            "text_config": {
+                "hidden_size": 64, "num_hidden_layers": 6, "intermediate_size": 128, "num_attention_heads": 2,
+                "num_key_value_heads": 1, "head_dim": 32, "sliding_window": 8, "rope_local_base_freq": 10000.0,
+                "query_pre_attn_scalar": 32, "final_logit_softcapping": null,
+                "layer_types": ["sliding_attention", "sliding_attention", "full_attention",
+                                "sliding_attention", "sliding_attention", "full_attention"]
+            }
+        }))
+        .unwrap();
+        assert_eq!((c.arch, c.model_type.as_str()), (Arch::Gemma3, "gemma3_text"));
+        assert_eq!(
+            c.metadata.get_u64("gemma3.attention.sliding_window_pattern").unwrap(),
+            Some(3)
+        );
+        assert!(!c.metadata.contains("gemma3.final_logit_softcapping"));
+        assert_eq!(c.extras.swa_layers, Some(vec![true, true, false, true, true, false]));
+        assert_eq!(c.extras.query_pre_attn_scalar, Some(32.0));
+    }
+
+    #[test]
+    fn refuses_what_the_graph_cannot_run() {
+        let base = json!({"hidden_size": 8, "num_hidden_layers": 1, "intermediate_size": 8, "num_attention_heads": 2});
+        let with = |k: &str, v: J| {
+            let mut o = base.clone();
+            o[k] = v;
+            parse(&o).err().map(|e| e.to_string()).unwrap_or_default()
+        };
+        assert!(with("model_type", json!("phi3")).contains("'phi3' is not supported"));
+        let mut llama = base.clone();
+        llama["model_type"] = json!("llama");
+        let with_llama = |k: &str, v: J| {
+            let mut o = llama.clone();
+            o[k] = v;
+            parse(&o).err().map(|e| e.to_string()).unwrap_or_default()
+        };
+        assert!(with_llama("rope_scaling", json!({"rope_type": "llama3", "factor": 8.0})).contains("'llama3'"));
+        assert!(with_llama("hidden_act", json!("gelu")).contains("'gelu'"));
+        assert!(with_llama("attention_bias", json!(true)).contains("attention_bias"));
+        assert!(with_llama("hidden_size", json!(-3)).contains("hidden_size"));
+        assert!(parse(&llama).is_ok());
+    }
+}

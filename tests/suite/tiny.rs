@@ -1,0 +1,243 @@
+//! Tiny random models written with the project's own GGUF writer — one per registered
+//! architecture, weights seeded by tensor name — so every architecture is exercised by the
+//! default suite without any reference data: prefill vs decode, cache types, threads, ISAs,
+//! and hostile shapes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use minfer::backend::{BackendChoice, KvType};
+use minfer::gguf::{GgufWriter, Value, ValueType};
+use minfer::model::Arch;
+use minfer::quant::QType;
+use minfer::{Model, Session, SessionOptions};
+
+use crate::model::diff;
+
+const N_EMBD: usize = 64;
+const N_FF: usize = 128;
+const N_HEAD: usize = 4;
+const N_HEAD_KV: usize = 2;
+const HEAD_DIM: usize = 32;
+const N_VOCAB: usize = 96;
+const N_LAYER: usize = 3;
+
+/// Deterministic values from a tensor's name (FNV-1a seed, xorshift stream).
+fn values(name: &str, n: usize, scale: f32) -> Vec<f32> {
+    let mut s = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// Writes a tiny model of `arch` whose matrices are `qtype`; `edit` may change the writer
+/// (drop or reshape a tensor) before it is written.
+pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut Vec<(String, Vec<u64>)>)) -> PathBuf {
+    let a = arch.name();
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String(a.into()));
+    let u = |v: usize| Value::U32(v as u32);
+    w.set(&format!("{a}.block_count"), u(N_LAYER));
+    w.set(&format!("{a}.context_length"), u(256));
+    w.set(&format!("{a}.embedding_length"), u(N_EMBD));
+    w.set(&format!("{a}.feed_forward_length"), u(N_FF));
+    w.set(&format!("{a}.attention.head_count"), u(N_HEAD));
+    w.set(&format!("{a}.attention.head_count_kv"), u(N_HEAD_KV));
+    w.set(&format!("{a}.attention.key_length"), u(HEAD_DIM));
+    w.set(&format!("{a}.attention.value_length"), u(HEAD_DIM));
+    w.set(&format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(1e-5));
+    w.set(&format!("{a}.rope.freq_base"), Value::F32(10000.0));
+    if arch == Arch::Gemma3 {
+        w.set("gemma3.attention.sliding_window", u(4));
+        w.set("gemma3.attention.sliding_window_pattern", u(2));
+        w.set("gemma3.final_logit_softcapping", Value::F32(30.0));
+    }
+    let tokens: Vec<Value> = (0..N_VOCAB).map(|i| Value::String(format!("t{i}"))).collect();
+    w.set("tokenizer.ggml.tokens", Value::Array(ValueType::String, tokens));
+
+    let (q, kv) = (N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM);
+    let mut mats: Vec<(String, Vec<u64>)> = vec![("token_embd.weight".into(), vec![N_EMBD as u64, N_VOCAB as u64])];
+    let mut vecs: Vec<(String, usize)> = vec![("output_norm.weight".into(), N_EMBD)];
+    for l in 0..N_LAYER {
+        let p = format!("blk.{l}");
+        for (n, i, o) in [
+            ("attn_q", N_EMBD, q),
+            ("attn_k", N_EMBD, kv),
+            ("attn_v", N_EMBD, kv),
+            ("attn_output", q, N_EMBD),
+            ("ffn_gate", N_EMBD, N_FF),
+            ("ffn_up", N_EMBD, N_FF),
+            ("ffn_down", N_FF, N_EMBD),
+        ] {
+            mats.push((format!("{p}.{n}.weight"), vec![i as u64, o as u64]));
+        }
+        vecs.push((format!("{p}.attn_norm.weight"), N_EMBD));
+        vecs.push((format!("{p}.ffn_norm.weight"), N_EMBD));
+        match arch {
+            Arch::Qwen2 => {
+                vecs.push((format!("{p}.attn_q.bias"), q));
+                vecs.push((format!("{p}.attn_k.bias"), kv));
+                vecs.push((format!("{p}.attn_v.bias"), kv));
+            }
+            Arch::Qwen3 | Arch::Gemma3 => {
+                vecs.push((format!("{p}.attn_q_norm.weight"), HEAD_DIM));
+                vecs.push((format!("{p}.attn_k_norm.weight"), HEAD_DIM));
+            }
+            Arch::Llama => {}
+        }
+        if arch == Arch::Gemma3 {
+            vecs.push((format!("{p}.post_attention_norm.weight"), N_EMBD));
+            vecs.push((format!("{p}.post_ffw_norm.weight"), N_EMBD));
+        }
+    }
+    if arch == Arch::Llama {
+        mats.push(("output.weight".into(), vec![N_EMBD as u64, N_VOCAB as u64]));
+    }
+    edit(&mut mats);
+    for (name, shape) in &mats {
+        let n: u64 = shape.iter().product();
+        let ty = if shape[0] as usize % qtype.block_elems() == 0 {
+            qtype
+        } else {
+            QType::F32
+        };
+        w.add_f32(name, ty, shape, &values(name, n as usize, 0.5)).unwrap();
+    }
+    for (name, n) in &vecs {
+        let v: Vec<f32> = values(name, *n, 0.2).iter().map(|x| 1.0 + x).collect();
+        w.add_f32(name, QType::F32, &[*n as u64], &v).unwrap();
+    }
+    let path = dir.join(format!("tiny-{a}-{}.gguf", qtype.name()));
+    w.write(&path).unwrap();
+    path
+}
+
+fn session(path: &Path, kv: KvType, threads: usize) -> Session {
+    let model = Arc::new(Model::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())));
+    let opts = SessionOptions {
+        n_ctx: 64,
+        n_batch: 512,
+        threads: Some(threads),
+        backend: BackendChoice::Cpu,
+        kv_type: Some(kv),
+    };
+    Session::new(model, &opts).unwrap()
+}
+
+const PROMPT: [u32; 11] = [1, 17, 5, 93, 42, 42, 8, 61, 3, 77, 20];
+
+/// Prefill of n tokens gives the same logits as n single decode steps, for every architecture
+/// (gemma3's window of 4 is crossed), and a prefill split into batches as well.
+#[test]
+fn prefill_equals_decode_steps_for_every_architecture() {
+    let dir = crate::gguf::tempdir("tiny-prefill");
+    for arch in Arch::ALL {
+        for qtype in [QType::F32, QType::Q8_0, QType::Q4K] {
+            let path = write_tiny(&dir, arch, qtype, |_| {});
+            let mut a = session(&path, KvType::F32, 2);
+            let all = a.eval(&PROMPT, true).unwrap();
+            let mut b = session(&path, KvType::F32, 2);
+            let mut steps = Vec::new();
+            for &t in &PROMPT {
+                steps.extend(b.eval(&[t], false).unwrap());
+            }
+            let (maxd, _) = diff(&steps, &all);
+            assert!(
+                maxd <= 1e-4,
+                "{} {qtype}: prefill vs decode max |Δ| {maxd}",
+                arch.name()
+            );
+            let model = Arc::new(Model::open(&path).unwrap());
+            let opts = SessionOptions {
+                n_ctx: 64,
+                n_batch: 4,
+                threads: Some(1),
+                backend: BackendChoice::Cpu,
+                kv_type: Some(KvType::F32),
+            };
+            let mut c = Session::new(model, &opts).unwrap();
+            let batched = c.eval(&PROMPT, true).unwrap();
+            let (maxd, _) = diff(&batched, &all);
+            assert!(
+                maxd <= 1e-4,
+                "{} {qtype}: batches of 4 vs one batch max |Δ| {maxd}",
+                arch.name()
+            );
+        }
+    }
+}
+
+/// f16 and q8_0 caches stay close to f32; thread count changes nothing.
+#[test]
+fn cache_types_and_threads_agree() {
+    let dir = crate::gguf::tempdir("tiny-kv");
+    for arch in Arch::ALL {
+        let path = write_tiny(&dir, arch, QType::F16, |_| {});
+        let base = session(&path, KvType::F32, 1).eval(&PROMPT, true).unwrap();
+        let two = session(&path, KvType::F32, 2).eval(&PROMPT, true).unwrap();
+        assert_eq!(base, two, "{}: 1 vs 2 threads", arch.name());
+        for (kv, bound) in [(KvType::F16, 1e-4), (KvType::Q8_0, 1e-2)] {
+            let got = session(&path, kv, 2).eval(&PROMPT, true).unwrap();
+            let (_, nmse) = diff(&got, &base);
+            eprintln!("{} kv {}: NMSE {nmse:.2e} vs f32", arch.name(), kv.name());
+            assert!(nmse <= bound, "{} kv {}: NMSE {nmse} vs f32", arch.name(), kv.name());
+        }
+    }
+}
+
+/// Hostile shapes: a tensor that contradicts the hyperparameters, or a missing one, is an
+/// error naming it — at load, before any backend is involved.
+#[test]
+fn hostile_shapes_are_named() {
+    let dir = crate::gguf::tempdir("tiny-hostile");
+    let p = write_tiny(&dir, Arch::Llama, QType::F32, |m| {
+        m.iter_mut().find(|(n, _)| n == "blk.1.ffn_up.weight").unwrap().1 = vec![N_EMBD as u64, 100];
+    });
+    let e = Model::open(&p).err().expect("accepted a wrong shape").to_string();
+    assert!(e.contains("blk.1.ffn_up.weight") && e.contains("[64, 100]"), "{e}");
+    let p = write_tiny(&dir, Arch::Qwen3, QType::F32, |m| {
+        m.retain(|(n, _)| n != "blk.2.attn_v.weight")
+    });
+    let e = Model::open(&p).err().expect("accepted a missing tensor").to_string();
+    assert!(e.contains("blk.2.attn_v.weight"), "{e}");
+    let p = write_tiny(&dir, Arch::Gemma3, QType::F32, |m| {
+        m.iter_mut().find(|(n, _)| n == "blk.0.attn_k.weight").unwrap().1 = vec![N_EMBD as u64, 3 * HEAD_DIM as u64];
+    });
+    let e = Model::open(&p)
+        .err()
+        .expect("accepted a K width that contradicts head_count_kv")
+        .to_string();
+    assert!(e.contains("blk.0.attn_k.weight"), "{e}");
+}
+
+/// An unknown architecture string is one error naming it; out-of-vocabulary ids and
+/// positions past the context are errors, not corruption.
+#[test]
+fn unknown_architecture_and_bad_steps_are_errors() {
+    let dir = crate::gguf::tempdir("tiny-arch");
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String("mamba9".into()));
+    let p = dir.join("m.gguf");
+    w.write(&p).unwrap();
+    let e = Model::open(&p).err().expect("unknown arch accepted").to_string();
+    assert!(e.contains("'mamba9'"), "{e}");
+
+    let path = write_tiny(&dir, Arch::Llama, QType::F32, |_| {});
+    let mut s = session(&path, KvType::F32, 1);
+    let e = s
+        .eval(&[N_VOCAB as u32 + 5], false)
+        .err()
+        .expect("oov id accepted")
+        .to_string();
+    assert!(e.contains(&(N_VOCAB + 5).to_string()), "{e}");
+    let long: Vec<u32> = (0..70).map(|i| i % N_VOCAB as u32).collect();
+    let e = s.eval(&long, false).err().expect("overflow accepted").to_string();
+    assert!(e.contains("context"), "{e}");
+}
