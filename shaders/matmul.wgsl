@@ -1,12 +1,14 @@
 // matmul for prefill: y[t, row0 + r] = x[t, :] · W[r, :], tiled. A workgroup of 8 × 8
-// invocations computes a 32-row × 32-token tile, each invocation a 4 × 4 block; per 32-element
-// step of k the weight tile is dequantized once into workgroup memory (128 chunks of 8, two per
-// invocation) and shared by all 32 tokens.
+// invocations computes a 32-row × 32-token tile, each invocation a 4 × 4 block. Per 32-element
+// step of k, the weight tile is dequantized once into workgroup memory (128 chunks of 8, two
+// per invocation) and shared by all 32 tokens. Tiles hold vec4s along k, so an invocation reads
+// 8 vec4s per 64 multiply-adds (workgroup-memory reads are the bottleneck on software
+// rasterizers and a cost everywhere).
 
 const TM: u32 = 32u;
 const TN: u32 = 32u;
 const TK: u32 = 32u;
-const LD: u32 = 33u; // padded row stride of the tiles: no bank conflicts on column reads
+const LD: u32 = 9u; // vec4s per tile row: TK / 4 plus one of padding against bank conflicts
 
 struct Params {
     k: u32,
@@ -21,11 +23,15 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
-@group(0) @binding(2) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
-var<workgroup> ws: array<f32, 1056>; // [TM][LD]
-var<workgroup> xs: array<f32, 1056>; // [TN][LD]
+var<workgroup> ws: array<vec4<f32>, 288>; // [TM][LD]
+var<workgroup> xs: array<vec4<f32>, 288>; // [TN][LD]
+
+fn dot4x4(a: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(dot(a, b0), dot(a, b1), dot(a, b2), dot(a, b3));
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -35,7 +41,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let ty = lid / 8u;
     let cpb = QK / 8u;
     let rbytes = (p.k / QK) * QB;
-    // acc[i] = rows 4tx + i × tokens 4ty .. 4ty + 4
+    let k4 = p.k / 4u;
+    // acc_i = row 4tx + i × tokens 4ty .. 4ty + 4
     var acc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
     var acc2 = vec4<f32>(0.0);
@@ -50,38 +57,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 let gc = k0 / 8u + c;
                 v = dq8((m0 + r) * rbytes + (gc / cpb) * QB, gc % cpb);
             }
-            let s = r * LD + c * 8u;
-            let lo = v[0];
-            let hi = v[1];
-            ws[s] = lo.x;
-            ws[s + 1u] = lo.y;
-            ws[s + 2u] = lo.z;
-            ws[s + 3u] = lo.w;
-            ws[s + 4u] = hi.x;
-            ws[s + 5u] = hi.y;
-            ws[s + 6u] = hi.z;
-            ws[s + 7u] = hi.w;
+            ws[r * LD + 2u * c] = v[0];
+            ws[r * LD + 2u * c + 1u] = v[1];
         }
-        for (var i = 0u; i < 16u; i++) {
+        for (var i = 0u; i < 4u; i++) {
             let idx = lid + i * 64u;
-            let t = idx / TK;
-            let kk = idx % TK;
-            var v = 0.0;
+            let t = idx / 8u;
+            let q = idx % 8u;
+            var v = vec4<f32>(0.0);
             if (n0 + t < p.n) {
-                v = x[(n0 + t) * p.k + k0 + kk];
+                v = x[(n0 + t) * k4 + k0 / 4u + q];
             }
-            xs[t * LD + kk] = v;
+            xs[t * LD + q] = v;
         }
         workgroupBarrier();
         let wr = tx * 4u * LD;
         let xr = ty * 4u * LD;
-        for (var kk = 0u; kk < TK; kk++) {
-            let a = vec4<f32>(ws[wr + kk], ws[wr + LD + kk], ws[wr + 2u * LD + kk], ws[wr + 3u * LD + kk]);
-            let b = vec4<f32>(xs[xr + kk], xs[xr + LD + kk], xs[xr + 2u * LD + kk], xs[xr + 3u * LD + kk]);
-            acc0 += a.x * b;
-            acc1 += a.y * b;
-            acc2 += a.z * b;
-            acc3 += a.w * b;
+        for (var q = 0u; q < TK / 4u; q++) {
+            let b0 = xs[xr + q];
+            let b1 = xs[xr + LD + q];
+            let b2 = xs[xr + 2u * LD + q];
+            let b3 = xs[xr + 3u * LD + q];
+            acc0 += dot4x4(ws[wr + q], b0, b1, b2, b3);
+            acc1 += dot4x4(ws[wr + LD + q], b0, b1, b2, b3);
+            acc2 += dot4x4(ws[wr + 2u * LD + q], b0, b1, b2, b3);
+            acc3 += dot4x4(ws[wr + 3u * LD + q], b0, b1, b2, b3);
         }
         workgroupBarrier();
     }

@@ -121,6 +121,14 @@ impl Engine {
         &self.session.model
     }
 
+    /// Replaces the model's chat template (`--chat-template-file`).
+    pub fn set_chat_template(&mut self, source: &str) -> Result<()> {
+        let piece = |id: Option<u32>| id.and_then(|i| self.tokenizer.token_str(i)).unwrap_or("").to_string();
+        let t = ChatTemplate::new(source, &piece(self.tokenizer.bos()), &piece(self.tokenizer.eos()))?;
+        self.template = Some(t);
+        Ok(())
+    }
+
     /// Renders `messages` with the model's own template; an error if it has none.
     pub fn apply_chat_template(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
         self.template

@@ -97,11 +97,16 @@ pub struct RunArgs {
     pub raw: bool,
     pub json: bool,
     pub stop: Vec<String>,
+    /// A Jinja chat template to use instead of the model's own.
+    pub chat_template: Option<String>,
 }
 
-fn load(model: &Path, opts: &SessionOptions) -> Result<Engine> {
+fn load(model: &Path, a: &RunArgs) -> Result<Engine> {
     let t = std::time::Instant::now();
-    let engine = Engine::load(model, opts).with_context(|| format!("loading {}", model.display()))?;
+    let mut engine = Engine::load(model, &a.session).with_context(|| format!("loading {}", model.display()))?;
+    if let Some(src) = &a.chat_template {
+        engine.set_chat_template(src)?;
+    }
     let m = engine.model();
     eprintln!(
         "model: {} ({}, {} layers, {:.1} MB) loaded in {:.2}s",
@@ -118,7 +123,7 @@ fn load(model: &Path, opts: &SessionOptions) -> Result<Engine> {
 }
 
 pub fn run(model: &Path, prompt: &str, a: &RunArgs) -> Result<()> {
-    let mut engine = load(model, &a.session)?;
+    let mut engine = load(model, a)?;
     let ids = if a.raw || engine.template.is_none() {
         if a.system.is_some() && !a.raw {
             bail!("--system needs a chat template, and this model has none");
@@ -165,7 +170,7 @@ pub fn run(model: &Path, prompt: &str, a: &RunArgs) -> Result<()> {
 }
 
 pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
-    let mut engine = load(model, &a.session)?;
+    let mut engine = load(model, a)?;
     if engine.template.is_none() {
         bail!("this model has no chat template; use `run --raw` instead");
     }

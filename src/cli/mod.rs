@@ -92,9 +92,19 @@ struct SampleFlags {
     /// A system message for the chat template
     #[arg(long)]
     system: Option<String>,
+    /// Use this Jinja chat template instead of the model's own
+    #[arg(long = "chat-template-file")]
+    chat_template_file: Option<PathBuf>,
 }
 
 impl SampleFlags {
+    fn chat_template(&self) -> Result<Option<String>> {
+        self.chat_template_file
+            .as_ref()
+            .map(|f| std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display())))
+            .transpose()
+    }
+
     fn sampler(&self) -> Result<SamplerConfig> {
         let c = SamplerConfig {
             temperature: self.temp,
@@ -269,6 +279,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                 raw,
                 json,
                 stop: sample.stop.clone(),
+                chat_template: sample.chat_template()?,
             };
             generate::run(&model, &prompt, &a)
         }
@@ -285,6 +296,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                 raw: false,
                 json: false,
                 stop: sample.stop.clone(),
+                chat_template: sample.chat_template()?,
             };
             generate::chat(&model, &a)
         }

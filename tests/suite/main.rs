@@ -1,5 +1,6 @@
 //! The integration suite: one test binary, one module per layer.
 //!
+//! - `cli`       — the binary: info --json, tokenize, greedy run per ISA, chat over a pipe, bad input
 //! - `common`    — fixtures: tests/data, $MINFER_REF_DIR, the fetched real models
 //! - `gguf`      — the container: round trips, split files, real models, hostile files
 //! - `hf`        — safetensors directories vs transformers and GGUF; HF cache resolution; hostile files
@@ -11,6 +12,7 @@
 //! - `wgpu`      — the wgpu backend against the CPU: every op and qtype, naga, whole models
 
 mod chat;
+mod cli;
 mod common;
 mod gguf;
 mod hf;

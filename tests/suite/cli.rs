@@ -1,0 +1,241 @@
+//! The binary as users run it: `info --json` against gguf-py's dump, `tokenize`, greedy `run`,
+//! `chat` over a pipe, and bad input — each a clear message and a non-zero exit, never a panic.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use crate::common;
+
+const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"));
+    c.env_remove("MINFER_MODEL")
+        .env_remove("MINFER_CACHE_TYPE")
+        .env_remove("MINFER_CPU_ISA");
+    c
+}
+
+fn run(mut c: Command, stdin: Option<&[u8]>) -> Output {
+    c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().expect("spawn minfer-wgpu");
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input).unwrap();
+    } else {
+        drop(child.stdin.take());
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// A failure: non-zero exit, an `error:` line naming `needle`, and no panic.
+fn expect_failure(o: &Output, needle: &str) {
+    let e = stderr(o);
+    assert!(!o.status.success(), "succeeded; stderr: {e}");
+    assert!(!e.contains("panicked"), "panicked: {e}");
+    assert!(e.contains(needle), "stderr does not mention {needle:?}: {e}");
+}
+
+#[test]
+fn info_json_matches_the_gguf_py_summary() {
+    let t = "info_json_matches_the_gguf_py_summary";
+    let Some(sum) = common::ref_file(t, "gguf_summary_real.json") else {
+        return;
+    };
+    let sum = common::read_json(&sum);
+    for entry in sum.as_array().unwrap() {
+        let file = Path::new(entry["file"].as_str().unwrap())
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let Some(model) = common::real_model(t, &file) else {
+            return;
+        };
+        let mut c = bin();
+        c.args(["info", "--json"]).arg(&model);
+        let o = run(c, None);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(j["architecture"], entry["architecture"]);
+        assert_eq!(j["file_bytes"], entry["size_bytes"]);
+        assert_eq!(j["backends"]["cpu"]["ok"], true);
+        let tensors = j["tensors"].as_array().unwrap();
+        assert_eq!(tensors.len() as u64, entry["n_tensors"].as_u64().unwrap());
+        let mut counts = std::collections::BTreeMap::<String, u64>::new();
+        for t in tensors {
+            *counts.entry(t["qtype"].as_str().unwrap().to_uppercase()).or_default() += 1;
+            let name = t["name"].as_str().unwrap();
+            let mut parts: Vec<&str> = name.split('.').collect();
+            if parts.len() > 1 && parts[0] == "blk" {
+                parts[1] = "{N}";
+            }
+            let pat = &entry["tensor_patterns"][parts.join(".")];
+            assert_eq!(t["shape"], pat["shape"], "{name}");
+        }
+        let want: std::collections::BTreeMap<String, u64> = entry["tensor_types"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+            .collect();
+        assert_eq!(counts, want, "{file}");
+        // Tokenizer arrays are summarised by length, the rest of the metadata is whole.
+        assert_eq!(j["metadata"]["tokenizer.ggml.tokens"]["len"], entry["vocab_size"]);
+        assert_eq!(j["metadata"]["general.architecture"], entry["architecture"]);
+    }
+}
+
+#[test]
+fn tokenize_prints_llama_cpp_ids() {
+    let Some(model) = common::real_model("tokenize_prints_llama_cpp_ids", SMOL) else {
+        return;
+    };
+    let cases = common::read_json(&common::data_dir().join("tokenize/smollm2.tokenize.json"));
+    for case in cases["cases"].as_array().unwrap().iter().take(8) {
+        let text = case["text"].as_str().unwrap();
+        let mut c = bin();
+        c.args(["tokenize", "--json"]).arg(&model).arg("--").arg(text);
+        let o = run(c, None);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let ids: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(ids, case["ids"], "{text:?}");
+    }
+}
+
+/// `run --raw --temp 0` gives llama.cpp's greedy tokens for the raw prompt, on the default
+/// kernels and on the scalar fallback forced by `MINFER_CPU_ISA`.
+#[test]
+fn greedy_run_matches_llama_cpp_on_every_isa() {
+    let t = "greedy_run_matches_llama_cpp_on_every_isa";
+    let Some(model) = common::real_model(t, SMOL) else {
+        return;
+    };
+    let r = common::read_json(&common::data_dir().join("tokenize/real_prompts.json"));
+    let case = r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["case"] == "smollm2.p1_capital")
+        .expect("p1 case")
+        .clone();
+    let want: Vec<u64> = case["greedy_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(8)
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    for isa in [None, Some("scalar")] {
+        let mut c = bin();
+        c.args([
+            "run",
+            "--raw",
+            "--temp",
+            "0",
+            "-n",
+            "8",
+            "--json",
+            "--cache-type",
+            "f16",
+            "-t",
+            "2",
+        ])
+        .arg(&model);
+        c.arg(case["prompt_text"].as_str().unwrap());
+        if let Some(isa) = isa {
+            c.env("MINFER_CPU_ISA", isa);
+        }
+        let o = run(c, None);
+        assert!(o.status.success(), "{isa:?}: {}", stderr(&o));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let got: Vec<u64> = j["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(got, want, "{isa:?}");
+        assert_eq!(j["prompt_tokens"], case["prompt_ids"]);
+        if isa.is_some() {
+            assert!(
+                stderr(&o).contains("scalar"),
+                "the log does not say the scalar kernels ran"
+            );
+        }
+    }
+}
+
+#[test]
+fn chat_over_a_pipe_answers_and_resets() {
+    let Some(model) = common::real_model("chat_over_a_pipe_answers_and_resets", SMOL) else {
+        return;
+    };
+    let mut c = bin();
+    c.args(["chat", "--temp", "0", "-n", "24"]).arg(&model);
+    let o = run(
+        c,
+        Some(b"What is the capital of France? Answer in one sentence.\n/reset\n/exit\n"),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout.clone()).unwrap();
+    assert!(out.contains("Paris"), "{out}");
+    assert!(stderr(&o).contains("conversation reset"), "{}", stderr(&o));
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let t = "bad_input_is_a_clear_error";
+    let dir = crate::gguf::tempdir("cli-bad");
+    // A missing model names the path; with none given, the error names the fetch command.
+    let mut c = bin();
+    c.args(["run", "/nonexistent/model.gguf", "hi"]);
+    expect_failure(&run(c, None), "not found");
+    let mut c = bin();
+    c.current_dir(&dir)
+        .env("HOME", &dir)
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("MINFER_MODELS_DIR");
+    c.args(["run", "hello"]);
+    expect_failure(&run(c, None), "scripts/fetch-models");
+    // Not a GGUF file at all.
+    let junk = dir.join("junk.gguf");
+    std::fs::write(&junk, b"definitely not a model").unwrap();
+    let mut c = bin();
+    c.arg("info").arg(&junk);
+    expect_failure(&run(c, None), "bad magic");
+
+    let Some(model) = common::real_model(t, SMOL) else {
+        return;
+    };
+    for (args, needle) in [
+        (vec!["--cache-type", "q9_9"], "q9_9"),
+        (vec!["--backend", "tpu"], "tpu"),
+        (vec!["--temp=-1"], "temperature"),
+        (vec!["--top-p", "1.5"], "top_p"),
+        (vec!["-t", "0"], "thread count 0"),
+    ] {
+        let mut c = bin();
+        c.arg("run").args(&args).arg(&model).arg("hi");
+        expect_failure(&run(c, None), needle);
+    }
+    // A prompt longer than the context.
+    let mut c = bin();
+    c.args(["run", "--raw", "-c", "16"]).arg(&model).arg("word ".repeat(40));
+    expect_failure(&run(c, None), "context");
+    // Invalid UTF-8 on stdin.
+    let mut c = bin();
+    c.arg("run").arg(&model);
+    expect_failure(&run(c, Some(b"caf\xe9 au lait")), "not valid UTF-8");
+    // A chat template error.
+    let tpl = dir.join("bad.jinja");
+    std::fs::write(&tpl, "{{ raise_exception('no system role') }}").unwrap();
+    let mut c = bin();
+    c.arg("run").arg("--chat-template-file").arg(&tpl).arg(&model).arg("hi");
+    expect_failure(&run(c, None), "no system role");
+}
