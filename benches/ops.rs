@@ -85,6 +85,7 @@ fn bench_attention(c: &mut Criterion) {
             scale: 0.125,
             window: None,
             softcap: None,
+            flash: false,
         };
         let q = vec![0.2f32; n_kv * n_head * hd];
         attention(&pool, &mut kv, &p, &q, &k, &k, 0, n_kv, &mut out).expect("fill");

@@ -1,10 +1,14 @@
 // attention (second half of the op; kv_store ran first): one workgroup per (q head, token)
 // attends over cache positions [lo, pos], lo = pos + 1 − window for sliding-window layers.
-// Pass 1 finds the softmax max and sum (online, per invocation, then reduced); pass 2
-// recomputes each score, forms p = e^(s − max) / sum exactly once, rounds it like the CPU
-// (kv_round) and accumulates p·V through a WG-position tile of p in workgroup memory. No
-// score scratch buffer, so any context length fits. GQA: q head h reads kv head h / (n_head /
-// n_head_kv). ggml: the non-flash path (mul_mat KQ, soft_max_ext, mul_mat KQV).
+// GQA: q head h reads kv head h / (n_head / n_head_kv). Two numerics, as the CPU has them:
+// - default (ggml's non-flash path: mul_mat KQ, soft_max_ext, mul_mat KQV): pass 1 finds the
+//   softmax max and sum (online per invocation, then reduced); pass 2 recomputes each score,
+//   forms p = e^(s − max) / sum once, rounds it like the CPU (kv_round) and accumulates p·V
+//   through a WG-position tile of p in workgroup memory. No score scratch buffer, so any
+//   context length fits.
+// - flash (ggml-cpu's flash_attn_ext_f16_one_chunk): one pass in position order with an online
+//   softmax; the V accumulator is rounded to the cache type after every update (fused
+//   multiply-adds as the CPU's mul_add), and divided by the sum at the end.
 
 override WG: u32 = 64u;
 
@@ -19,6 +23,10 @@ struct Params {
     window: u32,  // 0 = none
     softcap: f32, // 0 = none
     n: u32,
+    flash: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 struct Step {
@@ -68,50 +76,109 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
     let hdv = p.head_dim_v;
     let qb = (t * p.n_head + h) * hd;
     for (var d = lid; d < hd; d += WG) {
-        qs[d] = kv_round(q[qb + d]);
+        qs[d] = q[qb + d];
+    }
+    workgroupBarrier();
+    // q rounded as the CPU rounds it for the cache type (per QBLOCK-element block for q8_0).
+    var qr: array<f32, 8>;
+    for (var a = 0u; a < 8u; a++) {
+        let d = lid + a * WG;
+        if (d < hd) {
+            var amax = 0.0;
+            if (QBLOCK > 1u) {
+                let b0 = d / QBLOCK * QBLOCK;
+                for (var i = 0u; i < QBLOCK; i++) {
+                    amax = max(amax, abs(qs[b0 + i]));
+                }
+            }
+            qr[a] = kv_round_q(qs[d], amax);
+        }
+    }
+    workgroupBarrier();
+    for (var a = 0u; a < 8u; a++) {
+        let d = lid + a * WG;
+        if (d < hd) {
+            qs[d] = qr[a];
+        }
     }
     workgroupBarrier();
 
-    var m = -3.0e38;
-    var l = 0.0;
-    for (var j = lo + lid; j <= pos; j += WG) {
-        let s = score(j, g);
-        let mn = max(m, s);
-        l = l * exp(m - mn) + exp(s - mn);
-        m = mn;
+    var mx = 0.0;
+    var inv = 0.0;
+    if (p.flash == 0u) {
+        var m = -3.0e38;
+        var l = 0.0;
+        for (var j = lo + lid; j <= pos; j += WG) {
+            let s = score(j, g);
+            let mn = max(m, s);
+            l = l * exp(m - mn) + exp(s - mn);
+            m = mn;
+        }
+        mx = wg_max(m, ln);
+        inv = 1.0 / wg_sum(l * exp(m - mx), ln);
     }
-    let mx = wg_max(m, ln);
-    let inv = 1.0 / wg_sum(l * exp(m - mx), ln);
 
     let vw = p.n_head_kv * hdv;
     var acc: array<f32, 8>;
+    var fm = -3.0e38; // flash: running max and sum, the same in every invocation
+    var fsum = 0.0;
     for (var base = lo; base <= pos; base += WG) {
         let j = base + lid;
         var pj = 0.0;
         if (j <= pos) {
-            pj = kv_round(exp(score(j, g) - mx) * inv);
+            let s = score(j, g);
+            pj = select(kv_round(exp(s - mx) * inv), s, p.flash != 0u);
         }
         ps[lid] = pj;
         workgroupBarrier();
         let cnt = min(WG, pos + 1u - base);
-        for (var a = 0u; a < 8u; a++) {
-            let d = lid + a * WG;
-            if (d < hdv) {
-                let vb = base * vw + g * hdv + d;
-                var s = acc[a];
-                for (var jj = 0u; jj < cnt; jj++) {
-                    s += ps[jj] * v_at(vb + jj * vw);
+        if (p.flash != 0u) {
+            for (var jj = 0u; jj < cnt; jj++) {
+                let s = ps[jj];
+                var ms = 1.0;
+                var vs = 1.0;
+                if (s > fm) {
+                    ms = exp(fm - s);
+                    fm = s;
+                    for (var a = 0u; a < 8u; a++) {
+                        acc[a] = kv_round(acc[a] * ms);
+                    }
+                } else {
+                    vs = exp(s - fm);
                 }
-                acc[a] = s;
+                let vb = (base + jj) * vw + g * hdv;
+                for (var a = 0u; a < 8u; a++) {
+                    let d = lid + a * WG;
+                    if (d < hdv) {
+                        acc[a] = kv_round(fma(v_at(vb + d), vs, acc[a]));
+                    }
+                }
+                fsum = fma(fsum, ms, vs);
+            }
+        } else {
+            for (var a = 0u; a < 8u; a++) {
+                let d = lid + a * WG;
+                if (d < hdv) {
+                    let vb = base * vw + g * hdv + d;
+                    var s = acc[a];
+                    for (var jj = 0u; jj < cnt; jj++) {
+                        s += ps[jj] * v_at(vb + jj * vw);
+                    }
+                    acc[a] = s;
+                }
             }
         }
         workgroupBarrier();
+    }
+    var f = 1.0;
+    if (p.flash != 0u) {
+        f = select(0.0, 1.0 / fsum, fsum != 0.0);
     }
     let ob = (t * p.n_head + h) * hdv;
     for (var a = 0u; a < 8u; a++) {
         let d = lid + a * WG;
         if (d < hdv) {
-            o[ob + d] = acc[a];
+            o[ob + d] = acc[a] * f;
         }
     }
 }

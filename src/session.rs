@@ -40,6 +40,7 @@ pub struct Session {
     n_batch: usize,
     pub kv_type: KvType,
     pub backend_name: &'static str,
+    flash_attn: bool,
     /// What was decided at start-up and why (backend, KV type and size).
     pub log: Vec<String>,
 }
@@ -78,6 +79,7 @@ impl Session {
             n_batch: opts.n_batch,
             kv_type,
             backend_name: backend.name(),
+            flash_attn: false,
             log,
         })
     }
@@ -104,11 +106,28 @@ impl Session {
         self.n_past = self.n_past.min(n);
     }
 
+    /// Switches attention to llama.cpp's flash-attention numerics (`--flash-attn`), which
+    /// `llama-perplexity` and `llama-cli` use by default on the CPU.
+    pub fn set_flash_attn(&mut self, on: bool) {
+        if on != self.flash_attn {
+            self.flash_attn = on;
+            self.graphs.clear();
+        }
+    }
+
     fn graph(&mut self, n_tokens: usize, n_outputs: usize) -> Arc<Graph> {
-        let model = &self.model;
+        let (model, flash) = (&self.model, self.flash_attn);
         self.graphs
             .entry((n_tokens, n_outputs))
-            .or_insert_with(|| Arc::new(model.graph(n_tokens, n_outputs)))
+            .or_insert_with(|| {
+                let mut g = model.graph(n_tokens, n_outputs);
+                for node in &mut g.nodes {
+                    if let crate::model::Op::Attention { flash: f, .. } = &mut node.op {
+                        *f = flash;
+                    }
+                }
+                Arc::new(g)
+            })
             .clone()
     }
 

@@ -3,6 +3,7 @@
 // f16 too.
 
 alias KV = u32;
+const QBLOCK: u32 = 1u;
 const EPW: u32 = 2u;
 
 fn kv_encode(a: f32, b: f32) -> u32 {
@@ -18,5 +19,9 @@ fn v_at(i: u32) -> f32 {
 }
 
 fn kv_round(x: f32) -> f32 {
+    return round_f16(x);
+}
+
+fn kv_round_q(x: f32, amax: f32) -> f32 {
     return round_f16(x);
 }

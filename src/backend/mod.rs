@@ -148,7 +148,10 @@ pub fn candidates(choice: BackendChoice, threads: Option<usize>) -> Result<Vec<A
         #[cfg(feature = "wgpu")]
         BackendChoice::Wgpu => match wgpu::WgpuBackend::new(wgpu::WgpuOptions::forced()) {
             Ok(b) => Ok(vec![Arc::new(b)]),
-            Err(r) => Err(Error::Backend { backend: "wgpu", what: r.0 }),
+            Err(r) => Err(Error::Backend {
+                backend: "wgpu",
+                what: r.0,
+            }),
         },
         #[cfg(not(feature = "wgpu"))]
         BackendChoice::Wgpu => Err(Error::Backend {

@@ -99,11 +99,13 @@ pub struct RunArgs {
     pub stop: Vec<String>,
     /// A Jinja chat template to use instead of the model's own.
     pub chat_template: Option<String>,
+    pub flash_attn: bool,
 }
 
 fn load(model: &Path, a: &RunArgs) -> Result<Engine> {
     let t = std::time::Instant::now();
     let mut engine = Engine::load(model, &a.session).with_context(|| format!("loading {}", model.display()))?;
+    engine.session.set_flash_attn(a.flash_attn);
     if let Some(src) = &a.chat_template {
         engine.set_chat_template(src)?;
     }

@@ -46,6 +46,9 @@ struct EngineFlags {
     /// auto, cpu, wgpu or cuda
     #[arg(long, default_value = "auto", value_parser = parse_backend)]
     backend: BackendChoice,
+    /// Flash-attention numerics as llama.cpp's CPU backend has them (one pass, f16 accumulator)
+    #[arg(long = "flash-attn")]
+    flash_attn: bool,
 }
 
 impl EngineFlags {
@@ -197,6 +200,9 @@ enum Cmd {
         cache_type: Option<KvType>,
         #[arg(long, default_value = "auto", value_parser = parse_backend)]
         backend: BackendChoice,
+        /// Flash-attention numerics (llama-perplexity's default on the CPU)
+        #[arg(long = "flash-attn")]
+        flash_attn: bool,
     },
     /// Prompt (pp) and generation (tg) speed per backend, llama-bench style
     Bench {
@@ -273,6 +279,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             };
             let a = generate::RunArgs {
                 session: engine.session(),
+                flash_attn: engine.flash_attn,
                 sampler: sample.sampler()?,
                 n_predict: sample.n_predict,
                 system: sample.system.clone(),
@@ -290,6 +297,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             };
             let a = generate::RunArgs {
                 session: engine.session(),
+                flash_attn: engine.flash_attn,
                 sampler: sample.sampler()?,
                 n_predict: sample.n_predict,
                 system: sample.system.clone(),
@@ -315,6 +323,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             threads,
             cache_type,
             backend,
+            flash_attn,
         } => {
             let text = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
             let text = String::from_utf8(text).map_err(|e| {
@@ -334,6 +343,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                 kv_type: cache_type,
             };
             let mut session = Session::new(m, &opts)?;
+            session.set_flash_attn(flash_attn);
             for line in &session.log {
                 eprintln!("{line}");
             }

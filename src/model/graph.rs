@@ -59,6 +59,9 @@ pub enum Op {
         scale: f32,
         window: Option<usize>,
         softcap: Option<f32>,
+        /// llama.cpp's CPU flash-attention numerics: one pass with an online softmax, the
+        /// V accumulator kept in the cache's type (f16 for an f16 cache).
+        flash: bool,
     },
     Add {
         a: NodeId,
@@ -375,6 +378,7 @@ impl<'a> Builder<'a> {
             scale: hp.attn_scale,
             window: if swa { hp.sliding_window } else { None },
             softcap: hp.attn_softcap,
+            flash: false,
         };
         let a = self.push(format!("{p}.attn"), attn, hp.n_head * hp.head_dim_v);
         self.matmul(

@@ -9,7 +9,8 @@
 //! - `quant`     — every qtype's codecs against ggml's recorded bytes and floats
 //! - `chat`      — chat templates against jinja2's renders (SmolLM2's recorded, ChatML, Qwen2)
 //! - `tokenize`  — GGUF tokenizers against llama.cpp's ids, pieces and detokenized text
-//! - `wgpu`      — the wgpu backend against the CPU: every op and qtype, naga, whole models
+//! - `wgpu`      — the wgpu backend against the CPU, op by op and qtype by qtype; with
+//!   `wgpu/translate` (every shader through naga, no GPU) and `wgpu/models` (whole models)
 
 mod chat;
 mod cli;

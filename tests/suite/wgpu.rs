@@ -12,23 +12,29 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use minfer::backend::cpu::CpuBackend;
-use minfer::backend::wgpu::shaders::{self, all_variants, Kernel};
+use minfer::backend::wgpu::shaders;
 use minfer::backend::wgpu::{WgpuBackend, WgpuOptions};
 use minfer::backend::{self, Backend, KvType};
 use minfer::gguf::Metadata;
 use minfer::model::{Arch, Graph, HParams, Node, Op, Rope, RopeMode};
 use minfer::quant::QType;
 use minfer::tensor::{Bytes, Tensor};
-use minfer::backend::BackendChoice;
-use minfer::{Model, Session, SessionOptions};
+use minfer::Model;
 
 use crate::common;
+
+mod models;
+mod translate;
 
 // ---- fixtures -----------------------------------------------------------------------------
 
 /// The wgpu backend on whatever adapter exists (software included), or a skip.
 pub fn gpu(test: &str, subgroups: bool, max_binding: Option<u64>) -> Option<WgpuBackend> {
-    let opts = WgpuOptions { allow_software: true, subgroups, max_binding };
+    let opts = WgpuOptions {
+        allow_software: true,
+        subgroups,
+        max_binding,
+    };
     match WgpuBackend::new(opts) {
         Ok(b) => Some(b),
         Err(r) => common::skip(test, &format!("no adapter ({r})")),
@@ -44,7 +50,15 @@ fn gpus(test: &str, max_binding: Option<u64>) -> Vec<WgpuBackend> {
     if let Some(sg) = gpu(test, true, max_binding).filter(|b| b.uses_subgroups()) {
         v.push(sg);
     }
-    eprintln!("{test}: {}, reduction paths: {}", v[0].describe(), if v.len() == 2 { "workgroup memory, subgroups" } else { "workgroup memory" });
+    eprintln!(
+        "{test}: {}, reduction paths: {}",
+        v[0].describe(),
+        if v.len() == 2 {
+            "workgroup memory, subgroups"
+        } else {
+            "workgroup memory"
+        }
+    );
     v
 }
 
@@ -80,7 +94,11 @@ fn tensor(name: &str, qtype: QType, cols: usize, rows: usize, seed: u64, scale: 
     Tensor {
         name: name.into(),
         qtype,
-        shape: if rows == 1 { vec![cols as u64] } else { vec![cols as u64, rows as u64] },
+        shape: if rows == 1 {
+            vec![cols as u64]
+        } else {
+            vec![cols as u64, rows as u64]
+        },
         data: Bytes::from_vec(data),
         part: 0,
         file_offset: 0,
@@ -88,7 +106,12 @@ fn tensor(name: &str, qtype: QType, cols: usize, rows: usize, seed: u64, scale: 
 }
 
 fn hparams(n_vocab: usize, n_head: usize, n_head_kv: usize, head_dim: usize) -> HParams {
-    let rope = Rope { mode: RopeMode::Neox, n_rot: head_dim, base: 10000.0, freq_scale: 1.0 };
+    let rope = Rope {
+        mode: RopeMode::Neox,
+        n_rot: head_dim,
+        base: 10000.0,
+        freq_scale: 1.0,
+    };
     HParams {
         n_vocab,
         n_ctx_train: 64,
@@ -117,7 +140,10 @@ fn model(hp: HParams, weights: Vec<Tensor>) -> Arc<Model> {
         arch: Arch::from_name("llama").unwrap(),
         hparams: hp,
         metadata: Metadata::default(),
-        weights: weights.into_iter().map(|t| (t.name.clone(), t)).collect::<HashMap<_, _>>(),
+        weights: weights
+            .into_iter()
+            .map(|t| (t.name.clone(), t))
+            .collect::<HashMap<_, _>>(),
         source: "test".into(),
         file_bytes: 0,
         hf_dir: None,
@@ -125,7 +151,12 @@ fn model(hp: HParams, weights: Vec<Tensor>) -> Arc<Model> {
 }
 
 fn node(name: &str, op: Op, width: usize, rows: usize) -> Node {
-    Node { name: name.into(), op, width, rows }
+    Node {
+        name: name.into(),
+        op,
+        width,
+        rows,
+    }
 }
 
 fn get_rows(table: &str, width: usize, n: usize) -> Node {
@@ -134,102 +165,12 @@ fn get_rows(table: &str, width: usize, n: usize) -> Node {
 
 fn graph(nodes: Vec<Node>) -> Graph {
     let result = nodes.len() - 1;
-    Graph { n_tokens: nodes[0].rows, n_outputs: nodes[result].rows, nodes, result }
-}
-
-// ---- shaders, no GPU ----------------------------------------------------------------------
-
-/// Every variant parses and validates with exactly the capabilities wgpu would grant it, and
-/// translates to MSL (Metal), HLSL (DX12) and SPIR-V (Vulkan) after override resolution.
-#[test]
-fn shaders_validate_and_translate() {
-    use naga::back::{hlsl, msl, spv};
-    use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator};
-    let variants = all_variants();
-    assert!(variants.len() > 60, "{} variants", variants.len());
-    let mut failures = Vec::new();
-    for v in variants {
-        let name = v.name();
-        let src = v.source().unwrap_or_else(|| panic!("{name}: no source"));
-        let module = match naga::front::wgsl::parse_str(&src) {
-            Ok(m) => m,
-            Err(e) => {
-                failures.push(format!("{name}: {}", e.emit_to_string(&src)));
-                continue;
-            }
-        };
-        let caps = if v.subgroups { Capabilities::SUBGROUP } else { Capabilities::empty() };
-        let mut val = Validator::new(ValidationFlags::all(), caps);
-        if v.subgroups {
-            val.subgroup_stages(ShaderStages::COMPUTE).subgroup_operations(SubgroupOperationSet::all());
-        }
-        let info = match val.validate(&module) {
-            Ok(i) => i,
-            Err(e) => {
-                failures.push(format!("{name}: {}", e.emit_to_string(&src)));
-                continue;
-            }
-        };
-        let constants: naga::back::PipelineConstants =
-            v.constants().into_iter().map(|(k, x)| (k.to_string(), x)).collect();
-        let ep = Some((naga::ShaderStage::Compute, "main"));
-        let (module, info) = naga::back::pipeline_constants::process_overrides(&module, &info, ep, &constants)
-            .unwrap_or_else(|e| panic!("{name}: overrides: {e}"));
-        let entry = Some((naga::ShaderStage::Compute, "main".to_string()));
-        let msl_opts = msl::Options { lang_version: (2, 1), ..Default::default() };
-        let msl_pipe = msl::PipelineOptions { entry_point: entry.clone(), ..Default::default() };
-        if let Err(e) = msl::write_string(&module, &info, &msl_opts, &msl_pipe) {
-            failures.push(format!("{name}: MSL: {e}"));
-        }
-        let hlsl_opts = hlsl::Options {
-            shader_model: if v.subgroups { hlsl::ShaderModel::V6_0 } else { hlsl::ShaderModel::V5_1 },
-            ..Default::default()
-        };
-        let hlsl_pipe = hlsl::PipelineOptions { entry_point: entry.clone() };
-        let mut out = String::new();
-        if let Err(e) = hlsl::Writer::new(&mut out, &hlsl_opts, &hlsl_pipe).write(&module, &info, None) {
-            failures.push(format!("{name}: HLSL: {e}"));
-        }
-        // wgpu-hal's Vulkan capability list: the core set, plus GroupNonUniform* with subgroups.
-        let mut spv_caps: naga::FastHashSet<spv::Capability> = [
-            spv::Capability::Shader,
-            spv::Capability::Matrix,
-            spv::Capability::Sampled1D,
-            spv::Capability::Image1D,
-            spv::Capability::ImageQuery,
-            spv::Capability::DerivativeControl,
-            spv::Capability::StorageImageExtendedFormats,
-        ]
-        .into_iter()
-        .collect();
-        if v.subgroups {
-            spv_caps.extend([
-                spv::Capability::GroupNonUniform,
-                spv::Capability::GroupNonUniformVote,
-                spv::Capability::GroupNonUniformArithmetic,
-                spv::Capability::GroupNonUniformBallot,
-                spv::Capability::GroupNonUniformShuffle,
-                spv::Capability::GroupNonUniformShuffleRelative,
-                spv::Capability::GroupNonUniformQuad,
-            ]);
-        }
-        let spv_opts = spv::Options { lang_version: (1, 3), capabilities: Some(spv_caps), ..Default::default() };
-        let spv_pipe = spv::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: "main".into() };
-        if let Err(e) = spv::write_vec(&module, &info, &spv_opts, Some(&spv_pipe)) {
-            failures.push(format!("{name}: SPIR-V: {e}"));
-        }
+    Graph {
+        n_tokens: nodes[0].rows,
+        n_outputs: nodes[result].rows,
+        nodes,
+        result,
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-/// The gate's qtype list and the shader files agree: each kernel type has a quant file.
-#[test]
-fn every_weight_qtype_but_activation_formats_has_a_kernel() {
-    for q in QType::ALL {
-        let has = shaders::quant_source(q).is_some();
-        assert_eq!(has, !matches!(q, QType::Q8_1 | QType::Q8K), "{q}");
-    }
-    assert!(Kernel::ALL.iter().all(|k| !k.bindings().is_empty()));
 }
 
 // ---- ops ------------------------------------------------------------------------------------
@@ -238,7 +179,8 @@ fn every_weight_qtype_but_activation_formats_has_a_kernel() {
 fn run_at(b: &dyn Backend, m: &Arc<Model>, g: &Graph, ids: &[u32], pos0: usize) -> Vec<f32> {
     let mut ctx = b.new_context(m, 64, KvType::F32).unwrap();
     let mut out = Vec::new();
-    ctx.forward(g, ids, pos0, &mut out).unwrap_or_else(|e| panic!("{}: {e}", b.name()));
+    ctx.forward(g, ids, pos0, &mut out)
+        .unwrap_or_else(|e| panic!("{}: {e}", b.name()));
     out
 }
 
@@ -278,7 +220,15 @@ fn matmul_and_get_rows_every_qtype() {
             let mdl = model(hparams(m, 1, 1, 64), vec![w.clone(), inp]);
             let g = graph(vec![
                 get_rows("inp", k, n),
-                node("mm", Op::Matmul { x: 0, weight: "w".into() }, m, n),
+                node(
+                    "mm",
+                    Op::Matmul {
+                        x: 0,
+                        weight: "w".into(),
+                    },
+                    m,
+                    n,
+                ),
             ]);
             let ids: Vec<u32> = (0..n as u32).collect();
             let want = matmul_ref(&x, &w, n);
@@ -286,7 +236,10 @@ fn matmul_and_get_rows_every_qtype() {
             for b in &gs {
                 let got = run_at(b, &mdl, &g, &ids, 0);
                 let (e_ref, e_cpu) = (nmse(&got, &want), nmse(&got, &want_cpu));
-                assert!(e_ref <= 1e-6, "matmul/{q} n={n}: NMSE {e_ref:.2e} against the f64 reference");
+                assert!(
+                    e_ref <= 1e-6,
+                    "matmul/{q} n={n}: NMSE {e_ref:.2e} against the f64 reference"
+                );
                 assert!(e_cpu <= 1e-4, "matmul/{q} n={n}: NMSE {e_cpu:.2e} against the CPU");
                 worst_ref = worst_ref.max(e_ref);
                 worst_cpu = worst_cpu.max(e_cpu);
@@ -321,15 +274,39 @@ fn norm_rope_elementwise_ops_match_cpu() {
     let n = 5;
     let w = 192;
     let ids: Vec<u32> = (0..n as u32).map(|i| (i * 3 + 1) % 8).collect();
-    let rope = |mode, n_rot| Rope { mode, n_rot, base: 10000.0, freq_scale: 0.5 };
+    let rope = |mode, n_rot| Rope {
+        mode,
+        n_rot,
+        base: 10000.0,
+        freq_scale: 0.5,
+    };
     let mut cases: Vec<(String, Vec<Tensor>, Op, usize)> = Vec::new();
     for q in [QType::F32, QType::F16, QType::BF16] {
         let v = tensor("v", q, w, 1, 3, 1.0);
-        cases.push((format!("rms_norm/{q}"), vec![v.clone()], Op::RmsNorm { x: 0, weight: "v".into(), eps: 1e-5 }, w));
+        cases.push((
+            format!("rms_norm/{q}"),
+            vec![v.clone()],
+            Op::RmsNorm {
+                x: 0,
+                weight: "v".into(),
+                eps: 1e-5,
+            },
+            w,
+        ));
         let hv = tensor("v", q, 64, 1, 4, 1.0);
-        let op = Op::HeadNorm { x: 0, weight: "v".into(), eps: 1e-6, head_dim: 64 };
+        let op = Op::HeadNorm {
+            x: 0,
+            weight: "v".into(),
+            eps: 1e-6,
+            head_dim: 64,
+        };
         cases.push((format!("head_norm/{q}"), vec![hv], op, w));
-        cases.push((format!("add_bias/{q}"), vec![v], Op::AddBias { x: 0, bias: "v".into() }, w));
+        cases.push((
+            format!("add_bias/{q}"),
+            vec![v],
+            Op::AddBias { x: 0, bias: "v".into() },
+            w,
+        ));
     }
     cases.push(("add".into(), vec![], Op::Add { a: 0, b: 1 }, w));
     cases.push(("mul".into(), vec![], Op::Mul { a: 0, b: 1 }, w));
@@ -337,8 +314,18 @@ fn norm_rope_elementwise_ops_match_cpu() {
     cases.push(("geglu".into(), vec![], Op::Geglu { gate: 0, up: 1 }, w));
     cases.push(("scale".into(), vec![], Op::Scale { x: 0, s: 0.7 }, w));
     cases.push(("softcap".into(), vec![], Op::Softcap { x: 0, cap: 2.0 }, w));
-    for (mode, n_rot) in [(RopeMode::Norm, 64), (RopeMode::Neox, 64), (RopeMode::Neox, 32), (RopeMode::Norm, 16)] {
-        let op = Op::Rope { x: 0, n_heads: 3, head_dim: 64, rope: rope(mode, n_rot) };
+    for (mode, n_rot) in [
+        (RopeMode::Norm, 64),
+        (RopeMode::Neox, 64),
+        (RopeMode::Neox, 32),
+        (RopeMode::Norm, 16),
+    ] {
+        let op = Op::Rope {
+            x: 0,
+            n_heads: 3,
+            head_dim: 64,
+            rope: rope(mode, n_rot),
+        };
         cases.push((format!("rope/{mode:?}/{n_rot}"), vec![], op, w));
     }
     for (name, mut weights, op, width) in cases {
@@ -372,7 +359,8 @@ fn norm_rope_elementwise_ops_match_cpu() {
 
 /// Attention with its KV cache over a 7-token prefill and 3 decode steps: GQA, sliding window,
 /// soft-capping, head_dim 64 and 128, f32 and f16 caches (the CPU rounds q and the
-/// probabilities to f16 with an f16 cache; the shader does the same).
+/// probabilities to f16 with an f16 cache, and q to q8_0 with a q8_0 cache; the shaders do the
+/// same), default and flash numerics.
 #[test]
 fn attention_matches_cpu_over_steps() {
     let t = "attention_matches_cpu_over_steps";
@@ -381,7 +369,11 @@ fn attention_matches_cpu_over_steps() {
         return;
     }
     let cpu = cpu();
-    for (n_head, n_kv, hd, window, softcap) in [(4, 2, 64, None, None), (4, 1, 128, Some(4), Some(20.0)), (2, 2, 64, Some(1), None)] {
+    for (n_head, n_kv, hd, window, softcap) in [
+        (4, 2, 64, None, None),
+        (4, 1, 128, Some(4), Some(20.0)),
+        (2, 2, 64, Some(1), None),
+    ] {
         let mut hp = hparams(n_head * hd, n_head, n_kv, hd);
         hp.sliding_window = window;
         let weights = vec![
@@ -390,7 +382,7 @@ fn attention_matches_cpu_over_steps() {
             tensor("tv", QType::F32, n_kv * hd, 16, 23, 1.0),
         ];
         let mdl = model(hp.clone(), weights);
-        let attn = |n| {
+        let attn = |n, flash| {
             graph(vec![
                 get_rows("tq", n_head * hd, n),
                 get_rows("tk", n_kv * hd, n),
@@ -409,6 +401,7 @@ fn attention_matches_cpu_over_steps() {
                         scale: hp.attn_scale,
                         window,
                         softcap,
+                        flash,
                     },
                     n_head * hd,
                     n,
@@ -416,11 +409,15 @@ fn attention_matches_cpu_over_steps() {
             ])
         };
         let steps: Vec<(usize, Vec<u32>)> = vec![(0, (0..7).collect()), (7, vec![9]), (8, vec![3]), (9, vec![15])];
-        for kv in [KvType::F32, KvType::F16] {
+        for (kv, flash) in [KvType::F32, KvType::F16, KvType::Q8_0]
+            .into_iter()
+            .flat_map(|kv| [(kv, false), (kv, true)])
+        {
             let mut c = cpu.new_context(&mdl, 16, kv).unwrap();
             let mut gctx: Vec<_> = gs.iter().map(|b| b.new_context(&mdl, 16, kv).unwrap()).collect();
+            let mut worst = 0f64;
             for (pos0, ids) in &steps {
-                let g = attn(ids.len());
+                let g = attn(ids.len(), flash);
                 let mut want = Vec::new();
                 c.forward(&g, ids, *pos0, &mut want).unwrap();
                 for (b, ctx) in gs.iter().zip(&mut gctx) {
@@ -428,9 +425,13 @@ fn attention_matches_cpu_over_steps() {
                     ctx.forward(&g, ids, *pos0, &mut got).unwrap();
                     let e = nmse(&got, &want);
                     let sg = b.uses_subgroups();
-                    assert!(e <= 1e-6, "attention {n_head}/{n_kv}×{hd} {window:?} {softcap:?} kv {kv:?} sg {sg} at {pos0}: NMSE {e:.2e}");
+                    let what =
+                        format!("{n_head}/{n_kv}×{hd} window {window:?} softcap {softcap:?} kv {kv:?} flash {flash}");
+                    assert!(e <= 1e-6, "attention {what} sg {sg} at {pos0}: NMSE {e:.2e}");
+                    worst = worst.max(e);
                 }
             }
+            eprintln!("attention {n_head}/{n_kv}×{hd} window {window:?} softcap {softcap:?} kv {kv:?} flash {flash}: NMSE ≤ {worst:.1e}");
         }
     }
 }
@@ -445,9 +446,23 @@ fn argmax_readback_matches_logits() {
     let (k, m) = (64, 3000);
     let mdl = model(
         hparams(m, 1, 1, 64),
-        vec![tensor("w", QType::Q8_0, k, m, 5, 1.0), tensor("inp", QType::F32, k, 3, 6, 1.0)],
+        vec![
+            tensor("w", QType::Q8_0, k, m, 5, 1.0),
+            tensor("inp", QType::F32, k, 3, 6, 1.0),
+        ],
     );
-    let g = graph(vec![get_rows("inp", k, 3), node("mm", Op::Matmul { x: 0, weight: "w".into() }, m, 3)]);
+    let g = graph(vec![
+        get_rows("inp", k, 3),
+        node(
+            "mm",
+            Op::Matmul {
+                x: 0,
+                weight: "w".into(),
+            },
+            m,
+            3,
+        ),
+    ]);
     let mut ctx = b.new_context(&mdl, 16, KvType::F32).unwrap();
     let mut logits = Vec::new();
     ctx.forward(&g, &[0, 1, 2], 0, &mut logits).unwrap();
@@ -456,22 +471,24 @@ fn argmax_readback_matches_logits() {
 }
 
 /// The gate refuses before any upload and names what it cannot do; `select` then takes the CPU.
+/// Forced here with a 256-byte binding limit, which no row of the model fits.
 #[test]
 fn gate_refusal_falls_back_to_cpu_before_upload() {
     let t = "gate_refusal_falls_back_to_cpu_before_upload";
     let Some(root) = common::ref_dir(t) else {
         return;
     };
-    let Some(b) = gpu(t, true, None) else {
+    let Some(b) = gpu(t, true, Some(256)) else {
         return;
     };
     let b = Arc::new(b);
     let mdl = Model::open(root.join("random/gguf/llama-Q4_0.gguf")).unwrap();
     let cands: Vec<Arc<dyn Backend>> = vec![b.clone(), Arc::new(cpu())];
-    let (chosen, log) = backend::select(cands, &mdl, KvType::Q8_0).unwrap();
+    let (chosen, log) = backend::select(cands, &mdl, KvType::F16).unwrap();
     assert_eq!(chosen.name(), "cpu");
     assert_eq!(log.len(), 2, "{log:?}");
-    assert!(log[0].starts_with("wgpu: skipped — blk.0.attn: q8_0 KV cache"), "{log:?}");
+    let want = "wgpu: skipped — blk.0.attn_norm.weight: a row of 1024 bytes does not fit a 256-byte binding";
+    assert_eq!(log[0], want, "the first tensor (by name) that cannot be hosted");
     assert!(log[1].starts_with("backend: cpu"), "{log:?}");
     assert_eq!(b.uploaded_bytes(), 0, "nothing may be uploaded before the gate decides");
     // A weight type without a kernel is refused by tensor name.
@@ -479,92 +496,18 @@ fn gate_refusal_falls_back_to_cpu_before_upload() {
     let m = model(hparams(4, 1, 1, 64), vec![w, tensor("inp", QType::F32, 256, 2, 2, 1.0)]);
     let g = graph(vec![
         get_rows("inp", 256, 1),
-        node("mm", Op::Matmul { x: 0, weight: "blk.0.ffn_down.weight".into() }, 4, 1),
+        node(
+            "mm",
+            Op::Matmul {
+                x: 0,
+                weight: "blk.0.ffn_down.weight".into(),
+            },
+            4,
+            1,
+        ),
     ]);
-    let r = b.check(&m, &g, KvType::F16).unwrap_err();
+    let full = gpu(t, true, None).unwrap();
+    let r = full.check(&m, &g, KvType::F16).unwrap_err();
     assert_eq!(r.0, "blk.0.ffn_down.weight is q8_K, no wgpu kernel");
-    assert_eq!(b.uploaded_bytes(), 0);
-}
-
-// ---- whole models -------------------------------------------------------------------------
-
-fn prompt_ids(json: &serde_json::Value) -> Vec<u32> {
-    json["prompt_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect()
-}
-
-/// `model` with every quantized weight decoded to f32 by the reference codecs: the CPU then
-/// multiplies by exactly the weights the shaders see, with f32 activations as they do.
-fn dequantized(model: &Model) -> Model {
-    let weights = model
-        .weights
-        .iter()
-        .map(|(n, t)| {
-            let mut t = t.clone();
-            if t.qtype.is_quantized() {
-                let f = t.to_f32().unwrap();
-                t.data = Bytes::from_vec(bytemuck::cast_slice(&f).to_vec());
-                t.qtype = QType::F32;
-            }
-            (n.clone(), t)
-        })
-        .collect();
-    Model {
-        arch: model.arch,
-        hparams: model.hparams.clone(),
-        metadata: model.metadata.clone(),
-        weights,
-        source: format!("{} (dequantized)", model.source),
-        file_bytes: model.file_bytes,
-        hf_dir: None,
-    }
-}
-
-fn session_of(model: Model, n_ctx: usize, choice: BackendChoice) -> Session {
-    let opts = SessionOptions { n_ctx, n_batch: 512, threads: Some(2), backend: choice, kv_type: Some(KvType::F16) };
-    Session::new(Arc::new(model), &opts).unwrap()
-}
-
-/// Every random model (4 architectures × 12 types): all-position logits of the reference
-/// prompt, then 4 greedy decode steps, with an f16 KV cache. wgpu against the CPU on the same
-/// weights decoded to f32 (both sides f32): NMSE ≤ 1e-6; against the CPU on the quantized file
-/// (8-bit activations there): NMSE ≤ 5e-3, the bound `model.rs` holds the CPU to vs llama.cpp.
-#[test]
-fn random_models_match_cpu() {
-    let t = "random_models_match_cpu";
-    let Some(root) = common::ref_dir(t) else {
-        return;
-    };
-    if gpu(t, true, None).is_none() {
-        return;
-    }
-    let types = ["f32", "f16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K"];
-    let mut failures = Vec::new();
-    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
-        for ty in types {
-            let name = format!("{arch}-{ty}");
-            let refs = if ty.starts_with('f') { format!("{arch}.hf-fp32") } else { name.clone() };
-            let prompt = prompt_ids(&common::read_json(&root.join(format!("random/refs/{refs}.json"))));
-            let path = root.join(format!("random/gguf/{name}.gguf"));
-            let model = Model::open(&path).unwrap();
-            let n_ctx = prompt.len() + 8;
-            let mut exact = session_of(dequantized(&model), n_ctx, BackendChoice::Cpu);
-            let mut c = session_of(model, n_ctx, BackendChoice::Cpu);
-            let mut g = session_of(Model::open(&path).unwrap(), n_ctx, BackendChoice::Wgpu);
-            assert_eq!(g.backend_name, "wgpu");
-            let got = g.eval(&prompt, true).unwrap();
-            let (mut e_exact, mut e_cpu) = (nmse(&got, &exact.eval(&prompt, true).unwrap()), nmse(&got, &c.eval(&prompt, true).unwrap()));
-            let mut next = minfer::sampling::argmax(&got[got.len() - g.n_vocab()..]);
-            for _ in 0..4 {
-                let o = g.eval(&[next], false).unwrap();
-                e_exact = e_exact.max(nmse(&o, &exact.eval(&[next], false).unwrap()));
-                e_cpu = e_cpu.max(nmse(&o, &c.eval(&[next], false).unwrap()));
-                next = minfer::sampling::argmax(&o);
-            }
-            eprintln!("{name:<16} NMSE {e_exact:.2e} vs cpu on f32 weights, {e_cpu:.2e} vs cpu");
-            if e_exact > 1e-6 || e_cpu > 5e-3 {
-                failures.push(format!("{name}: NMSE {e_exact:.2e} (f32 weights), {e_cpu:.2e} (quantized)"));
-            }
-        }
-    }
-    assert!(failures.is_empty(), "{failures:#?}");
+    assert_eq!(full.uploaded_bytes(), 0);
 }

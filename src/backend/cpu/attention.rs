@@ -35,6 +35,7 @@ pub struct AttnParams {
     pub scale: f32,
     pub window: Option<usize>,
     pub softcap: Option<f32>,
+    pub flash: bool,
 }
 
 fn row_bytes(t: KvType, width: usize) -> usize {
@@ -213,6 +214,14 @@ pub fn attention(
                     for h in g * group..(g + 1) * group {
                         qs.copy_from_slice(&q[i * qw + h * hd..i * qw + (h + 1) * hd]);
                         round_like_cache(t, qs);
+                        if p.flash {
+                            // SAFETY: each (token, head) output slice belongs to exactly one task.
+                            let o = unsafe { outp.slice(i * ow + h * hdv, hdv) };
+                            let keys = &ks[(first - lo) * hd..(pos + 1 - lo) * hd];
+                            let vals = &vs[(first - lo) * hdv..(pos + 1 - lo) * hdv];
+                            flash_head(t, p, qs, keys, vals, o);
+                            continue;
+                        }
                         sc.clear();
                         for j in first..=pos {
                             let mut s = dot_f32(qs, &ks[(j - lo) * hd..(j - lo + 1) * hd]) * p.scale;
@@ -240,6 +249,40 @@ pub fn attention(
         }
     });
     Ok(())
+}
+
+/// One query head over its keys and values in one pass, as ggml-cpu's
+/// `flash_attn_ext_f16_one_chunk` does: online softmax, and with an f16 cache the V
+/// accumulator itself is f16 (`ggml_vec_mad_f16` / `ggml_vec_scale_f16` round every update).
+fn flash_head(t: KvType, p: &AttnParams, q: &[f32], keys: &[f32], vals: &[f32], out: &mut [f32]) {
+    let (hd, hdv) = (q.len(), out.len());
+    let f16r = |x: f32| if t == KvType::F16 { f16::from_f32(x).to_f32() } else { x };
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+    out.fill(0.0);
+    for (k, v) in keys.chunks_exact(hd).zip(vals.chunks_exact(hdv)) {
+        let mut s = dot_f32(q, k) * p.scale;
+        if let Some(cap) = p.softcap {
+            s = cap * (s / cap).tanh();
+        }
+        let (mut ms, mut vs) = (1f32, 1f32);
+        if s > m {
+            ms = (m - s).exp();
+            m = s;
+            for o in out.iter_mut() {
+                *o = f16r(*o * ms);
+            }
+        } else {
+            vs = (s - m).exp();
+        }
+        for (o, &x) in out.iter_mut().zip(v) {
+            *o = f16r(x.mul_add(vs, *o));
+        }
+        sum = sum.mul_add(ms, vs);
+    }
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    for o in out.iter_mut() {
+        *o *= inv;
+    }
 }
 
 /// q is rounded the way ggml's mul_mat converts it to the cache's vec_dot type.

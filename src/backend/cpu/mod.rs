@@ -299,6 +299,7 @@ impl CpuContext {
                     scale,
                     window,
                     softcap,
+                    flash,
                     ..
                 } => {
                     let p = AttnParams {
@@ -310,6 +311,7 @@ impl CpuContext {
                         scale: *scale,
                         window: *window,
                         softcap: *softcap,
+                        flash: *flash,
                     };
                     let bp = SyncPtr::new(&mut plan.buffers);
                     // SAFETY: the three inputs and the output are distinct live buffers.

@@ -11,7 +11,7 @@ use super::registry::Registry;
 use crate::backend::cpu::ops::rope_cache;
 use crate::backend::{Context, KvType};
 use crate::error::{Error, Result};
-use crate::model::{Graph, Model};
+use crate::model::{Graph, Model, Node, Op};
 
 pub struct WgpuContext {
     pub(super) gpu: Arc<Gpu>,
@@ -25,12 +25,19 @@ pub struct WgpuContext {
     /// `Step { pos0, n }`, written per forward.
     pub(super) step: wgpu::Buffer,
     pub(super) plans: HashMap<(usize, usize), Plan>,
+    /// Graphs of the sub-batches a too-wide forward is split into, by (n_tokens, n_outputs).
+    pub(super) graphs: HashMap<(usize, usize), Arc<Graph>>,
     pub(super) subgroups: bool,
+    /// Bytes per binding: the adapter's limit, or the smaller one the backend was given.
+    pub(super) max_binding: u64,
     pub(super) profiler: Option<Profiler>,
 }
 
 fn err(what: impl Into<String>) -> Error {
-    Error::Backend { backend: "wgpu", what: what.into() }
+    Error::Backend {
+        backend: "wgpu",
+        what: what.into(),
+    }
 }
 
 /// What a forward reads back.
@@ -42,14 +49,16 @@ enum Readback {
 
 impl WgpuContext {
     /// Allocates `n_ctx` positions of K and V per layer (zeroed).
-    pub(super) fn alloc_kv(gpu: &Gpu, model: &Model, n_ctx: usize, kv: KvType) -> Result<(Vec<wgpu::Buffer>, Vec<wgpu::Buffer>, usize)> {
+    pub(super) fn alloc_kv(
+        gpu: &Gpu,
+        model: &Model,
+        n_ctx: usize,
+        kv: KvType,
+    ) -> Result<(Vec<wgpu::Buffer>, Vec<wgpu::Buffer>, usize)> {
         let hp = &model.hparams;
-        let elt = match kv {
-            KvType::F32 => 4,
-            KvType::F16 => 2,
-            KvType::Q8_0 => return Err(err("q8_0 KV cache has no wgpu kernel")),
-        };
-        let (kb, vb) = ((n_ctx * hp.n_embd_k() * elt) as u64, (n_ctx * hp.n_embd_v() * elt) as u64);
+        let q = kv.qtype();
+        let row = |width: usize| (width / q.block_elems() * q.block_bytes()) as u64;
+        let (kb, vb) = (n_ctx as u64 * row(hp.n_embd_k()), n_ctx as u64 * row(hp.n_embd_v()));
         let max = gpu.max_binding();
         if kb.max(vb) > max {
             return Err(err(format!(
@@ -79,25 +88,82 @@ impl WgpuContext {
     fn check_step(&self, graph: &Graph, tokens: &[u32], pos0: usize) -> Result<()> {
         let n = tokens.len();
         if n == 0 || n != graph.n_tokens {
-            return Err(Error::InvalidArgument(format!("{n} tokens for a graph of {}", graph.n_tokens)));
+            return Err(Error::InvalidArgument(format!(
+                "{n} tokens for a graph of {}",
+                graph.n_tokens
+            )));
         }
         if pos0 + n > self.n_ctx {
-            return Err(Error::ContextOverflow { pos: pos0 + n - 1, n_ctx: self.n_ctx });
+            return Err(Error::ContextOverflow {
+                pos: pos0 + n - 1,
+                n_ctx: self.n_ctx,
+            });
         }
         let n_vocab = self.model.hparams.n_vocab;
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {n_vocab}")));
+            return Err(Error::InvalidArgument(format!(
+                "token id {bad} is outside the vocabulary of {n_vocab}"
+            )));
         }
         let maxg = self.gpu.limits.max_compute_workgroups_per_dimension as usize;
         if n > maxg {
             return Err(err(format!("{n} tokens in one forward (at most {maxg})")));
         }
-        let max = self.gpu.max_binding();
-        if let Some(node) = graph.nodes.iter().find(|nd| (nd.rows * nd.width * 4) as u64 > max) {
+        if self.split_tokens(graph) < n {
             return Err(err(format!(
-                "{}: {} × {} activations exceed the {max}-byte binding limit; use a smaller batch",
-                node.name, node.rows, node.width
+                "{n} tokens need splitting (activations past the binding limit)"
             )));
+        }
+        Ok(())
+    }
+
+    /// Tokens per forward such that every activation fits one binding: `graph.n_tokens`
+    /// unless, say, all-position logits of a 262k vocabulary would not.
+    fn split_tokens(&self, graph: &Graph) -> usize {
+        let max = self.max_binding;
+        if graph.nodes.iter().all(|nd| (nd.rows * nd.width * 4) as u64 <= max) {
+            return graph.n_tokens;
+        }
+        let per_token = graph.nodes.iter().map(|nd| nd.width as u64 * 4).max().unwrap_or(4);
+        ((max / per_token) as usize).max(1)
+    }
+
+    /// `forward` in sub-batches of `m` tokens, in order (the KV cache carries the context);
+    /// logits are kept for the tokens among the graph's last `n_outputs`.
+    fn forward_split(
+        &mut self,
+        graph: &Graph,
+        tokens: &[u32],
+        pos0: usize,
+        m: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let n = tokens.len();
+        if n != graph.n_tokens {
+            return Err(Error::InvalidArgument(format!(
+                "{n} tokens for a graph of {}",
+                graph.n_tokens
+            )));
+        }
+        let first_out = n - graph.n_outputs;
+        out.clear();
+        for start in (0..n).step_by(m) {
+            let end = (start + m).min(n);
+            let outs = end.saturating_sub(first_out.max(start));
+            let key = (end - start, outs.max(1));
+            let g = self
+                .graphs
+                .entry(key)
+                .or_insert_with(|| Arc::new(sub_graph(graph, key.0, key.1)))
+                .clone();
+            let bytes = self.run(&g, &tokens[start..end], pos0 + start, Readback::Logits)?;
+            if outs > 0 {
+                out.extend(
+                    bytes
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                );
+            }
         }
         Ok(())
     }
@@ -116,7 +182,11 @@ impl WgpuContext {
                 subgroups: self.subgroups,
             };
             let n_vocab = self.model.hparams.n_vocab;
-            let p = self.gpu.scoped("compile", || plan::compile(&t, graph, n_vocab)).map_err(err)?.map_err(err)?;
+            let p = self
+                .gpu
+                .scoped("compile", || plan::compile(&t, graph, n_vocab))
+                .map_err(err)?
+                .map_err(err)?;
             self.gpu.save_pipeline_cache();
             self.plans.insert(key, p);
         }
@@ -139,12 +209,17 @@ impl WgpuContext {
                     }
                     q.write_buffer(buf, 0, bytemuck::cast_slice(&table));
                 }
-                let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") });
+                let mut enc = gpu
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") });
                 encode(&mut enc, plan, profiler.as_mut());
                 let (src, dst, size) = match what {
                     Readback::Logits => (&plan.acts[plan.result], &plan.readback, plan.result_bytes),
                     Readback::Argmax => {
-                        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("argmax"), timestamp_writes: None });
+                        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                            label: Some("argmax"),
+                            timestamp_writes: None,
+                        });
                         let d = &plan.argmax;
                         pass.set_pipeline(&d.pipeline.pipeline);
                         pass.set_bind_group(0, &d.bind_group, &[]);
@@ -173,8 +248,39 @@ impl WgpuContext {
 
     /// The argmax of the last output row, with only 4 bytes read back (greedy decoding).
     pub fn forward_argmax(&mut self, graph: &Graph, tokens: &[u32], pos0: usize) -> Result<u32> {
+        let m = self.split_tokens(graph);
+        if m < tokens.len() {
+            let mut logits = Vec::new();
+            self.forward_split(graph, tokens, pos0, m, &mut logits)?;
+            let n_vocab = self.model.hparams.n_vocab;
+            return Ok(crate::sampling::argmax(&logits[logits.len() - n_vocab..]));
+        }
         let b = self.run(graph, tokens, pos0, Readback::Argmax)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
+
+/// `g` for `n` tokens and `outs` output rows: the nodes from `Output` on (and any node reading
+/// one of them) take `outs` rows, the others `n`.
+fn sub_graph(g: &Graph, n: usize, outs: usize) -> Graph {
+    let mut post = vec![false; g.nodes.len()];
+    let nodes = g
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, nd)| {
+            post[i] = matches!(nd.op, Op::Output { .. }) || nd.op.inputs().iter().any(|&j| post[j]);
+            Node {
+                rows: if post[i] { outs } else { n },
+                ..nd.clone()
+            }
+        })
+        .collect();
+    Graph {
+        n_tokens: n,
+        n_outputs: outs,
+        nodes,
+        result: g.result,
     }
 }
 
@@ -184,14 +290,22 @@ fn encode(enc: &mut wgpu::CommandEncoder, plan: &Plan, mut prof: Option<&mut Pro
         match pass {
             Pass::Compute { kind, dispatches } => {
                 let ts = prof.as_deref_mut().and_then(|p| p.writes(kind));
-                let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(kind), timestamp_writes: ts });
+                let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(kind),
+                    timestamp_writes: ts,
+                });
                 for d in dispatches {
                     cp.set_pipeline(&d.pipeline.pipeline);
                     cp.set_bind_group(0, &d.bind_group, &[]);
                     cp.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
                 }
             }
-            Pass::Copy { src, src_offset, dst, size } => {
+            Pass::Copy {
+                src,
+                src_offset,
+                dst,
+                size,
+            } => {
                 enc.copy_buffer_to_buffer(&plan.acts[*src], *src_offset, &plan.acts[*dst], 0, *size);
             }
         }
@@ -205,7 +319,9 @@ fn read(gpu: &Gpu, buf: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
     slice.map_async(wgpu::MapMode::Read, move |r| {
         let _ = tx.send(r);
     });
-    gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| err(format!("poll: {e}")))?;
+    gpu.device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| err(format!("poll: {e}")))?;
     rx.recv()
         .map_err(|e| err(format!("map: {e}")))?
         .map_err(|e| err(format!("map: {e}")))?;
@@ -216,9 +332,17 @@ fn read(gpu: &Gpu, buf: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
 
 impl Context for WgpuContext {
     fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()> {
+        let m = self.split_tokens(graph);
+        if m < tokens.len() {
+            return self.forward_split(graph, tokens, pos0, m, out);
+        }
         let bytes = self.run(graph, tokens, pos0, Readback::Logits)?;
         out.clear();
-        out.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        out.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        );
         Ok(())
     }
 

@@ -152,14 +152,19 @@ impl Gpu {
     pub fn describe(&self) -> String {
         let mut s = format!("{:?}, {}", self.info.backend, self.info.name);
         if self.has(wgpu::Features::SUBGROUP) {
-            s += &format!(", subgroups {}–{}", self.info.subgroup_min_size, self.info.subgroup_max_size);
+            s += &format!(
+                ", subgroups {}–{}",
+                self.info.subgroup_min_size, self.info.subgroup_max_size
+            );
         }
         s
     }
 
     /// Largest storage binding, also capped by the largest buffer.
     pub fn max_binding(&self) -> u64 {
-        (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size)
+        self.limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size)
     }
 
     /// Runs `f` inside validation and out-of-memory error scopes; the first error is returned.
@@ -212,7 +217,9 @@ impl Gpu {
                             min_binding_size: None,
                         },
                         Bind::Read | Bind::ReadWrite => wgpu::BindingType::Buffer {
-                            ty: wgpu::BufferBindingType::Storage { read_only: *b == Bind::Read },
+                            ty: wgpu::BufferBindingType::Storage {
+                                read_only: *b == Bind::Read,
+                            },
                             has_dynamic_offset: false,
                             min_binding_size: None,
                         },
@@ -254,7 +261,10 @@ impl Gpu {
                 if let Some(dir) = path.parent() {
                     let _ = std::fs::create_dir_all(dir);
                 }
-                let tmp = path.with_extension("tmp");
+                // A name of its own per writer: contexts in other threads may save at once.
+                static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
                 if std::fs::write(&tmp, data).is_ok() {
                     let _ = std::fs::rename(tmp, path);
                 }

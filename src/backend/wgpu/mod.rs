@@ -45,8 +45,8 @@ pub struct WgpuOptions {
     pub allow_software: bool,
     /// Use subgroup reductions where the adapter has them.
     pub subgroups: bool,
-    /// Split weights at this many bytes per binding instead of the adapter's limit (tests use a
-    /// small value to exercise the split on every tensor).
+    /// Split weights (by rows) and forwards (by tokens) at this many bytes per binding instead
+    /// of the adapter's limit; tests use a small value to exercise both splits everywhere.
     pub max_binding: Option<u64>,
 }
 
@@ -54,12 +54,19 @@ impl WgpuOptions {
     /// Under `--backend auto`: hardware adapters only, unless `MINFER_WGPU_ALLOW_CPU=1`.
     pub fn auto() -> WgpuOptions {
         let allow = std::env::var("MINFER_WGPU_ALLOW_CPU").is_ok_and(|v| v == "1" || v == "true");
-        WgpuOptions { allow_software: allow, subgroups: true, max_binding: None }
+        WgpuOptions {
+            allow_software: allow,
+            subgroups: true,
+            max_binding: None,
+        }
     }
 
     /// Under `--backend wgpu`: whatever adapter there is.
     pub fn forced() -> WgpuOptions {
-        WgpuOptions { allow_software: true, ..WgpuOptions::auto() }
+        WgpuOptions {
+            allow_software: true,
+            ..WgpuOptions::auto()
+        }
     }
 }
 
@@ -84,7 +91,11 @@ impl WgpuBackend {
             )));
         }
         let gpu = device::gpu().map_err(Refusal)?;
-        Ok(WgpuBackend { gpu, opts, uploaded: AtomicU64::new(0) })
+        Ok(WgpuBackend {
+            gpu,
+            opts,
+            uploaded: AtomicU64::new(0),
+        })
     }
 
     /// Bytes of weights uploaded by this backend's contexts so far.
@@ -133,7 +144,10 @@ impl Backend for WgpuBackend {
                 if seen.insert(name, ()).is_some() {
                     continue;
                 }
-                let t = model.weights.get(name).ok_or_else(|| Refusal(format!("{name} is missing")))?;
+                let t = model
+                    .weights
+                    .get(name)
+                    .ok_or_else(|| Refusal(format!("{name} is missing")))?;
                 if quant_source(t.qtype).is_none() {
                     return refuse(format!("{name} is {}, no wgpu kernel", t.qtype));
                 }
@@ -149,12 +163,31 @@ impl Backend for WgpuBackend {
             }
             let hw = self.gpu.max_binding();
             if (node.rows * node.width * 4) as u64 > hw {
-                return refuse(format!("{}: {} activations exceed the {hw}-byte binding limit", node.name, node.width));
+                return refuse(format!(
+                    "{}: {} activations exceed the {hw}-byte binding limit",
+                    node.name, node.width
+                ));
             }
             match node.op {
-                Op::Attention { n_head, n_head_kv, head_dim, head_dim_v, .. } => {
+                Op::Attention {
+                    n_head,
+                    n_head_kv,
+                    head_dim,
+                    head_dim_v,
+                    ..
+                } => {
                     if kv_source(kv).is_none() {
                         return refuse(format!("{}: {} KV cache has no wgpu kernel", node.name, kv.name()));
+                    }
+                    // q8_0 rows are stored two blocks (17 words) per invocation.
+                    let (kw, vw) = (n_head_kv * head_dim, n_head_kv * head_dim_v);
+                    if kv == KvType::Q8_0
+                        && (head_dim % 32 != 0 || head_dim_v % 32 != 0 || kw % 64 != 0 || vw % 64 != 0)
+                    {
+                        return refuse(format!(
+                            "{}: a q8_0 KV cache needs heads in 32s and K/V rows in 64s (head_dim {head_dim}/{head_dim_v}, rows {kw}/{vw})",
+                            node.name
+                        ));
                     }
                     if head_dim % 2 != 0 || head_dim > MAX_HEAD_DIM || head_dim_v > MAX_HEAD_DIM {
                         return refuse(format!(
@@ -170,7 +203,10 @@ impl Backend for WgpuBackend {
                     return refuse(format!("{}: n_rot {} of head_dim {head_dim}", node.name, rope.n_rot));
                 }
                 Op::HeadNorm { head_dim, .. } if head_dim == 0 || node.width % head_dim != 0 => {
-                    return refuse(format!("{}: width {} is not whole heads of {head_dim}", node.name, node.width));
+                    return refuse(format!(
+                        "{}: width {} is not whole heads of {head_dim}",
+                        node.name, node.width
+                    ));
                 }
                 _ => {}
             }
@@ -202,7 +238,9 @@ impl Backend for WgpuBackend {
             kv_bytes,
             step,
             plans: HashMap::new(),
+            graphs: HashMap::new(),
             subgroups: self.uses_subgroups(),
+            max_binding: self.max_binding(),
             profiler,
         }))
     }

@@ -53,7 +53,12 @@ pub enum Pass {
     /// One node's dispatches. `kind` groups the profile (`matmul/q4_1`, `attention`).
     Compute { kind: String, dispatches: Vec<Dispatch> },
     /// `Output`: the kept rows, copied.
-    Copy { src: usize, src_offset: u64, dst: usize, size: u64 },
+    Copy {
+        src: usize,
+        src_offset: u64,
+        dst: usize,
+        size: u64,
+    },
 }
 
 pub struct Plan {
@@ -109,7 +114,12 @@ pub fn compile(t: &Targets, g: &Graph, n_vocab: usize) -> Result<Plan, String> {
     let gpu = t.gpu;
     let maxg = gpu.limits.max_compute_workgroups_per_dimension;
     let n = g.n_tokens;
-    let weight = |name: &str| t.weights.get(name).cloned().ok_or_else(|| format!("{name} is not resident"));
+    let weight = |name: &str| {
+        t.weights
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("{name} is not resident"))
+    };
 
     // Liveness: a node's buffer returns to the pool after its last reader.
     let mut last_use = vec![0usize; g.nodes.len()];
@@ -170,7 +180,11 @@ pub fn compile(t: &Targets, g: &Graph, n_vocab: usize) -> Result<Plan, String> {
             }
             Op::Matmul { weight: name, .. } => {
                 let w = weight(name)?;
-                let kernel = if node.rows <= VEC_MAX_TOKENS { "matmul_vec" } else { "matmul" };
+                let kernel = if node.rows <= VEC_MAX_TOKENS {
+                    "matmul_vec"
+                } else {
+                    "matmul"
+                };
                 kind = format!("{kernel}/{}", w.qtype);
                 let (k, m) = (w.row_len as u32, node.width as u32);
                 for (pi, part) in w.parts.iter().enumerate() {
@@ -213,7 +227,12 @@ pub fn compile(t: &Targets, g: &Graph, n_vocab: usize) -> Result<Plan, String> {
                     groups: [rows, 1, 1],
                 });
             }
-            Op::HeadNorm { weight: name, eps, head_dim, .. } => {
+            Op::HeadNorm {
+                weight: name,
+                eps,
+                head_dim,
+                ..
+            } => {
                 let w = weight(name)?;
                 let heads = width / *head_dim as u32;
                 d.push(Pending {
@@ -223,7 +242,12 @@ pub fn compile(t: &Targets, g: &Graph, n_vocab: usize) -> Result<Plan, String> {
                     groups: [heads, rows, 1],
                 });
             }
-            Op::Rope { n_heads, head_dim, rope, .. } => {
+            Op::Rope {
+                n_heads,
+                head_dim,
+                rope,
+                ..
+            } => {
                 let ri = match ropes.iter().position(|r| r == rope) {
                     Some(ri) => ri,
                     None => {
@@ -240,14 +264,30 @@ pub fn compile(t: &Targets, g: &Graph, n_vocab: usize) -> Result<Plan, String> {
                     groups: [(hd / 2).div_ceil(64), *n_heads as u32, rows],
                 });
             }
-            Op::Attention { layer, n_head, n_head_kv, head_dim, head_dim_v, scale, window, softcap, .. } => {
+            Op::Attention {
+                layer,
+                n_head,
+                n_head_kv,
+                head_dim,
+                head_dim_v,
+                scale,
+                window,
+                softcap,
+                flash,
+                ..
+            } => {
                 let (kw, vw) = ((n_head_kv * head_dim) as u32, (n_head_kv * head_dim_v) as u32);
-                let epw = if t.kv == KvType::F16 { 2 } else { 1 };
+                // Elements per kv_store invocation: a word, or a pair of q8_0 blocks.
+                let epw = match t.kv {
+                    KvType::F32 => 1,
+                    KvType::F16 => 2,
+                    KvType::Q8_0 => 64,
+                };
                 d.push(Pending {
                     variant: Variant::with_kv(Kernel::KvStore, t.kv),
                     params: words(&[kw, vw, rows]),
                     res: vec![Res::Step, inp(1), inp(2), Res::Kc(*layer), Res::Vc(*layer)],
-                    groups: fold(((rows * (kw + vw)) / epw).div_ceil(256) as u64, maxg),
+                    groups: fold(((rows * (kw + vw)) / epw).div_ceil(64) as u64, maxg),
                 });
                 d.push(Pending {
                     variant: Variant::with_kv(Kernel::Attention, t.kv).subgroups(t.subgroups),
@@ -260,6 +300,7 @@ pub fn compile(t: &Targets, g: &Graph, n_vocab: usize) -> Result<Plan, String> {
                         window.unwrap_or(0) as u32,
                         softcap.unwrap_or(0.0).to_bits(),
                         rows,
+                        u32::from(*flash),
                     ]),
                     res: vec![Res::Step, inp(0), Res::Kc(*layer), Res::Vc(*layer), Res::Act(out)],
                     groups: [*n_head as u32, rows, 1],
@@ -280,7 +321,11 @@ pub fn compile(t: &Targets, g: &Graph, n_vocab: usize) -> Result<Plan, String> {
                 });
             }
             Op::Scale { s, .. } | Op::Softcap { cap: s, .. } => {
-                let kernel = if matches!(node.op, Op::Scale { .. }) { Kernel::Scale } else { Kernel::Softcap };
+                let kernel = if matches!(node.op, Op::Scale { .. }) {
+                    Kernel::Scale
+                } else {
+                    Kernel::Softcap
+                };
                 d.push(Pending {
                     variant: Variant::new(kernel),
                     params: words(&[elems as u32, s.to_bits()]),
@@ -310,12 +355,24 @@ pub fn compile(t: &Targets, g: &Graph, n_vocab: usize) -> Result<Plan, String> {
     let acts: Vec<wgpu::Buffer> = sizes
         .iter()
         .enumerate()
-        .map(|(i, &s)| storage(gpu, &format!("act{i}"), s, wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST))
+        .map(|(i, &s)| {
+            storage(
+                gpu,
+                &format!("act{i}"),
+                s,
+                wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            )
+        })
         .collect();
     let ids = storage(gpu, "ids", (n * 4) as u64, wgpu::BufferUsages::COPY_DST);
     let rope_bufs: Vec<(Rope, wgpu::Buffer)> = ropes
         .iter()
-        .map(|r| (*r, storage(gpu, "rope", (n * r.n_rot / 2 * 8) as u64, wgpu::BufferUsages::COPY_DST)))
+        .map(|r| {
+            (
+                *r,
+                storage(gpu, "rope", (n * r.n_rot / 2 * 8) as u64, wgpu::BufferUsages::COPY_DST),
+            )
+        })
         .collect();
     let argmax_out = storage(gpu, "argmax", 4, wgpu::BufferUsages::COPY_SRC);
     let readback = gpu.device.create_buffer(&wgpu::BufferDescriptor {
@@ -367,24 +424,39 @@ pub fn compile(t: &Targets, g: &Graph, n_vocab: usize) -> Result<Plan, String> {
                 Res::Logits => &acts[result],
                 Res::ArgmaxOut => &argmax_out,
             };
-            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: buffer.as_entire_binding() });
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource: buffer.as_entire_binding(),
+            });
         }
         let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(&p.variant.name()),
             layout: &pipeline.layout,
             entries: &entries,
         });
-        Ok(Dispatch { pipeline, bind_group, groups: p.groups })
+        Ok(Dispatch {
+            pipeline,
+            bind_group,
+            groups: p.groups,
+        })
     };
     let mut passes = Vec::with_capacity(pending.len());
     let mut copies = copies.into_iter().peekable();
     for (pi, (kind, ds)) in pending.into_iter().enumerate() {
         if copies.peek().is_some_and(|c| c.0 == pi) {
             let (_, src, src_offset, size) = copies.next().unwrap_or_default();
-            passes.push(Pass::Copy { src, src_offset, dst: buf_of[pi], size });
+            passes.push(Pass::Copy {
+                src,
+                src_offset,
+                dst: buf_of[pi],
+                size,
+            });
             continue;
         }
-        let dispatches = ds.into_iter().map(|p| make(p, &mut bytes)).collect::<Result<Vec<_>, _>>()?;
+        let dispatches = ds
+            .into_iter()
+            .map(|p| make(p, &mut bytes))
+            .collect::<Result<Vec<_>, _>>()?;
         passes.push(Pass::Compute { kind, dispatches });
     }
     let argmax = make(argmax, &mut bytes)?;

@@ -94,7 +94,9 @@ impl Profiler {
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
-        gpu.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| e.to_string())?;
+        gpu.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| e.to_string())?;
         rx.recv().map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
         let ts: Vec<u64> = bytemuck::pod_collect_to_vec(&slice.get_mapped_range().map_err(|e| e.to_string())?);
         self.readback.unmap();
@@ -113,10 +115,17 @@ impl Profiler {
         let total: f64 = self.totals.values().map(|v| v.1).sum();
         let mut rows: Vec<_> = self.totals.iter().collect();
         rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
-        let mut s = format!("wgpu profile ({device}), {} forwards, GPU time per op:\n", self.forwards);
+        let mut s = format!(
+            "wgpu profile ({device}), {} forwards, GPU time per op:\n",
+            self.forwards
+        );
         s += &format!("  {:<20} {:>8} {:>12} {:>7}\n", "op", "passes", "ms", "%");
         for (k, (n, ns)) in rows {
-            s += &format!("  {k:<20} {n:>8} {:>12.3} {:>6.1}%\n", ns / 1e6, 100.0 * ns / total.max(1.0));
+            s += &format!(
+                "  {k:<20} {n:>8} {:>12.3} {:>6.1}%\n",
+                ns / 1e6,
+                100.0 * ns / total.max(1.0)
+            );
         }
         s
     }

@@ -38,7 +38,9 @@ pub struct GpuWeight {
 pub fn split_rows(row_bytes: u64, n_rows: u64, max_binding: u64) -> Result<Vec<(usize, usize)>, String> {
     let room = max_binding.saturating_sub(PAD + 3);
     if row_bytes == 0 || row_bytes > room {
-        return Err(format!("a row of {row_bytes} bytes does not fit a {max_binding}-byte binding"));
+        return Err(format!(
+            "a row of {row_bytes} bytes does not fit a {max_binding}-byte binding"
+        ));
     }
     let per = (room / row_bytes).max(1);
     let mut out = Vec::new();
@@ -75,7 +77,10 @@ impl Registry {
         } else {
             None
         };
-        let mut reg = Registry { weights: HashMap::new(), resident: 0 };
+        let mut reg = Registry {
+            weights: HashMap::new(),
+            resident: 0,
+        };
         let mut since_flush = 0u64;
         for t in tensors {
             if reg.weights.contains_key(&t.name) {
@@ -134,7 +139,12 @@ fn upload_one(gpu: &Gpu, t: &Tensor, max_binding: u64) -> Result<GpuWeight, Stri
         gpu.queue.write_buffer(&buffer, head as u64, &tail[..tail_len]);
         parts.push(Part { buffer, row0, rows });
     }
-    Ok(GpuWeight { qtype: t.qtype, row_len, n_rows, parts })
+    Ok(GpuWeight {
+        qtype: t.qtype,
+        row_len,
+        n_rows,
+        parts,
+    })
 }
 
 #[cfg(test)]

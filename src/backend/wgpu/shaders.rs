@@ -40,13 +40,13 @@ pub fn quant_source(q: QType) -> Option<&'static str> {
     })
 }
 
-/// The KV file for a cache type, or `None` (q8_0: the gate refuses it).
+/// The KV file for a cache type.
 pub fn kv_source(kv: KvType) -> Option<&'static str> {
-    match kv {
-        KvType::F32 => Some(shader!("kv/f32.wgsl")),
-        KvType::F16 => Some(shader!("kv/f16.wgsl")),
-        KvType::Q8_0 => None,
-    }
+    Some(match kv {
+        KvType::F32 => shader!("kv/f32.wgsl"),
+        KvType::F16 => shader!("kv/f16.wgsl"),
+        KvType::Q8_0 => shader!("kv/q8_0.wgsl"),
+    })
 }
 
 /// The qtypes with a weight kernel, in table order.
@@ -126,8 +126,10 @@ impl Kernel {
         }
     }
 
-    fn body(self) -> &'static str {
+    fn body(self, kv: Option<KvType>) -> &'static str {
         match self {
+            // q8_0 blocks are quantized whole, two per invocation: a store of its own.
+            Kernel::KvStore if kv == Some(KvType::Q8_0) => shader!("kv_store_q8_0.wgsl"),
             Kernel::MatmulVec => shader!("matmul_vec.wgsl"),
             Kernel::Matmul => shader!("matmul.wgsl"),
             Kernel::GetRows => shader!("get_rows.wgsl"),
@@ -173,7 +175,10 @@ impl Kernel {
 
     /// Uses the workgroup reductions, so has a subgroup variant.
     pub fn reduces(self) -> bool {
-        matches!(self, Kernel::MatmulVec | Kernel::RmsNorm | Kernel::HeadNorm | Kernel::Attention)
+        matches!(
+            self,
+            Kernel::MatmulVec | Kernel::RmsNorm | Kernel::HeadNorm | Kernel::Attention
+        )
     }
 
     /// The `WG` override where the kernel has one. 64 for reductions and matvec (one row per
@@ -182,7 +187,7 @@ impl Kernel {
         match self {
             Kernel::Matmul | Kernel::Argmax => None,
             Kernel::MatmulVec | Kernel::GetRows | Kernel::RmsNorm | Kernel::HeadNorm | Kernel::Rope => Some(64),
-            Kernel::Attention => Some(64),
+            Kernel::Attention | Kernel::KvStore => Some(64),
             _ => Some(256),
         }
     }
@@ -199,20 +204,34 @@ pub struct Variant {
 
 impl Variant {
     pub fn new(kernel: Kernel) -> Variant {
-        Variant { kernel, qtype: None, kv: None, subgroups: false }
+        Variant {
+            kernel,
+            qtype: None,
+            kv: None,
+            subgroups: false,
+        }
     }
 
     pub fn with_qtype(kernel: Kernel, q: QType) -> Variant {
-        Variant { qtype: Some(q), ..Variant::new(kernel) }
+        Variant {
+            qtype: Some(q),
+            ..Variant::new(kernel)
+        }
     }
 
     pub fn with_kv(kernel: Kernel, kv: KvType) -> Variant {
-        Variant { kv: Some(kv), ..Variant::new(kernel) }
+        Variant {
+            kv: Some(kv),
+            ..Variant::new(kernel)
+        }
     }
 
     /// The same variant on the subgroup path, where the kernel has one.
     pub fn subgroups(self, on: bool) -> Variant {
-        Variant { subgroups: on && self.kernel.reduces(), ..self }
+        Variant {
+            subgroups: on && self.kernel.reduces(),
+            ..self
+        }
     }
 
     /// `matmul_vec/q4_0/sg`, `attention/kv_f16`, `add`.
@@ -247,13 +266,16 @@ impl Variant {
         if k.uses_kv() {
             parts.push(kv_source(self.kv?)?);
         }
-        parts.push(k.body());
+        parts.push(k.body(self.kv));
         Some(parts.join("\n"))
     }
 
     /// Pipeline-overridable constants (`WG`).
     pub fn constants(&self) -> Vec<(&'static str, f64)> {
-        self.kernel.workgroup_size().map(|wg| vec![("WG", wg as f64)]).unwrap_or_default()
+        self.kernel
+            .workgroup_size()
+            .map(|wg| vec![("WG", wg as f64)])
+            .unwrap_or_default()
     }
 }
 
@@ -265,9 +287,15 @@ pub fn all_variants() -> Vec<Variant> {
         let base: Vec<Variant> = if k.reads_matrix() {
             weight_qtypes().into_iter().map(|q| Variant::with_qtype(k, q)).collect()
         } else if k.reads_vector() {
-            [QType::F32, QType::F16, QType::BF16].into_iter().map(|q| Variant::with_qtype(k, q)).collect()
+            [QType::F32, QType::F16, QType::BF16]
+                .into_iter()
+                .map(|q| Variant::with_qtype(k, q))
+                .collect()
         } else if k.uses_kv() {
-            [KvType::F32, KvType::F16].into_iter().map(|kv| Variant::with_kv(k, kv)).collect()
+            [KvType::F32, KvType::F16]
+                .into_iter()
+                .map(|kv| Variant::with_kv(k, kv))
+                .collect()
         } else {
             vec![Variant::new(k)]
         };

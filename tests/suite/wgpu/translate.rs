@@ -1,0 +1,122 @@
+//! Every WGSL variant through naga, without a GPU: parsed, validated with exactly the
+//! capabilities wgpu would grant it, and translated for Metal, DX12 and Vulkan.
+
+use minfer::backend::wgpu::shaders::{all_variants, quant_source, Kernel};
+use minfer::quant::QType;
+
+/// Every variant parses and validates with exactly the capabilities wgpu would grant it, and
+/// translates to MSL (Metal), HLSL (DX12) and SPIR-V (Vulkan) after override resolution.
+#[test]
+fn shaders_validate_and_translate() {
+    use naga::back::{hlsl, msl, spv};
+    use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator};
+    let variants = all_variants();
+    assert!(variants.len() > 60, "{} variants", variants.len());
+    let mut failures = Vec::new();
+    for v in variants {
+        let name = v.name();
+        let src = v.source().unwrap_or_else(|| panic!("{name}: no source"));
+        let module = match naga::front::wgsl::parse_str(&src) {
+            Ok(m) => m,
+            Err(e) => {
+                failures.push(format!("{name}: {}", e.emit_to_string(&src)));
+                continue;
+            }
+        };
+        let caps = if v.subgroups {
+            Capabilities::SUBGROUP
+        } else {
+            Capabilities::empty()
+        };
+        let mut val = Validator::new(ValidationFlags::all(), caps);
+        if v.subgroups {
+            val.subgroup_stages(ShaderStages::COMPUTE)
+                .subgroup_operations(SubgroupOperationSet::all());
+        }
+        let info = match val.validate(&module) {
+            Ok(i) => i,
+            Err(e) => {
+                failures.push(format!("{name}: {}", e.emit_to_string(&src)));
+                continue;
+            }
+        };
+        let constants: naga::back::PipelineConstants =
+            v.constants().into_iter().map(|(k, x)| (k.to_string(), x)).collect();
+        let ep = Some((naga::ShaderStage::Compute, "main"));
+        let (module, info) = naga::back::pipeline_constants::process_overrides(&module, &info, ep, &constants)
+            .unwrap_or_else(|e| panic!("{name}: overrides: {e}"));
+        let entry = Some((naga::ShaderStage::Compute, "main".to_string()));
+        let msl_opts = msl::Options {
+            lang_version: (2, 1),
+            ..Default::default()
+        };
+        let msl_pipe = msl::PipelineOptions {
+            entry_point: entry.clone(),
+            ..Default::default()
+        };
+        if let Err(e) = msl::write_string(&module, &info, &msl_opts, &msl_pipe) {
+            failures.push(format!("{name}: MSL: {e}"));
+        }
+        let hlsl_opts = hlsl::Options {
+            shader_model: if v.subgroups {
+                hlsl::ShaderModel::V6_0
+            } else {
+                hlsl::ShaderModel::V5_1
+            },
+            ..Default::default()
+        };
+        let hlsl_pipe = hlsl::PipelineOptions {
+            entry_point: entry.clone(),
+        };
+        let mut out = String::new();
+        if let Err(e) = hlsl::Writer::new(&mut out, &hlsl_opts, &hlsl_pipe).write(&module, &info, None) {
+            failures.push(format!("{name}: HLSL: {e}"));
+        }
+        // wgpu-hal's Vulkan capability list: the core set, plus GroupNonUniform* with subgroups.
+        let mut spv_caps: naga::FastHashSet<spv::Capability> = [
+            spv::Capability::Shader,
+            spv::Capability::Matrix,
+            spv::Capability::Sampled1D,
+            spv::Capability::Image1D,
+            spv::Capability::ImageQuery,
+            spv::Capability::DerivativeControl,
+            spv::Capability::StorageImageExtendedFormats,
+        ]
+        .into_iter()
+        .collect();
+        if v.subgroups {
+            spv_caps.extend([
+                spv::Capability::GroupNonUniform,
+                spv::Capability::GroupNonUniformVote,
+                spv::Capability::GroupNonUniformArithmetic,
+                spv::Capability::GroupNonUniformBallot,
+                spv::Capability::GroupNonUniformShuffle,
+                spv::Capability::GroupNonUniformShuffleRelative,
+                spv::Capability::GroupNonUniformQuad,
+            ]);
+        }
+        let spv_opts = spv::Options {
+            lang_version: (1, 3),
+            capabilities: Some(spv_caps),
+            ..Default::default()
+        };
+        let spv_pipe = spv::PipelineOptions {
+            shader_stage: naga::ShaderStage::Compute,
+            entry_point: "main".into(),
+        };
+        if let Err(e) = spv::write_vec(&module, &info, &spv_opts, Some(&spv_pipe)) {
+            failures.push(format!("{name}: SPIR-V: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The gate's qtype list and the shader files agree: each kernel type has a quant file.
+#[test]
+fn every_weight_qtype_but_activation_formats_has_a_kernel() {
+    for q in QType::ALL {
+        let has = quant_source(q).is_some();
+        assert_eq!(has, !matches!(q, QType::Q8_1 | QType::Q8K), "{q}");
+    }
+    assert!(Kernel::ALL.iter().all(|k| !k.bindings().is_empty()));
+}
