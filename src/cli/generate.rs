@@ -106,6 +106,7 @@ fn load(model: &Path, a: &RunArgs) -> Result<Engine> {
     let t = std::time::Instant::now();
     let mut engine = Engine::load(model, &a.session).with_context(|| format!("loading {}", model.display()))?;
     engine.session.set_flash_attn(a.flash_attn);
+    prefault_with_progress(engine.model());
     if let Some(src) = &a.chat_template {
         engine.set_chat_template(src)?;
     }
@@ -122,6 +123,24 @@ fn load(model: &Path, a: &RunArgs) -> Result<Engine> {
         eprintln!("{line}");
     }
     Ok(engine)
+}
+
+/// Models this large get a progress bar while their pages are read in (on a terminal).
+const PROGRESS_MIN_BYTES: u64 = 64 << 20;
+
+fn prefault_with_progress(model: &minfer::Model) {
+    let total = model.weight_bytes();
+    if total < PROGRESS_MIN_BYTES || !std::io::stderr().is_terminal() {
+        model.prefault(|_, _| {});
+        return;
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("loading {bar:40} {bytes}/{total_bytes} {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    model.prefault(|done, _| bar.set_position(done));
+    bar.finish_and_clear();
 }
 
 pub fn run(model: &Path, prompt: &str, a: &RunArgs) -> Result<()> {

@@ -128,6 +128,31 @@ impl Model {
     pub fn weight_bytes(&self) -> u64 {
         self.weights.values().map(|t| t.data.len() as u64).sum()
     }
+
+    /// Reads one byte of every page of every weight, so the mapped file is in memory before
+    /// the first token instead of being faulted in during it. `progress(done, total)` is
+    /// called every few MB (the CLI draws a progress bar with it for large files).
+    pub fn prefault(&self, mut progress: impl FnMut(u64, u64)) {
+        const PAGE: usize = 4096;
+        const REPORT: u64 = 8 << 20;
+        let total = self.weight_bytes();
+        let (mut done, mut last) = (0u64, 0u64);
+        let mut sink = 0u8;
+        for t in self.weights.values() {
+            let b = t.bytes();
+            for i in (0..b.len()).step_by(PAGE) {
+                // SAFETY: `i` is in bounds; the volatile read keeps the touch from being elided.
+                sink ^= unsafe { std::ptr::read_volatile(b.as_ptr().add(i)) };
+            }
+            done += b.len() as u64;
+            if done - last >= REPORT {
+                progress(done, total);
+                last = done;
+            }
+        }
+        progress(total, total);
+        std::hint::black_box(sink);
+    }
 }
 
 /// Norm weights and biases are read as plain floats by every backend.
