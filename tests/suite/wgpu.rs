@@ -1,12 +1,12 @@
 //! The wgpu backend against the CPU reference, through the public `Backend` trait: every op
 //! in a two- or three-node graph, every weight qtype's matmul and get_rows, attention over
-//! several steps, whole models; plus every shader variant through naga (no GPU needed) and the
-//! gate's refusal with its fallback to the CPU.
+//! several steps, argmax readback, the gate's refusal with its fallback to the CPU; in
+//! `translate`, every shader variant through naga (no GPU); in `models`, whole models.
 //!
-//! Tolerances: NMSE ≤ 1e-6 where both sides compute in f32 (and round to f16 at the same
-//! places), ≤ 1e-4 against the CPU's matmul, which quantizes activations to 8 bits for its
-//! integer dot products; quantized matmuls are also held to 1e-6 against an f64 reference on
-//! the dequantized weights. Without an adapter these tests print "skipped: no adapter".
+//! Tolerances: NMSE ≤ 1e-6 where both sides compute in f32 and round at the same places (every
+//! op but matmul, and matmul against an f64 reference on the dequantized weights); ≤ 1e-4
+//! against the CPU's matmul, which quantizes activations to 8 bits for its integer dot
+//! products. Without an adapter these tests print "skipped: … no adapter" (a failure in CI).
 
 use std::collections::HashMap;
 use std::sync::Arc;

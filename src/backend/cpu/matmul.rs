@@ -8,9 +8,13 @@ use super::dot::{act_type, Kernels};
 use super::pool::{Pool, SyncPtr};
 use crate::tensor::Tensor;
 
-/// Weight rows per task. 16 rows of a 576-wide Q4_1 matrix are 6 KB: they stay in L1 while
-/// the tokens of a prefill batch stream past.
-const ROWS_PER_TASK: usize = 16;
+/// Weight rows per task, at least. 16 rows of a 576-wide Q4_1 matrix are 6 KB: they stay in
+/// L1 while the tokens of a prefill batch stream past.
+const MIN_ROWS_PER_TASK: usize = 16;
+/// Tasks per thread for a big matrix: enough for a late or descheduled thread to be covered
+/// by the others, few enough that handing out tasks costs nothing (gemma-3's 262 144-row
+/// output matrix used to be 16 384 tasks a token).
+const TASKS_PER_THREAD: usize = 16;
 
 /// x: (n, k) f32; y: (n, m) f32 with m = w.n_rows(); `act` is scratch for quantized x.
 pub fn matmul(pool: &Pool, kernels: &Kernels, w: &Tensor, x: &[f32], n: usize, y: &mut [f32], act: &mut Vec<u8>) {
@@ -40,7 +44,8 @@ pub fn matmul(pool: &Pool, kernels: &Kernels, w: &Tensor, x: &[f32], n: usize, y
     let dot = kernels.dot(w.qtype);
     let dot4 = kernels.dot_x4(w.qtype);
     let yp = SyncPtr::new(y);
-    pool.for_chunks(m, ROWS_PER_TASK, |_, rows| {
+    let rows_per_task = (m / (pool.n_threads() * TASKS_PER_THREAD)).max(MIN_ROWS_PER_TASK);
+    pool.for_chunks(m, rows_per_task, |_, rows| {
         let mut t = 0;
         if let Some(dot4) = dot4 {
             // Four tokens at a time: each weight block is decoded once for all four.

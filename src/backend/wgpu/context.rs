@@ -181,10 +181,9 @@ impl WgpuContext {
                 kv: self.kv,
                 subgroups: self.subgroups,
             };
-            let n_vocab = self.model.hparams.n_vocab;
             let p = self
                 .gpu
-                .scoped("compile", || plan::compile(&t, graph, n_vocab))
+                .scoped("compile", || plan::compile(&t, graph))
                 .map_err(err)?
                 .map_err(err)?;
             self.gpu.save_pipeline_cache();
@@ -252,8 +251,8 @@ impl WgpuContext {
         if m < tokens.len() {
             let mut logits = Vec::new();
             self.forward_split(graph, tokens, pos0, m, &mut logits)?;
-            let n_vocab = self.model.hparams.n_vocab;
-            return Ok(crate::sampling::argmax(&logits[logits.len() - n_vocab..]));
+            let width = graph.nodes[graph.result].width;
+            return Ok(crate::sampling::argmax(&logits[logits.len() - width..]));
         }
         let b = self.run(graph, tokens, pos0, Readback::Argmax)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))

@@ -110,7 +110,7 @@ fn storage(gpu: &Gpu, label: &str, bytes: u64, extra: wgpu::BufferUsages) -> wgp
     })
 }
 
-pub fn compile(t: &Targets, g: &Graph, n_vocab: usize) -> Result<Plan, String> {
+pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
     let gpu = t.gpu;
     let maxg = gpu.limits.max_compute_workgroups_per_dimension;
     let n = g.n_tokens;
@@ -343,6 +343,7 @@ pub fn compile(t: &Targets, g: &Graph, n_vocab: usize) -> Result<Plan, String> {
     }
     let result = buf_of[g.result];
     let n_out = g.nodes[g.result].rows;
+    let n_vocab = g.nodes[g.result].width;
     let result_bytes = (n_out * n_vocab * 4) as u64;
     let argmax = Pending {
         variant: Variant::new(Kernel::Argmax),
