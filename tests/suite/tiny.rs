@@ -103,7 +103,7 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
     edit(&mut mats);
     for (name, shape) in &mats {
         let n: u64 = shape.iter().product();
-        let ty = if shape[0] as usize % qtype.block_elems() == 0 {
+        let ty = if (shape[0] as usize).is_multiple_of(qtype.block_elems()) {
             qtype
         } else {
             QType::F32
@@ -233,11 +233,10 @@ fn unknown_architecture_and_bad_steps_are_errors() {
     let mut s = session(&path, KvType::F32, 1);
     let e = s
         .eval(&[N_VOCAB as u32 + 5], false)
-        .err()
-        .expect("oov id accepted")
+        .expect_err("oov id accepted")
         .to_string();
     assert!(e.contains(&(N_VOCAB + 5).to_string()), "{e}");
     let long: Vec<u32> = (0..70).map(|i| i % N_VOCAB as u32).collect();
-    let e = s.eval(&long, false).err().expect("overflow accepted").to_string();
+    let e = s.eval(&long, false).expect_err("overflow accepted").to_string();
     assert!(e.contains("context"), "{e}");
 }
