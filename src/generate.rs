@@ -187,9 +187,17 @@ impl Engine {
         let mut decoder = StreamDecoder::new(&self.tokenizer);
         let mut held = String::new(); // text that might begin a stop string
         let mut reason = StopReason::MaxTokens;
+        // Plain greedy needs only the argmax: a GPU backend then reads back one id, not logits.
+        let c = &opts.sampler;
+        let argmax_only =
+            c.temperature <= 0.0 && c.repeat_penalty == 1.0 && c.presence_penalty == 0.0 && c.frequency_penalty == 0.0;
+        let mut next_id: Option<u32> = None;
         while tokens.len() < opts.max_tokens {
             // The prompt is the penalty history; `accept` appends each generated token to it.
-            let next = sampler.sample(&mut logits, prompt);
+            let next = match next_id.take() {
+                Some(id) => id,
+                None => sampler.sample(&mut logits, prompt),
+            };
             sampler.accept(next);
             if self.tokenizer.is_eog(next) {
                 tokens.push(next);
@@ -221,7 +229,11 @@ impl Engine {
                 reason = StopReason::ContextFull;
                 break;
             }
-            logits = self.session.eval(&[next], false)?;
+            if argmax_only {
+                next_id = Some(self.session.eval_argmax(&[next])?);
+            } else {
+                logits = self.session.eval(&[next], false)?;
+            }
             self.cached.push(next);
         }
         if reason != StopReason::Callback {

@@ -131,6 +131,29 @@ impl Session {
             .clone()
     }
 
+    /// Appends `tokens` and returns only the argmax of the last token's logits (lowest id on
+    /// ties); a GPU backend reads back just that id.
+    pub fn eval_argmax(&mut self, tokens: &[u32]) -> Result<u32> {
+        let (head, last) = match tokens.len() {
+            0 => return Err(Error::InvalidArgument("no tokens to evaluate".into())),
+            n => tokens.split_at(n - n.min(self.n_batch)),
+        };
+        if !head.is_empty() {
+            self.eval(head, false)?;
+        }
+        let end = self.n_past + last.len();
+        if end > self.n_ctx() {
+            return Err(Error::ContextOverflow {
+                pos: end - 1,
+                n_ctx: self.n_ctx(),
+            });
+        }
+        let g = self.graph(last.len(), 1);
+        let id = self.ctx.forward_argmax(&g, last, self.n_past)?;
+        self.n_past += last.len();
+        Ok(id)
+    }
+
     /// Appends `tokens` at the current position, in batches of `n_batch`. Returns the logits
     /// of the last token (`[n_vocab]`), or of every token (`[n, n_vocab]`) when `all_logits`.
     pub fn eval(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {

@@ -86,8 +86,7 @@ fn time_tg(s: &mut Session, n: usize, tok: u32) -> Result<u64> {
     let t = Instant::now();
     let mut next = tok;
     for _ in 0..n {
-        let logits = s.eval(&[next], false)?;
-        next = minfer::sampling::argmax(&logits);
+        next = s.eval_argmax(&[next])?;
     }
     Ok(t.elapsed().as_nanos() as u64)
 }
