@@ -9,6 +9,7 @@
 use std::cell::RefCell;
 
 use half::f16;
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
 use super::ops::{axpy, dot_f32, softmax};
 use super::pool::{Pool, SyncPtr};
@@ -110,8 +111,15 @@ impl KvCache {
                 }
             }
             KvType::F16 => {
-                for (o, c) in out.iter_mut().zip(row[col0 * 2..].chunks_exact(2)) {
-                    *o = f16::from_le_bytes([c[0], c[1]]).to_f32();
+                let bytes = &row[col0 * 2..col0 * 2 + out.len() * 2];
+                match bytemuck::try_cast_slice::<u8, u16>(bytes) {
+                    // The cache rows are 2-aligned in practice: one vectorised conversion.
+                    Ok(bits) => bits.reinterpret_cast::<f16>().convert_to_f32_slice(out),
+                    Err(_) => {
+                        for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                            *o = f16::from_le_bytes([c[0], c[1]]).to_f32();
+                        }
+                    }
                 }
             }
             KvType::Q8_0 => {
@@ -260,7 +268,12 @@ fn flash_head(t: KvType, p: &AttnParams, q: &[f32], keys: &[f32], vals: &[f32], 
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
     out.fill(0.0);
     for (k, v) in keys.chunks_exact(hd).zip(vals.chunks_exact(hdv)) {
-        let mut s = dot_f32(q, k) * p.scale;
+        let dot = if t == KvType::F16 {
+            dot_f16_ggml(q, k)
+        } else {
+            dot_f32(q, k)
+        };
+        let mut s = dot * p.scale;
         if let Some(cap) = p.softcap {
             s = cap * (s / cap).tanh();
         }
@@ -283,6 +296,39 @@ fn flash_head(t: KvType, p: &AttnParams, q: &[f32], keys: &[f32], vals: &[f32], 
     for o in out.iter_mut() {
         *o *= inv;
     }
+}
+
+/// `ggml_vec_dot_f16` as ggml-cpu's AVX-512 build runs it, on values that are already f16
+/// (so every product is exact in f32): 4 × 16 lanes of fused multiply-adds over steps of 64,
+/// the lanes folded as `GGML_F32x16_REDUCE` and `_mm512_reduce_add_ps` fold them, the tail
+/// summed in f64. Same order, same bits — the flash path's scores then equal llama.cpp's.
+pub fn dot_f16_ggml(x: &[f32], y: &[f32]) -> f32 {
+    let n = x.len().min(y.len());
+    let np = n & !63;
+    let mut sum = [[0f32; 16]; 4];
+    for i in (0..np).step_by(64) {
+        for (j, acc) in sum.iter_mut().enumerate() {
+            for (l, a) in acc.iter_mut().enumerate() {
+                let k = i + 16 * j + l;
+                *a = x[k].mul_add(y[k], *a);
+            }
+        }
+    }
+    let [mut s0, mut s1, s2, s3] = sum;
+    for l in 0..16 {
+        s0[l] += s2[l];
+        s1[l] += s3[l];
+    }
+    for l in 0..16 {
+        s0[l] += s1[l];
+    }
+    let t: [f32; 8] = std::array::from_fn(|j| s0[j + 8] + s0[j]);
+    let u: [f32; 4] = std::array::from_fn(|j| t[j + 4] + t[j]);
+    let mut sumf = ((u[0] + u[2]) + (u[1] + u[3])) as f64;
+    for k in np..n {
+        sumf += (x[k] * y[k]) as f64;
+    }
+    sumf as f32
 }
 
 /// q is rounded the way ggml's mul_mat converts it to the cache's vec_dot type.
