@@ -402,6 +402,21 @@ impl<'a> Builder<'a> {
         self.matmul(h, &format!("{p}.ffn_down.weight"), hp.n_embd, &format!("{p}.ffn_out"))
     }
 
+    /// The pre-norm decoder of the Llama family: per layer x + attn(norm(x)), then
+    /// x + ffn(norm(x)); then the head.
+    pub fn pre_norm_decoder(mut self, opts: AttnOpts, act: FfnAct) -> Graph {
+        let mut x = self.embed();
+        for il in 0..self.hp.n_layer {
+            let h = self.norm(x, &format!("blk.{il}.attn_norm.weight"), &format!("blk.{il}.attn_norm"));
+            let a = self.attention(il, h, opts);
+            x = self.add(x, a, &format!("blk.{il}.attn_res"));
+            let h = self.norm(x, &format!("blk.{il}.ffn_norm.weight"), &format!("blk.{il}.ffn_norm"));
+            let f = self.ffn(il, h, act);
+            x = self.add(x, f, &format!("blk.{il}.ffn_res"));
+        }
+        self.head(x)
+    }
+
     /// Keeps the output rows, final norm, LM head (tied to the embedding when there is no
     /// `output.weight`), optional final soft-capping.
     pub fn head(mut self, x: NodeId) -> Graph {

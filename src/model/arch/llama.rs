@@ -9,15 +9,6 @@ pub fn hparams(keys: &Keys, tensors: &Weights) -> Result<HParams> {
     read_common(keys, tensors, RopeMode::Norm)
 }
 
-pub fn build(mut b: Builder) -> Graph {
-    let mut x = b.embed();
-    for il in 0..b.hp.n_layer {
-        let h = b.norm(x, &format!("blk.{il}.attn_norm.weight"), &format!("blk.{il}.attn_norm"));
-        let a = b.attention(il, h, AttnOpts::default());
-        x = b.add(x, a, &format!("blk.{il}.attn_res"));
-        let h = b.norm(x, &format!("blk.{il}.ffn_norm.weight"), &format!("blk.{il}.ffn_norm"));
-        let f = b.ffn(il, h, FfnAct::Silu);
-        x = b.add(x, f, &format!("blk.{il}.ffn_res"));
-    }
-    b.head(x)
+pub fn build(b: Builder) -> Graph {
+    b.pre_norm_decoder(AttnOpts::default(), FfnAct::Silu)
 }
