@@ -1,23 +1,5 @@
-// add: y = a + b, element-wise.
+// add: y = a + b, element-wise (body: binary.wgsl).
 
-override WG: u32 = 256u;
-
-struct Params {
-    n: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-
-@compute @workgroup_size(WG)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = linear_id(gid, nwg, WG);
-    if (i < p.n) {
-        y[i] = a[i] + b[i];
-    }
+fn op(a: f32, b: f32) -> f32 {
+    return a + b;
 }

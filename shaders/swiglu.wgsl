@@ -1,24 +1,6 @@
 // swiglu: y = silu(gate) · up, silu(g) = g / (1 + e^-g). ggml: ggml_vec_swiglu_f32.
+// Body: binary.wgsl (a = gate, b = up).
 
-override WG: u32 = 256u;
-
-struct Params {
-    n: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> gate: array<f32>;
-@group(0) @binding(2) var<storage, read> up: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-
-@compute @workgroup_size(WG)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = linear_id(gid, nwg, WG);
-    if (i < p.n) {
-        let g = gate[i];
-        y[i] = g / (1.0 + exp(-g)) * up[i];
-    }
+fn op(gate: f32, up: f32) -> f32 {
+    return gate / (1.0 + exp(-gate)) * up;
 }

@@ -16,6 +16,8 @@ const REDUCE_SHARED: &str = shader!("reduce_shared.wgsl");
 const REDUCE_SUBGROUP: &str = shader!("reduce_subgroup.wgsl");
 const COMMON: &str = shader!("common.wgsl");
 const BYTES: &str = shader!("bytes.wgsl");
+/// The body of the element-wise binary ops; their own files hold only `fn op`.
+const BINARY: &str = shader!("binary.wgsl");
 
 /// The quant file for a weight type, or `None` where there is no kernel (the gate refuses it).
 pub fn quant_source(q: QType) -> Option<&'static str> {
@@ -158,6 +160,11 @@ impl Kernel {
         }
     }
 
+    /// An element-wise binary op: its file's `fn op` plus the shared `binary.wgsl` body.
+    fn is_binary(self) -> bool {
+        matches!(self, Kernel::Add | Kernel::Mul | Kernel::Swiglu | Kernel::Geglu)
+    }
+
     /// Reads a weight through a quant file (any weight qtype).
     pub fn reads_matrix(self) -> bool {
         matches!(self, Kernel::MatmulVec | Kernel::Matmul | Kernel::GetRows)
@@ -267,6 +274,9 @@ impl Variant {
             parts.push(kv_source(self.kv?)?);
         }
         parts.push(k.body(self.kv));
+        if k.is_binary() {
+            parts.push(BINARY);
+        }
         Some(parts.join("\n"))
     }
 
