@@ -18,6 +18,8 @@ pub struct SessionOptions {
     pub backend: BackendChoice,
     /// None = the auto policy (`KvType::auto`, `MINFER_CACHE_TYPE`).
     pub kv_type: Option<KvType>,
+    /// CUDA device index (`--gpu N`); None = 0.
+    pub gpu: Option<usize>,
 }
 
 impl Default for SessionOptions {
@@ -28,6 +30,7 @@ impl Default for SessionOptions {
             threads: None,
             backend: BackendChoice::Auto,
             kv_type: None,
+            gpu: None,
         }
     }
 }
@@ -47,6 +50,13 @@ pub struct Session {
 
 impl Session {
     pub fn new(model: Arc<Model>, opts: &SessionOptions) -> Result<Session> {
+        let cands = backend::candidates(opts.backend, opts.threads, opts.gpu)?;
+        Session::on(cands, model, opts)
+    }
+
+    /// A session on the first of `cands` whose gate takes the model (`opts.backend`,
+    /// `threads` and `gpu` are not consulted): for programs that build their own backends.
+    pub fn on(cands: Vec<Arc<dyn backend::Backend>>, model: Arc<Model>, opts: &SessionOptions) -> Result<Session> {
         let kv_type = match opts.kv_type {
             Some(t) => t,
             None => KvType::auto(&model)?,
@@ -62,7 +72,6 @@ impl Session {
         if opts.n_batch == 0 {
             return Err(Error::InvalidArgument("batch size 0".into()));
         }
-        let cands = backend::candidates(opts.backend, opts.threads)?;
         let (backend, mut log) = backend::select(cands, &model, kv_type)?;
         let ctx = backend.new_context(&model, n_ctx, kv_type)?;
         log.push(format!(

@@ -5,6 +5,10 @@
 //! through `check`, naming the first thing it cannot do, before anything is uploaded.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod kernels;
+pub mod schedule;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
@@ -106,6 +110,39 @@ pub trait Context: Send {
     }
 }
 
+/// The checks every backend's forward makes before touching its device: `tokens` fills the
+/// graph, stays within the context, and names tokens of the vocabulary.
+pub fn check_forward(graph: &Graph, tokens: &[u32], pos0: usize, n_ctx: usize, n_vocab: usize) -> Result<()> {
+    let n = tokens.len();
+    if n == 0 || n != graph.n_tokens {
+        return Err(Error::InvalidArgument(format!(
+            "{n} tokens for a graph of {}",
+            graph.n_tokens
+        )));
+    }
+    if pos0 + n > n_ctx {
+        return Err(Error::ContextOverflow {
+            pos: pos0 + n - 1,
+            n_ctx,
+        });
+    }
+    if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+        return Err(Error::InvalidArgument(format!(
+            "token id {bad} is outside the vocabulary of {n_vocab}"
+        )));
+    }
+    Ok(())
+}
+
+/// Where compiled kernels and pipeline caches live: `$XDG_CACHE_HOME/minfer`, else
+/// `~/.cache/minfer`.
+pub fn cache_dir() -> Option<std::path::PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))?;
+    Some(base.join("minfer"))
+}
+
 /// Which backends the user allows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {
@@ -129,14 +166,20 @@ impl BackendChoice {
     }
 }
 
-/// The backends this build offers for `choice`, best first. Under `auto` the CPU closes the
-/// list: it runs every op and every qtype.
+/// The backends this build offers for `choice`, best first: CUDA (native), then wgpu, then
+/// the CPU, which closes the list under `auto`: it runs every op and every qtype.
 /// A wgpu adapter comes first under `auto` only if it is hardware (or `MINFER_WGPU_ALLOW_CPU=1`);
-/// `wgpu` takes whatever adapter there is, software included.
-pub fn candidates(choice: BackendChoice, threads: Option<usize>) -> Result<Vec<Arc<dyn Backend>>> {
+/// `wgpu` takes whatever adapter there is, software included. `gpu` is the CUDA device index
+/// (`--gpu N`, default 0).
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+pub fn candidates(choice: BackendChoice, threads: Option<usize>, gpu: Option<usize>) -> Result<Vec<Arc<dyn Backend>>> {
     match choice {
         BackendChoice::Auto => {
             let mut v: Vec<Arc<dyn Backend>> = Vec::new();
+            #[cfg(feature = "cuda")]
+            if let Ok(b) = cuda::CudaBackend::new(gpu.unwrap_or(0)) {
+                v.push(Arc::new(b));
+            }
             #[cfg(feature = "wgpu")]
             if let Ok(b) = wgpu::WgpuBackend::new(wgpu::WgpuOptions::auto()) {
                 v.push(Arc::new(b));
@@ -158,9 +201,18 @@ pub fn candidates(choice: BackendChoice, threads: Option<usize>) -> Result<Vec<A
             backend: "wgpu",
             what: "not available in this build".into(),
         }),
+        #[cfg(feature = "cuda")]
+        BackendChoice::Cuda => match cuda::CudaBackend::new(gpu.unwrap_or(0)) {
+            Ok(b) => Ok(vec![Arc::new(b)]),
+            Err(r) => Err(Error::Backend {
+                backend: "cuda",
+                what: r.0,
+            }),
+        },
+        #[cfg(not(feature = "cuda"))]
         BackendChoice::Cuda => Err(Error::Backend {
             backend: "cuda",
-            what: "not available in this build".into(),
+            what: "not available in this build (built without the `cuda` feature)".into(),
         }),
     }
 }
@@ -169,7 +221,7 @@ pub fn candidates(choice: BackendChoice, threads: Option<usize>) -> Result<Vec<A
 pub fn verdicts(model: &Model, kv: KvType) -> Vec<(String, std::result::Result<(), Refusal>)> {
     let graph = model.graph(1, 1);
     let mut out = Vec::new();
-    match candidates(BackendChoice::Cpu, None) {
+    match candidates(BackendChoice::Cpu, None, None) {
         Ok(cands) => {
             for b in cands {
                 out.push((b.name().to_string(), b.check(model, &graph, kv)));
@@ -181,7 +233,18 @@ pub fn verdicts(model: &Model, kv: KvType) -> Vec<(String, std::result::Result<(
     out.push(("wgpu".into(), wgpu_verdict(model, &graph, kv)));
     #[cfg(not(feature = "wgpu"))]
     out.push(("wgpu".into(), Err(Refusal("not available in this build".into()))));
-    out.push(("cuda".into(), Err(Refusal("not available in this build".into()))));
+    #[cfg(feature = "cuda")]
+    out.push((
+        "cuda".into(),
+        cuda::CudaBackend::new(0).and_then(|b| b.check(model, &graph, kv)),
+    ));
+    #[cfg(not(feature = "cuda"))]
+    out.push((
+        "cuda".into(),
+        Err(Refusal(
+            "not available in this build (built without the `cuda` feature)".into(),
+        )),
+    ));
     out
 }
 

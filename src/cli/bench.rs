@@ -105,6 +105,7 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
             threads: args.threads,
             backend: b,
             kv_type: args.kv_type,
+            gpu: None,
         };
         let mut s = Session::new(model.clone(), &opts)?;
         for line in &s.log {

@@ -46,6 +46,9 @@ struct EngineFlags {
     /// auto, cpu, wgpu or cuda
     #[arg(long, default_value = "auto", value_parser = parse_backend)]
     backend: BackendChoice,
+    /// CUDA device index
+    #[arg(long)]
+    gpu: Option<usize>,
     /// Flash-attention numerics as llama.cpp's CPU backend has them (one pass, f16 accumulator)
     #[arg(long = "flash-attn")]
     flash_attn: bool,
@@ -59,6 +62,7 @@ impl EngineFlags {
             threads: self.threads,
             backend: self.backend,
             kv_type: self.cache_type,
+            gpu: self.gpu,
         }
     }
 }
@@ -341,6 +345,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                 threads,
                 backend,
                 kv_type: cache_type,
+                gpu: None,
             };
             let mut session = Session::new(m, &opts)?;
             session.set_flash_attn(flash_attn);

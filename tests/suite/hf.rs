@@ -28,6 +28,7 @@ fn opts(n_ctx: usize) -> SessionOptions {
         threads: Some(2),
         backend: BackendChoice::Cpu,
         kv_type: Some(KvType::F32),
+        gpu: None,
     }
 }
 

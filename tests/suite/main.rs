@@ -9,16 +9,18 @@
 //! - `quant`     — every qtype's codecs against ggml's recorded bytes and floats
 //! - `chat`      — chat templates against jinja2's renders (SmolLM2's recorded, ChatML, Qwen2)
 //! - `tokenize`  — GGUF tokenizers against llama.cpp's ids, pieces and detokenized text
-//! - `wgpu`      — the wgpu backend against the CPU, op by op and qtype by qtype; with
-//!   `wgpu/translate` (every shader through naga, no GPU) and `wgpu/models` (whole models)
+//! - `gpu`       — the GPU backends (wgpu; with the `cuda` feature, CUDA on its CPU emulation
+//!   and on a device where there is one) against the CPU, op by op and qtype by qtype; with
+//!   `gpu/translate` (every shader through naga, no GPU), `gpu/cuda` (every CUDA kernel through
+//!   NVRTC, no GPU) and `gpu/models` (whole models)
 
 mod chat;
 mod cli;
 mod common;
 mod gguf;
+mod gpu;
 mod hf;
 mod model;
 mod quant;
 mod tiny;
 mod tokenize;
-mod wgpu;

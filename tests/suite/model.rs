@@ -17,6 +17,7 @@ pub fn session(path: &Path, n_ctx: usize, kv: KvType) -> Session {
         threads: Some(2),
         backend: BackendChoice::Cpu,
         kv_type: Some(kv),
+        gpu: None,
     };
     Session::new(model, &opts).unwrap()
 }
@@ -329,6 +330,7 @@ fn smollm2_chat_reply_matches_llama_cpp() {
         threads: Some(2),
         backend: BackendChoice::Cpu,
         kv_type: Some(KvType::F16),
+        gpu: None,
     };
     let mut engine = Engine::load(&path, &opts).unwrap();
     let msgs: Vec<ChatMessage> = serde_json::from_value(r["chat"]["messages"].clone()).unwrap();

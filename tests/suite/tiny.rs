@@ -127,6 +127,7 @@ fn session(path: &Path, kv: KvType, threads: usize) -> Session {
         threads: Some(threads),
         backend: BackendChoice::Cpu,
         kv_type: Some(kv),
+        gpu: None,
     };
     Session::new(model, &opts).unwrap()
 }
@@ -161,6 +162,7 @@ fn prefill_equals_decode_steps_for_every_architecture() {
                 threads: Some(1),
                 backend: BackendChoice::Cpu,
                 kv_type: Some(KvType::F32),
+                gpu: None,
             };
             let mut c = Session::new(model, &opts).unwrap();
             let batched = c.eval(&PROMPT, true).unwrap();

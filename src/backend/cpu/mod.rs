@@ -368,25 +368,8 @@ impl CpuContext {
 
 impl Context for CpuContext {
     fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()> {
-        let n = tokens.len();
-        if n == 0 || n != graph.n_tokens {
-            return Err(Error::InvalidArgument(format!(
-                "{n} tokens for a graph of {}",
-                graph.n_tokens
-            )));
-        }
-        if pos0 + n > self.kv.n_ctx {
-            return Err(Error::ContextOverflow {
-                pos: pos0 + n - 1,
-                n_ctx: self.kv.n_ctx,
-            });
-        }
         let n_vocab = self.model.hparams.n_vocab;
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(Error::InvalidArgument(format!(
-                "token id {bad} is outside the vocabulary of {n_vocab}"
-            )));
-        }
+        crate::backend::check_forward(graph, tokens, pos0, self.kv.n_ctx, n_vocab)?;
         let key = (graph.n_tokens, graph.n_outputs);
         if !self.plans.contains_key(&key) {
             let plan = compile(&self.model, graph)?;

@@ -8,7 +8,7 @@ use super::device::Gpu;
 use super::plan::{self, Pass, Plan, Targets};
 use super::profile::Profiler;
 use super::registry::Registry;
-use crate::backend::cpu::ops::rope_cache;
+use crate::backend::schedule::rope_table;
 use crate::backend::{Context, KvType};
 use crate::error::{Error, Result};
 use crate::model::{Graph, Model, Node, Op};
@@ -86,25 +86,8 @@ impl WgpuContext {
     }
 
     fn check_step(&self, graph: &Graph, tokens: &[u32], pos0: usize) -> Result<()> {
+        crate::backend::check_forward(graph, tokens, pos0, self.n_ctx, self.model.hparams.n_vocab)?;
         let n = tokens.len();
-        if n == 0 || n != graph.n_tokens {
-            return Err(Error::InvalidArgument(format!(
-                "{n} tokens for a graph of {}",
-                graph.n_tokens
-            )));
-        }
-        if pos0 + n > self.n_ctx {
-            return Err(Error::ContextOverflow {
-                pos: pos0 + n - 1,
-                n_ctx: self.n_ctx,
-            });
-        }
-        let n_vocab = self.model.hparams.n_vocab;
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(Error::InvalidArgument(format!(
-                "token id {bad} is outside the vocabulary of {n_vocab}"
-            )));
-        }
         let maxg = self.gpu.limits.max_compute_workgroups_per_dimension as usize;
         if n > maxg {
             return Err(err(format!("{n} tokens in one forward (at most {maxg})")));
@@ -199,14 +182,8 @@ impl WgpuContext {
                 let q = &gpu.queue;
                 q.write_buffer(step, 0, bytemuck::cast_slice(&[pos0 as u32, n as u32, 0, 0]));
                 q.write_buffer(&plan.ids, 0, bytemuck::cast_slice(tokens));
-                let mut cs = Vec::new();
                 for (rope, buf) in &plan.ropes {
-                    let mut table: Vec<f32> = Vec::with_capacity(n * rope.n_rot);
-                    for i in 0..n {
-                        rope_cache(pos0 + i, rope, &mut cs);
-                        table.extend(cs.iter().flat_map(|&(c, s)| [c, s]));
-                    }
-                    q.write_buffer(buf, 0, bytemuck::cast_slice(&table));
+                    q.write_buffer(buf, 0, bytemuck::cast_slice(&rope_table(rope, pos0, n)));
                 }
                 let mut enc = gpu
                     .device

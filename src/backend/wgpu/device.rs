@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::shaders::{Bind, Variant};
+use super::shaders::{Bind, Variant, WgslSource};
 
 /// The adapter we would use, described without creating a device.
 #[derive(Clone, Debug)]
@@ -276,8 +276,5 @@ impl Gpu {
 /// `$XDG_CACHE_HOME/minfer/wgpu-<key>.bin` (else `~/.cache`), keyed by wgpu's own cache key.
 fn cache_path(info: &wgpu::AdapterInfo) -> Option<std::path::PathBuf> {
     let key = wgpu::util::pipeline_cache_key(info)?;
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))?;
-    Some(base.join("minfer").join(key))
+    Some(crate::backend::cache_dir()?.join(key))
 }

@@ -37,15 +37,10 @@ use std::sync::Arc;
 
 use super::{Backend, Context, KvType, Refusal};
 use crate::error::{Error, Result};
-use crate::model::{Graph, Model, Op};
+use crate::model::{Graph, Model};
 use context::WgpuContext;
 use device::Gpu;
 use registry::Registry;
-use shaders::{kv_source, quant_source};
-
-/// Head widths the attention kernel takes: q is held in workgroup memory, and each of the 64
-/// invocations accumulates up to 8 output dimensions.
-const MAX_HEAD_DIM: usize = 512;
 
 #[derive(Clone, Debug)]
 pub struct WgpuOptions {
@@ -146,77 +141,14 @@ impl Backend for WgpuBackend {
                 return refuse(format!("{}: {e}", t.name));
             }
         }
-        let mut seen = HashMap::new();
+        crate::backend::kernels::check_graph(model, graph, kv, "wgpu")?;
+        let hw = self.gpu.max_binding();
         for node in &graph.nodes {
-            for name in node.op.weights() {
-                if seen.insert(name, ()).is_some() {
-                    continue;
-                }
-                let t = model
-                    .weights
-                    .get(name)
-                    .ok_or_else(|| Refusal(format!("{name} is missing")))?;
-                if quant_source(t.qtype).is_none() {
-                    return refuse(format!("{name} is {}, no wgpu kernel", t.qtype));
-                }
-                let k = t.row_len();
-                let need = match node.op {
-                    Op::Matmul { .. } => 32,
-                    Op::GetRows { .. } => 8,
-                    _ => 1,
-                };
-                if k % need != 0 {
-                    return refuse(format!("{name}: row length {k} is not a multiple of {need}"));
-                }
-            }
-            let hw = self.gpu.max_binding();
             if (node.rows * node.width * 4) as u64 > hw {
                 return refuse(format!(
                     "{}: {} activations exceed the {hw}-byte binding limit",
                     node.name, node.width
                 ));
-            }
-            match node.op {
-                Op::Attention {
-                    n_head,
-                    n_head_kv,
-                    head_dim,
-                    head_dim_v,
-                    ..
-                } => {
-                    if kv_source(kv).is_none() {
-                        return refuse(format!("{}: {} KV cache has no wgpu kernel", node.name, kv.name()));
-                    }
-                    // q8_0 rows are stored two blocks (17 words) per invocation.
-                    let (kw, vw) = (n_head_kv * head_dim, n_head_kv * head_dim_v);
-                    if kv == KvType::Q8_0
-                        && (head_dim % 32 != 0 || head_dim_v % 32 != 0 || kw % 64 != 0 || vw % 64 != 0)
-                    {
-                        return refuse(format!(
-                            "{}: a q8_0 KV cache needs heads in 32s and K/V rows in 64s (head_dim {head_dim}/{head_dim_v}, rows {kw}/{vw})",
-                            node.name
-                        ));
-                    }
-                    if head_dim % 2 != 0 || head_dim > MAX_HEAD_DIM || head_dim_v > MAX_HEAD_DIM {
-                        return refuse(format!(
-                            "{}: head_dim {head_dim}/{head_dim_v} (the kernel takes even widths up to {MAX_HEAD_DIM})",
-                            node.name
-                        ));
-                    }
-                    if n_head_kv == 0 || n_head % n_head_kv != 0 {
-                        return refuse(format!("{}: {n_head} heads over {n_head_kv} KV heads", node.name));
-                    }
-                }
-                Op::Rope { head_dim, rope, .. } if rope.n_rot % 2 != 0 || rope.n_rot > head_dim => {
-                    return refuse(format!("{}: n_rot {} of head_dim {head_dim}", node.name, rope.n_rot));
-                }
-                Op::HeadNorm { head_dim, .. } if head_dim == 0 || node.width % head_dim != 0 => {
-                    return refuse(format!(
-                        "{}: width {} is not whole heads of {head_dim}",
-                        node.name, node.width
-                    ));
-                }
-                _ => {}
             }
         }
         Ok(())

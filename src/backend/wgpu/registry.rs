@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device::Gpu;
+use crate::backend::schedule::WeightParts;
 use crate::model::Model;
 use crate::quant::QType;
 use crate::tensor::Tensor;
@@ -27,6 +28,8 @@ pub struct Part {
 }
 
 pub struct GpuWeight {
+    /// The rows and parts as the schedule sees them.
+    pub layout: Arc<WeightParts>,
     pub qtype: QType,
     pub row_len: usize,
     pub n_rows: usize,
@@ -140,6 +143,12 @@ fn upload_one(gpu: &Gpu, t: &Tensor, max_binding: u64) -> Result<GpuWeight, Stri
         parts.push(Part { buffer, row0, rows });
     }
     Ok(GpuWeight {
+        layout: Arc::new(WeightParts {
+            name: t.name.as_str().into(),
+            qtype: t.qtype,
+            row_len,
+            parts: parts.iter().map(|p| (p.row0, p.rows)).collect(),
+        }),
         qtype: t.qtype,
         row_len,
         n_rows,

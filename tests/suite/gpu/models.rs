@@ -1,5 +1,6 @@
-//! Whole models on wgpu: the random GGUFs of every architecture and type, the row and batch
-//! splits, and the real models against llama.cpp's records and the CPU.
+//! Whole models on the GPU backends: the random GGUFs of every architecture and type, wgpu's
+//! row and batch splits, and the real models against llama.cpp's records and the CPU (on
+//! hardware and llvmpipe; the CUDA emulation is too slow for 135M-parameter models).
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use minfer::quant::QType;
 use minfer::tensor::Bytes;
 use minfer::{Model, Session, SessionOptions};
 
-use super::{gpu, nmse};
+use super::{gpu, gpus, nmse, Gpu};
 use crate::common;
 
 fn prompt_ids(json: &serde_json::Value) -> Vec<u32> {
@@ -47,15 +48,27 @@ fn dequantized(model: &Model) -> Model {
     }
 }
 
-fn session_of(model: Model, n_ctx: usize, choice: BackendChoice, kv: KvType) -> Session {
-    let opts = SessionOptions {
+fn opts(n_ctx: usize, choice: BackendChoice, kv: KvType) -> SessionOptions {
+    SessionOptions {
         n_ctx,
         n_batch: 512,
         threads: Some(2),
         backend: choice,
         kv_type: Some(kv),
-    };
-    Session::new(Arc::new(model), &opts).unwrap()
+        gpu: None,
+    }
+}
+
+fn session_of(model: Model, n_ctx: usize, choice: BackendChoice, kv: KvType) -> Session {
+    Session::new(Arc::new(model), &opts(n_ctx, choice, kv)).unwrap()
+}
+
+/// A session on one GPU backend under test (the gate must take the model).
+fn session_on(g: &Gpu, model: Arc<Model>, n_ctx: usize, kv: KvType) -> Session {
+    let s = Session::on(vec![g.backend.clone()], model, &opts(n_ctx, BackendChoice::Auto, kv))
+        .unwrap_or_else(|e| panic!("{}: {e}", g.label));
+    assert_eq!(s.backend_name, g.backend.name());
+    s
 }
 
 /// Every random model (4 architectures × 12 types): all-position logits of the reference
@@ -69,7 +82,8 @@ fn random_models_match_cpu() {
     let Some(root) = common::ref_dir(t) else {
         return;
     };
-    if gpu(t, true, None).is_none() {
+    let gs: Vec<Gpu> = gpus(t, None).into_iter().filter(|g| !g.alt).collect();
+    if gs.is_empty() {
         return;
     }
     // Every type with the f16 cache llama.cpp's references used; f32 and q8_0 caches once each.
@@ -95,26 +109,36 @@ fn random_models_match_cpu() {
             let n_ctx = prompt.len() + 8;
             let mut exact = session_of(dequantized(&model), n_ctx, BackendChoice::Cpu, kv);
             let mut c = session_of(model, n_ctx, BackendChoice::Cpu, kv);
-            let mut g = session_of(Model::open(&path).unwrap(), n_ctx, BackendChoice::Wgpu, kv);
-            assert_eq!(g.backend_name, "wgpu");
-            let got = g.eval(&prompt, true).unwrap();
-            let (mut e_exact, mut e_cpu) = (
-                nmse(&got, &exact.eval(&prompt, true).unwrap()),
-                nmse(&got, &c.eval(&prompt, true).unwrap()),
-            );
-            let mut next = minfer::sampling::argmax(&got[got.len() - g.n_vocab()..]);
+            let want_exact = exact.eval(&prompt, true).unwrap();
+            let want_cpu = c.eval(&prompt, true).unwrap();
+            let mut steps = Vec::new();
+            let mut next = minfer::sampling::argmax(&want_cpu[want_cpu.len() - c.n_vocab()..]);
             for _ in 0..4 {
-                let o = g.eval(&[next], false).unwrap();
-                e_exact = e_exact.max(nmse(&o, &exact.eval(&[next], false).unwrap()));
-                e_cpu = e_cpu.max(nmse(&o, &c.eval(&[next], false).unwrap()));
+                let o = c.eval(&[next], false).unwrap();
+                steps.push((next, exact.eval(&[next], false).unwrap(), o.clone()));
                 next = minfer::sampling::argmax(&o);
             }
-            let name = format!("{name} kv {}", kv.name());
-            eprintln!("{name:<24} NMSE {e_exact:.2e} vs cpu on f32 weights, {e_cpu:.2e} vs cpu");
-            if e_exact > 1e-6 || e_cpu > 5e-3 {
-                failures.push(format!(
-                    "{name}: NMSE {e_exact:.2e} (f32 weights), {e_cpu:.2e} (quantized)"
-                ));
+            for gb in &gs {
+                let mut g = session_on(gb, Arc::new(Model::open(&path).unwrap()), n_ctx, kv);
+                let got = g.eval(&prompt, true).unwrap();
+                let (mut e_exact, mut e_cpu) = (nmse(&got, &want_exact), nmse(&got, &want_cpu));
+                // The CPU's greedy path, so both sides see the same tokens.
+                for (tok, want_exact, want_cpu) in &steps {
+                    let o = g.eval(&[*tok], false).unwrap();
+                    e_exact = e_exact.max(nmse(&o, want_exact));
+                    e_cpu = e_cpu.max(nmse(&o, want_cpu));
+                }
+                let name = format!("{name} kv {}", kv.name());
+                eprintln!(
+                    "{name:<24} {:<10} NMSE {e_exact:.2e} vs cpu on f32 weights, {e_cpu:.2e} vs cpu",
+                    g.backend_name
+                );
+                if e_exact > 1e-6 || e_cpu > 5e-3 {
+                    failures.push(format!(
+                        "{}: {name}: NMSE {e_exact:.2e} (f32 weights), {e_cpu:.2e} (quantized)",
+                        gb.label
+                    ));
+                }
             }
         }
     }
@@ -173,27 +197,24 @@ fn perplexity(logits: &[f32], ids: &[u32], n_vocab: usize) -> f64 {
 ///   is ≥ 0.05, or, where llama.cpp's 8-bit activations tip a near-tie, the reference's.
 /// - With an f32 KV cache (f16 rounding of K and V amplifies last-bit differences chaotically):
 ///   the prompt's perplexity within 0.1 % of the reference's.
-fn real_case(t: &str, case: &str, file: &str) -> Option<Result<(), String>> {
+fn real_case(t: &str, g: &Gpu, case: &str, file: &str) -> Option<Result<(), String>> {
     let root = common::ref_dir(t)?;
-    gpu(t, true, None)?;
     let path = common::real_model(t, file)?;
     let r = common::read_json(&root.join(format!("real/{case}.json")));
     let ids = prompt_ids(&r);
     let model = Arc::new(Model::open(&path).unwrap());
     let exact_model = Arc::new(dequantized(&model));
-    let eval = |m: &Arc<Model>, choice, kv| {
-        let opts = SessionOptions {
-            n_ctx: ids.len() + 8,
-            n_batch: 512,
-            threads: Some(2),
-            backend: choice,
-            kv_type: Some(kv),
+    let eval = |m: &Arc<Model>, on: Option<&Gpu>, kv| {
+        let n_ctx = ids.len() + 8;
+        let mut s = match on {
+            Some(g) => session_on(g, m.clone(), n_ctx, kv),
+            None => Session::new(m.clone(), &opts(n_ctx, BackendChoice::Cpu, kv)).unwrap(),
         };
-        Session::new(m.clone(), &opts).unwrap().eval(&ids, true).unwrap()
+        s.eval(&ids, true).unwrap()
     };
     let n_vocab = model.hparams.n_vocab;
     let start = std::time::Instant::now();
-    let got = eval(&model, BackendChoice::Wgpu, KvType::F16);
+    let got = eval(&model, Some(g), KvType::F16);
     let secs = start.elapsed().as_secs_f64();
     let mut exact: Option<Vec<f32>> = None;
     let (mut counted, mut agree, mut tipped) = (0, 0, 0);
@@ -211,32 +232,40 @@ fn real_case(t: &str, case: &str, file: &str) -> Option<Result<(), String>> {
             agree += 1;
             continue;
         }
-        let ex = exact.get_or_insert_with(|| eval(&exact_model, BackendChoice::Cpu, KvType::F16));
+        let ex = exact.get_or_insert_with(|| eval(&exact_model, None, KvType::F16));
         let reference = minfer::sampling::argmax(&ex[row]);
         tipped += usize::from(ours == reference);
         eprintln!(
-            "  {case} position {pos}: llama.cpp {tok} (margin {margin:.3}), wgpu {ours}, f32 reference {reference}"
+            "  {case} position {pos}: llama.cpp {tok} (margin {margin:.3}), {} {ours}, f32 reference {reference}",
+            g.label
         );
     }
-    let got32 = eval(&model, BackendChoice::Wgpu, KvType::F32);
-    let exact32 = eval(&exact_model, BackendChoice::Cpu, KvType::F32);
-    let cpu32 = eval(&model, BackendChoice::Cpu, KvType::F32);
+    let got32 = eval(&model, Some(g), KvType::F32);
+    let exact32 = eval(&exact_model, None, KvType::F32);
+    let cpu32 = eval(&model, None, KvType::F32);
     let ppl = |l: &[f32]| perplexity(l, &ids, n_vocab);
     let (pg, pe, pc) = (ppl(&got32), ppl(&exact32), ppl(&cpu32));
     let rel = (pg - pe).abs() / pe;
     eprintln!(
-        "{case}: {} tokens in {secs:.1} s; top-1 {agree}/{counted} (+{tipped} near-ties decided as the reference does); \
+        "{case} on {}: {} tokens in {secs:.1} s; top-1 {agree}/{counted} (+{tipped} near-ties decided as the reference does); \
          perplexity {pg:.4}, reference {pe:.4} ({:.4} %), cpu {pc:.4}; NMSE {:.1e} vs reference, {:.1e} vs cpu",
+        g.label,
         ids.len(),
         100.0 * rel,
         nmse(&got32, &exact32),
         nmse(&got32, &cpu32)
     );
     if agree + tipped != counted {
-        return Some(Err(format!("{case}: top-1 {agree} + {tipped} of {counted}")));
+        return Some(Err(format!(
+            "{}: {case}: top-1 {agree} + {tipped} of {counted}",
+            g.label
+        )));
     }
     if rel > 1e-3 {
-        return Some(Err(format!("{case}: perplexity {pg} vs the reference's {pe}")));
+        return Some(Err(format!(
+            "{}: {case}: perplexity {pg} vs the reference's {pe}",
+            g.label
+        )));
     }
     Some(Ok(()))
 }
@@ -251,12 +280,15 @@ fn real_models_match_llama_cpp_and_cpu() {
         ("smollm2.p3_paragraph", "SmolLM2-135M-Instruct.Q4_1.gguf"),
         ("gemma3.p1_capital", "gemma-3-270m-Q4_K_M.gguf"),
     ];
+    let gs: Vec<Gpu> = gpus(t, None).into_iter().filter(|g| !g.alt && !g.emulated).collect();
     let mut failures = Vec::new();
-    for (case, file) in cases {
-        match real_case(t, case, file) {
-            None => return,
-            Some(Err(e)) => failures.push(e),
-            Some(Ok(())) => {}
+    for g in &gs {
+        for (case, file) in cases {
+            match real_case(t, g, case, file) {
+                None => return,
+                Some(Err(e)) => failures.push(e),
+                Some(Ok(())) => {}
+            }
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
@@ -269,7 +301,9 @@ fn real_models_match_llama_cpp_and_cpu() {
 #[ignore]
 fn gemma3_paragraph_matches_llama_cpp_and_cpu() {
     let t = "gemma3_paragraph_matches_llama_cpp_and_cpu";
-    if let Some(r) = real_case(t, "gemma3.p3_paragraph", "gemma-3-270m-Q4_K_M.gguf") {
-        r.unwrap();
+    for g in gpus(t, None).iter().filter(|g| !g.alt && !g.emulated) {
+        if let Some(r) = real_case(t, g, "gemma3.p3_paragraph", "gemma-3-270m-Q4_K_M.gguf") {
+            r.unwrap();
+        }
     }
 }

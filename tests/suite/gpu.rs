@@ -1,7 +1,12 @@
-//! The wgpu backend against the CPU reference, through the public `Backend` trait: every op
+//! The GPU backends against the CPU reference, through the public `Backend` trait: every op
 //! in a two- or three-node graph, every weight qtype's matmul and get_rows, attention over
 //! several steps, argmax readback, the gate's refusal with its fallback to the CPU; in
-//! `translate`, every shader variant through naga (no GPU); in `models`, whole models.
+//! `translate`, every shader variant through naga (no GPU); in `cuda`, every CUDA kernel
+//! through NVRTC (no GPU); in `models`, whole models.
+//!
+//! The backends under test: wgpu on whatever adapter there is (llvmpipe in CI), and with the
+//! `cuda` feature the CUDA backend on the CPU emulation of its kernels (`cuda/emu`) and on a
+//! CUDA device where one exists.
 //!
 //! Tolerances: NMSE ≤ 1e-6 where both sides compute in f32 and round at the same places (every
 //! op but matmul, and matmul against an f64 reference on the dequantized weights); ≤ 1e-4
@@ -12,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use minfer::backend::cpu::CpuBackend;
-use minfer::backend::wgpu::shaders;
+use minfer::backend::kernels::WEIGHT_QTYPES;
 use minfer::backend::wgpu::{WgpuBackend, WgpuOptions};
 use minfer::backend::{self, Backend, KvType};
 use minfer::gguf::Metadata;
@@ -23,6 +28,8 @@ use minfer::Model;
 
 use crate::common;
 
+#[cfg(feature = "cuda")]
+mod cuda;
 mod models;
 mod translate;
 
@@ -41,24 +48,41 @@ pub fn gpu(test: &str, subgroups: bool, max_binding: Option<u64>) -> Option<Wgpu
     }
 }
 
-/// Both reduction paths where the adapter has subgroups, else the workgroup-memory one.
-fn gpus(test: &str, max_binding: Option<u64>) -> Vec<WgpuBackend> {
-    let Some(b) = gpu(test, false, max_binding) else {
-        return vec![];
-    };
-    let mut v = vec![b];
-    if let Some(sg) = gpu(test, true, max_binding).filter(|b| b.uses_subgroups()) {
-        v.push(sg);
-    }
-    eprintln!(
-        "{test}: {}, reduction paths: {}",
-        v[0].describe(),
-        if v.len() == 2 {
-            "workgroup memory, subgroups"
-        } else {
-            "workgroup memory"
+/// A GPU backend under test, with a label for messages.
+pub struct Gpu {
+    pub label: String,
+    pub backend: Arc<dyn Backend>,
+    /// A second reduction path of a backend already listed (whole-model tests skip it).
+    pub alt: bool,
+    /// The CPU emulation of a GPU (too slow for real models).
+    pub emulated: bool,
+}
+
+/// wgpu with both reduction paths where the adapter has subgroups, else the workgroup-memory
+/// one; then CUDA (emulated, and a device where there is one). A skip when there is none.
+pub fn gpus(test: &str, max_binding: Option<u64>) -> Vec<Gpu> {
+    let mut v = Vec::new();
+    if let Some(b) = gpu(test, false, max_binding) {
+        let sg = gpu(test, true, max_binding).filter(|b| b.uses_subgroups());
+        v.push(Gpu {
+            label: format!("{} (workgroup memory)", b.describe()),
+            backend: Arc::new(b),
+            alt: sg.is_some(),
+            emulated: false,
+        });
+        if let Some(sg) = sg {
+            v.push(Gpu {
+                label: format!("{} (subgroups)", sg.describe()),
+                backend: Arc::new(sg),
+                alt: false,
+                emulated: false,
+            });
         }
-    );
+    }
+    #[cfg(feature = "cuda")]
+    v.extend(cuda::backends(test));
+    let labels: Vec<&str> = v.iter().map(|g| g.label.as_str()).collect();
+    eprintln!("{test}: {}", labels.join(", "));
     v
 }
 
@@ -210,7 +234,7 @@ fn matmul_and_get_rows_every_qtype() {
     }
     let cpu = cpu();
     let m = 67;
-    for q in shaders::weight_qtypes() {
+    for q in WEIGHT_QTYPES {
         let k = if q.block_elems() == 256 { 512 } else { 96 };
         let w = tensor("w", q, k, m, q as u64 + 1, 1.0);
         let (mut worst_ref, mut worst_cpu) = (0f64, 0f64);
@@ -234,13 +258,14 @@ fn matmul_and_get_rows_every_qtype() {
             let want = matmul_ref(&x, &w, n);
             let want_cpu = run_at(&cpu, &mdl, &g, &ids, 0);
             for b in &gs {
-                let got = run_at(b, &mdl, &g, &ids, 0);
+                let got = run_at(b.backend.as_ref(), &mdl, &g, &ids, 0);
                 let (e_ref, e_cpu) = (nmse(&got, &want), nmse(&got, &want_cpu));
+                let l = &b.label;
                 assert!(
                     e_ref <= 1e-6,
-                    "matmul/{q} n={n}: NMSE {e_ref:.2e} against the f64 reference"
+                    "{l}: matmul/{q} n={n}: NMSE {e_ref:.2e} against the f64 reference"
                 );
-                assert!(e_cpu <= 1e-4, "matmul/{q} n={n}: NMSE {e_cpu:.2e} against the CPU");
+                assert!(e_cpu <= 1e-4, "{l}: matmul/{q} n={n}: NMSE {e_cpu:.2e} against the CPU");
                 worst_ref = worst_ref.max(e_ref);
                 worst_cpu = worst_cpu.max(e_cpu);
             }
@@ -253,8 +278,8 @@ fn matmul_and_get_rows_every_qtype() {
         let want = run_at(&cpu, &mdl_rows, &g, &ids, 0);
         let mut worst_rows = 0f64;
         for b in &gs {
-            let e = nmse(&run_at(b, &mdl_rows, &g, &ids, 0), &want);
-            assert!(e <= 1e-12, "get_rows/{q}: NMSE {e:.2e}");
+            let e = nmse(&run_at(b.backend.as_ref(), &mdl_rows, &g, &ids, 0), &want);
+            assert!(e <= 1e-12, "{}: get_rows/{q}: NMSE {e:.2e}", b.label);
             worst_rows = worst_rows.max(e);
         }
         eprintln!("{q:<7} matmul NMSE {worst_ref:.1e} vs f64, {worst_cpu:.1e} vs cpu; get_rows {worst_rows:.1e}");
@@ -343,8 +368,8 @@ fn norm_rope_elementwise_ops_match_cpu() {
         for pos0 in [0, 37] {
             let want = run_at(&cpu, &mdl, &g, &ids, pos0);
             for b in &gs {
-                let e = nmse(&run_at(b, &mdl, &g, &ids, pos0), &want);
-                assert!(e <= 1e-6, "{name} at {pos0}: NMSE {e:.2e}");
+                let e = nmse(&run_at(b.backend.as_ref(), &mdl, &g, &ids, pos0), &want);
+                assert!(e <= 1e-6, "{}: {name} at {pos0}: NMSE {e:.2e}", b.label);
             }
         }
     }
@@ -353,7 +378,12 @@ fn norm_rope_elementwise_ops_match_cpu() {
     let g = graph(vec![get_rows("inp", w, n), node("out", Op::Output { x: 0 }, w, 2)]);
     let want = run_at(&cpu, &mdl, &g, &ids, 0);
     for b in &gs {
-        assert_eq!(run_at(b, &mdl, &g, &ids, 0), want, "output");
+        assert_eq!(
+            run_at(b.backend.as_ref(), &mdl, &g, &ids, 0),
+            want,
+            "{}: output",
+            b.label
+        );
     }
 }
 
@@ -414,7 +444,10 @@ fn attention_matches_cpu_over_steps() {
             .flat_map(|kv| [(kv, false), (kv, true)])
         {
             let mut c = cpu.new_context(&mdl, 16, kv).unwrap();
-            let mut gctx: Vec<_> = gs.iter().map(|b| b.new_context(&mdl, 16, kv).unwrap()).collect();
+            let mut gctx: Vec<_> = gs
+                .iter()
+                .map(|b| b.backend.new_context(&mdl, 16, kv).unwrap())
+                .collect();
             let mut worst = 0f64;
             for (pos0, ids) in &steps {
                 let g = attn(ids.len(), flash);
@@ -424,10 +457,9 @@ fn attention_matches_cpu_over_steps() {
                     let mut got = Vec::new();
                     ctx.forward(&g, ids, *pos0, &mut got).unwrap();
                     let e = nmse(&got, &want);
-                    let sg = b.uses_subgroups();
                     let what =
                         format!("{n_head}/{n_kv}×{hd} window {window:?} softcap {softcap:?} kv {kv:?} flash {flash}");
-                    assert!(e <= 1e-6, "attention {what} sg {sg} at {pos0}: NMSE {e:.2e}");
+                    assert!(e <= 1e-6, "{}: attention {what} at {pos0}: NMSE {e:.2e}", b.label);
                     worst = worst.max(e);
                 }
             }
@@ -440,9 +472,7 @@ fn attention_matches_cpu_over_steps() {
 #[test]
 fn argmax_readback_matches_logits() {
     let t = "argmax_readback_matches_logits";
-    let Some(b) = gpu(t, true, None) else {
-        return;
-    };
+    let gs = gpus(t, None);
     let (k, m) = (64, 3000);
     let mdl = model(
         hparams(m, 1, 1, 64),
@@ -463,11 +493,13 @@ fn argmax_readback_matches_logits() {
             3,
         ),
     ]);
-    let mut ctx = b.new_context(&mdl, 16, KvType::F32).unwrap();
-    let mut logits = Vec::new();
-    ctx.forward(&g, &[0, 1, 2], 0, &mut logits).unwrap();
-    let id = ctx.forward_argmax(&g, &[0, 1, 2], 0).unwrap();
-    assert_eq!(id, minfer::sampling::argmax(&logits[2 * m..]));
+    for b in &gs {
+        let mut ctx = b.backend.new_context(&mdl, 16, KvType::F32).unwrap();
+        let mut logits = Vec::new();
+        ctx.forward(&g, &[0, 1, 2], 0, &mut logits).unwrap();
+        let id = ctx.forward_argmax(&g, &[0, 1, 2], 0).unwrap();
+        assert_eq!(id, minfer::sampling::argmax(&logits[2 * m..]), "{}", b.label);
+    }
 }
 
 /// The gate refuses before any upload and names what it cannot do; `select` then takes the CPU.

@@ -1,7 +1,7 @@
 //! Every WGSL variant through naga, without a GPU: parsed, validated with exactly the
 //! capabilities wgpu would grant it, and translated for Metal, DX12 and Vulkan.
 
-use minfer::backend::wgpu::shaders::{all_variants, quant_source, Kernel};
+use minfer::backend::wgpu::shaders::{all_variants, quant_source, Kernel, WgslSource};
 use minfer::quant::QType;
 
 /// Every variant parses and validates with exactly the capabilities wgpu would grant it, and

@@ -1,0 +1,175 @@
+// attention (second half of the op; kv_store ran first): one block per (q head, token) attends
+// over cache positions [lo, pos], lo = pos + 1 − window for sliding-window layers. GQA: q head h
+// reads kv head h / (n_head / n_head_kv). Two numerics, as the CPU has them:
+// - default (ggml's non-flash path: mul_mat KQ, soft_max_ext, mul_mat KQV): pass 1 finds the
+//   softmax max and sum (online per thread, then reduced across the block); pass 2 recomputes each
+//   score, forms p = e^(s − max) / sum once, rounds it like the CPU (kv_round) and accumulates p·V
+//   through a 64-position tile of p in shared memory. No score scratch buffer, so any context
+//   length fits.
+// - flash (ggml-cpu's flash_attn_ext_f16_one_chunk): one pass in position order with an online
+//   softmax; the V accumulator is rounded to the cache type after every update (fused
+//   multiply-adds as the CPU's mul_add), and divided by the sum at the end.
+// Each thread scores the positions j ≡ tid (mod 64) of a tile, and owns output dimensions
+// tid + 64a (a < 8, so head_dim_v ≤ 512).
+//
+// Params: n_head, n_head_kv, head_dim (even, ≤ 512), head_dim_v (≤ 512), scale (f32), window
+// (0 = none), softcap (f32, 0 = none), n (tokens), flash (0 / 1).
+// Bindings: 1 step {pos0, n, 0, 0}, 2 q [n][n_head · head_dim], 3 kc, 4 vc (cache words),
+// 5 o [n][n_head · head_dim_v]. Grid: (n_head, n). Block: 64.
+
+template <class KV>
+static __device__ __forceinline__ void attention_body(const Params& p) {
+    constexpr u32 WG = 64;
+    constexpr u32 MAX_HD = 512; // head_dim limit (q lives in shared memory); checked by the host
+    __shared__ f4 qs4[MAX_HD / 4]; // the query, rounded (f4s for 16-byte reads in k_dot)
+    __shared__ float qraw[KV::QBLOCK > 1 ? MAX_HD : 1];
+    __shared__ float ps[WG];
+    __shared__ float red[WG / 32];
+    float* qs = reinterpret_cast<float*>(qs4);
+    const u32* __restrict__ step = binding<const u32>(p, 1);
+    const float* __restrict__ q = binding<const float>(p, 2);
+    const u32* __restrict__ kc = binding<const u32>(p, 3);
+    const u32* __restrict__ vc = binding<const u32>(p, 4);
+    float* __restrict__ o = binding<float>(p, 5);
+    const u32 n_head = p.w[0], n_head_kv = p.w[1], hd = p.w[2], hdv = p.w[3];
+    const float scale = param_f32(p, 4);
+    const u32 window = p.w[5];
+    const float softcap = param_f32(p, 6);
+    const bool flash = p.w[8] != 0;
+    const u32 h = blockIdx.x;
+    const u32 t = blockIdx.y;
+    const u32 tid = threadIdx.x;
+    const u32 g = h / (n_head / n_head_kv);
+    const u32 pos = step[0] + t;
+    u32 lo = 0;
+    if (window > 0 && pos + 1 > window) {
+        lo = pos + 1 - window;
+    }
+    const u32 qb = (t * n_head + h) * hd;
+    // q rounded as the CPU rounds it for the cache type: element-wise for f32 / f16, through the
+    // |max| of its QBLOCK-element block for q8_0 (the raw q staged in shared memory first).
+    if constexpr (KV::QBLOCK > 1) {
+        for (u32 d = tid; d < hd; d += WG) {
+            qraw[d] = q[qb + d];
+        }
+        __syncthreads();
+        for (u32 d = tid; d < hd; d += WG) {
+            const u32 b0 = d / KV::QBLOCK * KV::QBLOCK;
+            float amax = 0.0f;
+            MF_UNROLL_N(8)
+            for (u32 i = 0; i < KV::QBLOCK; i++) {
+                amax = fmaxf(amax, fabsf(qraw[b0 + i]));
+            }
+            qs[d] = KV::kv_round_q(qraw[d], amax);
+        }
+    } else {
+        for (u32 d = tid; d < hd; d += WG) {
+            qs[d] = KV::kv_round_q(q[qb + d], 0.0f);
+        }
+    }
+    __syncthreads();
+
+    const u32 kw = n_head_kv * hd;
+    // Score of position j: q · K[j, head g], scaled and soft-capped.
+    auto score = [&](u32 j) -> float {
+        float s = KV::k_dot(kc, (j * kw + g * hd) / 2, qs, hd);
+        s *= scale;
+        if (softcap > 0.0f) {
+            s = tanhf(fminf(fmaxf(s / softcap, -15.0f), 15.0f)) * softcap;
+        }
+        return s;
+    };
+
+    float mx = 0.0f;
+    float inv = 0.0f;
+    if (!flash) {
+        float m = -3.0e38f;
+        float l = 0.0f;
+        for (u32 j = lo + tid; j <= pos; j += WG) {
+            const float s = score(j);
+            const float mn = fmaxf(m, s);
+            l = l * expf(m - mn) + expf(s - mn);
+            m = mn;
+        }
+        mx = block_max<WG>(m, red);
+        inv = 1.0f / block_sum<WG>(l * expf(m - mx), red);
+    }
+
+    const u32 vw = n_head_kv * hdv;
+    float acc[8];
+    MF_UNROLL
+    for (u32 a = 0; a < 8; a++) {
+        acc[a] = 0.0f;
+    }
+    float fm = -3.0e38f; // flash: running max and sum, the same in every thread
+    float fsum = 0.0f;
+    for (u32 base = lo; base <= pos; base += WG) {
+        const u32 j = base + tid;
+        float pj = 0.0f;
+        if (j <= pos) {
+            const float s = score(j);
+            pj = flash ? s : KV::kv_round(expf(s - mx) * inv);
+        }
+        ps[tid] = pj;
+        __syncthreads();
+        const u32 cnt = umin32(WG, pos + 1 - base);
+        if (flash) {
+            for (u32 jj = 0; jj < cnt; jj++) {
+                const float s = ps[jj];
+                float ms = 1.0f;
+                float vs = 1.0f;
+                if (s > fm) {
+                    ms = expf(fm - s);
+                    fm = s;
+                    MF_UNROLL
+                    for (u32 a = 0; a < 8; a++) {
+                        acc[a] = KV::kv_round(acc[a] * ms);
+                    }
+                } else {
+                    vs = expf(s - fm);
+                }
+                const u32 vb = (base + jj) * vw + g * hdv;
+                MF_UNROLL
+                for (u32 a = 0; a < 8; a++) {
+                    const u32 d = tid + a * WG;
+                    if (d < hdv) {
+                        acc[a] = KV::kv_round(fmaf(KV::v_at(vc, vb + d), vs, acc[a]));
+                    }
+                }
+                fsum = fmaf(fsum, ms, vs);
+            }
+        } else {
+            // acc[a] += Σ_jj p[jj]·V[base + jj, d], each acc[a] summed in jj order as attention.wgsl
+            // sums it (the loops are swapped so the 8 V loads of one position are independent).
+            const u32 vb = base * vw + g * hdv + tid;
+            for (u32 jj = 0; jj < cnt; jj++) {
+                const float pj2 = ps[jj];
+                MF_UNROLL
+                for (u32 a = 0; a < 8; a++) {
+                    if (tid + a * WG < hdv) {
+                        acc[a] += pj2 * KV::v_at(vc, vb + jj * vw + a * WG);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+    float f = 1.0f;
+    if (flash) {
+        f = fsum != 0.0f ? 1.0f / fsum : 0.0f;
+    }
+    const u32 ob = (t * n_head + h) * hdv;
+    MF_UNROLL
+    for (u32 a = 0; a < 8; a++) {
+        const u32 d = tid + a * WG;
+        if (d < hdv) {
+            o[ob + d] = acc[a] * f;
+        }
+    }
+}
+
+#define MF_ATTENTION(name)                                                                          \
+    extern "C" __global__ void __launch_bounds__(64) attention_kv_##name(const Params p) { \
+        attention_body<kv_##name>(p);                                                               \
+    }
+MF_KV_TYPES(MF_ATTENTION)

@@ -1,0 +1,305 @@
+// Helpers every op may use: the kernel parameter block, f16 / bf16 conversions, small vector
+// types, block and segment reductions, and the body of the element-wise binary ops. The CUDA
+// counterpart of shaders/common.wgsl, shaders/reduce_*.wgsl and shaders/binary.wgsl.
+//
+// The engine compiles each op as one program made of common.cuh, quant.cuh, kv.cuh and the op's
+// .cu file, concatenated in that order (NVRTC, no CUDA headers), so nothing here #includes
+// anything. The same files also build for the CPU emulator (g++, one translation unit per op),
+// hence: every function is `static __device__ __forceinline__` or a template, shared arrays have
+// constant sizes, shuffles run in warp-uniform control flow with a full mask, and every thread of
+// a block reaches every __syncthreads().
+//
+// Helpers have internal linkage and are always inlined; [[maybe_unused]] because each op uses
+// only some of them.
+//
+// Numerics: NVRTC's defaults (no --use_fast_math, IEEE division and square root, no
+// flush-to-zero) are assumed. Where the CPU reference rounds a product before adding it, the
+// product is written mul_rn(a, b), which is never contracted into a fused multiply-add.
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+// One dispatch's parameters: b[i] is the device address of WGSL binding i + 1, w[] the 16
+// parameter words the host writes for the dispatch (WGSL binding 0, in declaration order).
+struct Params {
+    unsigned long long b[6];
+    unsigned int w[16];
+};
+
+// Binding `i` (as numbered in the WGSL, 1..6) as a pointer to T.
+template <typename T>
+static __device__ __forceinline__ T* binding(const Params& p, u32 i) {
+    return reinterpret_cast<T*>(p.b[i - 1]);
+}
+
+// Parameter word i read as the f32 whose bits it holds.
+[[maybe_unused]] static __device__ __forceinline__ float param_f32(const Params& p, u32 i) {
+    return __uint_as_float(p.w[i]);
+}
+
+// Loop unrolling hints; the CPU build ignores them.
+#ifdef __CUDA_ARCH__
+#define MF_PRAGMA(x) _Pragma(#x)
+#define MF_UNROLL MF_PRAGMA(unroll)
+#define MF_UNROLL_N(n) MF_PRAGMA(unroll n)
+#else
+#define MF_UNROLL
+#define MF_UNROLL_N(n)
+#endif
+
+[[maybe_unused]] static __device__ __forceinline__ u32 umin32(u32 a, u32 b) {
+    return a < b ? a : b;
+}
+
+// ---- small vector types ------------------------------------------------------------------------
+
+// Plain structs rather than CUDA's float4 / uint4, so the CPU build needs no vector types. The
+// alignment lets the GPU load them with one 8- or 16-byte access.
+struct alignas(16) f4 {
+    float x, y, z, w;
+};
+struct alignas(8) f2 {
+    float x, y;
+};
+struct alignas(16) u4 {
+    u32 x, y, z, w;
+};
+struct alignas(8) u2 {
+    u32 x, y;
+};
+// 8 consecutive elements: what a quant file's dq8 returns (WGSL: array<vec4<f32>, 2>).
+struct f4x2 {
+    f4 lo, hi;
+};
+
+[[maybe_unused]] static __device__ __forceinline__ float dot4(f4 a, f4 b) {
+    return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+
+[[maybe_unused]] static __device__ __forceinline__ f4 scale4(f4 a, float s) {
+    return f4{a.x * s, a.y * s, a.z * s, a.w * s};
+}
+
+// a * b rounded to f32 on its own (not fused with a following add).
+[[maybe_unused]] static __device__ __forceinline__ float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+// s·a − m per component, each product rounded before the subtraction (the CPU's `d * q - m`).
+[[maybe_unused]] static __device__ __forceinline__ f4 mul_sub4(f4 a, float s, float m) {
+    return f4{mul_rn(a.x, s) - m, mul_rn(a.y, s) - m, mul_rn(a.z, s) - m, mul_rn(a.w, s) - m};
+}
+
+// s·a + m per component, each product rounded before the addition (the CPU's `q * d + m`).
+[[maybe_unused]] static __device__ __forceinline__ f4 mul_add4(f4 a, float s, float m) {
+    return f4{mul_rn(a.x, s) + m, mul_rn(a.y, s) + m, mul_rn(a.z, s) + m, mul_rn(a.w, s) + m};
+}
+
+// ---- bytes to floats ---------------------------------------------------------------------------
+// Small integers become floats through the 2^23 bias: 0x4b000000 | v is the float 2^23 + v, and
+// subtracting 2^23 + off leaves v − off exactly (both operands are integers below 2^24). One
+// bitwise op and one add per element, instead of an integer-to-float conversion (a quarter-rate
+// instruction on most GPUs). Exact, so the results equal (float)(v − off).
+
+// v − OFF for v < 2^23 (in practice a byte or a nibble).
+template <u32 OFF>
+static __device__ __forceinline__ float u2f(u32 v) {
+    return __uint_as_float(0x4b000000u | v) - (8388608.0f + (float)OFF);
+}
+
+// The 4 bytes of q, low byte first, each minus OFF.
+template <u32 OFF>
+static __device__ __forceinline__ f4 u8x4(u32 q) {
+    return f4{u2f<OFF>(q & 0xffu), u2f<OFF>((q >> 8) & 0xffu), u2f<OFF>((q >> 16) & 0xffu), u2f<OFF>(q >> 24)};
+}
+
+// The 4 bytes of q as signed bytes (flipping the top bit adds 128).
+[[maybe_unused]] static __device__ __forceinline__ f4 i8x4(u32 q) {
+    return u8x4<128>(q ^ 0x80808080u);
+}
+
+// A signed byte (the low 8 bits of v) as a float.
+[[maybe_unused]] static __device__ __forceinline__ float i8f(u32 v) {
+    return u2f<128>((v & 0xffu) ^ 0x80u);
+}
+
+// ---- f16 and bf16 ------------------------------------------------------------------------------
+
+// f32 -> IEEE half bits, round to nearest even: the CPU's `f32_to_fp16` (ggml's
+// GGML_FP32_TO_FP16) in integer arithmetic, ported from common.wgsl. NaN -> sign | 0x7e00.
+[[maybe_unused]] static __device__ __forceinline__ u32 f16_bits_int(float x) {
+    const u32 u = __float_as_uint(x);
+    const u32 sign = (u >> 16) & 0x8000u;
+    const u32 a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) {
+        return sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u);
+    }
+    if (a >= 0x477ff000u) {
+        return sign | 0x7c00u; // >= 65520 rounds to infinity
+    }
+    if (a >= 0x38800000u) {
+        // normal half: rebias the exponent (127 - 15 = 112), round the 13 dropped bits
+        const u32 r = a + 0xfffu + ((a >> 13) & 1u);
+        return sign | ((r >> 13) - 0x1c000u);
+    }
+    if (a < 0x33000000u) {
+        return sign; // below 2^-25: rounds to zero
+    }
+    // subnormal half, in units of 2^-24
+    const u32 e = a >> 23;
+    const u32 m = (a & 0x7fffffu) | 0x800000u;
+    const u32 sh = 126u - e;
+    const u32 q = m >> sh;
+    const u32 rem = m & ((1u << sh) - 1u);
+    const u32 half = 1u << (sh - 1u);
+    const bool up = rem > half || (rem == half && (q & 1u) == 1u);
+    return sign | (q + (up ? 1u : 0u));
+}
+
+// IEEE half bits (low 16 bits of h) -> f32, exact (NaN payloads kept), ported from common.wgsl.
+[[maybe_unused]] static __device__ __forceinline__ float f16_to_f32_int(u32 h) {
+    const u32 sign = (h & 0x8000u) << 16;
+    const u32 e = (h >> 10) & 0x1fu;
+    const u32 m = h & 0x3ffu;
+    if (e == 0u) {
+        const float v = (float)m * 5.9604644775390625e-8f; // subnormal: m · 2^-24, a normal f32
+        return sign != 0u ? -v : v;
+    }
+    if (e == 31u) {
+        return __uint_as_float(sign | 0x7f800000u | (m << 13));
+    }
+    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+// The conversions the kernels use. On the GPU they are the hardware conversions, which are exact
+// and round to nearest even just as the integer versions do; NaN results are mapped to the
+// integer versions' bits, so every input gives the same bits either way. The CPU build uses the
+// integer versions.
+[[maybe_unused]] static __device__ __forceinline__ u32 f16_bits(float x) {
+#ifdef __CUDA_ARCH__
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    const u32 nan = ((__float_as_uint(x) >> 16) & 0x8000u) | 0x7e00u;
+    return x != x ? nan : (u32)h;
+#else
+    return f16_bits_int(x);
+#endif
+}
+
+[[maybe_unused]] static __device__ __forceinline__ float f16_to_f32(u32 h) {
+#ifdef __CUDA_ARCH__
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+    if ((h & 0x7fffu) > 0x7c00u) {
+        f = __uint_as_float(((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13));
+    }
+    return f;
+#else
+    return f16_to_f32_int(h & 0xffffu);
+#endif
+}
+
+[[maybe_unused]] static __device__ __forceinline__ float round_f16(float x) {
+    return f16_to_f32(f16_bits(x));
+}
+
+// bf16 bits (low 16 bits of h) -> f32, exact: the high half of an f32.
+[[maybe_unused]] static __device__ __forceinline__ float bf16_to_f32(u32 h) {
+    return __uint_as_float(h << 16);
+}
+
+// ---- indexing ----------------------------------------------------------------------------------
+
+// Linear index of this thread when a dispatch of WG-thread blocks is folded into (x, y) blocks
+// (WGSL: gid.x + gid.y · nwg.x · WG).
+template <u32 WG>
+static __device__ __forceinline__ u32 linear_id() {
+    return blockIdx.x * WG + threadIdx.x + blockIdx.y * gridDim.x * WG;
+}
+
+// ---- reductions --------------------------------------------------------------------------------
+// Warps are 32 lanes. A block reduction reduces each warp with a butterfly of shuffles, writes
+// one partial per warp to `red` (shared, BLOCK / 32 floats), and every thread adds the partials
+// in warp order. All threads of the block must call these, in uniform control flow.
+
+[[maybe_unused]] static __device__ __forceinline__ float warp_sum(float v) {
+    MF_UNROLL
+    for (u32 m = 16; m > 0; m >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, m);
+    }
+    return v;
+}
+
+[[maybe_unused]] static __device__ __forceinline__ float warp_max(float v) {
+    MF_UNROLL
+    for (u32 m = 16; m > 0; m >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+    }
+    return v;
+}
+
+template <u32 BLOCK>
+static __device__ __forceinline__ float block_sum(float v, float* red) {
+    v = warp_sum(v);
+    if (threadIdx.x % 32 == 0) {
+        red[threadIdx.x / 32] = v;
+    }
+    __syncthreads();
+    float t = red[0];
+    MF_UNROLL
+    for (u32 i = 1; i < BLOCK / 32; i++) {
+        t += red[i];
+    }
+    __syncthreads();
+    return t;
+}
+
+template <u32 BLOCK>
+static __device__ __forceinline__ float block_max(float v, float* red) {
+    v = warp_max(v);
+    if (threadIdx.x % 32 == 0) {
+        red[threadIdx.x / 32] = v;
+    }
+    __syncthreads();
+    float t = red[0];
+    MF_UNROLL
+    for (u32 i = 1; i < BLOCK / 32; i++) {
+        t = fmaxf(t, red[i]);
+    }
+    __syncthreads();
+    return t;
+}
+
+// Segments of TPR consecutive lanes (a power of two, at most 32): the sum over this thread's
+// segment, valid in every lane of it. A butterfly of shuffles, no barrier; all lanes of the warp
+// must call it.
+template <u32 TPR>
+static __device__ __forceinline__ float seg_sum(float v) {
+    MF_UNROLL
+    for (u32 m = TPR / 2; m > 0; m >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, m);
+    }
+    return v;
+}
+
+// ---- element-wise binary ops -------------------------------------------------------------------
+// The body shared by add, mul, swiglu and geglu (WGSL: binary.wgsl): y[i] = OP::op(a[i], b[i]),
+// one element per thread. Params: n. Bindings: 1 a, 2 b, 3 y. Blocks of 256 threads, folded
+// into (x, y).
+
+template <class OP>
+static __device__ __forceinline__ void binary_body(const Params& p) {
+    constexpr u32 WG = 256;
+    const float* __restrict__ a = binding<const float>(p, 1);
+    const float* __restrict__ b = binding<const float>(p, 2);
+    float* __restrict__ y = binding<float>(p, 3);
+    const u32 i = linear_id<WG>();
+    if (i < p.w[0]) {
+        y[i] = OP::op(a[i], b[i]);
+    }
+}

@@ -1,0 +1,399 @@
+// Weight dequantization, one traits struct per qtype of the table in src/quant/ (named qt_<name>
+// after QType::name()). Ported from shaders/quant/*.wgsl and checked against the scalar codecs
+// of src/quant/*.rs: every value is bit-identical to the CPU's dequantization. Interface:
+//   QK, QB          elements and bytes per block (float types: a virtual block of 8)
+//   dq8(w, b, c)    elements 8c .. 8c + 8 of the block starting at byte b of `w`
+//   dq1(w, i)       element i of `w` (float types only: norm weights, biases)
+// `w` is a raw GGUF weight: one part's rows back to back, its start at least 16-byte aligned.
+// Blocks sit at multiples of QB from that start, so each field's alignment is known per type and
+// every load is the widest one that alignment allows (16-bit fields always sit at even offsets; mxfp4's
+// 17-byte blocks are read a byte at a time). No load touches a byte outside the block it decodes.
+// q8_1 and q8_K are activation formats that no kernel reads as weights; their dq8 is here for
+// completeness.
+//
+// Element layouts, with e the element index in the block:
+//   q4_0 / q4_1 / iq4_nl / mxfp4  e < 16: low nibble of qs[e], e >= 16: high nibble of qs[e-16]
+//   q5_0 / q5_1                   as q4_*, bit 4 from bit e of qh
+//   q2_K / q3_K / q6_K            e = 128h + 32k + l: bits 2k.. of byte l of the h-th 32-byte
+//                                 quant group (q6_K: nibble (k >> 1) of its ql, 2 bits of qh)
+//   q4_K / q5_K                   e = 64g + 32hi + l: nibble hi of qs[32g + l]
+
+// ---- byte readers ------------------------------------------------------------------------------
+
+[[maybe_unused]] static __device__ __forceinline__ u32 ld_u8(const u8* __restrict__ w, u32 b) {
+    return w[b];
+}
+
+// b even
+[[maybe_unused]] static __device__ __forceinline__ u32 ld_u16(const u8* __restrict__ w, u32 b) {
+    return *reinterpret_cast<const u16*>(w + b);
+}
+
+[[maybe_unused]] static __device__ __forceinline__ float ld_f16(const u8* __restrict__ w, u32 b) {
+    return f16_to_f32(ld_u16(w, b));
+}
+
+// Little-endian u32 at b, b % 4 == 0.
+[[maybe_unused]] static __device__ __forceinline__ u32 ld_u32_4(const u8* __restrict__ w, u32 b) {
+    return *reinterpret_cast<const u32*>(w + b);
+}
+
+// Little-endian u32 at an even b: two 16-bit loads.
+[[maybe_unused]] static __device__ __forceinline__ u32 ld_u32_2(const u8* __restrict__ w, u32 b) {
+    const u16* h = reinterpret_cast<const u16*>(w + b);
+    return (u32)h[0] | ((u32)h[1] << 16);
+}
+
+// Little-endian u32 at any b: four byte loads.
+[[maybe_unused]] static __device__ __forceinline__ u32 ld_u32_1(const u8* __restrict__ w, u32 b) {
+    return (u32)w[b] | ((u32)w[b + 1] << 8) | ((u32)w[b + 2] << 16) | ((u32)w[b + 3] << 24);
+}
+
+// 8 bytes at b, b % 8 == 0, as two little-endian u32.
+[[maybe_unused]] static __device__ __forceinline__ u2 ld_u64_8(const u8* __restrict__ w, u32 b) {
+    return *reinterpret_cast<const u2*>(w + b);
+}
+
+// 16 bytes at b, b % 16 == 0, as four little-endian u32.
+[[maybe_unused]] static __device__ __forceinline__ u4 ld_u128_16(const u8* __restrict__ w, u32 b) {
+    return *reinterpret_cast<const u4*>(w + b);
+}
+
+// The 4 bits of v (0..15) spread to the lowest bit of each byte: bit j -> bit 8j.
+[[maybe_unused]] static __device__ __forceinline__ u32 spread4(u32 v) {
+    return (v & 1u) | ((v & 2u) << 7) | ((v & 4u) << 14) | ((v & 8u) << 21);
+}
+
+// ---- float types -------------------------------------------------------------------------------
+
+// f32 weights.
+struct qt_f32 {
+    static constexpr u32 QK = 8, QB = 32;
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32) {
+        const f4* v = reinterpret_cast<const f4*>(w + b);
+        return f4x2{v[0], v[1]};
+    }
+    static __device__ __forceinline__ float dq1(const u8* __restrict__ w, u32 i) {
+        return reinterpret_cast<const float*>(w)[i];
+    }
+};
+
+// f16 weights: two halves per word, low half first.
+struct qt_f16 {
+    static constexpr u32 QK = 8, QB = 16;
+    static __device__ __forceinline__ f4 half4(u32 a, u32 b) {
+        return f4{f16_to_f32(a & 0xffffu), f16_to_f32(a >> 16), f16_to_f32(b & 0xffffu), f16_to_f32(b >> 16)};
+    }
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32) {
+        const u4 q = ld_u128_16(w, b);
+        return f4x2{half4(q.x, q.y), half4(q.z, q.w)};
+    }
+    static __device__ __forceinline__ float dq1(const u8* __restrict__ w, u32 i) {
+        return f16_to_f32(ld_u16(w, 2 * i));
+    }
+};
+
+// bf16 weights: the high half of an f32, exact.
+struct qt_bf16 {
+    static constexpr u32 QK = 8, QB = 16;
+    static __device__ __forceinline__ f4 bf4(u32 a, u32 b) {
+        return f4{__uint_as_float(a << 16), __uint_as_float(a & 0xffff0000u), __uint_as_float(b << 16),
+                  __uint_as_float(b & 0xffff0000u)};
+    }
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32) {
+        const u4 q = ld_u128_16(w, b);
+        return f4x2{bf4(q.x, q.y), bf4(q.z, q.w)};
+    }
+    static __device__ __forceinline__ float dq1(const u8* __restrict__ w, u32 i) {
+        return bf16_to_f32(ld_u16(w, 2 * i));
+    }
+};
+
+// ---- 32-element formats ------------------------------------------------------------------------
+
+// q4_0, 18 bytes / 32: d f16 | qs[16]. x = d·(q − 8). ggml: dequantize_row_q4_0.
+struct qt_q4_0 {
+    static constexpr u32 QK = 32, QB = 18;
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
+        const float d = ld_f16(w, b);
+        const u32 o = b + 2 + (c & 1) * 8;
+        const u32 sh = (c >> 1) * 4;
+        const u32 q0 = (ld_u32_2(w, o) >> sh) & 0x0f0f0f0fu;
+        const u32 q1 = (ld_u32_2(w, o + 4) >> sh) & 0x0f0f0f0fu;
+        return f4x2{scale4(u8x4<8>(q0), d), scale4(u8x4<8>(q1), d)};
+    }
+};
+
+// q4_1, 20 bytes / 32: d f16 | m f16 | qs[16]. x = d·q + m. ggml: dequantize_row_q4_1.
+struct qt_q4_1 {
+    static constexpr u32 QK = 32, QB = 20;
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
+        const float d = ld_f16(w, b);
+        const float m = ld_f16(w, b + 2);
+        const u32 o = b + 4 + (c & 1) * 8;
+        const u32 sh = (c >> 1) * 4;
+        const u32 q0 = (ld_u32_4(w, o) >> sh) & 0x0f0f0f0fu;
+        const u32 q1 = (ld_u32_4(w, o + 4) >> sh) & 0x0f0f0f0fu;
+        return f4x2{mul_add4(u8x4<0>(q0), d, m), mul_add4(u8x4<0>(q1), d, m)};
+    }
+};
+
+// Bit 4 of elements 8c .. 8c + 8 of a q5 block (bit e of qh), as 16 in bytes 0..3 of each word.
+[[maybe_unused]] static __device__ __forceinline__ u2 q5_high(u32 qh, u32 c) {
+    const u32 bits = qh >> (8 * c);
+    return u2{spread4(bits & 0xfu) << 4, spread4((bits >> 4) & 0xfu) << 4};
+}
+
+// q5_0, 22 bytes / 32: d f16 | qh u32 | qs[16]. x = d·(q − 16). ggml: dequantize_row_q5_0.
+struct qt_q5_0 {
+    static constexpr u32 QK = 32, QB = 22;
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
+        const float d = ld_f16(w, b);
+        const u2 h = q5_high(ld_u32_2(w, b + 2), c);
+        const u32 o = b + 6 + (c & 1) * 8;
+        const u32 sh = (c >> 1) * 4;
+        const u32 q0 = ((ld_u32_2(w, o) >> sh) & 0x0f0f0f0fu) | h.x;
+        const u32 q1 = ((ld_u32_2(w, o + 4) >> sh) & 0x0f0f0f0fu) | h.y;
+        return f4x2{scale4(u8x4<16>(q0), d), scale4(u8x4<16>(q1), d)};
+    }
+};
+
+// q5_1, 24 bytes / 32: d f16 | m f16 | qh u32 | qs[16]. x = d·q + m. ggml: dequantize_row_q5_1.
+struct qt_q5_1 {
+    static constexpr u32 QK = 32, QB = 24;
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
+        const float d = ld_f16(w, b);
+        const float m = ld_f16(w, b + 2);
+        const u2 h = q5_high(ld_u32_4(w, b + 4), c);
+        const u2 q = ld_u64_8(w, b + 8 + (c & 1) * 8);
+        const u32 sh = (c >> 1) * 4;
+        const u32 q0 = ((q.x >> sh) & 0x0f0f0f0fu) | h.x;
+        const u32 q1 = ((q.y >> sh) & 0x0f0f0f0fu) | h.y;
+        return f4x2{mul_add4(u8x4<0>(q0), d, m), mul_add4(u8x4<0>(q1), d, m)};
+    }
+};
+
+// q8_0, 34 bytes / 32: d f16 | qs[32] i8. x = d·q. ggml: dequantize_row_q8_0.
+struct qt_q8_0 {
+    static constexpr u32 QK = 32, QB = 34;
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
+        const float d = ld_f16(w, b);
+        const u32 o = b + 2 + c * 8;
+        return f4x2{scale4(i8x4(ld_u32_2(w, o)), d), scale4(i8x4(ld_u32_2(w, o + 4)), d)};
+    }
+};
+
+// q8_1, 36 bytes / 32: d f16 | s f16 | qs[32] i8. x = d·q (s is redundant). The CPU's
+// dequant_q8_1 (ggml has no to_float for it).
+struct qt_q8_1 {
+    static constexpr u32 QK = 32, QB = 36;
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
+        const float d = ld_f16(w, b);
+        const u32 o = b + 4 + c * 8;
+        return f4x2{scale4(i8x4(ld_u32_4(w, o)), d), scale4(i8x4(ld_u32_4(w, o + 4)), d)};
+    }
+};
+
+// iq4_nl, 18 bytes / 32: d f16 | qs[16]. x = d·kvalues[q]; nibbles as q4_0.
+// ggml: dequantize_row_iq4_nl.
+struct qt_iq4_nl {
+    static constexpr u32 QK = 32, QB = 18;
+    // kvalues_iq4nl as signed bytes: entries 0..7 in LO, 8..15 in HI, entry 0 in the low byte.
+    static constexpr unsigned long long LO = 0xf6eaddcfbfad9881ull; // -127 -104 -83 -65 -49 -35 -22 -10
+    static constexpr unsigned long long HI = 0x7159453526190d01ull; //    1   13  25  38  53  69  89 113
+    static __device__ __forceinline__ float kv(u32 q) {
+        return i8f((u32)(((q & 8u) ? HI : LO) >> (8 * (q & 7u))));
+    }
+    static __device__ __forceinline__ f4 kv4(u32 q, float d) {
+        return f4{kv(q & 0xfu) * d, kv((q >> 8) & 0xfu) * d, kv((q >> 16) & 0xfu) * d, kv((q >> 24) & 0xfu) * d};
+    }
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
+        const float d = ld_f16(w, b);
+        const u32 o = b + 2 + (c & 1) * 8;
+        const u32 sh = (c >> 1) * 4;
+        return f4x2{kv4(ld_u32_2(w, o) >> sh, d), kv4(ld_u32_2(w, o + 4) >> sh, d)};
+    }
+};
+
+// ggml_e8m0_to_fp32_half: 2^(e − 128); e < 2 gives the subnormals 2^-128, 2^-127.
+[[maybe_unused]] static __device__ __forceinline__ float e8m0_half(u32 e) {
+    return e < 2u ? __uint_as_float(0x00200000u << e) : __uint_as_float((e - 1u) << 23);
+}
+
+// mxfp4, 17 bytes / 32: e u8 (e8m0) | qs[16]. x = 2^(e − 128)·kvalues[q] (doubled e2m1 values with
+// a halved scale); nibbles as q4_0. Blocks start at odd offsets. ggml: dequantize_row_mxfp4.
+struct qt_mxfp4 {
+    static constexpr u32 QK = 32, QB = 17;
+    // kvalues_mxfp4 as signed bytes: entries 0..7 in LO, 8..15 in HI.
+    static constexpr unsigned long long LO = 0x0c08060403020100ull; // 0  1  2  3  4  6  8  12
+    static constexpr unsigned long long HI = 0xf4f8fafcfdfeff00ull; // 0 -1 -2 -3 -4 -6 -8 -12
+    static __device__ __forceinline__ float kv(u32 q) {
+        return i8f((u32)(((q & 8u) ? HI : LO) >> (8 * (q & 7u))));
+    }
+    static __device__ __forceinline__ f4 kv4(u32 q, float d) {
+        return f4{kv(q & 0xfu) * d, kv((q >> 8) & 0xfu) * d, kv((q >> 16) & 0xfu) * d, kv((q >> 24) & 0xfu) * d};
+    }
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
+        const float d = e8m0_half(ld_u8(w, b));
+        const u32 o = b + 1 + (c & 1) * 8;
+        const u32 sh = (c >> 1) * 4;
+        return f4x2{kv4(ld_u32_1(w, o) >> sh, d), kv4(ld_u32_1(w, o + 4) >> sh, d)};
+    }
+};
+
+// ---- K-quants (256-element super-blocks) -------------------------------------------------------
+
+// q2_K, 84 bytes / 256: scales[16] (scale | min << 4) | qs[64] | d f16 | dmin f16.
+// Element 128h + 32k + l: q = (qs[32h + l] >> 2k) & 3, group 8h + 2k + l/16,
+// x = d·sc·q − dmin·m. ggml: dequantize_row_q2_K.
+struct qt_q2_K {
+    static constexpr u32 QK = 256, QB = 84;
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 h = c >> 4;
+        const u32 k = (c >> 2) & 3;
+        const u32 l0 = (c & 3) * 8;
+        const u32 sc = ld_u8(w, b + 8 * h + 2 * k + l0 / 16);
+        const float dl = ld_f16(w, b + 80) * u2f<0>(sc & 0xfu);
+        const float ml = mul_rn(ld_f16(w, b + 82), u2f<0>(sc >> 4));
+        const u32 o = b + 16 + 32 * h + l0;
+        const u32 s = 2 * k;
+        const u32 q0 = (ld_u32_4(w, o) >> s) & 0x03030303u;
+        const u32 q1 = (ld_u32_4(w, o + 4) >> s) & 0x03030303u;
+        return f4x2{mul_sub4(u8x4<0>(q0), dl, ml), mul_sub4(u8x4<0>(q1), dl, ml)};
+    }
+};
+
+// q3_K, 110 bytes / 256: hmask[32] | qs[64] | scales[12] (16 × 6-bit, offset 32) | d f16.
+// Element 128h + 32k + l: low = (qs[32h + l] >> 2k) & 3, minus 4 unless bit 4h + k of hmask[l]
+// is set; group 8h + 2k + l/16. ggml: dequantize_row_q3_K.
+struct qt_q3_K {
+    static constexpr u32 QK = 256, QB = 110;
+    // Group scale `is` (0..16) unpacked from the 12 bytes at s: 4 low bits from byte is % 8 (high
+    // nibble for is >= 8), 2 high bits from byte 8 + is % 4; minus the offset 32.
+    static __device__ __forceinline__ float scale(const u8* __restrict__ w, u32 s, u32 is) {
+        const u32 lo = (ld_u8(w, s + (is & 7)) >> (4 * (is >> 3))) & 0xfu;
+        const u32 hi = (ld_u8(w, s + 8 + (is & 3)) >> (2 * (is >> 2))) & 3u;
+        return u2f<32>(lo | (hi << 4));
+    }
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 h = c >> 4;
+        const u32 k = (c >> 2) & 3;
+        const u32 l0 = (c & 3) * 8;
+        const float dl = ld_f16(w, b + 108) * scale(w, b + 96, 8 * h + 2 * k + l0 / 16);
+        const u32 o = b + 32 + 32 * h + l0;
+        const u32 s = 2 * k;
+        const u32 m = 4 * h + k;
+        // low | hbit << 2, minus 4 below: low − 4 + 4·hbit
+        const u32 q0 = ((ld_u32_2(w, o) >> s) & 0x03030303u) | (((ld_u32_2(w, b + l0) >> m) & 0x01010101u) << 2);
+        const u32 q1 = ((ld_u32_2(w, o + 4) >> s) & 0x03030303u) | (((ld_u32_2(w, b + l0 + 4) >> m) & 0x01010101u) << 2);
+        return f4x2{scale4(u8x4<4>(q0), dl), scale4(u8x4<4>(q1), dl)};
+    }
+};
+
+// (scale, min) of group j (0..8) from the 12 bytes at s. ggml: get_scale_min_k4.
+[[maybe_unused]] static __device__ __forceinline__ f2 scale_min_k4(const u8* __restrict__ w, u32 s, u32 j) {
+    if (j < 4) {
+        return f2{u2f<0>(ld_u8(w, s + j) & 63u), u2f<0>(ld_u8(w, s + j + 4) & 63u)};
+    }
+    const u32 b4 = ld_u8(w, s + j + 4);
+    const u32 sc = (b4 & 0xfu) | ((ld_u8(w, s + j - 4) >> 6) << 4);
+    const u32 mn = (b4 >> 4) | ((ld_u8(w, s + j) >> 6) << 4);
+    return f2{u2f<0>(sc), u2f<0>(mn)};
+}
+
+// q4_K, 144 bytes / 256: d f16 | dmin f16 | scales[12] (8 × 6-bit scale and min) | qs[128].
+// Element 64g + 32hi + l: nibble hi of qs[32g + l], group 2g + hi; x = d·sc·q − dmin·m.
+// ggml: dequantize_row_q4_K.
+struct qt_q4_K {
+    static constexpr u32 QK = 256, QB = 144;
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 g = c >> 3;
+        const u32 hi = (c >> 2) & 1;
+        const u32 l0 = (c & 3) * 8;
+        const f2 sm = scale_min_k4(w, b + 4, 2 * g + hi);
+        const float d = ld_f16(w, b) * sm.x;
+        const float m = mul_rn(ld_f16(w, b + 2), sm.y);
+        const u2 q = ld_u64_8(w, b + 16 + 32 * g + l0);
+        const u32 sh = 4 * hi;
+        return f4x2{mul_sub4(u8x4<0>((q.x >> sh) & 0x0f0f0f0fu), d, m), mul_sub4(u8x4<0>((q.y >> sh) & 0x0f0f0f0fu), d, m)};
+    }
+};
+
+// q5_K, 176 bytes / 256: d f16 | dmin f16 | scales[12] | qh[32] | qs[128]. As q4_K with a fifth
+// bit: element 64g + 32hi + l has bit 2g + hi of qh[l]. ggml: dequantize_row_q5_K.
+struct qt_q5_K {
+    static constexpr u32 QK = 256, QB = 176;
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 g = c >> 3;
+        const u32 hi = (c >> 2) & 1;
+        const u32 l0 = (c & 3) * 8;
+        const u32 j = 2 * g + hi;
+        const f2 sm = scale_min_k4(w, b + 4, j);
+        const float d = ld_f16(w, b) * sm.x;
+        const float m = mul_rn(ld_f16(w, b + 2), sm.y);
+        const u2 q = ld_u64_8(w, b + 48 + 32 * g + l0);
+        const u2 qh = ld_u64_8(w, b + 16 + l0);
+        const u32 sh = 4 * hi;
+        const u32 q0 = ((q.x >> sh) & 0x0f0f0f0fu) | (((qh.x >> j) & 0x01010101u) << 4);
+        const u32 q1 = ((q.y >> sh) & 0x0f0f0f0fu) | (((qh.y >> j) & 0x01010101u) << 4);
+        return f4x2{mul_sub4(u8x4<0>(q0), d, m), mul_sub4(u8x4<0>(q1), d, m)};
+    }
+};
+
+// q6_K, 210 bytes / 256: ql[128] | qh[64] | scales[16] i8 | d f16.
+// Element 128h + 32k + l: q = nibble (k >> 1) of ql[64h + 32(k & 1) + l] | ((qh[32h + l] >> 2k)
+// & 3) << 4, x = d·scales[8h + 2k + l/16]·(q − 32). ggml: dequantize_row_q6_K.
+struct qt_q6_K {
+    static constexpr u32 QK = 256, QB = 210;
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 h = c >> 4;
+        const u32 k = (c >> 2) & 3;
+        const u32 l0 = (c & 3) * 8;
+        const float dl = ld_f16(w, b + 208) * i8f(ld_u8(w, b + 192 + 8 * h + 2 * k + l0 / 16));
+        const u32 ol = b + 64 * h + 32 * (k & 1) + l0;
+        const u32 oh = b + 128 + 32 * h + l0;
+        const u32 sl = 4 * (k >> 1);
+        const u32 sh = 2 * k;
+        const u32 q0 = ((ld_u32_2(w, ol) >> sl) & 0x0f0f0f0fu) | (((ld_u32_2(w, oh) >> sh) & 0x03030303u) << 4);
+        const u32 q1 = ((ld_u32_2(w, ol + 4) >> sl) & 0x0f0f0f0fu) | (((ld_u32_2(w, oh + 4) >> sh) & 0x03030303u) << 4);
+        return f4x2{scale4(u8x4<32>(q0), dl), scale4(u8x4<32>(q1), dl)};
+    }
+};
+
+// q8_K, 292 bytes / 256: d f32 | qs[256] i8 | bsums[16] i16. x = d·q (bsums are redundant).
+// The CPU's dequant_q8_k.
+struct qt_q8_K {
+    static constexpr u32 QK = 256, QB = 292;
+    static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
+        const float d = __uint_as_float(ld_u32_4(w, b));
+        const u32 o = b + 4 + c * 8;
+        return f4x2{scale4(i8x4(ld_u32_4(w, o)), d), scale4(i8x4(ld_u32_4(w, o + 4)), d)};
+    }
+};
+
+// ---- variant lists -----------------------------------------------------------------------------
+// X(name) for each qtype a kernel reads: the matrix ops (matmul_vec, matmul, get_rows) take every
+// weight qtype, the vector ops (rms_norm, head_norm, add_bias) the float ones. Entry points are
+// <op>_<name>, the traits qt_<name>.
+
+#define MF_MATRIX_QTYPES(X) \
+    X(f32)                  \
+    X(f16)                  \
+    X(bf16)                 \
+    X(q4_0)                 \
+    X(q4_1)                 \
+    X(q5_0)                 \
+    X(q5_1)                 \
+    X(q8_0)                 \
+    X(q2_K)                 \
+    X(q3_K)                 \
+    X(q4_K)                 \
+    X(q5_K)                 \
+    X(q6_K)                 \
+    X(iq4_nl)               \
+    X(mxfp4)
+
+#define MF_VECTOR_QTYPES(X) \
+    X(f32)                  \
+    X(f16)                  \
+    X(bf16)

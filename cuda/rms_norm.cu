@@ -1,0 +1,34 @@
+// rms_norm: y = x / sqrt(mean(x²) + eps) · w over each row. One block per row: the threads stride
+// over the row, sum their squares, and reduce across the block.
+// ggml: ggml_compute_forward_rms_norm_f32 followed by ggml_mul.
+//
+// Params: width, eps (f32). Bindings: 1 w [width] (f32 / f16 / bf16), 2 x [rows][width],
+// 3 y [rows][width]. Grid: rows (folded into (x, y)). Block: 64.
+
+template <class Q>
+static __device__ __forceinline__ void rms_norm_body(const Params& p) {
+    constexpr u32 WG = 64;
+    __shared__ float red[WG / 32];
+    const u8* __restrict__ w = binding<const u8>(p, 1);
+    const float* __restrict__ x = binding<const float>(p, 2);
+    float* __restrict__ y = binding<float>(p, 3);
+    const u32 width = p.w[0];
+    const float eps = param_f32(p, 1);
+    const u32 row = blockIdx.x + blockIdx.y * gridDim.x;
+    const u32 base = row * width;
+    float s = 0.0f;
+    for (u32 i = threadIdx.x; i < width; i += WG) {
+        const float v = x[base + i];
+        s += v * v;
+    }
+    const float scale = 1.0f / sqrtf(block_sum<WG>(s, red) / (float)width + eps);
+    for (u32 i = threadIdx.x; i < width; i += WG) {
+        y[base + i] = (x[base + i] * scale) * Q::dq1(w, i);
+    }
+}
+
+#define MF_RMS_NORM(name)                                                                          \
+    extern "C" __global__ void __launch_bounds__(64) rms_norm_##name(const Params p) { \
+        rms_norm_body<qt_##name>(p);                                                               \
+    }
+MF_VECTOR_QTYPES(MF_RMS_NORM)

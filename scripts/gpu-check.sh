@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The GPU checks, on a machine with a GPU: the GPU op and model tests (wgpu on the real
+# adapter, CUDA on the device) and `bench` with the CPU, wgpu and CUDA side by side on both
+# real models. Writes a summary and the raw outputs under $OUT (default ./gpu-check-out).
+#
+# The machine needs no Rust toolchain: build here first, then carry target/gpu-check/ and
+# models/ there and run this script from the repository root.
+#
+#   scripts/gpu-check.sh build      # here: release binary + test binary (--features cuda)
+#   scripts/gpu-check.sh            # there: run everything, write $OUT
+set -uo pipefail
+cd "$(dirname "$0")/.."
+stage=target/gpu-check
+
+if [ "${1:-}" = build ]; then
+    set -e
+    cargo build --release --features cuda
+    suite=$(cargo test --release --features cuda --no-run --message-format=json 2>/dev/null \
+        | python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="suite" and m.get("executable"):
+        print(m["executable"])')
+    mkdir -p "$stage"
+    cp target/release/minfer-wgpu "$stage/"
+    cp "$suite" "$stage/suite"
+    ls -la "$stage"
+    exit 0
+fi
+
+out=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$out"
+bin=$stage/minfer-wgpu
+suite=$stage/suite
+summary=$out/summary.md
+: > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+
+# NVRTC from the CUDA toolkit (12: libnvrtc.so.12; 13: libnvrtc.so.13 plus an unversioned
+# libnvrtc.so in its lib folder).
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+export MINFER_REF_DIR=${MINFER_REF_DIR:-$PWD/tests/data}
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp/xdg-runtime-$(id -u)}
+mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
+
+say "# GPU check $(date -u +%FT%TZ)"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true; } | sed 's/^/    /' | tee -a "$summary"
+"$bin" info models/SmolLM2-135M-Instruct.Q4_1.gguf > "$out/info.txt" 2>&1
+say '```'; grep -A4 -i "backends" "$out/info.txt" | tee -a "$summary"; say '```'
+
+say "## tests"
+"$suite" gpu:: --test-threads 1 > "$out/tests.txt" 2>&1
+say "gpu tests: exit $? ($(grep -c '\.\.\. ok' "$out/tests.txt") ok, $(grep -c 'FAILED\|panicked' "$out/tests.txt") failed lines)"
+grep -E "^test |NMSE|perplexity|top-1" "$out/tests.txt" | tail -n 60 >> "$summary"
+
+say "## bench"
+for m in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-Q4_K_M.gguf; do
+    [ -f "models/$m" ] || { say "$m: not carried"; continue; }
+    "$bin" bench "models/$m" --backend cpu,wgpu,cuda -p 512 -n 128 -r 3 > "$out/bench-$m.md" 2> "$out/bench-$m.log"
+    say "### $m (exit $?)"
+    cat "$out/bench-$m.md" >> "$summary"
+done
+echo "summary: $summary"

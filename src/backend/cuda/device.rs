@@ -1,0 +1,53 @@
+//! What the CUDA backend needs of a device, and the one launch-parameter block every kernel
+//! takes. Two devices implement it: the CUDA driver (`driver.rs`) and the CPU emulation of the
+//! CUDA execution model (`emu.rs`), which runs the same kernels in tests on machines without
+//! a GPU.
+
+use crate::backend::kernels::Variant;
+
+/// The single argument of every kernel in `cuda/`: the buffers bound in the schedule's order
+/// (`b[i]` is binding `i + 1`) and its 16 parameter words. `struct Params` in `cuda/common.cuh`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Params {
+    pub b: [u64; 6],
+    pub w: [u32; 16],
+}
+
+/// Device memory, freed when dropped.
+pub struct DevBuf {
+    pub ptr: u64,
+    pub bytes: usize,
+    pub(super) _owner: Box<dyn Send + Sync>,
+}
+
+/// A kernel ready to launch (an index into the device's table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Func(pub(super) usize);
+
+/// A recorded sequence of launches and copies, replayed as one unit (a CUDA graph).
+pub trait Replay: Send {
+    fn replay(&self) -> Result<(), String>;
+}
+
+/// Everything runs in order on one stream; `read` waits for what came before it.
+pub trait Device: Send + Sync {
+    /// `NVIDIA H200 (sm_90, 139.8 GiB)`.
+    fn describe(&self) -> String;
+    /// Free device memory in bytes, where the device can tell.
+    fn free_memory(&self) -> Option<u64>;
+    /// `bytes` of zeroed memory.
+    fn alloc(&self, bytes: usize) -> Result<DevBuf, String>;
+    fn write(&self, dst: u64, data: &[u8]) -> Result<(), String>;
+    fn read(&self, src: u64, out: &mut [u8]) -> Result<(), String>;
+    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<(), String>;
+    /// The kernel of a variant, compiled and loaded on first use.
+    fn function(&self, v: &Variant) -> Result<Func, String>;
+    fn launch(&self, f: Func, grid: [u32; 3], block: u32, p: &Params) -> Result<(), String>;
+    /// Records what `run` submits as a replayable graph, where the device has graphs (`None`:
+    /// `run` was executed directly instead).
+    fn capture(&self, run: &mut dyn FnMut() -> Result<(), String>) -> Result<Option<Box<dyn Replay>>, String> {
+        run()?;
+        Ok(None)
+    }
+}

@@ -1,0 +1,193 @@
+//! The CUDA driver as a `Device`: one context and one stream per backend, modules compiled by
+//! NVRTC per op file, launches through the driver API, decode steps captured as CUDA graphs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaGraph, CudaModule, CudaStream, DevicePtr, DeviceRepr};
+
+use super::device::{DevBuf, Device, Func, Params, Replay};
+use super::source;
+use crate::backend::kernels::{Kernel, Variant};
+use crate::backend::Refusal;
+
+// SAFETY: `Params` is `#[repr(C)]` plain data, laid out as the kernels' `struct Params`.
+unsafe impl DeviceRepr for Params {}
+
+pub struct Driver {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    name: String,
+    arch: String,
+    total: usize,
+    modules: Mutex<HashMap<Kernel, Arc<CudaModule>>>,
+    funcs: Mutex<(HashMap<Variant, usize>, Vec<CudaFunction>)>,
+}
+
+fn derr(e: cudarc::driver::DriverError) -> String {
+    format!("{e:?}")
+}
+
+impl Driver {
+    /// The device `ordinal`, or why not: no driver library, no NVRTC, no such device. Never
+    /// panics (cudarc panics where a library is missing; that is checked first and contained).
+    pub fn open(ordinal: usize) -> Result<Driver, Refusal> {
+        // SAFETY: probing for the library only opens and closes it.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(Refusal("no driver (libcuda.so not found)".into()));
+        }
+        source::nvrtc_version().map_err(Refusal)?;
+        let opened = std::panic::catch_unwind(|| -> Result<Driver, String> {
+            let n = CudaContext::device_count().map_err(derr)?;
+            if n <= 0 {
+                return Err("no CUDA device".into());
+            }
+            if ordinal >= n as usize {
+                return Err(format!("--gpu {ordinal}: there are {n} CUDA devices (0..{})", n - 1));
+            }
+            let ctx = CudaContext::new(ordinal).map_err(derr)?;
+            // One stream, everything in order: no per-buffer events needed.
+            // SAFETY: nothing has been allocated on this context yet.
+            unsafe { ctx.disable_event_tracking() };
+            let stream = ctx.new_stream().map_err(derr)?;
+            let (major, minor) = ctx.compute_capability().map_err(derr)?;
+            let name = ctx.name().map_err(derr)?;
+            let total = ctx.total_mem().map_err(derr)?;
+            Ok(Driver {
+                ctx,
+                stream,
+                name,
+                arch: format!("compute_{major}{minor}"),
+                total,
+                modules: Mutex::new(HashMap::new()),
+                funcs: Mutex::new((HashMap::new(), Vec::new())),
+            })
+        });
+        match opened {
+            Ok(Ok(d)) => Ok(d),
+            Ok(Err(e)) => Err(Refusal(e)),
+            Err(_) => Err(Refusal("the CUDA driver could not be initialised".into())),
+        }
+    }
+
+    fn module(&self, k: Kernel) -> Result<Arc<CudaModule>, String> {
+        let mut mods = self.modules.lock().map_err(|_| "module table poisoned".to_string())?;
+        if let Some(m) = mods.get(&k) {
+            return Ok(m.clone());
+        }
+        let ptx = source::compile(k, &self.arch, true)?;
+        let m = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(|e| format!("loading {}.cu: {}", k.name(), derr(e)))?;
+        mods.insert(k, m.clone());
+        Ok(m)
+    }
+}
+
+struct Slice(#[allow(dead_code)] cudarc::driver::CudaSlice<u8>);
+
+/// A captured graph. CUDA graphs are not thread-safe; this one is only touched by the context
+/// that owns it, which is used by one thread at a time.
+struct Graph(CudaGraph);
+
+// SAFETY: see `Graph`: never shared, only moved with its context.
+unsafe impl Send for Graph {}
+
+impl Replay for Graph {
+    fn replay(&self) -> Result<(), String> {
+        self.0.launch().map_err(derr)
+    }
+}
+
+impl Device for Driver {
+    fn describe(&self) -> String {
+        format!(
+            "{} ({}, {:.1} GiB)",
+            self.name,
+            self.arch.replace("compute_", "sm_"),
+            self.total as f64 / (1u64 << 30) as f64
+        )
+    }
+
+    fn free_memory(&self) -> Option<u64> {
+        self.ctx.mem_get_info().ok().map(|(free, _)| free as u64)
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<DevBuf, String> {
+        let n = bytes.max(16).div_ceil(16) * 16;
+        let s = self
+            .stream
+            .alloc_zeros::<u8>(n)
+            .map_err(|e| format!("allocating {n} bytes: {}", derr(e)))?;
+        let ptr = s.device_ptr(&self.stream).0;
+        Ok(DevBuf {
+            ptr,
+            bytes: n,
+            _owner: Box::new(Slice(s)),
+        })
+    }
+
+    fn write(&self, dst: u64, data: &[u8]) -> Result<(), String> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `dst` is inside a live allocation of this context (the callers' `DevBuf`s);
+        // from pageable memory the copy is staged before this returns.
+        unsafe { cudarc::driver::result::memcpy_htod_async(dst, data, self.stream.cu_stream()) }.map_err(derr)
+    }
+
+    fn read(&self, src: u64, out: &mut [u8]) -> Result<(), String> {
+        // SAFETY: as `write`; into pageable memory the copy is complete when this returns.
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(out, src, self.stream.cu_stream()) }.map_err(derr)?;
+        self.stream.synchronize().map_err(derr)
+    }
+
+    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<(), String> {
+        // SAFETY: both ranges lie in live allocations of this context.
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }.map_err(derr)
+    }
+
+    fn function(&self, v: &Variant) -> Result<Func, String> {
+        let mut f = self.funcs.lock().map_err(|_| "function table poisoned".to_string())?;
+        if let Some(&i) = f.0.get(v) {
+            return Ok(Func(i));
+        }
+        let m = self.module(v.kernel)?;
+        let entry = v.entry();
+        let func = m
+            .load_function(&entry)
+            .map_err(|e| format!("{}.cu has no kernel {entry}: {}", v.kernel.name(), derr(e)))?;
+        f.1.push(func);
+        let i = f.1.len() - 1;
+        f.0.insert(*v, i);
+        Ok(Func(i))
+    }
+
+    fn launch(&self, f: Func, grid: [u32; 3], block: u32, p: &Params) -> Result<(), String> {
+        let funcs = self.funcs.lock().map_err(|_| "function table poisoned".to_string())?;
+        let func = funcs.1.get(f.0).ok_or("no such kernel")?;
+        let cfg = cudarc::driver::LaunchConfig {
+            grid_dim: (grid[0], grid[1], grid[2]),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        use cudarc::driver::PushKernelArg;
+        let mut b = self.stream.launch_builder(func);
+        b.arg(p);
+        // SAFETY: every kernel takes exactly one `Params`, whose addresses the schedule
+        // points at live buffers sized for the launch.
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(derr)
+    }
+
+    fn capture(&self, run: &mut dyn FnMut() -> Result<(), String>) -> Result<Option<Box<dyn Replay>>, String> {
+        use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        self.stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(derr)?;
+        let ran = run();
+        let graph = self.stream.end_capture(CUgraphInstantiate_flags(0)).map_err(derr)?;
+        ran?;
+        Ok(graph.map(|g| Box::new(Graph(g)) as Box<dyn Replay>))
+    }
+}

@@ -1,0 +1,97 @@
+//! The CUDA backend: the kernels of `cuda/` (CUDA C++ twins of `shaders/`, one file per op,
+//! one header of per-qtype dequantization) compiled by NVRTC at first use for the device's
+//! compute capability, run on the same schedule as the wgpu backend.
+//!
+//! - `device`  — what the backend needs of a device, and the kernels' one parameter block
+//! - `driver`  — the CUDA driver (cudarc, loaded at run time: a build with this backend runs
+//!   everywhere, and says why CUDA is out where it is)
+//! - `emu`     — the same kernels compiled for the CPU against an emulation of CUDA's
+//!   execution model, so tests run the whole backend without a GPU
+//! - `source`  — the sources, NVRTC, the on-disk PTX cache
+//! - `context` — weights, KV cache, plans, CUDA graphs for decode, readback
+//!
+//! Numerics are the wgpu backend's (f32 activations, weights dequantized in the dot products,
+//! the CPU's rounding points in attention): the two GPU backends agree to f32 rounding.
+
+mod context;
+pub mod device;
+mod driver;
+pub mod emu;
+pub mod source;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::{Backend, Context, KvType, Refusal};
+use crate::error::{Error, Result};
+use crate::model::{Graph, Model};
+use context::CudaContext;
+use device::Device;
+
+pub struct CudaBackend {
+    dev: Arc<dyn Device>,
+    uploaded: AtomicU64,
+}
+
+impl CudaBackend {
+    /// CUDA device `ordinal` (`--gpu N`), or why not: `MINFER_DISABLE_CUDA`, no driver, no
+    /// NVRTC, no such device.
+    pub fn new(ordinal: usize) -> std::result::Result<CudaBackend, Refusal> {
+        if std::env::var("MINFER_DISABLE_CUDA").is_ok_and(|v| !v.is_empty() && v != "0") {
+            return Err(Refusal("disabled by MINFER_DISABLE_CUDA".into()));
+        }
+        let d = driver::Driver::open(ordinal)?;
+        Ok(CudaBackend {
+            dev: Arc::new(d),
+            uploaded: AtomicU64::new(0),
+        })
+    }
+
+    /// The backend on the CPU emulation of CUDA (a library built by [`emu::build`]).
+    pub fn emulated(lib: &Path) -> std::result::Result<CudaBackend, Refusal> {
+        Ok(CudaBackend {
+            dev: Arc::new(emu::Emulator::load(lib).map_err(Refusal)?),
+            uploaded: AtomicU64::new(0),
+        })
+    }
+
+    /// Bytes of weights uploaded by this backend's contexts so far.
+    pub fn uploaded_bytes(&self) -> u64 {
+        self.uploaded.load(Ordering::Relaxed)
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn describe(&self) -> String {
+        format!("cuda ({})", self.dev.describe())
+    }
+
+    fn check(&self, model: &Model, graph: &Graph, kv: KvType) -> std::result::Result<(), Refusal> {
+        super::kernels::check_graph(model, graph, kv, "cuda")?;
+        if let Some(free) = self.dev.free_memory() {
+            let need = model.weight_bytes();
+            if need > free {
+                return Err(Refusal(format!(
+                    "{:.1} MB of weights, {:.1} MB of device memory free",
+                    need as f64 / 1e6,
+                    free as f64 / 1e6
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn new_context(&self, model: &Arc<Model>, n_ctx: usize, kv: KvType) -> Result<Box<dyn Context>> {
+        if n_ctx == 0 {
+            return Err(Error::InvalidArgument("context size 0".into()));
+        }
+        let ctx = CudaContext::new(self.dev.clone(), model, n_ctx, kv)?;
+        self.uploaded.fetch_add(ctx.resident_bytes(), Ordering::Relaxed);
+        Ok(Box::new(ctx))
+    }
+}

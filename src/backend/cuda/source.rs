@@ -1,0 +1,127 @@
+//! The CUDA C++ sources (`cuda/`) and their compilation: each op file is one NVRTC program,
+//! `common.cuh + quant.cuh + kv.cuh + <op>.cu` (no `#include`: nothing but NVRTC is needed), compiled
+//! to PTX for the device's compute capability at first use and cached on disk by a hash of the
+//! program, the architecture and the NVRTC version.
+
+use crate::backend::kernels::Kernel;
+
+macro_rules! cuda {
+    ($path:literal) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/cuda/", $path))
+    };
+}
+
+/// The headers every program starts with, in order.
+pub const HEADERS: [(&str, &str); 3] = [
+    ("common.cuh", cuda!("common.cuh")),
+    ("quant.cuh", cuda!("quant.cuh")),
+    ("kv.cuh", cuda!("kv.cuh")),
+];
+
+/// The op file of a kernel (`cuda/<name>.cu`, the name of the kernel and of its WGSL twin).
+pub fn op_source(k: Kernel) -> &'static str {
+    match k {
+        Kernel::MatmulVec => cuda!("matmul_vec.cu"),
+        Kernel::Matmul => cuda!("matmul.cu"),
+        Kernel::GetRows => cuda!("get_rows.cu"),
+        Kernel::RmsNorm => cuda!("rms_norm.cu"),
+        Kernel::HeadNorm => cuda!("head_norm.cu"),
+        Kernel::AddBias => cuda!("add_bias.cu"),
+        Kernel::Rope => cuda!("rope.cu"),
+        Kernel::KvStore => cuda!("kv_store.cu"),
+        Kernel::Attention => cuda!("attention.cu"),
+        Kernel::Add => cuda!("add.cu"),
+        Kernel::Mul => cuda!("mul.cu"),
+        Kernel::Scale => cuda!("scale.cu"),
+        Kernel::Swiglu => cuda!("swiglu.cu"),
+        Kernel::Geglu => cuda!("geglu.cu"),
+        Kernel::Softcap => cuda!("softcap.cu"),
+        Kernel::Argmax => cuda!("argmax.cu"),
+    }
+}
+
+/// The whole NVRTC program of a kernel: the headers, then its op file.
+pub fn program(k: Kernel) -> String {
+    let mut s = String::new();
+    for (name, src) in HEADERS {
+        s += &format!("// ---- {name}\n{src}\n");
+    }
+    s += &format!("// ---- {}.cu\n{}", k.name(), op_source(k));
+    s
+}
+
+/// FNV-1a: a hash that is the same in every build, for cache file names.
+fn fnv64(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for p in parts {
+        for &b in *p {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+/// NVRTC's version, or why it cannot be loaded.
+pub fn nvrtc_version() -> Result<(i32, i32), String> {
+    // SAFETY: probing for the library only opens and closes it.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(
+            "NVRTC not found (libnvrtc.so or libnvrtc.so.12; add the CUDA toolkit's library folder to LD_LIBRARY_PATH)"
+                .into(),
+        );
+    }
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two out-parameters; a missing symbol panics inside cudarc, which is contained.
+    let rc = std::panic::catch_unwind(move || {
+        let rc = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+        (rc, major, minor)
+    })
+    .map_err(|_| "NVRTC could not be loaded".to_string())?;
+    if rc.0 != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(format!("nvrtcVersion: {:?}", rc.0));
+    }
+    Ok((rc.1, rc.2))
+}
+
+/// Compiles `k`'s program to PTX for `arch` (`compute_90`), through the disk cache when
+/// `cache` is set.
+pub fn compile(k: Kernel, arch: &str, cache: bool) -> Result<String, String> {
+    let src = program(k);
+    let (major, minor) = nvrtc_version()?;
+    let ver = format!("{major}.{minor}");
+    let path = cache.then(crate::backend::cache_dir).flatten().map(|d| {
+        let h = fnv64(&[src.as_bytes(), arch.as_bytes(), ver.as_bytes()]);
+        d.join("cuda").join(format!("{}-{arch}-{h:016x}.ptx", k.name()))
+    });
+    if let Some(ptx) = path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
+        return Ok(ptx);
+    }
+    let opts = cudarc::nvrtc::CompileOptions {
+        options: vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()],
+        name: Some(format!("{}.cu", k.name())),
+        ..Default::default()
+    };
+    let ptx = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(&src, opts))
+        .map_err(|_| format!("{}.cu: NVRTC panicked", k.name()))?
+        .map_err(|e| match e {
+            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                format!("{}.cu for {arch}:\n{}", k.name(), log.to_string_lossy())
+            }
+            e => format!("{}.cu for {arch}: {e}", k.name()),
+        })?
+        .to_src();
+    if let Some(p) = path {
+        // Best effort, written whole or not at all.
+        if let Some(dir) = p.parent() {
+            let _ = std::fs::create_dir_all(dir);
+            let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+            if std::fs::write(&tmp, &ptx).is_ok() {
+                let _ = std::fs::rename(&tmp, &p);
+            }
+        }
+    }
+    Ok(ptx)
+}

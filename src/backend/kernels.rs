@@ -1,0 +1,341 @@
+//! The kernels every GPU backend implements, and their variants: one kernel per op, each
+//! specialised per weight qtype or KV cache type. The wgpu backend builds a variant from WGSL
+//! (`shaders/`), the CUDA backend from CUDA C++ (`cuda/`); both run the same schedule
+//! (`schedule.rs`): the same parameters, bindings and workgroup counts per dispatch.
+
+use std::collections::HashSet;
+
+use crate::backend::{KvType, Refusal};
+use crate::model::{Graph, Model, Op};
+use crate::quant::QType;
+
+/// The weight qtypes the GPU kernels read, in table order (`q8_1` and `q8_K` are
+/// activation-only formats: no model stores weights in them).
+pub const WEIGHT_QTYPES: [QType; 15] = [
+    QType::F32,
+    QType::F16,
+    QType::BF16,
+    QType::Q4_0,
+    QType::Q4_1,
+    QType::Q5_0,
+    QType::Q5_1,
+    QType::Q8_0,
+    QType::Q2K,
+    QType::Q3K,
+    QType::Q4K,
+    QType::Q5K,
+    QType::Q6K,
+    QType::IQ4NL,
+    QType::MXFP4,
+];
+
+/// Whether the GPU kernels read weights of this qtype.
+pub fn has_weight_kernel(q: QType) -> bool {
+    WEIGHT_QTYPES.contains(&q)
+}
+
+/// One kernel per op; the name is the op's, and the file's in `shaders/` and `cuda/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    MatmulVec,
+    Matmul,
+    GetRows,
+    RmsNorm,
+    HeadNorm,
+    AddBias,
+    Rope,
+    KvStore,
+    Attention,
+    Add,
+    Mul,
+    Scale,
+    Swiglu,
+    Geglu,
+    Softcap,
+    Argmax,
+}
+
+/// How a kernel binds a buffer (binding i of group 0 is entry i).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bind {
+    Uniform,
+    Read,
+    ReadWrite,
+}
+
+use Bind::{Read as R, ReadWrite as RW, Uniform as U};
+
+impl Kernel {
+    pub const ALL: [Kernel; 16] = [
+        Kernel::MatmulVec,
+        Kernel::Matmul,
+        Kernel::GetRows,
+        Kernel::RmsNorm,
+        Kernel::HeadNorm,
+        Kernel::AddBias,
+        Kernel::Rope,
+        Kernel::KvStore,
+        Kernel::Attention,
+        Kernel::Add,
+        Kernel::Mul,
+        Kernel::Scale,
+        Kernel::Swiglu,
+        Kernel::Geglu,
+        Kernel::Softcap,
+        Kernel::Argmax,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::MatmulVec => "matmul_vec",
+            Kernel::Matmul => "matmul",
+            Kernel::GetRows => "get_rows",
+            Kernel::RmsNorm => "rms_norm",
+            Kernel::HeadNorm => "head_norm",
+            Kernel::AddBias => "add_bias",
+            Kernel::Rope => "rope",
+            Kernel::KvStore => "kv_store",
+            Kernel::Attention => "attention",
+            Kernel::Add => "add",
+            Kernel::Mul => "mul",
+            Kernel::Scale => "scale",
+            Kernel::Swiglu => "swiglu",
+            Kernel::Geglu => "geglu",
+            Kernel::Softcap => "softcap",
+            Kernel::Argmax => "argmax",
+        }
+    }
+
+    pub fn bindings(self) -> &'static [Bind] {
+        match self {
+            Kernel::KvStore => &[U, U, R, R, RW, RW],
+            Kernel::Attention => &[U, U, R, R, R, RW],
+            Kernel::Scale | Kernel::Softcap | Kernel::Argmax => &[U, R, RW],
+            _ => &[U, R, R, RW],
+        }
+    }
+
+    /// Reads a weight matrix in any weight qtype (`WEIGHT_QTYPES`).
+    pub fn reads_matrix(self) -> bool {
+        matches!(self, Kernel::MatmulVec | Kernel::Matmul | Kernel::GetRows)
+    }
+
+    /// Reads a float weight vector (f32 / f16 / bf16 only).
+    pub fn reads_vector(self) -> bool {
+        matches!(self, Kernel::RmsNorm | Kernel::HeadNorm | Kernel::AddBias)
+    }
+
+    /// Touches the KV cache (one variant per cache type).
+    pub fn uses_kv(self) -> bool {
+        matches!(self, Kernel::KvStore | Kernel::Attention)
+    }
+
+    /// Reduces across the workgroup, so the wgpu backend has a subgroup variant.
+    pub fn reduces(self) -> bool {
+        matches!(
+            self,
+            Kernel::MatmulVec | Kernel::RmsNorm | Kernel::HeadNorm | Kernel::Attention
+        )
+    }
+
+    /// The workgroup size set at pipeline creation (WGSL `WG` override), where the kernel
+    /// takes one: 64 for reductions and matvec, 256 for element-wise ops.
+    pub fn workgroup_size(self) -> Option<u32> {
+        match self {
+            Kernel::Matmul | Kernel::Argmax => None,
+            Kernel::MatmulVec | Kernel::GetRows | Kernel::RmsNorm | Kernel::HeadNorm | Kernel::Rope => Some(64),
+            Kernel::Attention | Kernel::KvStore => Some(64),
+            _ => Some(256),
+        }
+    }
+
+    /// Threads per workgroup (CUDA block) at dispatch: the override, or the size fixed in the
+    /// kernel (`matmul` 64 as 8 × 8, `argmax` 256).
+    pub fn threads(self) -> u32 {
+        match self {
+            Kernel::Matmul => 64,
+            Kernel::Argmax => 256,
+            k => k.workgroup_size().unwrap_or(64),
+        }
+    }
+}
+
+/// A kernel specialised for a weight qtype and/or KV type, with or without subgroups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Variant {
+    pub kernel: Kernel,
+    pub qtype: Option<QType>,
+    pub kv: Option<KvType>,
+    pub subgroups: bool,
+}
+
+impl Variant {
+    pub fn new(kernel: Kernel) -> Variant {
+        Variant {
+            kernel,
+            qtype: None,
+            kv: None,
+            subgroups: false,
+        }
+    }
+
+    pub fn with_qtype(kernel: Kernel, q: QType) -> Variant {
+        Variant {
+            qtype: Some(q),
+            ..Variant::new(kernel)
+        }
+    }
+
+    pub fn with_kv(kernel: Kernel, kv: KvType) -> Variant {
+        Variant {
+            kv: Some(kv),
+            ..Variant::new(kernel)
+        }
+    }
+
+    /// The same variant on the subgroup path, where the kernel has one.
+    pub fn subgroups(self, on: bool) -> Variant {
+        Variant {
+            subgroups: on && self.kernel.reduces(),
+            ..self
+        }
+    }
+
+    /// `matmul_vec/q4_0/sg`, `attention/kv_f16`, `add`.
+    pub fn name(&self) -> String {
+        let mut s = self.kernel.name().to_string();
+        if let Some(q) = self.qtype {
+            s += "/";
+            s += q.name();
+        }
+        if let Some(kv) = self.kv {
+            s += "/kv_";
+            s += kv.name();
+        }
+        if self.subgroups {
+            s += "/sg";
+        }
+        s
+    }
+
+    /// The kernel's entry point in `cuda/<kernel>.cu`: `matmul_vec_q4_K`, `attention_kv_f16`,
+    /// `add` (one entry serves both reduction paths).
+    pub fn entry(&self) -> String {
+        let mut s = self.kernel.name().to_string();
+        if let Some(q) = self.qtype {
+            s += "_";
+            s += q.name();
+        }
+        if let Some(kv) = self.kv {
+            s += "_kv_";
+            s += kv.name();
+        }
+        s
+    }
+}
+
+/// Every variant: each op with each type it takes, and on wgpu both reduction paths.
+/// The naga test validates and translates all of them; the NVRTC test compiles their CUDA twins.
+pub fn all_variants() -> Vec<Variant> {
+    let mut out = Vec::new();
+    for k in Kernel::ALL {
+        let base: Vec<Variant> = if k.reads_matrix() {
+            WEIGHT_QTYPES.into_iter().map(|q| Variant::with_qtype(k, q)).collect()
+        } else if k.reads_vector() {
+            [QType::F32, QType::F16, QType::BF16]
+                .into_iter()
+                .map(|q| Variant::with_qtype(k, q))
+                .collect()
+        } else if k.uses_kv() {
+            [KvType::F32, KvType::F16, KvType::Q8_0]
+                .into_iter()
+                .map(|kv| Variant::with_kv(k, kv))
+                .collect()
+        } else {
+            vec![Variant::new(k)]
+        };
+        for v in base {
+            out.push(v);
+            if k.reduces() {
+                out.push(v.subgroups(true));
+            }
+        }
+    }
+    out
+}
+
+/// Head widths the attention kernel takes: q is held in workgroup memory, and each of the 64
+/// invocations accumulates up to 8 output dimensions.
+pub const MAX_HEAD_DIM: usize = 512;
+
+fn refuse(s: String) -> Result<(), Refusal> {
+    Err(Refusal(s))
+}
+
+/// The part of the gate every GPU backend shares: each weight the graph reads has a kernel for
+/// its qtype and a row length the kernel takes, each op's shape is one the kernels handle.
+/// `backend` names the backend in the refusal.
+pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> Result<(), Refusal> {
+    let mut seen = HashSet::new();
+    for node in &graph.nodes {
+        for name in node.op.weights() {
+            if !seen.insert(name) {
+                continue;
+            }
+            let t = model
+                .weights
+                .get(name)
+                .ok_or_else(|| Refusal(format!("{name} is missing")))?;
+            if !has_weight_kernel(t.qtype) {
+                return refuse(format!("{name} is {}, no {backend} kernel", t.qtype));
+            }
+            let k = t.row_len();
+            let need = match node.op {
+                Op::Matmul { .. } => 32,
+                Op::GetRows { .. } => 8,
+                _ => 1,
+            };
+            if k % need != 0 {
+                return refuse(format!("{name}: row length {k} is not a multiple of {need}"));
+            }
+        }
+        match node.op {
+            Op::Attention {
+                n_head,
+                n_head_kv,
+                head_dim,
+                head_dim_v,
+                ..
+            } => {
+                // q8_0 rows are stored two blocks (17 words) per invocation.
+                let (kw, vw) = (n_head_kv * head_dim, n_head_kv * head_dim_v);
+                if kv == KvType::Q8_0 && (head_dim % 32 != 0 || head_dim_v % 32 != 0 || kw % 64 != 0 || vw % 64 != 0) {
+                    return refuse(format!(
+                        "{}: a q8_0 KV cache needs heads in 32s and K/V rows in 64s (head_dim {head_dim}/{head_dim_v}, rows {kw}/{vw})",
+                        node.name
+                    ));
+                }
+                if head_dim % 2 != 0 || head_dim > MAX_HEAD_DIM || head_dim_v > MAX_HEAD_DIM {
+                    return refuse(format!(
+                        "{}: head_dim {head_dim}/{head_dim_v} (the kernel takes even widths up to {MAX_HEAD_DIM})",
+                        node.name
+                    ));
+                }
+                if n_head_kv == 0 || n_head % n_head_kv != 0 {
+                    return refuse(format!("{}: {n_head} heads over {n_head_kv} KV heads", node.name));
+                }
+            }
+            Op::Rope { head_dim, rope, .. } if rope.n_rot % 2 != 0 || rope.n_rot > head_dim => {
+                return refuse(format!("{}: n_rot {} of head_dim {head_dim}", node.name, rope.n_rot));
+            }
+            Op::HeadNorm { head_dim, .. } if head_dim == 0 || node.width % head_dim != 0 => {
+                return refuse(format!(
+                    "{}: width {} is not whole heads of {head_dim}",
+                    node.name, node.width
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}

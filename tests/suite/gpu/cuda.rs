@@ -1,0 +1,135 @@
+//! The CUDA backend without a GPU: every kernel of `cuda/` compiled by NVRTC for the
+//! architectures the engine targets (NVRTC needs no GPU), and the backend itself on the CPU
+//! emulation of CUDA's execution model, which the op and model tests in `gpu.rs` and
+//! `gpu/models.rs` then run like any other GPU backend. On a machine with a CUDA device the
+//! device joins them.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use minfer::backend::cuda::{emu, source, CudaBackend};
+use minfer::backend::kernels::{all_variants, Kernel};
+use minfer::backend::Backend;
+
+use super::Gpu;
+use crate::common;
+
+/// The emulator library, built once per test run from `cuda/` (a build failure is a kernel
+/// that does not compile for the CPU: a test failure, not a skip).
+fn emulator(test: &str) -> Option<PathBuf> {
+    static LIB: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let lib = LIB.get_or_init(|| {
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda-emu");
+        let cuda = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("cuda");
+        emu::build(&cuda, &out)
+    });
+    match lib {
+        Ok(p) => Some(p.clone()),
+        Err(e) if e.contains("No such file") => common::skip(test, &format!("no C++ compiler: {e}")),
+        Err(e) => panic!("{test}: {e}"),
+    }
+}
+
+/// The CUDA backends to test: the emulated one, and device 0 where there is one.
+pub fn backends(test: &str) -> Vec<Gpu> {
+    let mut v = Vec::new();
+    if let Some(lib) = emulator(test) {
+        let b = CudaBackend::emulated(&lib).unwrap_or_else(|r| panic!("{test}: {r}"));
+        v.push(Gpu {
+            label: b.describe(),
+            backend: Arc::new(b),
+            alt: false,
+            emulated: true,
+        });
+    }
+    match CudaBackend::new(0) {
+        Ok(b) => v.push(Gpu {
+            label: b.describe(),
+            backend: Arc::new(b),
+            alt: false,
+            emulated: false,
+        }),
+        Err(r) => eprintln!("{test}: no CUDA device ({r}); the emulated kernels stand in"),
+    }
+    v
+}
+
+/// Every op file compiles with NVRTC for each target architecture, and its PTX holds an entry
+/// for every variant the schedule can launch (`Variant::entry`).
+#[test]
+fn nvrtc_compiles_every_kernel() {
+    let t = "nvrtc_compiles_every_kernel";
+    let (major, minor) = match source::nvrtc_version() {
+        Ok(v) => v,
+        Err(e) => {
+            common::skip::<()>(t, &e);
+            return;
+        }
+    };
+    // Pascal (dp4a), Turing, Ampere, Hopper; NVRTC 13 dropped everything before Turing.
+    let archs: &[&str] = if major >= 13 {
+        &["compute_75", "compute_80", "compute_90"]
+    } else {
+        &["compute_61", "compute_75", "compute_80", "compute_90"]
+    };
+    let mut failures = Vec::new();
+    for k in Kernel::ALL {
+        let entries: Vec<String> = all_variants()
+            .into_iter()
+            .filter(|v| v.kernel == k && !v.subgroups)
+            .map(|v| v.entry())
+            .collect();
+        for arch in archs {
+            match source::compile(k, arch, false) {
+                Ok(ptx) => {
+                    for e in &entries {
+                        if !ptx.contains(&format!(".entry {e}(")) {
+                            failures.push(format!("{}.cu for {arch}: no entry {e}", k.name()));
+                        }
+                    }
+                }
+                Err(e) => failures.push(e),
+            }
+        }
+        eprintln!("{}.cu: {} entries, {}", k.name(), entries.len(), archs.join(" "));
+    }
+    eprintln!("NVRTC {major}.{minor}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `info --json` gives CUDA's verdict with its reason: here `MINFER_DISABLE_CUDA`, and on a
+/// machine without a driver "no driver"; never a panic.
+#[test]
+fn info_says_why_cuda_is_out() {
+    let t = "info_says_why_cuda_is_out";
+    let Some(root) = common::ref_dir(t) else {
+        return;
+    };
+    let model = root.join("random/gguf/llama-Q4_0.gguf");
+    let info = |disable: bool| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"));
+        c.args(["info", "--json"]).arg(&model);
+        if disable {
+            c.env("MINFER_DISABLE_CUDA", "1");
+        } else {
+            c.env_remove("MINFER_DISABLE_CUDA");
+        }
+        let o = c.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success() && !err.contains("panicked"), "{err}");
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        j["backends"]["cuda"].clone()
+    };
+    let v = info(true);
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["reason"], "disabled by MINFER_DISABLE_CUDA");
+    let v = info(false);
+    match CudaBackend::new(0) {
+        Ok(_) => assert_eq!(v["ok"], true, "{v}"),
+        Err(r) => {
+            assert_eq!(v["ok"], false);
+            assert_eq!(v["reason"].as_str(), Some(r.0.as_str()));
+            eprintln!("cuda: {r}");
+        }
+    }
+}
