@@ -1,5 +1,6 @@
 // argmax over one row of logits (greedy decoding reads back 4 bytes instead of the row).
-// Ties go to the lowest id, NaN never wins: the CPU's `sampling::argmax`.
+// Ties go to the lowest id and NaN never wins (but a NaN at id 0, where the CPU starts): the
+// CPU's `sampling::argmax`, exactly.
 
 const WGA: u32 = 256u;
 
@@ -17,13 +18,20 @@ struct Params {
 var<workgroup> bv: array<f32, WGA>;
 var<workgroup> bi: array<u32, WGA>;
 
+// By its bits: WGSL lets a compiler assume floats are never NaN, so `v != v` may fold away.
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
 @compute @workgroup_size(WGA)
 fn main(@builtin(local_invocation_index) lid: u32) {
-    var best = -3.4e38;
-    var idx = 0xffffffffu;
+    let none = 0xffffffffu;
+    var best = 0.0;
+    var idx = none;
     for (var i = lid; i < p.n; i += WGA) {
         let v = x[p.offset + i];
-        if (v > best || idx == 0xffffffffu && !(v < best)) {
+        // ids rise, so a tie keeps the earlier one; a NaN is never taken.
+        if (!is_nan(v) && (idx == none || v > best)) {
             best = v;
             idx = i;
         }
@@ -35,7 +43,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
         if (lid < s) {
             let v = bv[lid + s];
             let i = bi[lid + s];
-            if (v > bv[lid] || (v == bv[lid] && i < bi[lid])) {
+            if (i != none && (bi[lid] == none || v > bv[lid] || (v == bv[lid] && i < bi[lid]))) {
                 bv[lid] = v;
                 bi[lid] = i;
             }
@@ -43,6 +51,8 @@ fn main(@builtin(local_invocation_index) lid: u32) {
         workgroupBarrier();
     }
     if (lid == 0u) {
-        out[0] = select(bi[0], 0u, bi[0] == 0xffffffffu);
+        // The CPU starts from id 0, and nothing compares greater than a NaN there.
+        let nan0 = p.n > 0u && is_nan(x[p.offset]);
+        out[0] = select(bi[0], 0u, bi[0] == none || nan0);
     }
 }

@@ -27,6 +27,9 @@ use minfer::{Model, Session, SessionOptions};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Per-op GPU time (wgpu timestamp queries) on stderr when a model is released
+    #[arg(long, global = true)]
+    profile: bool,
 }
 
 #[derive(Args, Clone)]
@@ -231,6 +234,10 @@ enum Cmd {
 
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if cli.profile {
+        // Read by the backend when a context is made; nothing else runs yet.
+        std::env::set_var("MINFER_PROFILE", "1");
+    }
     match dispatch(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -500,6 +500,39 @@ fn argmax_readback_matches_logits() {
         let id = ctx.forward_argmax(&g, &[0, 1, 2], 0).unwrap();
         assert_eq!(id, minfer::sampling::argmax(&logits[2 * m..]), "{}", b.label);
     }
+    // Rows made to be hard: NaNs early in a thread's slice and in the reduction's partner slots,
+    // ties (lowest id wins), a NaN at id 0 (the CPU's answer is then 0), all -inf.
+    let mut rows: Vec<Vec<f32>> = Vec::new();
+    let mut r = values(9, m, 1.0);
+    for i in [1, 2, 255, 300, 511] {
+        r[i] = f32::NAN;
+    }
+    r[700] = 5.0;
+    r[2000] = 5.0;
+    rows.push(r.clone());
+    r[0] = f32::NAN;
+    rows.push(r);
+    rows.push(vec![f32::NEG_INFINITY; m]);
+    let mut r = vec![f32::NAN; m];
+    r[2999] = -1.0;
+    rows.push(r);
+    let table = Tensor {
+        name: "tbl".into(),
+        qtype: QType::F32,
+        shape: vec![m as u64, rows.len() as u64],
+        data: Bytes::from_vec(rows.iter().flatten().flat_map(|v| v.to_le_bytes()).collect()),
+        part: 0,
+        file_offset: 0,
+    };
+    let mdl = model(hparams(m, 1, 1, 64), vec![table]);
+    let g = graph(vec![get_rows("tbl", m, 1)]);
+    for b in &gs {
+        let mut ctx = b.backend.new_context(&mdl, 16, KvType::F32).unwrap();
+        for (i, row) in rows.iter().enumerate() {
+            let id = ctx.forward_argmax(&g, &[i as u32], 0).unwrap();
+            assert_eq!(id, minfer::sampling::argmax(row), "{}: crafted row {i}", b.label);
+        }
+    }
 }
 
 /// The gate refuses before any upload and names what it cannot do; `select` then takes the CPU.

@@ -36,10 +36,14 @@ pub struct CudaBackend {
 
 impl CudaBackend {
     /// CUDA device `ordinal` (`--gpu N`), or why not: `MINFER_DISABLE_CUDA`, no driver, no
-    /// NVRTC, no such device.
+    /// NVRTC, no such device. `MINFER_CUDA_EMULATOR=LIB` puts the CPU emulation (a library
+    /// built by [`emu::build`]) in the device's place, for work on the kernels without a GPU.
     pub fn new(ordinal: usize) -> std::result::Result<CudaBackend, Refusal> {
         if std::env::var("MINFER_DISABLE_CUDA").is_ok_and(|v| !v.is_empty() && v != "0") {
             return Err(Refusal("disabled by MINFER_DISABLE_CUDA".into()));
+        }
+        if let Some(lib) = std::env::var_os("MINFER_CUDA_EMULATOR").filter(|v| !v.is_empty()) {
+            return CudaBackend::emulated(Path::new(&lib));
         }
         let d = driver::Driver::open(ordinal)?;
         Ok(CudaBackend {
