@@ -134,6 +134,28 @@ pub fn check_forward(graph: &Graph, tokens: &[u32], pos0: usize, n_ctx: usize, n
     Ok(())
 }
 
+/// Little-endian f32 bytes read back from a device, into `out` (replacing its contents).
+pub(crate) fn f32s_into(bytes: &[u8], out: &mut Vec<f32>) {
+    out.clear();
+    out.extend(
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+    );
+}
+
+/// A progress bar for uploading `total` bytes of weights, when that is enough to be worth one.
+pub(crate) fn upload_progress(total: u64) -> Option<indicatif::ProgressBar> {
+    (total >= 256 << 20).then(|| {
+        let b = indicatif::ProgressBar::new(total);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("upload {bar:40} {bytes}/{total_bytes} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    })
+}
+
 /// Where compiled kernels and pipeline caches live: `$XDG_CACHE_HOME/minfer`, else
 /// `~/.cache/minfer`.
 pub fn cache_dir() -> Option<std::path::PathBuf> {

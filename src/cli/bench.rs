@@ -18,6 +18,7 @@ pub struct Args {
     pub reps: usize,
     pub threads: Option<usize>,
     pub backends: Vec<BackendChoice>,
+    pub gpu: Option<usize>,
     pub kv_type: Option<KvType>,
     pub json: bool,
 }
@@ -105,13 +106,13 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
             threads: args.threads,
             backend: b,
             kv_type: args.kv_type,
-            gpu: None,
+            gpu: args.gpu,
         };
         // With several backends, one that is absent is a row less, not the end of the run.
         let mut s = match Session::new(model.clone(), &opts) {
             Ok(s) => s,
             Err(e) if args.backends.len() > 1 => {
-                eprintln!("bench: {b:?} skipped — {e}");
+                eprintln!("bench: {} skipped — {e}", format!("{b:?}").to_lowercase());
                 continue;
             }
             Err(e) => return Err(e.into()),

@@ -225,6 +225,9 @@ enum Cmd {
         /// Comma-separated backends to run side by side
         #[arg(long, default_value = "cpu")]
         backend: String,
+        /// CUDA device index
+        #[arg(long)]
+        gpu: Option<usize>,
         #[arg(long = "cache-type", value_parser = parse_kv)]
         cache_type: Option<KvType>,
         #[arg(long)]
@@ -368,6 +371,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             reps,
             threads,
             backend,
+            gpu,
             cache_type,
             json,
         } => {
@@ -386,6 +390,7 @@ fn dispatch(cli: Cli) -> Result<()> {
                     reps,
                     threads,
                     backends,
+                    gpu,
                     kv_type: cache_type,
                     json,
                 },

@@ -34,14 +34,7 @@ impl Registry {
         let mut names: Vec<&String> = model.weights.keys().collect();
         names.sort_unstable();
         let total: u64 = model.weights.values().map(|t| t.data.len() as u64).sum();
-        let bar = (total >= 256 << 20).then(|| {
-            let b = indicatif::ProgressBar::new(total);
-            b.set_style(
-                indicatif::ProgressStyle::with_template("upload {bar:40} {bytes}/{total_bytes} {msg}")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            b
-        });
+        let bar = crate::backend::upload_progress(total);
         let mut reg = Registry {
             weights: HashMap::new(),
             resident: 0,
@@ -329,12 +322,7 @@ fn finish(dev: &dyn Device, plan: &Plan, argmax: bool) -> std::result::Result<Ve
 impl Context for CudaContext {
     fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()> {
         let bytes = self.run(graph, tokens, pos0, false)?;
-        out.clear();
-        out.extend(
-            bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-        );
+        crate::backend::f32s_into(&bytes, out);
         Ok(())
     }
 

@@ -132,18 +132,22 @@ impl Device for Driver {
         if data.is_empty() {
             return Ok(());
         }
+        // The raw driver calls below act on the calling thread's current context.
+        self.ctx.bind_to_thread().map_err(derr)?;
         // SAFETY: `dst` is inside a live allocation of this context (the callers' `DevBuf`s);
         // from pageable memory the copy is staged before this returns.
         unsafe { cudarc::driver::result::memcpy_htod_async(dst, data, self.stream.cu_stream()) }.map_err(derr)
     }
 
     fn read(&self, src: u64, out: &mut [u8]) -> Result<(), String> {
+        self.ctx.bind_to_thread().map_err(derr)?;
         // SAFETY: as `write`; into pageable memory the copy is complete when this returns.
         unsafe { cudarc::driver::result::memcpy_dtoh_async(out, src, self.stream.cu_stream()) }.map_err(derr)?;
         self.stream.synchronize().map_err(derr)
     }
 
     fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<(), String> {
+        self.ctx.bind_to_thread().map_err(derr)?;
         // SAFETY: both ranges lie in live allocations of this context.
         unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }.map_err(derr)
     }

@@ -313,12 +313,7 @@ impl Context for WgpuContext {
             return self.forward_split(graph, tokens, pos0, m, out);
         }
         let bytes = self.run(graph, tokens, pos0, Readback::Logits)?;
-        out.clear();
-        out.extend(
-            bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-        );
+        crate::backend::f32s_into(&bytes, out);
         Ok(())
     }
 

@@ -15,9 +15,6 @@ use crate::tensor::Tensor;
 /// Bytes after the data of each buffer: `w_u32` at the last block reads one word further.
 pub const PAD: u64 = 4;
 
-/// Uploads past this many bytes show a progress bar (on a terminal).
-const PROGRESS_BYTES: u64 = 256 << 20;
-
 /// Queue writes are flushed (and their staging memory freed) every this many bytes.
 const FLUSH_BYTES: u64 = 256 << 20;
 
@@ -70,16 +67,7 @@ impl Registry {
         let mut tensors: Vec<&Tensor> = model.weights.values().collect();
         tensors.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         let total: u64 = tensors.iter().map(|t| t.data.len() as u64).sum();
-        let bar = if total >= PROGRESS_BYTES {
-            let b = indicatif::ProgressBar::new(total);
-            b.set_style(
-                indicatif::ProgressStyle::with_template("upload {bar:40} {bytes}/{total_bytes} {msg}")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            Some(b)
-        } else {
-            None
-        };
+        let bar = crate::backend::upload_progress(total);
         let mut reg = Registry {
             weights: HashMap::new(),
             resident: 0,
