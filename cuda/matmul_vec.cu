@@ -3,9 +3,81 @@
 // consecutive threads, within one warp) stride over its 8-element chunks, and meet in a butterfly
 // of shuffles over the segment.
 //
+// Weights with integer values in 32-element blocks (q4_0, q4_1, q5_0, q5_1, q8_0) take int8 dot
+// products (dp4a) where the device has them: the block first rounds its token's activations to
+// 8 bits in shared memory exactly as the CPU backend does for these types (q8_0 / q8_1: scale
+// amax / 127 kept as f16, round to nearest even, and q8_1's f16 block sum for the min term), then
+// each lane takes d_w · d_x · Σ q_w q_x per 8-element chunk. Rows up to MAX_K_I8 long; longer
+// ones, other types and older devices take the f32 path.
+//
 // Params: k (row length), m (width of y: all rows of the weight), rows (rows in this part),
 // row0 (first row of this part). Bindings: 1 W (raw blocks), 2 x [n][k], 3 y [n][m].
 // Grid: (x, y) folded over ceil(rows / 8) row groups, z = token. Block: 64.
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 610
+#define MF_DP4A 1
+#else
+#define MF_DP4A 0
+#endif
+
+// Longest row the int8 path takes: its 8-bit activations (and two floats per 32) live in shared
+// memory, 18 KiB at this length.
+#define MAX_K_I8 16384u
+
+// The int8 path; `xq` etc. are the block's shared activations (whole rows, one token).
+template <class Q>
+static __device__ __forceinline__ float matmul_vec_i8(const Params& p, const float* __restrict__ xt, u32 r,
+                                                      u32 lane) {
+    typedef i8w<Q> I;
+    constexpr u32 WG = 64, TPR = 8;
+    __shared__ int xq[MAX_K_I8 / 4];
+    __shared__ float xd[MAX_K_I8 / 32];
+    __shared__ float xs[MAX_K_I8 / 32];
+    const u8* __restrict__ w = binding<const u8>(p, 1);
+    const u32 k = p.w[0], rows = p.w[2];
+    // The CPU's quantize_row_q8_0 / q8_1 (x86): one thread per 32-element block.
+    for (u32 b = threadIdx.x; b < k / 32; b += WG) {
+        const float* v = xt + 32 * b;
+        float amax = 0.0f;
+        for (u32 i = 0; i < 32; i++) {
+            amax = fmaxf(amax, fabsf(v[i]));
+        }
+        const float d = amax / 127.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (u32 j = 0; j < 8; j++) {
+            u32 word = 0;
+            for (u32 i = 0; i < 4; i++) {
+                const int q = (int)rintf(mul_rn(v[4 * j + i], id));
+                sum += q;
+                word |= ((u32)q & 0xffu) << (8 * i);
+            }
+            xq[8 * b + j] = (int)word;
+        }
+        xd[b] = round_f16(d);
+        xs[b] = round_f16(mul_rn((float)sum, d));
+    }
+    __syncthreads();
+    float acc = 0.0f;
+    if (r < rows) {
+        const u8* __restrict__ wr = w + (unsigned long long)r * ((k / 32) * Q::QB);
+        MF_UNROLL_N(4)
+        for (u32 c = lane; c < k / 8; c += TPR) {
+            const u32 blk = c / 4, sub = c % 4;
+            const u2 q = I::q(wr, blk * Q::QB, sub);
+            const int xa = xq[8 * blk + 2 * sub], xb = xq[8 * blk + 2 * sub + 1];
+            int si = __dp4a((int)q.x, xa, __dp4a((int)q.y, xb, 0));
+            if (I::OFF != 0) {
+                si -= I::OFF * __dp4a(0x01010101, xa, __dp4a(0x01010101, xb, 0));
+            }
+            acc += mul_rn(mul_rn(I::d(wr, blk * Q::QB), xd[blk]), (float)si);
+            if (I::MIN && sub == 0) {
+                acc += mul_rn(I::m(wr, blk * Q::QB), xs[blk]);
+            }
+        }
+    }
+    return acc;
+}
 
 template <class Q>
 static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
@@ -23,6 +95,16 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
     const u32 nc = k / 8;
     const f4* __restrict__ xt = x + t * (k / 4);
     float acc = 0.0f;
+    if constexpr (MF_DP4A && i8w<Q>::INT8) {
+        if (k <= MAX_K_I8) {
+            // Uniform across the block: every thread takes this path and its barrier.
+            const float s = seg_sum<TPR>(matmul_vec_i8<Q>(p, reinterpret_cast<const float*>(xt), r, lane));
+            if (r < rows && lane == 0) {
+                y[t * m + row0 + r] = s;
+            }
+            return;
+        }
+    }
     if (r < rows) {
         const u8* __restrict__ wr = w + (unsigned long long)r * ((k / Q::QK) * Q::QB);
         MF_UNROLL_N(4)

@@ -372,6 +372,81 @@ struct qt_q8_K {
 };
 
 // ---- variant lists -----------------------------------------------------------------------------
+// ---- integer weights for dp4a --------------------------------------------------------------------
+// The 32-element formats whose weights are small integers times a block scale (plus a block min),
+// as the CPU's integer dot products see them: i8<Q> gives, for chunk c of the block at byte b,
+// the 8 integer weights as the bytes of two words (unsigned 0..31 before the offset OFF is taken
+// off, or signed for q8_0), the scale d and the min m (0 without one). Types without integer
+// weights have INT8 = false and take the f32 path.
+
+template <class Q>
+struct i8w {
+    static constexpr bool INT8 = false;
+};
+
+template <>
+struct i8w<qt_q4_0> {
+    static constexpr bool INT8 = true, MIN = false;
+    static constexpr int OFF = 8;
+    static __device__ __forceinline__ u2 q(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 o = b + 2 + (c & 1) * 8, sh = (c >> 1) * 4;
+        return u2{(ld_u32_2(w, o) >> sh) & 0x0f0f0f0fu, (ld_u32_2(w, o + 4) >> sh) & 0x0f0f0f0fu};
+    }
+    static __device__ __forceinline__ float d(const u8* __restrict__ w, u32 b) { return ld_f16(w, b); }
+    static __device__ __forceinline__ float m(const u8* __restrict__, u32) { return 0.0f; }
+};
+
+template <>
+struct i8w<qt_q4_1> {
+    static constexpr bool INT8 = true, MIN = true;
+    static constexpr int OFF = 0;
+    static __device__ __forceinline__ u2 q(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 o = b + 4 + (c & 1) * 8, sh = (c >> 1) * 4;
+        return u2{(ld_u32_4(w, o) >> sh) & 0x0f0f0f0fu, (ld_u32_4(w, o + 4) >> sh) & 0x0f0f0f0fu};
+    }
+    static __device__ __forceinline__ float d(const u8* __restrict__ w, u32 b) { return ld_f16(w, b); }
+    static __device__ __forceinline__ float m(const u8* __restrict__ w, u32 b) { return ld_f16(w, b + 2); }
+};
+
+template <>
+struct i8w<qt_q5_0> {
+    static constexpr bool INT8 = true, MIN = false;
+    static constexpr int OFF = 16;
+    static __device__ __forceinline__ u2 q(const u8* __restrict__ w, u32 b, u32 c) {
+        const u2 h = q5_high(ld_u32_2(w, b + 2), c);
+        const u32 o = b + 6 + (c & 1) * 8, sh = (c >> 1) * 4;
+        return u2{((ld_u32_2(w, o) >> sh) & 0x0f0f0f0fu) | h.x, ((ld_u32_2(w, o + 4) >> sh) & 0x0f0f0f0fu) | h.y};
+    }
+    static __device__ __forceinline__ float d(const u8* __restrict__ w, u32 b) { return ld_f16(w, b); }
+    static __device__ __forceinline__ float m(const u8* __restrict__, u32) { return 0.0f; }
+};
+
+template <>
+struct i8w<qt_q5_1> {
+    static constexpr bool INT8 = true, MIN = true;
+    static constexpr int OFF = 0;
+    static __device__ __forceinline__ u2 q(const u8* __restrict__ w, u32 b, u32 c) {
+        const u2 h = q5_high(ld_u32_4(w, b + 4), c);
+        const u2 q = ld_u64_8(w, b + 8 + (c & 1) * 8);
+        const u32 sh = (c >> 1) * 4;
+        return u2{((q.x >> sh) & 0x0f0f0f0fu) | h.x, ((q.y >> sh) & 0x0f0f0f0fu) | h.y};
+    }
+    static __device__ __forceinline__ float d(const u8* __restrict__ w, u32 b) { return ld_f16(w, b); }
+    static __device__ __forceinline__ float m(const u8* __restrict__ w, u32 b) { return ld_f16(w, b + 2); }
+};
+
+template <>
+struct i8w<qt_q8_0> {
+    static constexpr bool INT8 = true, MIN = false;
+    static constexpr int OFF = 0;
+    static __device__ __forceinline__ u2 q(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 o = b + 2 + c * 8;
+        return u2{ld_u32_2(w, o), ld_u32_2(w, o + 4)};
+    }
+    static __device__ __forceinline__ float d(const u8* __restrict__ w, u32 b) { return ld_f16(w, b); }
+    static __device__ __forceinline__ float m(const u8* __restrict__, u32) { return 0.0f; }
+};
+
 // X(name) for each qtype a kernel reads: the matrix ops (matmul_vec, matmul, get_rows) take every
 // weight qtype, the vector ops (rms_norm, head_norm, add_bias) the float ones. Entry points are
 // <op>_<name>, the traits qt_<name>.
