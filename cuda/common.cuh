@@ -227,52 +227,45 @@ static __device__ __forceinline__ u32 linear_id() {
 // one partial per warp to `red` (shared, BLOCK / 32 floats), and every thread adds the partials
 // in warp order. All threads of the block must call these, in uniform control flow.
 
-[[maybe_unused]] static __device__ __forceinline__ float warp_sum(float v) {
+// The two reductions, as functors: MAX picks fmaxf over +.
+template <bool MAX>
+static __device__ __forceinline__ float combine(float a, float b) {
+    return MAX ? fmaxf(a, b) : a + b;
+}
+
+template <bool MAX>
+static __device__ __forceinline__ float warp_reduce(float v) {
     MF_UNROLL
     for (u32 m = 16; m > 0; m >>= 1) {
-        v += __shfl_xor_sync(0xffffffffu, v, m);
+        v = combine<MAX>(v, __shfl_xor_sync(0xffffffffu, v, m));
     }
     return v;
 }
 
-[[maybe_unused]] static __device__ __forceinline__ float warp_max(float v) {
-    MF_UNROLL
-    for (u32 m = 16; m > 0; m >>= 1) {
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+template <u32 BLOCK, bool MAX>
+static __device__ __forceinline__ float block_reduce(float v, float* red) {
+    v = warp_reduce<MAX>(v);
+    if (threadIdx.x % 32 == 0) {
+        red[threadIdx.x / 32] = v;
     }
-    return v;
+    __syncthreads();
+    float t = red[0];
+    MF_UNROLL
+    for (u32 i = 1; i < BLOCK / 32; i++) {
+        t = combine<MAX>(t, red[i]);
+    }
+    __syncthreads();
+    return t;
 }
 
 template <u32 BLOCK>
 static __device__ __forceinline__ float block_sum(float v, float* red) {
-    v = warp_sum(v);
-    if (threadIdx.x % 32 == 0) {
-        red[threadIdx.x / 32] = v;
-    }
-    __syncthreads();
-    float t = red[0];
-    MF_UNROLL
-    for (u32 i = 1; i < BLOCK / 32; i++) {
-        t += red[i];
-    }
-    __syncthreads();
-    return t;
+    return block_reduce<BLOCK, false>(v, red);
 }
 
 template <u32 BLOCK>
 static __device__ __forceinline__ float block_max(float v, float* red) {
-    v = warp_max(v);
-    if (threadIdx.x % 32 == 0) {
-        red[threadIdx.x / 32] = v;
-    }
-    __syncthreads();
-    float t = red[0];
-    MF_UNROLL
-    for (u32 i = 1; i < BLOCK / 32; i++) {
-        t = fmaxf(t, red[i]);
-    }
-    __syncthreads();
-    return t;
+    return block_reduce<BLOCK, true>(v, red);
 }
 
 // Segments of TPR consecutive lanes (a power of two, at most 32): the sum over this thread's

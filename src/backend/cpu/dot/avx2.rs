@@ -2,12 +2,16 @@
 //!
 //! The bodies are `#[inline(always)]` and generic over `V`: with `V = true` (instantiated in
 //! `avx512.rs`, compiled with AVX-512 VNNI) the `maddubs + madd` pairs become `vpdpbusd` /
-//! `vpdpwssd`. The `*_x4` bodies decode each weight block once for four activation rows.
+//! `vpdpwssd`. The `*_x4` bodies decode each weight block once for four activation rows; the
+//! `gemm_*` bodies are the packed-panel prefill kernels of [`Gemm`].
 //! Callers guarantee the row lengths (see `dot_fn!`); reads go through unaligned loads.
 
 use std::arch::x86_64::*;
 
-use super::{dot_fn, dot_table, dot_x4_fn, scalar, x4_table, DotFn, DotX4Fn, Kernels, N_TYPES};
+use super::{
+    dot_fn, dot_table, dot_x4_fn, gemm_fn, gemm_table, scalar, x4_table, DotFn, DotX4Fn, Gemm, Kernels, N_TYPES,
+    PANEL_BLOCK_BYTES, PANEL_ROWS,
+};
 use crate::quant::{e8m0_to_f32_half, QType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
 pub(super) fn supported() -> bool {
@@ -18,6 +22,7 @@ pub(super) static KERNELS: Kernels = Kernels {
     isa: "avx2",
     dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), &DOT),
     dot_x4: x4_table([None; N_TYPES], &DOT_X4),
+    gemm: gemm_table(&GEMM, false),
     // SAFETY (these and every kernel in `DOT`): the table is handed out only where `supported()`.
     q8_0: |x, out| unsafe { quantize_q8_0(x, out) },
     q8_1: |x, out| unsafe { quantize_q8_1(x, out) },
@@ -40,6 +45,13 @@ macro_rules! instantiate {
             q8_0x4 = dot_signed_x4<Q8_0>, iq4_nlx4 = dot_signed_x4<IQ4NL>,
             q4_1x4 = dot_unsigned_x4<Q4_1>, q5_1x4 = dot_unsigned_x4<Q5_1>,
             q4_kx4 = q4_k_x4, q5_kx4 = q5_k_x4, q6_kx4 = q6_k_x4);
+        instantiate!(@pack $feat, $v;
+            q4_0p = Q4_0, q5_0p = Q5_0, q8_0p = Q8_0, iq4_nlp = IQ4NL, mxfp4p = MXFP4);
+
+        #[target_feature(enable = $feat)]
+        unsafe fn tile_(n: usize, panel: &[u8], act: &[u8], arb: usize, sums: &[u8], out: &mut [[f32; PANEL_ROWS]]) {
+            gemm_tile::<$v>(n, panel, act, arb, sums, out)
+        }
 
         pub(in crate::backend::cpu::dot) static DOT: [(QType, DotFn); 16] = [
             dot_fn!(F32, f32_),
@@ -71,12 +83,35 @@ macro_rules! instantiate {
             dot_x4_fn!(Q5K, q5_kx4),
             dot_x4_fn!(Q6K, q6_kx4),
         ];
+
+        pub(in crate::backend::cpu::dot) static GEMM: [(QType, Gemm); 5] = [
+            gemm_fn!(Q4_0, <Q4_0 as Signed>::OFF as i32, q4_0p, tile_, q4_0p::row),
+            gemm_fn!(Q5_0, <Q5_0 as Signed>::OFF as i32, q5_0p, tile_, q5_0p::row),
+            gemm_fn!(Q8_0, <Q8_0 as Signed>::OFF as i32, q8_0p, tile_, q8_0p::row),
+            gemm_fn!(IQ4NL, <IQ4NL as Signed>::OFF as i32, iq4_nlp, tile_, iq4_nlp::row),
+            gemm_fn!(MXFP4, <MXFP4 as Signed>::OFF as i32, mxfp4p, tile_, mxfp4p::row),
+        ];
     };
     (@one $feat:literal, $v:literal; $($name:ident = $body:ident $(<$t:tt>)?),* $(,)?) => {
         $(
             #[target_feature(enable = $feat)]
             unsafe fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
                 $body::<$v $(, $t)?>(n, w, a)
+            }
+        )*
+    };
+    (@pack $feat:literal, $v:literal; $($name:ident = $t:ident),* $(,)?) => {
+        $(
+            #[target_feature(enable = $feat)]
+            unsafe fn $name(n: usize, w: &[u8], stride: usize, panel: &mut [u8]) {
+                pack_signed::<$t>(n, w, stride, panel)
+            }
+            mod $name {
+                use super::*;
+                #[target_feature(enable = $feat)]
+                pub(super) unsafe fn row(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                    gemm_row::<$v, $t>(n, w, a)
+                }
             }
         )*
     };
@@ -95,7 +130,7 @@ mod inst {
     use super::*;
     instantiate!("avx2,fma,f16c", false);
 }
-use inst::{DOT, DOT_X4};
+use inst::{DOT, DOT_X4, GEMM};
 
 // --- helpers (ggml's names in comments) -----------------------------------------------------
 
@@ -247,6 +282,8 @@ pub(super) unsafe fn dot_float<const V: bool, const F: u8>(n: usize, w: &[u8], a
 /// A weight block that decodes to 32 signed quants and a scale (partner: q8_0).
 pub(super) trait Signed {
     const BYTES: usize;
+    /// Every decoded quant lies in -OFF..OFF (as i8: q + OFF wraps into 0..=255).
+    const OFF: u8;
     unsafe fn decode(xb: *const u8) -> (f32, __m256i);
 }
 
@@ -273,6 +310,7 @@ unsafe fn lut4(table: &[i8; 16], p: *const u8) -> __m256i {
 
 impl Signed for Q4_0 {
     const BYTES: usize = 18;
+    const OFF: u8 = 8;
     #[inline(always)]
     unsafe fn decode(xb: *const u8) -> (f32, __m256i) {
         (f16(xb), _mm256_sub_epi8(nibbles(xb.add(2)), _mm256_set1_epi8(8)))
@@ -281,6 +319,7 @@ impl Signed for Q4_0 {
 
 impl Signed for Q5_0 {
     const BYTES: usize = 22;
+    const OFF: u8 = 16;
     #[inline(always)]
     unsafe fn decode(xb: *const u8) -> (f32, __m256i) {
         // A clear high bit means q - 16: or-ing 0xF0 into the nibble does it in i8.
@@ -291,6 +330,7 @@ impl Signed for Q5_0 {
 
 impl Signed for Q8_0 {
     const BYTES: usize = 34;
+    const OFF: u8 = 128;
     #[inline(always)]
     unsafe fn decode(xb: *const u8) -> (f32, __m256i) {
         (f16(xb), ld256(xb.add(2)))
@@ -299,6 +339,7 @@ impl Signed for Q8_0 {
 
 impl Signed for IQ4NL {
     const BYTES: usize = 18;
+    const OFF: u8 = 128;
     #[inline(always)]
     unsafe fn decode(xb: *const u8) -> (f32, __m256i) {
         (f16(xb), lut4(&KVALUES_IQ4NL, xb.add(2)))
@@ -307,6 +348,7 @@ impl Signed for IQ4NL {
 
 impl Signed for MXFP4 {
     const BYTES: usize = 17;
+    const OFF: u8 = 16;
     #[inline(always)]
     unsafe fn decode(xb: *const u8) -> (f32, __m256i) {
         (e8m0_to_f32_half(*xb), lut4(&KVALUES_MXFP4, xb.add(1)))
@@ -417,6 +459,178 @@ pub(super) unsafe fn dot_unsigned_x4<const V: bool, B: Unsigned>(n: usize, w: &[
         hsum_ps(acc[2]) + summs[2],
         hsum_ps(acc[3]) + summs[3],
     ]
+}
+
+// --- prefill GEMM: packed 8-row panels × tokens (see `Gemm`) --------------------------------
+
+/// Transposes 8 rows of 8 dwords: out[j] holds dword j of every row, row r at dword r.
+#[inline(always)]
+unsafe fn transpose8x32(r: [__m256i; 8]) -> [__m256i; 8] {
+    let t = [
+        _mm256_unpacklo_epi32(r[0], r[1]),
+        _mm256_unpackhi_epi32(r[0], r[1]),
+        _mm256_unpacklo_epi32(r[2], r[3]),
+        _mm256_unpackhi_epi32(r[2], r[3]),
+        _mm256_unpacklo_epi32(r[4], r[5]),
+        _mm256_unpackhi_epi32(r[4], r[5]),
+        _mm256_unpacklo_epi32(r[6], r[7]),
+        _mm256_unpackhi_epi32(r[6], r[7]),
+    ];
+    // s[c]: dword c (low 128 bits) and c + 4 (high) of rows 0..4, then of rows 4..8.
+    let s = [
+        _mm256_unpacklo_epi64(t[0], t[2]),
+        _mm256_unpackhi_epi64(t[0], t[2]),
+        _mm256_unpacklo_epi64(t[1], t[3]),
+        _mm256_unpackhi_epi64(t[1], t[3]),
+        _mm256_unpacklo_epi64(t[4], t[6]),
+        _mm256_unpackhi_epi64(t[4], t[6]),
+        _mm256_unpacklo_epi64(t[5], t[7]),
+        _mm256_unpackhi_epi64(t[5], t[7]),
+    ];
+    let lo = |c: usize| _mm256_permute2x128_si256(s[c], s[c + 4], 0x20);
+    let hi = |c: usize| _mm256_permute2x128_si256(s[c], s[c + 4], 0x31);
+    [lo(0), lo(1), lo(2), lo(3), hi(0), hi(1), hi(2), hi(3)]
+}
+
+/// Packs 8 rows of `B` into a panel: per block, the 8 scales as f32, then per group j of 4
+/// quants 32 bytes: row r's quants 4j..4j+4, each + `B::OFF`, at byte 4r.
+#[inline(always)]
+pub(super) unsafe fn pack_signed<B: Signed>(n: usize, w: &[u8], stride: usize, panel: &mut [u8]) {
+    let (x, p) = (w.as_ptr(), panel.as_mut_ptr());
+    let off = _mm256_set1_epi8(B::OFF as i8);
+    for b in 0..n / 32 {
+        let pb = p.add(PANEL_BLOCK_BYTES * b);
+        let mut d = [0f32; PANEL_ROWS];
+        let mut q = [_mm256_setzero_si256(); PANEL_ROWS];
+        for r in 0..PANEL_ROWS {
+            let (dr, qr) = B::decode(x.add(stride * r + B::BYTES * b));
+            d[r] = dr;
+            q[r] = _mm256_add_epi8(qr, off);
+        }
+        std::ptr::write_unaligned(pb as *mut [f32; PANEL_ROWS], d);
+        for (j, g) in transpose8x32(q).into_iter().enumerate() {
+            _mm256_storeu_si256(pb.add(32 + 32 * j) as *mut __m256i, g);
+        }
+    }
+}
+
+/// `acc` + Σ of 4 adjacent u8·i8 products per i32 lane; without VNNI the i16 pair sums of
+/// `maddubs` saturate unless u < 128 (see `gemm_table`).
+#[inline(always)]
+unsafe fn dpbusd<const V: bool>(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    if V {
+        _mm256_dpbusd_epi32(acc, u, s)
+    } else {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+    }
+}
+
+/// One panel × `T` tokens: acc[t] (lane r = row r) += dx·dy · (-off·Σy + Σ(q+off)·y) per
+/// block, each activation group of 4 broadcast once for the 8 rows.
+#[inline(always)]
+unsafe fn gemm_tokens<const V: bool, const T: usize>(
+    nb: usize,
+    p: *const u8,
+    a: *const u8,
+    arb: usize,
+    s: *const u8,
+    out: *mut [f32; PANEL_ROWS],
+) {
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        let pb = p.add(PANEL_BLOCK_BYTES * b);
+        let sb = |t: usize| s.add(8 * (t * nb + b));
+        let mut sumi = [_mm256_setzero_si256(); T];
+        for (t, si) in sumi.iter_mut().enumerate() {
+            *si = _mm256_set1_epi32(u32u(sb(t).add(4)) as i32);
+        }
+        for j in 0..8 {
+            let wq = ld256(pb.add(32 + 32 * j));
+            for (t, si) in sumi.iter_mut().enumerate() {
+                let y = _mm256_set1_epi32(u32u(a.add(t * arb + 34 * b + 2 + 4 * j)) as i32);
+                *si = dpbusd::<V>(*si, wq, y);
+            }
+        }
+        let dx = _mm256_loadu_ps(pb as *const f32);
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let d = _mm256_mul_ps(dx, _mm256_set1_ps(f32u(sb(t))));
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), d, *acc);
+        }
+    }
+    for (t, acc) in acc.into_iter().enumerate() {
+        _mm256_storeu_ps(out.add(t) as *mut f32, acc);
+    }
+}
+
+/// `Gemm::row`: one row of `B` × one token, each block's exact Σq·y (sign trick) scaled as
+/// in lane r of `gemm_tokens`, so bit-identical to it: the same f32 product and fma per block.
+#[inline(always)]
+pub(super) unsafe fn gemm_row<const V: bool, B: Signed>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (x, y, nb) = (w.as_ptr(), a.as_ptr(), n / 32);
+    // (a fn, not a closure: closures do not inherit the caller's target features)
+    #[inline(always)]
+    unsafe fn blk<const V: bool, B: Signed>(x: *const u8, y: *const u8, b: usize) -> (f32, __m256i) {
+        let yb = y.add(34 * b);
+        let (dx, qx) = B::decode(x.add(B::BYTES * b));
+        let p = dot_us8::<V>(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(ld256(yb.add(2)), qx));
+        (dx * f16(yb), p)
+    }
+    let mut acc = 0f32;
+    let mut b = 0;
+    // Four blocks' horizontal sums at once; the fma chain stays one block at a time.
+    while b + 4 <= nb {
+        let [(d0, p0), (d1, p1), (d2, p2), (d3, p3)] = [
+            blk::<V, B>(x, y, b),
+            blk::<V, B>(x, y, b + 1),
+            blk::<V, B>(x, y, b + 2),
+            blk::<V, B>(x, y, b + 3),
+        ];
+        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+        let s = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+        let mut si = [0f32; 4];
+        _mm_storeu_ps(si.as_mut_ptr(), s);
+        for (si, d) in si.into_iter().zip([d0, d1, d2, d3]) {
+            acc = si.mul_add(d, acc);
+        }
+        b += 4;
+    }
+    for b in b..nb {
+        let (d, p) = blk::<V, B>(x, y, b);
+        acc = (hsum_i32(p) as f32).mul_add(d, acc);
+    }
+    acc
+}
+
+/// `Gemm::tile`: 8 tokens at a time under VNNI (16 accumulators of the 32 registers), 4 on
+/// AVX2 (16 registers), then one at a time.
+#[inline(always)]
+pub(super) unsafe fn gemm_tile<const V: bool>(
+    n: usize,
+    panel: &[u8],
+    act: &[u8],
+    arb: usize,
+    sums: &[u8],
+    out: &mut [[f32; PANEL_ROWS]],
+) {
+    let (nb, nt) = (n / 32, out.len());
+    let (p, a, s, o) = (panel.as_ptr(), act.as_ptr(), sums.as_ptr(), out.as_mut_ptr());
+    let tok = |t: usize| (a.add(arb * t), s.add(8 * nb * t), o.add(t));
+    let mut t = 0;
+    let step = if V { 8 } else { 4 };
+    while t + step <= nt {
+        let (a, s, o) = tok(t);
+        if V {
+            gemm_tokens::<V, 8>(nb, p, a, arb, s, o);
+        } else {
+            gemm_tokens::<V, 4>(nb, p, a, arb, s, o);
+        }
+        t += step;
+    }
+    while t < nt {
+        let (a, s, o) = tok(t);
+        gemm_tokens::<V, 1>(nb, p, a, arb, s, o);
+        t += 1;
+    }
 }
 
 // --- k-quants × q8_K {d: f32 @0, qs[256] @4, bsums: i16[16] @260} -----------------------------

@@ -10,7 +10,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{f16x2, f32u, hsum_ps, hsum_ps128, k4_mins, k4_scales, ld128, ld256, q6_offset, signed_step};
-use super::{avx2, dot_fn, dot_table, scalar, x4_table, DotFn, Kernels, N_TYPES};
+use super::{avx2, dot_fn, dot_table, gemm_table, scalar, x4_table, DotFn, Kernels, N_TYPES};
 use crate::quant::QType;
 
 pub(super) fn supported() -> bool {
@@ -25,6 +25,7 @@ pub(super) static KERNELS: Kernels = Kernels {
     isa: "avx512",
     dot: dot_table(dot_table(dot_table([None; N_TYPES], &scalar::DOT), &inst::DOT), &WIDE),
     dot_x4: x4_table([None; N_TYPES], &inst::DOT_X4),
+    gemm: gemm_table(&inst::GEMM, true),
     // SAFETY (these and every kernel below): the table is handed out only where `supported()`.
     q8_0: |x, out| unsafe { avx2::quantize_q8_0(x, out) },
     q8_1: |x, out| unsafe { avx2::quantize_q8_1(x, out) },
@@ -33,7 +34,7 @@ pub(super) static KERNELS: Kernels = Kernels {
 
 mod inst {
     use super::super::avx2::*;
-    use super::super::{dot_fn, dot_x4_fn, DotFn, DotX4Fn};
+    use super::super::{dot_fn, dot_x4_fn, gemm_fn, DotFn, DotX4Fn, Gemm, PANEL_ROWS};
     use crate::quant::QType;
 
     instantiate!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", true);

@@ -4,6 +4,7 @@
 //! `scalar.rs` is the oracle and the fallback; `avx2.rs`, `avx512.rs` and `neon.rs` hold the
 //! SIMD kernels. [`Kernels`] is a table of function pointers per ISA, chosen once at startup.
 //! Every kernel is tested against the scalar one (tests at the bottom of this file).
+//! [`Gemm`] holds the prefill kernels over packed 8-row panels (x86: `avx2.rs`).
 //!
 //! Adding a qtype: its scalar kernel here, one row in [`act_type`] and in the tables below;
 //! SIMD kernels override the scalar entry where they exist.
@@ -31,6 +32,45 @@ pub type DotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
 /// One weight row against four activation rows (the weight is decoded once): the prefill
 /// micro-kernel. Same contract as [`DotFn`] for each of the four rows.
 pub type DotX4Fn = fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
+
+/// Weight rows per packed panel of a [`Gemm`].
+pub const PANEL_ROWS: usize = 8;
+
+/// Bytes of a panel per 32-element block: the rows' scales as f32, then for each group of 4
+/// quants the 8 rows' 4 bytes, row-major ([`Gemm`]).
+pub const PANEL_BLOCK_BYTES: usize = 4 * PANEL_ROWS + 32 * PANEL_ROWS;
+
+/// Bytes per q8_0 activation block in a [`block_sums`] row: d as f32, -off·Σq as i32 (LE).
+pub const BLOCK_SUM_BYTES: usize = 8;
+
+/// Packs [`PANEL_ROWS`] weight rows of `n` elements, `stride` bytes apart in `w`, into
+/// `panel` (`n / 32 * PANEL_BLOCK_BYTES` bytes).
+pub type PackFn = fn(n: usize, w: &[u8], stride: usize, panel: &mut [u8]);
+
+/// One panel × `out.len()` tokens: `out[t][r]` = row r · token t. Token t's q8_0 activation
+/// row starts at `act[t * arb]`, its [`block_sums`] (with the [`Gemm`]'s `off`) at
+/// `sums[t * n / 32 * BLOCK_SUM_BYTES]`.
+pub type TileFn = fn(n: usize, panel: &[u8], act: &[u8], arb: usize, sums: &[u8], out: &mut [[f32; PANEL_ROWS]]);
+
+/// The prefill micro-kernels of a 32-element signed weight type against q8_0 activations, in
+/// the spirit of ggml's repacked GEMMs: [`PANEL_ROWS`] weight rows are decoded once into a
+/// panel of unsigned bytes `q + off` interleaved by groups of 4, so that one u8×i8 4-way dot
+/// (`vpdpbusd`) of a panel group with a broadcast activation group advances all 8 rows; each
+/// tile keeps (8 rows × tokens) f32 accumulators and reduces nothing horizontally. The `off`
+/// is taken back out exactly through the activation block sums: Σ(q+off)·y - off·Σy = Σq·y.
+#[derive(Clone, Copy)]
+pub struct Gemm {
+    /// The offset making every quant of the type a byte 0..=255.
+    pub off: i32,
+    /// Packs [`PANEL_ROWS`] rows into a panel ([`PackFn`]).
+    pub pack: PackFn,
+    /// One panel × tokens ([`TileFn`]).
+    pub tile: TileFn,
+    /// One row against one token without a panel ([`DotFn`]), for batches too small to pay
+    /// for packing and for rows outside whole panels. Bit-identical to `tile`, so
+    /// that a prompt's logits do not depend on how it is batched.
+    pub row: DotFn,
+}
 
 /// Quantizes one f32 row into an activation format (`x.len()` a multiple of its block).
 type QuantActFn = fn(x: &[f32], out: &mut [u8]);
@@ -129,7 +169,86 @@ macro_rules! dot_x4_fn {
         ($crate::quant::QType::$wq, f as $crate::backend::cpu::dot::DotX4Fn)
     }};
 }
-pub(crate) use {dot_fn, dot_x4_fn};
+/// [`Gemm`] entry for `$wq` from the unsafe `pack` / `tile` / `row` kernels, offset `$off`.
+macro_rules! gemm_fn {
+    ($wq:ident, $off:expr, $pack:path, $tile:path, $row:path) => {{
+        fn pack(n: usize, w: &[u8], stride: usize, panel: &mut [u8]) {
+            $crate::backend::cpu::dot::check_rows(n, w, stride, $crate::quant::QType::$wq);
+            $crate::backend::cpu::dot::check_panel(n, panel);
+            // SAFETY: as in `dot_fn!`.
+            unsafe { $pack(n, w, stride, panel) }
+        }
+        fn tile(
+            n: usize,
+            panel: &[u8],
+            act: &[u8],
+            arb: usize,
+            sums: &[u8],
+            out: &mut [[f32; $crate::backend::cpu::dot::PANEL_ROWS]],
+        ) {
+            $crate::backend::cpu::dot::check_panel(n, panel);
+            $crate::backend::cpu::dot::check_acts(n, act, arb, sums, out.len());
+            // SAFETY: as in `dot_fn!`.
+            unsafe { $tile(n, panel, act, arb, sums, out) }
+        }
+        (
+            $crate::quant::QType::$wq,
+            $crate::backend::cpu::dot::Gemm {
+                off: $off,
+                pack,
+                tile,
+                row: $crate::backend::cpu::dot::dot_fn!($wq, $row).1,
+            },
+        )
+    }};
+}
+pub(crate) use {dot_fn, dot_x4_fn, gemm_fn};
+
+/// Bounds of [`PANEL_ROWS`] weight rows `stride` bytes apart.
+#[inline(always)]
+fn check_rows(n: usize, w: &[u8], stride: usize, wq: QType) {
+    let rb = row_bytes(wq, n);
+    assert!(
+        stride >= rb && w.len() >= (PANEL_ROWS - 1) * stride + rb,
+        "{} panel of {n}: {} bytes hold no {PANEL_ROWS} rows {stride} apart",
+        wq.name(),
+        w.len()
+    );
+}
+
+/// Bounds of a panel of `n` elements.
+#[inline(always)]
+fn check_panel(n: usize, panel: &[u8]) {
+    assert!(
+        panel.len() >= n / 32 * PANEL_BLOCK_BYTES,
+        "{n}-wide panel: {} bytes",
+        panel.len()
+    );
+}
+
+/// Bounds of `nt` q8_0 activation rows `arb` bytes apart, with their block sums.
+#[inline(always)]
+fn check_acts(n: usize, act: &[u8], arb: usize, sums: &[u8], nt: usize) {
+    let (nb, ab) = (n / 32, row_bytes(QType::Q8_0, n));
+    if nt > 0 {
+        assert!(
+            arb >= ab && act.len() >= (nt - 1) * arb + ab && sums.len() >= nt * nb * BLOCK_SUM_BYTES,
+            "tile of {nt} tokens × {n}: {} activation bytes {arb} apart, {} sum bytes",
+            act.len(),
+            sums.len()
+        );
+    }
+}
+
+/// The token side of a [`Gemm`] tile for one q8_0 activation row `a`: per block, its scale d
+/// as f32 and -off·Σq as i32, little-endian ([`BLOCK_SUM_BYTES`] each).
+pub fn block_sums(a: &[u8], off: i32, out: &mut [u8]) {
+    for (blk, o) in a.chunks_exact(34).zip(out.chunks_exact_mut(BLOCK_SUM_BYTES)) {
+        let s: i32 = blk[2..].iter().map(|&q| q as i8 as i32).sum();
+        o[..4].copy_from_slice(&f16_at(blk, 0).to_le_bytes());
+        o[4..].copy_from_slice(&(-off * s).to_le_bytes());
+    }
+}
 
 /// Builds a per-qtype table from `base` with `over` entries replacing theirs.
 const fn dot_table(base: [Option<DotFn>; N_TYPES], over: &[(QType, DotFn)]) -> [Option<DotFn>; N_TYPES] {
@@ -152,11 +271,27 @@ const fn x4_table(base: [Option<DotX4Fn>; N_TYPES], over: &[(QType, DotX4Fn)]) -
     t
 }
 
+/// The [`Gemm`] entries of `over`; without VNNI (`maddubs`: u8·i8 pairs summed in saturating
+/// i16) only those whose quants lie in -off..off with off ≤ 64, so that q + off < 128 and no
+/// pair can saturate.
+const fn gemm_table(over: &[(QType, Gemm)], vnni: bool) -> [Option<Gemm>; N_TYPES] {
+    let mut t = [None; N_TYPES];
+    let mut i = 0;
+    while i < over.len() {
+        if vnni || over[i].1.off <= 64 {
+            t[over[i].0 as usize] = Some(over[i].1);
+        }
+        i += 1;
+    }
+    t
+}
+
 /// The kernels of one instruction set, resolved once; the matmul calls through these pointers.
 pub struct Kernels {
     isa: &'static str,
     dot: [Option<DotFn>; N_TYPES],
     dot_x4: [Option<DotX4Fn>; N_TYPES],
+    gemm: [Option<Gemm>; N_TYPES],
     q8_0: QuantActFn,
     q8_1: QuantActFn,
     q8_k: QuantActFn,
@@ -166,6 +301,7 @@ static SCALAR: Kernels = Kernels {
     isa: "scalar",
     dot: dot_table([None; N_TYPES], &scalar::DOT),
     dot_x4: [None; N_TYPES],
+    gemm: [None; N_TYPES],
     q8_0: scalar::quantize_q8_0,
     q8_1: scalar::quantize_q8_1,
     q8_k: scalar::quantize_q8_k,
@@ -243,6 +379,11 @@ impl Kernels {
     /// The 1-weight-row × 4-activation-row kernel for `w`, where this ISA has one.
     pub fn dot_x4(&self, w: QType) -> Option<DotX4Fn> {
         self.dot_x4[w as usize]
+    }
+
+    /// The packed-panel prefill kernels for `w`, where this ISA has them.
+    pub fn gemm(&self, w: QType) -> Option<Gemm> {
+        self.gemm[w as usize]
     }
 
     /// Quantizes one activation row; `act` is F32 (a byte copy), Q8_0, Q8_1 or Q8K.
@@ -452,6 +593,67 @@ mod tests {
         }
     }
 
+    /// Every `Gemm` (pack, then tiles of 1..=13 tokens) against the scalar dot, with rows and
+    /// activation rows placed further apart than their length; `row` bit-identical to `tile`.
+    #[test]
+    fn every_gemm_matches_the_scalar_dot() {
+        let mut rng = Rng(9);
+        for k in isas() {
+            for w in QType::ALL {
+                let Some(g) = k.gemm(w) else { continue };
+                assert_eq!(act_type(w), QType::Q8_0, "{w}");
+                for n in sizes(w) {
+                    let (rb, ab, nb) = (row_bytes(w, n), row_bytes(QType::Q8_0, n), n / 32);
+                    let (stride, arb) = (rb + 3, ab + 5);
+                    let mut wb = vec![0u8; PANEL_ROWS * stride];
+                    for r in 0..PANEL_ROWS {
+                        // Row 3 all zero, row 5 with one big outlier: edge scales.
+                        let mut x = rng.row(n, 0.05);
+                        match r {
+                            3 => x.fill(0.0),
+                            5 => x[n / 2] = 40.0,
+                            _ => {}
+                        }
+                        wb[r * stride..r * stride + rb].copy_from_slice(&w.quantize_to_vec(&x).unwrap());
+                    }
+                    let nt = 13;
+                    let mut act = vec![0u8; nt * arb];
+                    let mut sums = vec![0u8; nt * nb * BLOCK_SUM_BYTES];
+                    for t in 0..nt {
+                        let a = &mut act[t * arb..t * arb + ab];
+                        quantize_act(QType::Q8_0, &rng.row(n, 1.0), a);
+                        block_sums(a, g.off, &mut sums[t * nb * BLOCK_SUM_BYTES..]);
+                    }
+                    let mut panel = vec![0u8; nb * PANEL_BLOCK_BYTES];
+                    (g.pack)(n, &wb, stride, &mut panel);
+                    for nt in 1..=nt {
+                        let mut out = vec![[f32::NAN; PANEL_ROWS]; nt];
+                        (g.tile)(n, &panel, &act, arb, &sums, &mut out);
+                        for (t, o) in out.iter().enumerate() {
+                            let a = &act[t * arb..t * arb + ab];
+                            let one: Vec<f32> = (0..PANEL_ROWS).map(|r| (g.row)(n, &wb[r * stride..], a)).collect();
+                            assert!(
+                                one.iter().zip(o).all(|(x, y)| x.to_bits() == y.to_bits()),
+                                "{} {w} n={n} tile of {nt}, token {t}: row {one:?} vs tile {o:?}",
+                                k.isa()
+                            );
+                            for (r, &got) in o.iter().enumerate() {
+                                let wr = &wb[r * stride..r * stride + rb];
+                                let want = SCALAR.dot(w)(n, wr, a);
+                                let tol = 1e-5 * dequant_dot(w, wr, QType::Q8_0, a).0 + 1e-30;
+                                assert!(
+                                    (got as f64 - want as f64).abs() <= tol,
+                                    "{} {w} n={n} tile of {nt}: [{t}][{r}] = {got}, scalar {want}",
+                                    k.isa()
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn isa_names_are_parsed_strictly() {
         assert_eq!(Kernels::for_isa("scalar").unwrap().isa(), "scalar");
@@ -525,6 +727,12 @@ mod tests {
                         (0..iters / 4).map(|i| x4(n, &rows[i % 16], a4)[i % 4]).sum()
                     });
                     line += &format!(" (x4 {r:6.2})");
+                }
+                if let Some(g) = k.gemm(w) {
+                    let r = gbs(15, bytes, || {
+                        (0..iters).map(|i| (g.row)(n, &rows[i % 16], &acts[i % 4])).sum()
+                    });
+                    line += &format!(" (row {r:6.2})");
                 }
             }
             println!("{line}");
