@@ -1,10 +1,11 @@
 //! Quantized dot products: one weight row (raw GGUF blocks) against one activation row
 //! quantized to the weight type's ggml `vec_dot_type`, for every qtype, on every ISA.
 //!
-//! `scalar.rs` is the oracle and the fallback; `avx2.rs`, `avx512.rs` and `neon.rs` hold the
-//! SIMD kernels. [`Kernels`] is a table of function pointers per ISA, chosen once at startup.
+//! `scalar.rs` is the oracle and the fallback; `avx2/` (its prefill GEMM in `avx2/gemm.rs`),
+//! `avx512.rs` and `neon.rs` hold the SIMD kernels. [`Kernels`] is a table of function
+//! pointers per ISA, chosen once at startup.
 //! Every kernel is tested against the scalar one (tests at the bottom of this file).
-//! [`Gemm`] holds the prefill kernels over packed 8-row panels (x86: `avx2.rs`).
+//! [`Gemm`] holds the prefill kernels over packed 8-row panels (x86: `avx2/gemm.rs`).
 //!
 //! Adding a qtype: its scalar kernel here, one row in [`act_type`] and in the tables below;
 //! SIMD kernels override the scalar entry where they exist.
