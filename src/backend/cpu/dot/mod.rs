@@ -41,8 +41,9 @@ pub const PANEL_ROWS: usize = 8;
 /// quants the 8 rows' 4 bytes, row-major ([`Gemm`]).
 pub const PANEL_BLOCK_BYTES: usize = 4 * PANEL_ROWS + 32 * PANEL_ROWS;
 
-/// Bytes per q8_0 activation block in a [`block_sums`] row: d as f32, -off·Σq as i32 (LE).
-pub const BLOCK_SUM_BYTES: usize = 8;
+/// Bytes per q8_0 activation block in a [`block_sums`] row: d as f32 and -off·Σq as i32, then
+/// -off·Σq of each group of 4 quants as i32 (in two runs, see [`block_sums`]).
+pub const BLOCK_SUM_BYTES: usize = 40;
 
 /// Packs [`PANEL_ROWS`] weight rows of `n` elements, `stride` bytes apart in `w`, into
 /// `panel` (`n / 32 * PANEL_BLOCK_BYTES` bytes).
@@ -59,6 +60,10 @@ pub type TileFn = fn(n: usize, panel: &[u8], act: &[u8], arb: usize, sums: &[u8]
 /// (`vpdpbusd`) of a panel group with a broadcast activation group advances all 8 rows; each
 /// tile keeps (8 rows × tokens) f32 accumulators and reduces nothing horizontally. The `off`
 /// is taken back out exactly through the activation block sums: Σ(q+off)·y - off·Σy = Σq·y.
+/// Two summation orders, each that of the llama.cpp kernel for the type on x86: one i32 per
+/// block and (8 rows × tokens) accumulators (its repacked GEMMs: q4_0, iq4_nl, mxfp4), or
+/// 8 i32 lanes per block kept apart until the end (tinyBLAS and `ggml_vec_dot_*_q8_0`: q5_0,
+/// q8_0), with per-group offset sums.
 #[derive(Clone, Copy)]
 pub struct Gemm {
     /// The offset making every quant of the type a byte 0..=255.
@@ -241,13 +246,24 @@ fn check_acts(n: usize, act: &[u8], arb: usize, sums: &[u8], nt: usize) {
     }
 }
 
-/// The token side of a [`Gemm`] tile for one q8_0 activation row `a`: per block, its scale d
-/// as f32 and -off·Σq as i32, little-endian ([`BLOCK_SUM_BYTES`] each).
+/// The token side of a [`Gemm`] tile for one q8_0 activation row `a` of `nb` blocks,
+/// little-endian ([`BLOCK_SUM_BYTES`] a block): first per block its scale d as f32 and
+/// -off·Σq as i32 (8 bytes), then per block -off·Σq of each group of 4 quants (8 × i32) for
+/// the tiles that keep ggml's per-group lanes.
 pub fn block_sums(a: &[u8], off: i32, out: &mut [u8]) {
-    for (blk, o) in a.chunks_exact(34).zip(out.chunks_exact_mut(BLOCK_SUM_BYTES)) {
-        let s: i32 = blk[2..].iter().map(|&q| q as i8 as i32).sum();
+    let nb = a.len() / 34;
+    let (whole, groups) = out[..nb * BLOCK_SUM_BYTES].split_at_mut(8 * nb);
+    for ((blk, o), g) in a
+        .chunks_exact(34)
+        .zip(whole.chunks_exact_mut(8))
+        .zip(groups.chunks_exact_mut(32))
+    {
+        let q = |i: usize| blk[2 + i] as i8 as i32;
         o[..4].copy_from_slice(&f16_at(blk, 0).to_le_bytes());
-        o[4..].copy_from_slice(&(-off * s).to_le_bytes());
+        o[4..].copy_from_slice(&(-off * (0..32).map(q).sum::<i32>()).to_le_bytes());
+        for (j, gj) in g.chunks_exact_mut(4).enumerate() {
+            gj.copy_from_slice(&(-off * (4 * j..4 * j + 4).map(q).sum::<i32>()).to_le_bytes());
+        }
     }
 }
 

@@ -81,7 +81,7 @@ unsafe fn gemm_tokens<const V: bool, const T: usize>(
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..nb {
         let pb = p.add(PANEL_BLOCK_BYTES * b);
-        let sb = |t: usize| s.add(8 * (t * nb + b));
+        let sb = |t: usize| s.add(BLOCK_SUM_BYTES * nb * t + 8 * b);
         let mut sumi = [_mm256_setzero_si256(); T];
         for (t, si) in sumi.iter_mut().enumerate() {
             *si = _mm256_set1_epi32(u32u(sb(t).add(4)) as i32);
@@ -156,7 +156,7 @@ pub(in crate::backend::cpu::dot) unsafe fn gemm_tile<const V: bool>(
 ) {
     let (nb, nt) = (n / 32, out.len());
     let (p, a, s, o) = (panel.as_ptr(), act.as_ptr(), sums.as_ptr(), out.as_mut_ptr());
-    let tok = |t: usize| (a.add(arb * t), s.add(8 * nb * t), o.add(t));
+    let tok = |t: usize| (a.add(arb * t), s.add(BLOCK_SUM_BYTES * nb * t), o.add(t));
     let mut t = 0;
     let step = if V { 8 } else { 4 };
     while t + step <= nt {
@@ -171,6 +171,84 @@ pub(in crate::backend::cpu::dot) unsafe fn gemm_tile<const V: bool>(
     while t < nt {
         let (a, s, o) = tok(t);
         gemm_tokens::<V, 1>(nb, p, a, arb, s, o);
+        t += 1;
+    }
+}
+
+/// One panel × `T` tokens in ggml's lane order (tinyBLAS, `ggml_vec_dot_*_q8_0`): each
+/// (row, token) keeps 8 f32 lanes, lane j the running Σ over blocks of dx·dy · (the i32 sum of
+/// quants 4j..4j+4), reduced by `hsum_float_8` only at the end. Held transposed: acc[t][j]
+/// has row r's lane j at lane r, so a panel group advances all 8 rows with one `vpdpbusd`.
+#[inline(always)]
+unsafe fn lanes_tokens<const V: bool, const T: usize>(
+    nb: usize,
+    p: *const u8,
+    a: *const u8,
+    arb: usize,
+    s: *const u8,
+    out: *mut [f32; PANEL_ROWS],
+) {
+    let mut acc = [[_mm256_setzero_ps(); 8]; T];
+    for b in 0..nb {
+        let pb = p.add(PANEL_BLOCK_BYTES * b);
+        let dx = _mm256_loadu_ps(pb as *const f32);
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let st = s.add(BLOCK_SUM_BYTES * nb * t);
+            let d = _mm256_mul_ps(dx, _mm256_set1_ps(f32u(st.add(8 * b))));
+            let corr = st.add(8 * nb + 32 * b);
+            let y = a.add(t * arb + 34 * b + 2);
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let init = _mm256_set1_epi32(u32u(corr.add(4 * j)) as i32);
+                let yj = _mm256_set1_epi32(u32u(y.add(4 * j)) as i32);
+                let pj = dpbusd::<V>(init, ld256(pb.add(32 + 32 * j)), yj);
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pj), d, *acc);
+            }
+        }
+    }
+    for (t, l) in acc.iter().enumerate() {
+        // hsum_float_8: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), for 8 rows at once.
+        let even = _mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6]));
+        let odd = _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]));
+        _mm256_storeu_ps(out.add(t) as *mut f32, _mm256_add_ps(even, odd));
+    }
+}
+
+/// `Gemm::row` of the lane-order tiles: ggml's one-accumulator signed dot, bit-identical to
+/// a lane of `lanes_tokens`.
+#[inline(always)]
+pub(in crate::backend::cpu::dot) unsafe fn lanes_row<const V: bool, B: Signed>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (x, y) = (w.as_ptr(), a.as_ptr());
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..n / 32 {
+        acc = signed_step::<V, B>(x, y, b, acc);
+    }
+    hsum_ps(acc)
+}
+
+/// `Gemm::tile` in lane order: 2 tokens at a time under VNNI (16 accumulators), then one.
+#[inline(always)]
+pub(in crate::backend::cpu::dot) unsafe fn lanes_tile<const V: bool>(
+    n: usize,
+    panel: &[u8],
+    act: &[u8],
+    arb: usize,
+    sums: &[u8],
+    out: &mut [[f32; PANEL_ROWS]],
+) {
+    let (nb, nt) = (n / 32, out.len());
+    let (p, a, s, o) = (panel.as_ptr(), act.as_ptr(), sums.as_ptr(), out.as_mut_ptr());
+    let tok = |t: usize| (a.add(arb * t), s.add(BLOCK_SUM_BYTES * nb * t), o.add(t));
+    let mut t = 0;
+    if V {
+        while t + 2 <= nt {
+            let (a, s, o) = tok(t);
+            lanes_tokens::<V, 2>(nb, p, a, arb, s, o);
+            t += 2;
+        }
+    }
+    while t < nt {
+        let (a, s, o) = tok(t);
+        lanes_tokens::<V, 1>(nb, p, a, arb, s, o);
         t += 1;
     }
 }

@@ -9,13 +9,13 @@
 use std::arch::x86_64::*;
 
 use super::{
-    dot_fn, dot_table, dot_x4_fn, gemm_fn, gemm_table, scalar, x4_table, DotFn, DotX4Fn, Gemm, Kernels, N_TYPES,
-    PANEL_BLOCK_BYTES, PANEL_ROWS,
+    dot_fn, dot_table, dot_x4_fn, gemm_fn, gemm_table, scalar, x4_table, DotFn, DotX4Fn, Gemm, Kernels,
+    BLOCK_SUM_BYTES, N_TYPES, PANEL_BLOCK_BYTES, PANEL_ROWS,
 };
 use crate::quant::{e8m0_to_f32_half, QType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
 mod gemm;
-pub(super) use gemm::{gemm_row, gemm_tile, pack_signed};
+pub(super) use gemm::{gemm_row, gemm_tile, lanes_row, lanes_tile, pack_signed};
 
 pub(super) fn supported() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
@@ -48,12 +48,18 @@ macro_rules! instantiate {
             q8_0x4 = dot_signed_x4<Q8_0>, iq4_nlx4 = dot_signed_x4<IQ4NL>,
             q4_1x4 = dot_unsigned_x4<Q4_1>, q5_1x4 = dot_unsigned_x4<Q5_1>,
             q4_kx4 = q4_k_x4, q5_kx4 = q5_k_x4, q6_kx4 = q6_k_x4);
-        instantiate!(@pack $feat, $v;
-            q4_0p = Q4_0, q8_0p = Q8_0, iq4_nlp = IQ4NL, mxfp4p = MXFP4);
+        instantiate!(@pack $feat, $v, gemm_row;
+            q4_0p = Q4_0, iq4_nlp = IQ4NL, mxfp4p = MXFP4);
+        instantiate!(@pack $feat, $v, lanes_row; q5_0l = Q5_0, q8_0l = Q8_0);
 
         #[target_feature(enable = $feat)]
         unsafe fn tile_(n: usize, panel: &[u8], act: &[u8], arb: usize, sums: &[u8], out: &mut [[f32; PANEL_ROWS]]) {
             gemm_tile::<$v>(n, panel, act, arb, sums, out)
+        }
+
+        #[target_feature(enable = $feat)]
+        unsafe fn lanes_(n: usize, panel: &[u8], act: &[u8], arb: usize, sums: &[u8], out: &mut [[f32; PANEL_ROWS]]) {
+            lanes_tile::<$v>(n, panel, act, arb, sums, out)
         }
 
         pub(in crate::backend::cpu::dot) static DOT: [(QType, DotFn); 16] = [
@@ -87,11 +93,12 @@ macro_rules! instantiate {
             dot_x4_fn!(Q6K, q6_kx4),
         ];
 
-        pub(in crate::backend::cpu::dot) static GEMM: [(QType, Gemm); 4] = [
+        // q5_0 and q8_0 (which ggml does not repack on x86) sum in ggml's lane order, the
+        // others as ggml's repacked GEMMs do: one i32 per block.
+        pub(in crate::backend::cpu::dot) static GEMM: [(QType, Gemm); 5] = [
             gemm_fn!(Q4_0, <Q4_0 as Signed>::OFF as i32, q4_0p, tile_, q4_0p::row),
-            // Not q5_0: with it, gemma-3's prompts drift further from llama.cpp's logits (top-1
-            // on the 198-token paragraph 188 instead of 190): its 4-token kernel keeps ggml's order.
-            gemm_fn!(Q8_0, <Q8_0 as Signed>::OFF as i32, q8_0p, tile_, q8_0p::row),
+            gemm_fn!(Q5_0, <Q5_0 as Signed>::OFF as i32, q5_0l, lanes_, q5_0l::row),
+            gemm_fn!(Q8_0, <Q8_0 as Signed>::OFF as i32, q8_0l, lanes_, q8_0l::row),
             gemm_fn!(IQ4NL, <IQ4NL as Signed>::OFF as i32, iq4_nlp, tile_, iq4_nlp::row),
             gemm_fn!(MXFP4, <MXFP4 as Signed>::OFF as i32, mxfp4p, tile_, mxfp4p::row),
         ];
@@ -104,7 +111,7 @@ macro_rules! instantiate {
             }
         )*
     };
-    (@pack $feat:literal, $v:literal; $($name:ident = $t:ident),* $(,)?) => {
+    (@pack $feat:literal, $v:literal, $row:ident; $($name:ident = $t:ident),* $(,)?) => {
         $(
             #[target_feature(enable = $feat)]
             unsafe fn $name(n: usize, w: &[u8], stride: usize, panel: &mut [u8]) {
@@ -114,7 +121,7 @@ macro_rules! instantiate {
                 use super::*;
                 #[target_feature(enable = $feat)]
                 pub(super) unsafe fn row(n: usize, w: &[u8], a: &[u8]) -> f32 {
-                    gemm_row::<$v, $t>(n, w, a)
+                    $row::<$v, $t>(n, w, a)
                 }
             }
         )*
@@ -201,6 +208,12 @@ pub(super) unsafe fn hsum_ps128(x: __m128) -> f32 {
 unsafe fn hsum_i32(a: __m256i) -> i32 {
     let s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
     let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01)))
+}
+
+#[inline(always)]
+unsafe fn hsum_i32_128(a: __m128i) -> i32 {
+    let s = _mm_add_epi32(a, _mm_unpackhi_epi64(a, a));
     _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01)))
 }
 
@@ -666,20 +679,22 @@ unsafe fn hbit16(hbits: __m256i, b: usize) -> __m256i {
     _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, m), m), _mm256_set1_epi8(16))
 }
 
-/// ggml_vec_dot_q{4,5}_K_q8_K. block_q4_K {d @0, dmin @2, scales[12] @4, qs[128] @16};
+/// ggml_vec_dot_q5_K_q8_K, and for q4_K the order of ggml's repacked `gemm/gemv_q4_K_8x8_q8_K`
+/// (which llama.cpp runs q4_K through on x86): per block the exact i32 sums of quants and of
+/// mins, each scaled into its own f32 chain, the mins' chain subtracted at the end.
+/// block_q4_K {d @0, dmin @2, scales[12] @4, qs[128] @16};
 /// block_q5_K {d, dmin, scales[12], qh[32] @16, qs[128] @48}.
 #[inline(always)]
 unsafe fn q45_k<const V: bool, const FIVE: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let (x, y, bb) = (w.as_ptr(), a.as_ptr(), if FIVE { 176 } else { 144 });
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
+    let (mut sum, mut sum_m) = (0f32, 0f32);
     for i in 0..n / 256 {
         let (xb, yb) = (x.add(bb * i), y.add(292 * i));
         let dy = f32u(yb);
         let (xd, xdmin) = f16x2(xb);
-        let (d, dmin) = (dy * xd, -dy * xdmin);
         let (scales, mins) = k4_scales(xb.add(4));
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_mins(mins, yb)), acc_m);
         let mut sumi = _mm256_setzero_si256();
         for j in 0..4 {
             let (lo, hi) = k4_quants::<FIVE>(xb, j);
@@ -689,9 +704,20 @@ unsafe fn q45_k<const V: bool, const FIVE: bool>(n: usize, w: &[u8], a: &[u8]) -
             sumi = madd_acc::<V>(sumi, _mm256_shuffle_epi8(scales, shuf_k4(2 * j)), pl);
             sumi = madd_acc::<V>(sumi, _mm256_shuffle_epi8(scales, shuf_k4(2 * j + 1)), ph);
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        let m = k4_mins(mins, yb);
+        if FIVE {
+            acc_m = _mm_fmadd_ps(_mm_set1_ps(-dy * xdmin), _mm_cvtepi32_ps(m), acc_m);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dy * xd), _mm256_cvtepi32_ps(sumi), acc);
+        } else {
+            sum = (hsum_i32(sumi) as f32).mul_add(xd * dy, sum);
+            sum_m = (hsum_i32_128(m) as f32).mul_add(xdmin * dy, sum_m);
+        }
     }
-    hsum_ps(acc) + hsum_ps128(acc_m)
+    if FIVE {
+        hsum_ps(acc) + hsum_ps128(acc_m)
+    } else {
+        sum - sum_m
+    }
 }
 
 #[inline(always)]
@@ -699,6 +725,7 @@ unsafe fn q45_k_x4<const V: bool, const FIVE: bool>(n: usize, w: &[u8], a: [&[u8
     let (x, y, bb) = (w.as_ptr(), a.map(|r| r.as_ptr()), if FIVE { 176 } else { 144 });
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut acc_m = [_mm_setzero_ps(); 4];
+    let (mut sum, mut sum_m) = ([0f32; 4], [0f32; 4]);
     for i in 0..n / 256 {
         let xb = x.add(bb * i);
         let (dx, dminx) = f16x2(xb);
@@ -712,16 +739,33 @@ unsafe fn q45_k_x4<const V: bool, const FIVE: bool>(n: usize, w: &[u8], a: [&[u8
             );
             for k in 0..4 {
                 let q8 = y[k].add(292 * i + 4 + 64 * j);
-                sumi[k] = madd_acc::<V>(sumi[k], sl, _mm256_maddubs_epi16(lo, ld256(q8)));
-                sumi[k] = madd_acc::<V>(sumi[k], sh, _mm256_maddubs_epi16(hi, ld256(q8.add(32))));
+                // q4_K: ggml's repacked GEMM scales each 64 quants' sum on its own.
+                let s = if FIVE { sumi[k] } else { _mm256_setzero_si256() };
+                let s = madd_acc::<V>(s, sl, _mm256_maddubs_epi16(lo, ld256(q8)));
+                sumi[k] = madd_acc::<V>(s, sh, _mm256_maddubs_epi16(hi, ld256(q8.add(32))));
+                if !FIVE {
+                    let yb = y[k].add(292 * i);
+                    let (dy, m) = (f32u(yb), k4_mins(mins, yb));
+                    let mut ms = [0i32; 4];
+                    _mm_storeu_si128(ms.as_mut_ptr() as *mut __m128i, m);
+                    let mj = ms[j];
+                    sum[k] = (hsum_i32(sumi[k]) as f32).mul_add(dx * dy, sum[k]);
+                    sum_m[k] = (mj as f32).mul_add(dminx * dy, sum_m[k]);
+                }
             }
         }
         for k in 0..4 {
-            let yb = y[k].add(292 * i);
-            let dy = f32u(yb);
-            acc_m[k] = _mm_fmadd_ps(_mm_set1_ps(-dy * dminx), _mm_cvtepi32_ps(k4_mins(mins, yb)), acc_m[k]);
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+            if FIVE {
+                let yb = y[k].add(292 * i);
+                let dy = f32u(yb);
+                let m = k4_mins(mins, yb);
+                acc_m[k] = _mm_fmadd_ps(_mm_set1_ps(-dy * dminx), _mm_cvtepi32_ps(m), acc_m[k]);
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dx), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+            }
         }
+    }
+    if !FIVE {
+        return std::array::from_fn(|k| sum[k] - sum_m[k]);
     }
     [
         hsum_ps(acc[0]) + hsum_ps128(acc_m[0]),
