@@ -193,15 +193,17 @@ const REAL_CASES: [(&str, &str); 5] = [
     ("gemma3.p3_paragraph", "gemma-3-270m-Q4_K_M.gguf"),
 ];
 
-/// The real models from llama.cpp's prompt ids. What this checks, and why not more: the
-/// issue asks for top-1 at every position whose llama.cpp margin is ≥ 0.05. The real models
-/// amplify last-bit differences (f16 rounding of q, K, V and probabilities, 8-bit activation
-/// rounding) layer by layer, and llama.cpp's prompt path runs other kernels than its decode
-/// path (tinyBLAS tiles, repacked weights), so near-ties flip. Measured on this engine:
-/// 41/42, 195/197 and 190/198 at margin ≥ 0.05, every disagreement at margin < 0.35 (a
-/// change in summation order moves a few of these near-ties either way).
-/// Asserted: ≥ 95 % agreement at margin ≥ 0.05, full agreement at margin ≥ 0.5, and the first
-/// 16 greedy tokens (or up to end-of-turn) identical in at least 4 of the 5 cases.
+/// The real models from llama.cpp's prompt ids, against the top-20 logits llama.cpp recorded at
+/// every position. The CPU backend reproduces the arithmetic of the paths llama.cpp's AVX-512
+/// build takes for these prompts (tinyBLAS and ggml's dot products for q4_1, q5_0, q8_0, q6_K,
+/// its repacked q4_K GEMM/GEMV, its attention, softmax, SiLU and RoPE), so SmolLM2's three
+/// prompts and gemma-3's short one come out bit for bit: every position agrees and the last
+/// logits are equal. gemma-3's 206-token paragraph is the exception: from 8 tokens on, llama.cpp
+/// multiplies q6_K weights through its tiled K-quant GEMM, whose order is not reproduced yet;
+/// measured 191/198 there, the misses at margins below 0.35.
+/// Asserted: the exact cases exact (every position at margin ≥ 0.05, last logits NMSE
+/// ≤ 1e-12, the first 16 greedy tokens); the paragraph ≥ 95 % at margin ≥ 0.05, all at
+/// margin ≥ 0.5, and the greedy tokens identical in at least 4 of the 5 cases.
 #[test]
 fn real_models_match_llama_cpp() {
     let t = "real_models_match_llama_cpp";
@@ -256,6 +258,14 @@ fn real_models_match_llama_cpp() {
         }
         let rate = top.agree as f64 / top.counted.max(1) as f64;
         let worst = top.disagree_margins.iter().copied().fold(0f32, f32::max);
+        if case != "gemma3.p3_paragraph" && (top.agree < top.counted || nmse > 1e-12 || diverged.is_some()) {
+            top1_failures.push(format!(
+                "{case} should be exact: top-1 {}/{}, NMSE {nmse:e}, greedy {}",
+                top.agree,
+                top.counted,
+                diverged.as_deref().unwrap_or("identical")
+            ));
+        }
         if rate < 0.95 || worst >= 0.5 {
             top1_failures.push(format!(
                 "{case}: {}/{}, largest margin missed {worst}",
@@ -269,7 +279,7 @@ fn real_models_match_llama_cpp() {
 
 /// `perplexity` on the Apache-2.0 text against llama-perplexity, which ran with its default
 /// flash attention (f16 cache, f16 accumulator, scores by `ggml_vec_dot_f16`'s own order).
-/// Measured: SmolLM2 15.8777 vs 15.9289 (0.32 %), gemma-3 10.1003 vs 10.1452 (0.44 %).
+/// Measured: SmolLM2 15.9401 vs 15.9289 (0.07 %), gemma-3 10.1255 vs 10.1452 (0.19 %).
 /// Asserted: within 0.5 % for both.
 #[test]
 fn perplexity_matches_llama_cpp() {

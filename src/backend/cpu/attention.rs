@@ -2,15 +2,18 @@
 //!
 //! Layout per layer: K `(n_ctx, n_head_kv * head_dim)` and V `(n_ctx, n_head_kv * head_dim_v)`,
 //! one row per position, stored as f32, f16 or q8_0 rows.
-//! Numerics follow llama.cpp's non-flash path: with an f16 cache, KQ = K·q with q rounded to
-//! f16 (ggml's f16 vec_dot type), softmax in f32 with an f64 sum, and the probabilities rounded
-//! to f16 before they weight V.
+//! Numerics follow llama.cpp's non-flash path bit for bit with an f32 or f16 cache (see
+//! [`ggml_order`](super::ggml_order)): q rounded to the cache's type, KQ and P·V in the lane
+//! order of tinyBLAS (a batch) or `ggml_vec_dot_f16` (one token), `ggml_v_expf` softmax with
+//! chunked f64 sums, and with an f16 cache the probabilities rounded to f16 before they weight
+//! V. A q8_0 cache takes the plain f32 path.
 
 use std::cell::RefCell;
 
 use half::f16;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
+use super::ggml_order::{self, Order};
 use super::ops::{axpy, dot_f32, softmax};
 use super::pool::{Pool, SyncPtr};
 use crate::backend::KvType;
@@ -139,6 +142,7 @@ struct Scratch {
     v: Vec<f32>,
     q: Vec<f32>,
     scores: Vec<f32>,
+    lanes: Vec<f32>,
 }
 
 thread_local! {
@@ -184,6 +188,7 @@ pub fn attention(
     let ow = p.n_head * hdv;
     // Tasks: (kv head, chunk of tokens); each decodes its K/V slice once for all its q heads.
     let chunk = if n >= 32 { 16 } else { n.max(1) };
+    let order = Order::for_batch(n);
     let n_chunks = n.div_ceil(chunk);
     let outp = SyncPtr::new(out);
     pool.for_chunks(p.n_head_kv * n_chunks, 1, |_, r| {
@@ -198,6 +203,7 @@ pub fn attention(
                     v: vs,
                     q: qs,
                     scores: sc,
+                    lanes,
                 } = &mut *s.borrow_mut();
                 ks.resize((hi - lo) * hd, 0.0);
                 vs.resize((hi - lo) * hdv, 0.0);
@@ -230,6 +236,16 @@ pub fn attention(
                             flash_head(t, p, qs, keys, vals, o);
                             continue;
                         }
+                        // SAFETY: each (token, head) output slice belongs to exactly one task.
+                        let o = unsafe { outp.slice(i * ow + h * hdv, hdv) };
+                        if t != KvType::Q8_0 {
+                            let keys = &ks[(first - lo) * hd..(pos + 1 - lo) * hd];
+                            let vals = &vs[(first - lo) * hdv..(pos + 1 - lo) * hdv];
+                            let f16 = t == KvType::F16;
+                            let (scale, cap) = (p.scale, p.softcap);
+                            ggml_order::head(order, f16, scale, cap, first, qs, keys, vals, sc, lanes, o);
+                            continue;
+                        }
                         sc.clear();
                         for j in first..=pos {
                             let mut s = dot_f32(qs, &ks[(j - lo) * hd..(j - lo + 1) * hd]) * p.scale;
@@ -239,13 +255,6 @@ pub fn attention(
                             sc.push(s);
                         }
                         softmax(sc);
-                        if t == KvType::F16 {
-                            for w in sc.iter_mut() {
-                                *w = f16::from_f32(*w).to_f32();
-                            }
-                        }
-                        // SAFETY: each (token, head) output slice belongs to exactly one task.
-                        let o = unsafe { outp.slice(i * ow + h * hdv, hdv) };
                         o.fill(0.0);
                         for (jj, &w) in sc.iter().enumerate() {
                             let j = first + jj;
@@ -269,7 +278,7 @@ fn flash_head(t: KvType, p: &AttnParams, q: &[f32], keys: &[f32], vals: &[f32], 
     out.fill(0.0);
     for (k, v) in keys.chunks_exact(hd).zip(vals.chunks_exact(hdv)) {
         let dot = if t == KvType::F16 {
-            dot_f16_ggml(q, k)
+            ggml_order::dot_vec(q, k)
         } else {
             dot_f32(q, k)
         };
@@ -296,39 +305,6 @@ fn flash_head(t: KvType, p: &AttnParams, q: &[f32], keys: &[f32], vals: &[f32], 
     for o in out.iter_mut() {
         *o *= inv;
     }
-}
-
-/// `ggml_vec_dot_f16` as ggml-cpu's AVX-512 build runs it, on values that are already f16
-/// (so every product is exact in f32): 4 × 16 lanes of fused multiply-adds over steps of 64,
-/// the lanes folded as `GGML_F32x16_REDUCE` and `_mm512_reduce_add_ps` fold them, the tail
-/// summed in f64. Same order, same bits — the flash path's scores then equal llama.cpp's.
-pub fn dot_f16_ggml(x: &[f32], y: &[f32]) -> f32 {
-    let n = x.len().min(y.len());
-    let np = n & !63;
-    let mut sum = [[0f32; 16]; 4];
-    for i in (0..np).step_by(64) {
-        for (j, acc) in sum.iter_mut().enumerate() {
-            for (l, a) in acc.iter_mut().enumerate() {
-                let k = i + 16 * j + l;
-                *a = x[k].mul_add(y[k], *a);
-            }
-        }
-    }
-    let [mut s0, mut s1, s2, s3] = sum;
-    for l in 0..16 {
-        s0[l] += s2[l];
-        s1[l] += s3[l];
-    }
-    for l in 0..16 {
-        s0[l] += s1[l];
-    }
-    let t: [f32; 8] = std::array::from_fn(|j| s0[j + 8] + s0[j]);
-    let u: [f32; 4] = std::array::from_fn(|j| t[j + 4] + t[j]);
-    let mut sumf = ((u[0] + u[2]) + (u[1] + u[3])) as f64;
-    for k in np..n {
-        sumf += (x[k] * y[k]) as f64;
-    }
-    sumf as f32
 }
 
 /// q is rounded the way ggml's mul_mat converts it to the cache's vec_dot type.

@@ -3,6 +3,7 @@
 
 pub mod attention;
 pub mod dot;
+pub mod ggml_order;
 pub mod matmul;
 pub mod ops;
 pub mod pool;

@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 
 use half::f16;
 
+use super::ggml_order;
 use crate::model::{Rope, RopeMode};
 
 /// `ggml_compute_forward_rms_norm_f32` (squares in f32, summed in f64) followed by `ggml_mul`.
@@ -27,9 +28,33 @@ pub fn head_norm(x: &mut [f32], w: &[f32], eps: f32, head_dim: usize) {
 }
 
 /// `ggml_vec_swiglu_f32`: silu(g) * u, silu(x) = x / (1 + e^-x).
+///
+/// As ggml's AVX-512 build: `ggml_v_silu` (its polynomial exp) on whole 16s, `expf` on the tail.
 pub fn swiglu(gate: &[f32], up: &[f32], y: &mut [f32]) {
-    for ((y, &g), &u) in y.iter_mut().zip(gate).zip(up) {
-        *y = g / (1.0 + (-g).exp()) * u;
+    #[cfg(target_arch = "x86_64")]
+    if avx2_fma() {
+        // SAFETY: the CPU has the features the function is compiled for.
+        return unsafe { swiglu_fma(gate, up, y) };
+    }
+    swiglu_body(gate, up, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn swiglu_fma(gate: &[f32], up: &[f32], y: &mut [f32]) {
+    swiglu_body(gate, up, y)
+}
+
+#[inline(always)]
+fn swiglu_body(gate: &[f32], up: &[f32], y: &mut [f32]) {
+    let whole = gate.len().min(up.len()).min(y.len()) / 16 * 16;
+    for (i, ((y, &g), &u)) in y.iter_mut().zip(gate).zip(up).enumerate() {
+        let e = if i < whole {
+            ggml_order::expf(0.0 - g)
+        } else {
+            (-g).exp()
+        };
+        *y = g / (1.0 + e) * u;
     }
 }
 
@@ -38,7 +63,8 @@ const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 
 /// `ggml_gelu_f32`, the tanh approximation.
 pub fn gelu_tanh(x: f32) -> f32 {
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh())
+    // GCC contracts `1 + a*x*x` into a fused multiply-add.
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (GELU_COEF_A * x).mul_add(x, 1.0)).tanh())
 }
 
 /// ggml-cpu evaluates GELU through a table indexed by the f16 bits of x (`GGML_GELU_FP16`),
@@ -85,26 +111,34 @@ pub fn rope_cache(pos: usize, rope: &Rope, cache: &mut Vec<(f32, f32)>) {
     }
 }
 
-/// Rotates every head of one row in place (`ggml_compute_forward_rope_f32`).
+/// Rotates every head of one row in place (`ggml_compute_forward_rope_f32`), with the fused
+/// multiply-adds GCC contracts `x0*cos - x1*sin` and `x0*sin + x1*cos` into.
 pub fn rope_row(x: &mut [f32], head_dim: usize, rope: &Rope, cache: &[(f32, f32)]) {
-    let n_rot = rope.n_rot;
+    #[cfg(target_arch = "x86_64")]
+    if avx2_fma() {
+        // SAFETY: the CPU has the features the function is compiled for.
+        return unsafe { rope_row_fma(x, head_dim, rope, cache) };
+    }
+    rope_row_body(x, head_dim, rope, cache)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rope_row_fma(x: &mut [f32], head_dim: usize, rope: &Rope, cache: &[(f32, f32)]) {
+    rope_row_body(x, head_dim, rope, cache)
+}
+
+#[inline(always)]
+fn rope_row_body(x: &mut [f32], head_dim: usize, rope: &Rope, cache: &[(f32, f32)]) {
+    let (stride, offset) = match rope.mode {
+        RopeMode::Norm => (2, 1),
+        RopeMode::Neox => (1, rope.n_rot / 2),
+    };
     for h in x.chunks_exact_mut(head_dim) {
-        match rope.mode {
-            RopeMode::Norm => {
-                for (i, &(c, s)) in cache.iter().enumerate() {
-                    let (x0, x1) = (h[2 * i], h[2 * i + 1]);
-                    h[2 * i] = x0 * c - x1 * s;
-                    h[2 * i + 1] = x0 * s + x1 * c;
-                }
-            }
-            RopeMode::Neox => {
-                let half = n_rot / 2;
-                for (i, &(c, s)) in cache.iter().enumerate() {
-                    let (x0, x1) = (h[i], h[i + half]);
-                    h[i] = x0 * c - x1 * s;
-                    h[i + half] = x0 * s + x1 * c;
-                }
-            }
+        for (i, &(c, s)) in cache.iter().enumerate() {
+            let (x0, x1) = (h[stride * i], h[stride * i + offset]);
+            h[stride * i] = x0.mul_add(c, -(x1 * s));
+            h[stride * i + offset] = x0.mul_add(s, x1 * c);
         }
     }
 }

@@ -1,0 +1,259 @@
+//! Attention's reductions in the order of llama.cpp's CPU build on AVX-512, the machine the
+//! references come from, so that scores, softmax and P·V give its bits, not just its values.
+//!
+//! The KV cache is padded to a multiple of 256 cells there, so every row length is a multiple
+//! of 64 and each sum splits into lanes by cell index:
+//! - a batch of 2 or more tokens multiplies through tinyBLAS (`llamafile_sgemm`): 16 lanes of
+//!   fused multiply-adds over the whole row, then `_mm512_reduce_add_ps`;
+//! - a single token goes through `ggml_vec_dot_f16`: 4 × 16 lanes over steps of 64, folded
+//!   pairwise into 16 (`GGML_F32x16_REDUCE`), then `_mm512_reduce_add_ps`, the tail in f64;
+//! - softmax (`ggml_vec_soft_max_f32`) takes `ggml_v_expf`, a polynomial, 16 cells at a time,
+//!   each chunk reduced in f32 and the chunks summed in f64.
+//!
+//! Every step is an f32 add, multiply or fused multiply-add, so any ISA reproduces it; the
+//! bodies are `#[inline(always)]` and compiled once more with FMA enabled on x86-64.
+
+/// `_mm512_reduce_add_ps` (GCC's expansion): halves, quarters, then pairs.
+#[inline(always)]
+fn reduce16(a: &[f32; 16]) -> f32 {
+    let t: [f32; 8] = std::array::from_fn(|j| a[j + 8] + a[j]);
+    let u: [f32; 4] = std::array::from_fn(|j| t[j + 4] + t[j]);
+    (u[0] + u[2]) + (u[1] + u[3])
+}
+
+/// `ggml_vec_dot_f16` / `_f32` on values already in the cache's precision (so every product
+/// of two f16 values is exact in f32).
+#[inline(always)]
+pub fn dot_vec(x: &[f32], y: &[f32]) -> f32 {
+    let n = x.len().min(y.len());
+    let np = n & !63;
+    let mut sum = [[0f32; 16]; 4];
+    for i in (0..np).step_by(64) {
+        for (j, acc) in sum.iter_mut().enumerate() {
+            for (l, a) in acc.iter_mut().enumerate() {
+                let k = i + 16 * j + l;
+                *a = x[k].mul_add(y[k], *a);
+            }
+        }
+    }
+    let [s0, s1, s2, s3] = sum;
+    let folded: [f32; 16] = std::array::from_fn(|l| (s0[l] + s2[l]) + (s1[l] + s3[l]));
+    let mut sumf = reduce16(&folded) as f64;
+    for k in np..n {
+        sumf += (x[k] * y[k]) as f64;
+    }
+    sumf as f32
+}
+
+/// tinyBLAS's dot of one A row and one B row: 16 lanes over the whole row. Rows that are not
+/// whole 16s are refused by tinyBLAS and go through [`dot_vec`].
+#[inline(always)]
+fn dot_gemm(x: &[f32], y: &[f32]) -> f32 {
+    if !x.len().is_multiple_of(16) {
+        return dot_vec(x, y);
+    }
+    let mut acc = [0f32; 16];
+    for (cx, cy) in x.chunks_exact(16).zip(y.chunks_exact(16)) {
+        for l in 0..16 {
+            acc[l] = cx[l].mul_add(cy[l], acc[l]);
+        }
+    }
+    reduce16(&acc)
+}
+
+/// `ggml_v_expf` (AVX-512): exp(x) = 2^n · p(b) with n = round(x / ln 2), to within 1.5 ulp.
+#[inline(always)]
+pub fn expf(x: f32) -> f32 {
+    let r = f32::from_bits(0x4b40_0000); // 0x1.8p23: adding it rounds to an integer
+    let z = x.mul_add(f32::from_bits(0x3fb8_aa3b), r); // 1/ln 2
+    let n = z - r;
+    let b = (-n).mul_add(
+        f32::from_bits(0x35bf_be8e),                  // ln 2, low part
+        (-n).mul_add(f32::from_bits(0x3f31_7200), x), // ln 2, high part
+    );
+    if n.abs() > 192.0 {
+        return if n <= 0.0 { 0.0 } else { f32::INFINITY };
+    }
+    let u = b * b;
+    let c = |bits: u32| f32::from_bits(bits);
+    let j = c(0x3c07_2010)
+        .mul_add(b, c(0x3d2b_9f17))
+        .mul_add(u, c(0x3e2a_af33).mul_add(b, c(0x3eff_fedb)))
+        .mul_add(u, c(0x3f7f_fff6).mul_add(b, 1.0));
+    // _mm512_scalef_ps: j · 2^n with one rounding, also into the subnormals.
+    (j as f64 * 2f64.powi(n as i32)) as f32
+}
+
+/// How a batch multiplies: tinyBLAS for 2 or more tokens, `ggml_vec_dot_*` for one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    Gemm,
+    Vec,
+}
+
+impl Order {
+    pub fn for_batch(n_tokens: usize) -> Order {
+        if n_tokens >= 2 {
+            Order::Gemm
+        } else {
+            Order::Vec
+        }
+    }
+
+    /// P·V lanes: cell j accumulates into lane j mod `lanes()`.
+    fn lanes(self) -> usize {
+        match self {
+            Order::Gemm => 16,
+            Order::Vec => 64,
+        }
+    }
+}
+
+/// One query head without flash attention, over the cells `first..first + n` (one key and one
+/// value row each, already in the cache's precision): scores, masked softmax, P·V into `out`.
+/// `q` is rounded like the cache; with an f16 cache (`f16`) the probabilities are rounded to
+/// f16 before they weight V, as ggml's mul_mat converts them. `lanes` is scratch.
+#[allow(clippy::too_many_arguments)]
+pub fn head(
+    order: Order,
+    f16: bool,
+    scale: f32,
+    softcap: Option<f32>,
+    first: usize,
+    q: &[f32],
+    keys: &[f32],
+    vals: &[f32],
+    scores: &mut Vec<f32>,
+    lanes: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has the features the function is compiled for.
+        return unsafe { head_fma(order, f16, scale, softcap, first, q, keys, vals, scores, lanes, out) };
+    }
+    head_body(order, f16, scale, softcap, first, q, keys, vals, scores, lanes, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn head_fma(
+    order: Order,
+    f16: bool,
+    scale: f32,
+    softcap: Option<f32>,
+    first: usize,
+    q: &[f32],
+    keys: &[f32],
+    vals: &[f32],
+    scores: &mut Vec<f32>,
+    lanes: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    head_body(order, f16, scale, softcap, first, q, keys, vals, scores, lanes, out)
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn head_body(
+    order: Order,
+    f16: bool,
+    scale: f32,
+    softcap: Option<f32>,
+    first: usize,
+    q: &[f32],
+    keys: &[f32],
+    vals: &[f32],
+    scores: &mut Vec<f32>,
+    lanes: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    let (hd, hdv) = (q.len(), out.len());
+    scores.clear();
+    for k in keys.chunks_exact(hd) {
+        let dot = match order {
+            Order::Gemm => dot_gemm(k, q),
+            Order::Vec => dot_vec(k, q),
+        };
+        let mut s = dot * scale;
+        if let Some(cap) = softcap {
+            s = (s / cap).tanh() * cap;
+        }
+        scores.push(s);
+    }
+    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for s in scores.iter_mut() {
+        *s = expf(*s - max);
+    }
+    // Chunks of 16 cells; the masked cells around the window are zeros.
+    let n = scores.len();
+    let mut sum = 0f64;
+    let mut c0 = first / 16 * 16;
+    while c0 < first + n {
+        let chunk: [f32; 16] = std::array::from_fn(|l| {
+            let j = c0 + l;
+            if j >= first && j < first + n {
+                scores[j - first]
+            } else {
+                0.0
+            }
+        });
+        sum += reduce16(&chunk) as f64;
+        c0 += 16;
+    }
+    let inv = (1.0 / sum) as f32;
+    for s in scores.iter_mut() {
+        *s *= inv;
+        if f16 {
+            *s = half::f16::from_f32(*s).to_f32();
+        }
+    }
+    // P·V: lane-major accumulators, each lane's chain in cell order.
+    let nl = order.lanes();
+    lanes.clear();
+    lanes.resize(nl * hdv, 0.0);
+    for (jj, (&p, v)) in scores.iter().zip(vals.chunks_exact(hdv)).enumerate() {
+        let lane = (first + jj) % nl;
+        for (a, &x) in lanes[lane * hdv..(lane + 1) * hdv].iter_mut().zip(v) {
+            *a = x.mul_add(p, *a);
+        }
+    }
+    let l = |i: usize, d: usize| lanes[i * hdv + d];
+    for (d, o) in out.iter_mut().enumerate() {
+        let folded: [f32; 16] = match order {
+            Order::Gemm => std::array::from_fn(|i| l(i, d)),
+            Order::Vec => std::array::from_fn(|i| (l(i, d) + l(i + 32, d)) + (l(i + 16, d) + l(i + 48, d))),
+        };
+        *o = reduce16(&folded);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expf_is_within_two_ulp_of_exp() {
+        for i in -2000..=200 {
+            let x = i as f32 * 0.0437;
+            let (got, want) = (expf(x), (x as f64).exp() as f32);
+            let ulp = (got.to_bits() as i64 - want.to_bits() as i64).abs();
+            assert!(ulp <= 2, "x={x}: {got} vs {want}");
+        }
+        assert_eq!(expf(f32::NEG_INFINITY), 0.0);
+        assert_eq!(expf(-200.0), 0.0);
+    }
+
+    #[test]
+    fn dots_are_exact_on_small_integers() {
+        let x: Vec<f32> = (0..200).map(|i| (i % 7) as f32 - 3.0).collect();
+        let y: Vec<f32> = (0..200).map(|i| (i % 5) as f32 - 2.0).collect();
+        let want: f32 = x.iter().zip(&y).map(|(a, b)| a * b).sum();
+        assert_eq!(dot_vec(&x, &y), want);
+        assert_eq!(
+            dot_gemm(&x[..192], &y[..192]),
+            x[..192].iter().zip(&y).map(|(a, b)| a * b).sum::<f32>()
+        );
+    }
+}
