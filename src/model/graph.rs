@@ -366,6 +366,15 @@ impl<'a> Builder<'a> {
             },
             hp.n_embd_k(),
         );
+        let mut scale = hp.attn_scale;
+        if opts.scale_q {
+            q = self.push(
+                format!("{p}.attn_q_scaled"),
+                Op::Scale { x: q, s: scale },
+                hp.n_embd_q(),
+            );
+            scale = 1.0;
+        }
         let attn = Op::Attention {
             q,
             k,
@@ -375,7 +384,7 @@ impl<'a> Builder<'a> {
             n_head_kv: hp.n_head_kv,
             head_dim: hp.head_dim,
             head_dim_v: hp.head_dim_v,
-            scale: hp.attn_scale,
+            scale,
             window: if swa { hp.sliding_window } else { None },
             softcap: hp.attn_softcap,
             flash: false,
@@ -440,6 +449,9 @@ impl<'a> Builder<'a> {
 pub struct AttnOpts {
     pub qkv_bias: bool,
     pub qk_norm: bool,
+    /// Scale Q before attention (attention scale 1), as llama.cpp's Gemma 3 graph does: the
+    /// same product, but it is Q·scale that rounds to an f16 query, tiny values included.
+    pub scale_q: bool,
 }
 
 #[derive(Clone, Copy)]

@@ -9,7 +9,9 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::dot::{act_type, block_sums, DotFn, DotX4Fn, Kernels, BLOCK_SUM_BYTES, PANEL_BLOCK_BYTES, PANEL_ROWS};
+use super::dot::{
+    act_type, block_sums, DotFn, DotX4Fn, Kernels, BLOCK_SUM_BYTES, PANEL_BLOCK_BYTES, PANEL_ROWS, TILED_MIN_TOKENS,
+};
 use super::pool::{Pool, SyncPtr};
 use crate::tensor::Tensor;
 
@@ -68,9 +70,10 @@ pub fn matmul(pool: &Pool, kernels: &Kernels, w: &Tensor, x: &[f32], n: usize, y
     let wrb = w.row_bytes();
     // With a Gemm, the rows outside panels (all of them below MIN_GEMM_TOKENS) take `Gemm::row`,
     // which matches the panels bit for bit.
-    let (dot, dot4) = match gemm {
-        Some(g) => (g.row, None),
-        None => (kernels.dot(w.qtype), kernels.dot_x4(w.qtype)),
+    let (dot, dot4) = match (gemm, kernels.tiled(w.qtype)) {
+        (Some(g), _) => (g.row, None),
+        (None, Some((dot, dot4))) if n >= TILED_MIN_TOKENS => (dot, Some(dot4)),
+        (None, _) => (kernels.dot(w.qtype), kernels.dot_x4(w.qtype)),
     };
     let yp = SyncPtr::new(y);
     // A multiple of the panel height, so that only the matrix's last rows miss a panel.

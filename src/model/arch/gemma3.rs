@@ -45,6 +45,7 @@ pub fn build(mut b: Builder) -> Graph {
     let opts = AttnOpts {
         qkv_bias: false,
         qk_norm: true,
+        scale_q: true,
     };
     let mut x = b.embed();
     for il in 0..b.hp.n_layer {

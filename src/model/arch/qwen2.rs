@@ -14,6 +14,7 @@ pub fn build(b: Builder) -> Graph {
         AttnOpts {
             qkv_bias: true,
             qk_norm: false,
+            scale_q: false,
         },
         FfnAct::Silu,
     )

@@ -19,6 +19,7 @@ pub fn build(b: Builder) -> Graph {
         AttnOpts {
             qkv_bias: false,
             qk_norm: true,
+            scale_q: false,
         },
         FfnAct::Silu,
     )

@@ -10,7 +10,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{hsum_ps, ld128, ld256, signed_step};
-use super::{avx2, dot_fn, dot_table, gemm_table, scalar, x4_table, DotFn, Kernels, N_TYPES};
+use super::{avx2, dot_fn, dot_table, gemm_table, scalar, tiled_table, x4_table, DotFn, Kernels, N_TYPES};
 use crate::quant::QType;
 
 pub(super) fn supported() -> bool {
@@ -25,6 +25,7 @@ pub(super) static KERNELS: Kernels = Kernels {
     isa: "avx512",
     dot: dot_table(dot_table(dot_table([None; N_TYPES], &scalar::DOT), &inst::DOT), &WIDE),
     dot_x4: x4_table([None; N_TYPES], &inst::DOT_X4),
+    tiled: tiled_table(&inst::TILED),
     gemm: gemm_table(&inst::GEMM, true),
     // SAFETY (these and every kernel below): the table is handed out only where `supported()`.
     q8_0: |x, out| unsafe { avx2::quantize_q8_0(x, out) },

@@ -41,6 +41,9 @@ pub const PANEL_ROWS: usize = 8;
 /// quants the 8 rows' 4 bytes, row-major ([`Gemm`]).
 pub const PANEL_BLOCK_BYTES: usize = 4 * PANEL_ROWS + 32 * PANEL_ROWS;
 
+/// Tokens from which llama.cpp multiplies K-quants through its tiled GEMM.
+pub const TILED_MIN_TOKENS: usize = 8;
+
 /// Bytes per q8_0 activation block in a [`block_sums`] row: d as f32 and -off·Σq as i32, then
 /// -off·Σq of each group of 4 quants as i32 (in two runs, see [`block_sums`]).
 pub const BLOCK_SUM_BYTES: usize = 40;
@@ -278,6 +281,16 @@ const fn dot_table(base: [Option<DotFn>; N_TYPES], over: &[(QType, DotFn)]) -> [
     t
 }
 
+const fn tiled_table(over: &[(QType, DotFn, DotX4Fn)]) -> [Option<(DotFn, DotX4Fn)>; N_TYPES] {
+    let mut t = [None; N_TYPES];
+    let mut i = 0;
+    while i < over.len() {
+        t[over[i].0 as usize] = Some((over[i].1, over[i].2));
+        i += 1;
+    }
+    t
+}
+
 const fn x4_table(base: [Option<DotX4Fn>; N_TYPES], over: &[(QType, DotX4Fn)]) -> [Option<DotX4Fn>; N_TYPES] {
     let mut t = base;
     let mut i = 0;
@@ -309,6 +322,9 @@ pub struct Kernels {
     dot: [Option<DotFn>; N_TYPES],
     dot_x4: [Option<DotX4Fn>; N_TYPES],
     gemm: [Option<Gemm>; N_TYPES],
+    /// Batch kernels summing in the order of llama.cpp's tiled K-quant GEMM, which it runs
+    /// from [`TILED_MIN_TOKENS`] tokens on ([`Kernels::tiled`]).
+    tiled: [Option<(DotFn, DotX4Fn)>; N_TYPES],
     q8_0: QuantActFn,
     q8_1: QuantActFn,
     q8_k: QuantActFn,
@@ -319,6 +335,7 @@ static SCALAR: Kernels = Kernels {
     dot: dot_table([None; N_TYPES], &scalar::DOT),
     dot_x4: [None; N_TYPES],
     gemm: [None; N_TYPES],
+    tiled: [None; N_TYPES],
     q8_0: scalar::quantize_q8_0,
     q8_1: scalar::quantize_q8_1,
     q8_k: scalar::quantize_q8_k,
@@ -396,6 +413,13 @@ impl Kernels {
     /// The 1-weight-row × 4-activation-row kernel for `w`, where this ISA has one.
     pub fn dot_x4(&self, w: QType) -> Option<DotX4Fn> {
         self.dot_x4[w as usize]
+    }
+
+    /// For batches of at least [`TILED_MIN_TOKENS`]: the single and 4-token kernels of `w` in the
+    /// summation order llama.cpp's tiled K-quant GEMM has there (for q6_K, per block
+    /// `fma(Σ as f32 · d, dy, acc)`), where this ISA has them.
+    pub fn tiled(&self, w: QType) -> Option<(DotFn, DotX4Fn)> {
+        self.tiled[w as usize]
     }
 
     /// The packed-panel prefill kernels for `w`, where this ISA has them.

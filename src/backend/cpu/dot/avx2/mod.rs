@@ -9,7 +9,7 @@
 use std::arch::x86_64::*;
 
 use super::{
-    dot_fn, dot_table, dot_x4_fn, gemm_fn, gemm_table, scalar, x4_table, DotFn, DotX4Fn, Gemm, Kernels,
+    dot_fn, dot_table, dot_x4_fn, gemm_fn, gemm_table, scalar, tiled_table, x4_table, DotFn, DotX4Fn, Gemm, Kernels,
     BLOCK_SUM_BYTES, N_TYPES, PANEL_BLOCK_BYTES, PANEL_ROWS,
 };
 use crate::quant::{e8m0_to_f32_half, QType, KVALUES_IQ4NL, KVALUES_MXFP4};
@@ -25,6 +25,7 @@ pub(super) static KERNELS: Kernels = Kernels {
     isa: "avx2",
     dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), &DOT),
     dot_x4: x4_table([None; N_TYPES], &DOT_X4),
+    tiled: tiled_table(&TILED),
     gemm: gemm_table(&GEMM, false),
     // SAFETY (these and every kernel in `DOT`): the table is handed out only where `supported()`.
     q8_0: |x, out| unsafe { quantize_q8_0(x, out) },
@@ -42,12 +43,23 @@ macro_rules! instantiate {
             q4_0_ = dot_signed<Q4_0>, q5_0_ = dot_signed<Q5_0>, q8_0_ = dot_signed<Q8_0>,
             iq4_nl_ = dot_signed<IQ4NL>, mxfp4_ = dot_signed<MXFP4>,
             q4_1_ = dot_unsigned<Q4_1>, q5_1_ = dot_unsigned<Q5_1>,
-            q2_k_ = q2_k, q3_k_ = q3_k, q4_k_ = q4_k, q5_k_ = q5_k, q6_k_ = q6_k, q8_k_ = q8_k);
+            q2_k_ = q2_k, q3_k_ = q3_k, q4_k_ = q4_k, q5_k_ = q5_k, q6_k_ = q6_k<false>, q8_k_ = q8_k);
         instantiate!(@x4 $feat, $v;
             q4_0x4 = dot_signed_x4<Q4_0>, q5_0x4 = dot_signed_x4<Q5_0>,
             q8_0x4 = dot_signed_x4<Q8_0>, iq4_nlx4 = dot_signed_x4<IQ4NL>,
             q4_1x4 = dot_unsigned_x4<Q4_1>, q5_1x4 = dot_unsigned_x4<Q5_1>,
-            q4_kx4 = q4_k_x4, q5_kx4 = q5_k_x4, q6_kx4 = q6_k_x4);
+            q4_kx4 = q4_k_x4, q5_kx4 = q5_k_x4, q6_kx4 = q6_k_x4<false>);
+        #[target_feature(enable = $feat)]
+        unsafe fn q6_k_tiled(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            q6_k::<$v, true>(n, w, a)
+        }
+        #[target_feature(enable = $feat)]
+        unsafe fn q6_kx4_tiled(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+            q6_k_x4::<$v, true>(n, w, a)
+        }
+        pub(in crate::backend::cpu::dot) static TILED: [(QType, DotFn, DotX4Fn); 1] =
+            [(QType::Q6K, dot_fn!(Q6K, q6_k_tiled).1, dot_x4_fn!(Q6K, q6_kx4_tiled).1)];
+
         instantiate!(@pack $feat, $v, gemm_row;
             q4_0p = Q4_0, iq4_nlp = IQ4NL, mxfp4p = MXFP4);
         instantiate!(@pack $feat, $v, lanes_row; q5_0l = Q5_0, q8_0l = Q8_0);
@@ -141,7 +153,7 @@ mod inst {
     use super::*;
     instantiate!("avx2,fma,f16c", false);
 }
-use inst::{DOT, DOT_X4, GEMM};
+use inst::{DOT, DOT_X4, GEMM, TILED};
 
 // --- helpers (ggml's names in comments) -----------------------------------------------------
 
@@ -828,14 +840,17 @@ pub(super) unsafe fn q6_offset(scales: __m128i, yb: *const u8) -> __m256i {
     _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(scales), ld256(yb.add(260))), 5)
 }
 
-/// ggml_vec_dot_q6_K_q8_K, with the -32 offset applied through the bsums.
+/// ggml_vec_dot_q6_K_q8_K, with the -32 offset applied through the bsums; with `TILED` the
+/// order of llama.cpp's tiled GEMM instead: per block `(Σ as f32 · d)`, times dy fused into
+/// the sum (GCC contracts the kernel's separate multiply and add).
 #[inline(always)]
-pub(super) unsafe fn q6_k<const V: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+pub(super) unsafe fn q6_k<const V: bool, const TILED: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let (x, y) = (w.as_ptr(), a.as_ptr());
     let mut acc = _mm256_setzero_ps();
+    let mut sum = 0f32;
     for i in 0..n / 256 {
         let (xb, yb) = (x.add(210 * i), y.add(292 * i));
-        let d = f32u(yb) * f16(xb.add(208));
+        let dx = f16(xb.add(208));
         let scales = ld128(xb.add(192));
         let mut sumi = _mm256_setzero_si256();
         for j in 0..2 {
@@ -846,15 +861,24 @@ pub(super) unsafe fn q6_k<const V: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
             }
         }
         sumi = _mm256_sub_epi32(sumi, q6_offset(scales, yb));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        if TILED {
+            sum = (hsum_i32(sumi) as f32 * dx).mul_add(f32u(yb), sum);
+        } else {
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(f32u(yb) * dx), _mm256_cvtepi32_ps(sumi), acc);
+        }
     }
-    hsum_ps(acc)
+    if TILED {
+        sum
+    } else {
+        hsum_ps(acc)
+    }
 }
 
 #[inline(always)]
-pub(super) unsafe fn q6_k_x4<const V: bool>(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+pub(super) unsafe fn q6_k_x4<const V: bool, const TILED: bool>(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
     let (x, y) = (w.as_ptr(), a.map(|r| r.as_ptr()));
     let mut acc = [_mm256_setzero_ps(); 4];
+    let mut sum = [0f32; 4];
     for i in 0..n / 256 {
         let xb = x.add(210 * i);
         let dx = f16(xb.add(208));
@@ -873,8 +897,15 @@ pub(super) unsafe fn q6_k_x4<const V: bool>(n: usize, w: &[u8], a: [&[u8]; 4]) -
         for k in 0..4 {
             let yb = y[k].add(292 * i);
             let s = _mm256_sub_epi32(sumi[k], q6_offset(scales, yb));
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(f32u(yb) * dx), _mm256_cvtepi32_ps(s), acc[k]);
+            if TILED {
+                sum[k] = (hsum_i32(s) as f32 * dx).mul_add(f32u(yb), sum[k]);
+            } else {
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(f32u(yb) * dx), _mm256_cvtepi32_ps(s), acc[k]);
+            }
         }
+    }
+    if TILED {
+        return sum;
     }
     [hsum_ps(acc[0]), hsum_ps(acc[1]), hsum_ps(acc[2]), hsum_ps(acc[3])]
 }
