@@ -80,8 +80,9 @@ pub fn expf(x: f32) -> f32 {
         .mul_add(b, c(0x3d2b_9f17))
         .mul_add(u, c(0x3e2a_af33).mul_add(b, c(0x3eff_fedb)))
         .mul_add(u, c(0x3f7f_fff6).mul_add(b, 1.0));
-    // _mm512_scalef_ps: j · 2^n with one rounding, also into the subnormals.
-    (j as f64 * 2f64.powi(n as i32)) as f32
+    // _mm512_scalef_ps: j · 2^n with one rounding, also into the subnormals (2^n is exact in
+    // f64 for |n| ≤ 192).
+    (j as f64 * f64::from_bits(((n as i64 + 1023) as u64) << 52)) as f32
 }
 
 /// How a batch multiplies: tinyBLAS for 2 or more tokens, `ggml_vec_dot_*` for one.
@@ -132,7 +133,7 @@ pub fn head(
         // SAFETY: the CPU has the features the function is compiled for.
         return unsafe { head_fma(order, f16, scale, softcap, first, q, keys, vals, scores, lanes, out) };
     }
-    head_body(order, f16, scale, softcap, first, q, keys, vals, scores, lanes, out)
+    head_body::<false>(order, f16, scale, softcap, first, q, keys, vals, scores, lanes, out)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -151,12 +152,13 @@ unsafe fn head_fma(
     lanes: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    head_body(order, f16, scale, softcap, first, q, keys, vals, scores, lanes, out)
+    head_body::<true>(order, f16, scale, softcap, first, q, keys, vals, scores, lanes, out)
 }
 
+/// `X86`: the caller enables AVX2 and FMA, so the score dots may use them.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn head_body(
+fn head_body<const X86: bool>(
     order: Order,
     f16: bool,
     scale: f32,
@@ -171,37 +173,53 @@ fn head_body(
 ) {
     let (hd, hdv) = (q.len(), out.len());
     scores.clear();
-    for k in keys.chunks_exact(hd) {
-        let dot = match order {
+    let mut ks = keys.chunks_exact(hd);
+    if order == Order::Gemm && hd.is_multiple_of(16) {
+        // Four keys at a time: independent chains, each in tinyBLAS's order.
+        while ks.len() >= 4 {
+            let k: [&[f32]; 4] = std::array::from_fn(|_| ks.next().unwrap_or(&[]));
+            #[cfg(target_arch = "x86_64")]
+            if X86 {
+                // SAFETY: the caller runs with AVX2 and FMA (`head_fma`); each key row is as
+                // long as q, a whole number of 16s.
+                scores.extend(unsafe { x86::dot_gemm4(k, q) });
+                continue;
+            }
+            scores.extend(dot_gemm4(k, q));
+        }
+    }
+    for k in ks {
+        #[cfg(target_arch = "x86_64")]
+        if X86 && order == Order::Vec {
+            // SAFETY: as above; `dot_vec` takes any length.
+            scores.push(unsafe { x86::dot_vec(k, q) });
+            continue;
+        }
+        scores.push(match order {
             Order::Gemm => dot_gemm(k, q),
             Order::Vec => dot_vec(k, q),
-        };
-        let mut s = dot * scale;
+        });
+    }
+    for s in scores.iter_mut() {
+        *s *= scale;
         if let Some(cap) = softcap {
-            s = (s / cap).tanh() * cap;
+            *s = (*s / cap).tanh() * cap;
         }
-        scores.push(s);
     }
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     for s in scores.iter_mut() {
         *s = expf(*s - max);
     }
-    // Chunks of 16 cells; the masked cells around the window are zeros.
-    let n = scores.len();
-    let mut sum = 0f64;
-    let mut c0 = first / 16 * 16;
-    while c0 < first + n {
-        let chunk: [f32; 16] = std::array::from_fn(|l| {
-            let j = c0 + l;
-            if j >= first && j < first + n {
-                scores[j - first]
-            } else {
-                0.0
-            }
-        });
-        sum += reduce16(&chunk) as f64;
-        c0 += 16;
-    }
+    // Chunks of 16 cells, the masked cells around the window zeros: laid out from the first
+    // chunk's start in scratch.
+    let (n, pad) = (scores.len(), first % 16);
+    lanes.clear();
+    lanes.resize((pad + n).next_multiple_of(16), 0.0);
+    lanes[pad..pad + n].copy_from_slice(scores);
+    let sum: f64 = lanes
+        .chunks_exact(16)
+        .map(|c| reduce16(c.try_into().unwrap_or(&[0.0; 16])) as f64)
+        .sum();
     let inv = (1.0 / sum) as f32;
     for s in scores.iter_mut() {
         *s *= inv;
@@ -219,13 +237,105 @@ fn head_body(
             *a = x.mul_add(p, *a);
         }
     }
-    let l = |i: usize, d: usize| lanes[i * hdv + d];
+    // Fold the lanes row by row (vector-wide over d), in the reductions' order.
+    let (rows, rest) = lanes.split_at_mut(16 * hdv);
+    if order == Order::Vec {
+        let (r16, r32) = rest.split_at(16 * hdv);
+        let r48 = &r32[16 * hdv..];
+        for (i, a) in rows.iter_mut().enumerate() {
+            *a = (*a + r32[i]) + (r16[i] + r48[i]);
+        }
+    }
+    for h in [8, 4] {
+        let (lo, hi) = rows.split_at_mut(h * hdv);
+        for (a, &b) in lo.iter_mut().zip(&hi[..h * hdv]) {
+            *a += b;
+        }
+    }
     for (d, o) in out.iter_mut().enumerate() {
-        let folded: [f32; 16] = match order {
-            Order::Gemm => std::array::from_fn(|i| l(i, d)),
-            Order::Vec => std::array::from_fn(|i| (l(i, d) + l(i + 32, d)) + (l(i + 16, d) + l(i + 48, d))),
-        };
-        *o = reduce16(&folded);
+        let r = |i: usize| rows[i * hdv + d];
+        *o = (r(0) + r(2)) + (r(1) + r(3));
+    }
+}
+
+/// [`dot_gemm`] of four rows against `y`, interleaved.
+#[inline(always)]
+fn dot_gemm4(x: [&[f32]; 4], y: &[f32]) -> [f32; 4] {
+    let mut acc = [[0f32; 16]; 4];
+    for c in (0..y.len()).step_by(16) {
+        let yc = &y[c..c + 16];
+        for (a, x) in acc.iter_mut().zip(x) {
+            let xc = &x[c..c + 16];
+            for l in 0..16 {
+                a[l] = xc[l].mul_add(yc[l], a[l]);
+            }
+        }
+    }
+    acc.map(|a| reduce16(&a))
+}
+
+/// The score dots with AVX2 + FMA, for callers that enable them; same operations, same order.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// [`reduce16`](super::reduce16) of lanes 0..8 (`lo`) and 8..16 (`hi`).
+    #[inline(always)]
+    unsafe fn reduce(lo: __m256, hi: __m256) -> f32 {
+        let t = _mm256_add_ps(hi, lo);
+        let u = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
+        let v = _mm_add_ps(u, _mm_movehl_ps(u, u));
+        _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)))
+    }
+
+    /// [`dot_gemm4`](super::dot_gemm4); every row at least `y.len()` long, a multiple of 16.
+    #[inline(always)]
+    pub unsafe fn dot_gemm4(x: [&[f32]; 4], y: &[f32]) -> [f32; 4] {
+        let (mut lo, mut hi) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
+        let x = [x[0].as_ptr(), x[1].as_ptr(), x[2].as_ptr(), x[3].as_ptr()];
+        for c in (0..y.len() / 16 * 16).step_by(16) {
+            let (ylo, yhi) = (
+                _mm256_loadu_ps(y.as_ptr().add(c)),
+                _mm256_loadu_ps(y.as_ptr().add(c + 8)),
+            );
+            for k in 0..4 {
+                let p = x[k].add(c);
+                lo[k] = _mm256_fmadd_ps(_mm256_loadu_ps(p), ylo, lo[k]);
+                hi[k] = _mm256_fmadd_ps(_mm256_loadu_ps(p.add(8)), yhi, hi[k]);
+            }
+        }
+        // (no closures: they would not inherit the caller's target features)
+        [
+            reduce(lo[0], hi[0]),
+            reduce(lo[1], hi[1]),
+            reduce(lo[2], hi[2]),
+            reduce(lo[3], hi[3]),
+        ]
+    }
+
+    /// [`dot_vec`](super::dot_vec); `x` at least as long as `y`.
+    #[inline(always)]
+    pub unsafe fn dot_vec(x: &[f32], y: &[f32]) -> f32 {
+        let n = y.len().min(x.len());
+        let np = n & !63;
+        let (mut lo, mut hi) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
+        let (xp, yp) = (x.as_ptr(), y.as_ptr());
+        for i in (0..np).step_by(64) {
+            for j in 0..4 {
+                let k = i + 16 * j;
+                lo[j] = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(k)), _mm256_loadu_ps(yp.add(k)), lo[j]);
+                hi[j] = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(k + 8)), _mm256_loadu_ps(yp.add(k + 8)), hi[j]);
+            }
+        }
+        let (flo, fhi) = (
+            _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3])),
+            _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]), _mm256_add_ps(hi[1], hi[3])),
+        );
+        let mut sumf = reduce(flo, fhi) as f64;
+        for k in np..n {
+            sumf += (x[k] * y[k]) as f64;
+        }
+        sumf as f32
     }
 }
 
