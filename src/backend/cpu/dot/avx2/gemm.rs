@@ -175,7 +175,8 @@ pub(in crate::backend::cpu::dot) unsafe fn gemm_tile<const V: bool>(
     }
 }
 
-/// One panel × `T` tokens in ggml's lane order (tinyBLAS, `ggml_vec_dot_*_q8_0`): each
+/// One panel × `T` tokens in ggml's lane order (tinyBLAS, `ggml_vec_dot_*_q8_0`; its row
+/// kernel is `dot_signed`): each
 /// (row, token) keeps 8 f32 lanes, lane j the running Σ over blocks of dx·dy · (the i32 sum of
 /// quants 4j..4j+4), reduced by `hsum_float_8` only at the end. Held transposed: acc[t][j]
 /// has row r's lane j at lane r, so a panel group advances all 8 rows with one `vpdpbusd`.
@@ -211,18 +212,6 @@ unsafe fn lanes_tokens<const V: bool, const T: usize>(
         let odd = _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]));
         _mm256_storeu_ps(out.add(t) as *mut f32, _mm256_add_ps(even, odd));
     }
-}
-
-/// `Gemm::row` of the lane-order tiles: ggml's one-accumulator signed dot, bit-identical to
-/// a lane of `lanes_tokens`.
-#[inline(always)]
-pub(in crate::backend::cpu::dot) unsafe fn lanes_row<const V: bool, B: Signed>(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let (x, y) = (w.as_ptr(), a.as_ptr());
-    let mut acc = _mm256_setzero_ps();
-    for b in 0..n / 32 {
-        acc = signed_step::<V, B>(x, y, b, acc);
-    }
-    hsum_ps(acc)
 }
 
 /// `Gemm::tile` in lane order: 2 tokens at a time under VNNI (16 accumulators), then one.

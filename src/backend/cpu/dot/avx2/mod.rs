@@ -15,7 +15,7 @@ use super::{
 use crate::quant::{e8m0_to_f32_half, QType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
 mod gemm;
-pub(super) use gemm::{gemm_row, gemm_tile, lanes_row, lanes_tile, pack_signed};
+pub(super) use gemm::{gemm_row, gemm_tile, lanes_tile, pack_signed};
 
 pub(super) fn supported() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
@@ -62,7 +62,7 @@ macro_rules! instantiate {
 
         instantiate!(@pack $feat, $v, gemm_row;
             q4_0p = Q4_0, iq4_nlp = IQ4NL, mxfp4p = MXFP4);
-        instantiate!(@pack $feat, $v, lanes_row; q5_0l = Q5_0, q8_0l = Q8_0);
+        instantiate!(@pack $feat, $v, dot_signed; q5_0l = Q5_0, q8_0l = Q8_0);
 
         #[target_feature(enable = $feat)]
         unsafe fn tile_(n: usize, panel: &[u8], act: &[u8], arb: usize, sums: &[u8], out: &mut [[f32; PANEL_ROWS]]) {
@@ -417,21 +417,16 @@ pub(super) unsafe fn signed_step<const V: bool, B: Signed>(
     _mm256_fmadd_ps(_mm256_set1_ps(dx * f16(yb)), _mm256_cvtepi32_ps(p), acc)
 }
 
-/// ggml_vec_dot_{q4_0,q5_0,q8_0,iq4_nl,mxfp4}_q8_0, two accumulators.
+/// ggml_vec_dot_{q4_0,q5_0,q8_0,iq4_nl,mxfp4}_q8_0 (and tinyBLAS per cell): one accumulator,
+/// 8 lanes kept apart to the end.
 #[inline(always)]
 pub(super) unsafe fn dot_signed<const V: bool, B: Signed>(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let (x, y, nb) = (w.as_ptr(), a.as_ptr(), n / 32);
-    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut i = 0;
-    while i + 2 <= nb {
-        acc0 = signed_step::<V, B>(x, y, i, acc0);
-        acc1 = signed_step::<V, B>(x, y, i + 1, acc1);
-        i += 2;
+    let (x, y) = (w.as_ptr(), a.as_ptr());
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..n / 32 {
+        acc = signed_step::<V, B>(x, y, b, acc);
     }
-    if i < nb {
-        acc0 = signed_step::<V, B>(x, y, i, acc0);
-    }
-    hsum_ps(_mm256_add_ps(acc0, acc1))
+    hsum_ps(acc)
 }
 
 #[inline(always)]
