@@ -239,11 +239,17 @@ pub fn attention(
                         // SAFETY: each (token, head) output slice belongs to exactly one task.
                         let o = unsafe { outp.slice(i * ow + h * hdv, hdv) };
                         if t != KvType::Q8_0 {
-                            let keys = &ks[(first - lo) * hd..(pos + 1 - lo) * hd];
-                            let vals = &vs[(first - lo) * hdv..(pos + 1 - lo) * hdv];
-                            let f16 = t == KvType::F16;
-                            let (scale, cap) = (p.scale, p.softcap);
-                            ggml_order::head(order, f16, scale, cap, first, qs, keys, vals, sc, lanes, o);
+                            let h = ggml_order::Head {
+                                order,
+                                f16: t == KvType::F16,
+                                scale: p.scale,
+                                softcap: p.softcap,
+                                first,
+                                q: qs,
+                                keys: &ks[(first - lo) * hd..(pos + 1 - lo) * hd],
+                                vals: &vs[(first - lo) * hdv..(pos + 1 - lo) * hdv],
+                            };
+                            ggml_order::head(&h, sc, lanes, o);
                             continue;
                         }
                         sc.clear();

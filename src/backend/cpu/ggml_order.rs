@@ -111,66 +111,49 @@ impl Order {
 }
 
 /// One query head without flash attention, over the cells `first..first + n` (one key and one
-/// value row each, already in the cache's precision): scores, masked softmax, P·V into `out`.
-/// `q` is rounded like the cache; with an f16 cache (`f16`) the probabilities are rounded to
-/// f16 before they weight V, as ggml's mul_mat converts them. `lanes` is scratch.
-#[allow(clippy::too_many_arguments)]
-pub fn head(
-    order: Order,
-    f16: bool,
-    scale: f32,
-    softcap: Option<f32>,
-    first: usize,
-    q: &[f32],
-    keys: &[f32],
-    vals: &[f32],
-    scores: &mut Vec<f32>,
-    lanes: &mut Vec<f32>,
-    out: &mut [f32],
-) {
+/// value row each, already in the cache's precision). `q` is rounded like the cache; with an
+/// f16 cache (`f16`) the probabilities are rounded to f16 before they weight V, as ggml's
+/// mul_mat converts them.
+pub struct Head<'a> {
+    pub order: Order,
+    pub f16: bool,
+    pub scale: f32,
+    pub softcap: Option<f32>,
+    pub first: usize,
+    pub q: &'a [f32],
+    pub keys: &'a [f32],
+    pub vals: &'a [f32],
+}
+
+/// Scores, masked softmax and P·V of `h` into `out`; `scores` and `lanes` are scratch.
+pub fn head(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         // SAFETY: the CPU has the features the function is compiled for.
-        return unsafe { head_fma(order, f16, scale, softcap, first, q, keys, vals, scores, lanes, out) };
+        return unsafe { head_fma(h, scores, lanes, out) };
     }
-    head_body::<false>(order, f16, scale, softcap, first, q, keys, vals, scores, lanes, out)
+    head_body::<false>(h, scores, lanes, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn head_fma(
-    order: Order,
-    f16: bool,
-    scale: f32,
-    softcap: Option<f32>,
-    first: usize,
-    q: &[f32],
-    keys: &[f32],
-    vals: &[f32],
-    scores: &mut Vec<f32>,
-    lanes: &mut Vec<f32>,
-    out: &mut [f32],
-) {
-    head_body::<true>(order, f16, scale, softcap, first, q, keys, vals, scores, lanes, out)
+unsafe fn head_fma(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
+    head_body::<true>(h, scores, lanes, out)
 }
 
 /// `X86`: the caller enables AVX2 and FMA, so the score dots may use them.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn head_body<const X86: bool>(
-    order: Order,
-    f16: bool,
-    scale: f32,
-    softcap: Option<f32>,
-    first: usize,
-    q: &[f32],
-    keys: &[f32],
-    vals: &[f32],
-    scores: &mut Vec<f32>,
-    lanes: &mut Vec<f32>,
-    out: &mut [f32],
-) {
+fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
+    let &Head {
+        order,
+        f16,
+        scale,
+        softcap,
+        first,
+        q,
+        keys,
+        vals,
+    } = h;
     let (hd, hdv) = (q.len(), out.len());
     scores.clear();
     let mut ks = keys.chunks_exact(hd);

@@ -143,38 +143,6 @@ pub(in crate::backend::cpu::dot) unsafe fn gemm_row<const V: bool, B: Signed>(n:
     acc
 }
 
-/// `Gemm::tile`: 8 tokens at a time under VNNI (16 accumulators of the 32 registers), 4 on
-/// AVX2 (16 registers), then one at a time.
-#[inline(always)]
-pub(in crate::backend::cpu::dot) unsafe fn gemm_tile<const V: bool>(
-    n: usize,
-    panel: &[u8],
-    act: &[u8],
-    arb: usize,
-    sums: &[u8],
-    out: &mut [[f32; PANEL_ROWS]],
-) {
-    let (nb, nt) = (n / 32, out.len());
-    let (p, a, s, o) = (panel.as_ptr(), act.as_ptr(), sums.as_ptr(), out.as_mut_ptr());
-    let tok = |t: usize| (a.add(arb * t), s.add(BLOCK_SUM_BYTES * nb * t), o.add(t));
-    let mut t = 0;
-    let step = if V { 8 } else { 4 };
-    while t + step <= nt {
-        let (a, s, o) = tok(t);
-        if V {
-            gemm_tokens::<V, 8>(nb, p, a, arb, s, o);
-        } else {
-            gemm_tokens::<V, 4>(nb, p, a, arb, s, o);
-        }
-        t += step;
-    }
-    while t < nt {
-        let (a, s, o) = tok(t);
-        gemm_tokens::<V, 1>(nb, p, a, arb, s, o);
-        t += 1;
-    }
-}
-
 /// One panel × `T` tokens in ggml's lane order (tinyBLAS, `ggml_vec_dot_*_q8_0`; its row
 /// kernel is `dot_signed`): each
 /// (row, token) keeps 8 f32 lanes, lane j the running Σ over blocks of dx·dy · (the i32 sum of
@@ -214,9 +182,11 @@ unsafe fn lanes_tokens<const V: bool, const T: usize>(
     }
 }
 
-/// `Gemm::tile` in lane order: 2 tokens at a time under VNNI (16 accumulators), then one.
+/// `Gemm::tile`: runs of tokens through `gemm_tokens` (block sums: 8 tokens at a time under
+/// VNNI, 16 accumulators of the 32 registers, 4 on AVX2) or `lanes_tokens` (ggml's lane
+/// order: 2 under VNNI), then one at a time.
 #[inline(always)]
-pub(in crate::backend::cpu::dot) unsafe fn lanes_tile<const V: bool>(
+pub(in crate::backend::cpu::dot) unsafe fn gemm_tile<const V: bool, const LANES: bool>(
     n: usize,
     panel: &[u8],
     act: &[u8],
@@ -227,17 +197,30 @@ pub(in crate::backend::cpu::dot) unsafe fn lanes_tile<const V: bool>(
     let (nb, nt) = (n / 32, out.len());
     let (p, a, s, o) = (panel.as_ptr(), act.as_ptr(), sums.as_ptr(), out.as_mut_ptr());
     let tok = |t: usize| (a.add(arb * t), s.add(BLOCK_SUM_BYTES * nb * t), o.add(t));
+    let step = match (LANES, V) {
+        (false, true) => 8,
+        (false, false) => 4,
+        (true, true) => 2,
+        (true, false) => 1,
+    };
     let mut t = 0;
-    if V {
-        while t + 2 <= nt {
-            let (a, s, o) = tok(t);
-            lanes_tokens::<V, 2>(nb, p, a, arb, s, o);
-            t += 2;
+    while t + step <= nt {
+        let (a, s, o) = tok(t);
+        match (LANES, V) {
+            (false, true) => gemm_tokens::<V, 8>(nb, p, a, arb, s, o),
+            (false, false) => gemm_tokens::<V, 4>(nb, p, a, arb, s, o),
+            (true, true) => lanes_tokens::<V, 2>(nb, p, a, arb, s, o),
+            (true, false) => lanes_tokens::<V, 1>(nb, p, a, arb, s, o),
         }
+        t += step;
     }
     while t < nt {
         let (a, s, o) = tok(t);
-        lanes_tokens::<V, 1>(nb, p, a, arb, s, o);
+        if LANES {
+            lanes_tokens::<V, 1>(nb, p, a, arb, s, o);
+        } else {
+            gemm_tokens::<V, 1>(nb, p, a, arb, s, o);
+        }
         t += 1;
     }
 }

@@ -15,7 +15,7 @@ use super::{
 use crate::quant::{e8m0_to_f32_half, QType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
 mod gemm;
-pub(super) use gemm::{gemm_row, gemm_tile, lanes_tile, pack_signed};
+pub(super) use gemm::{gemm_row, gemm_tile, pack_signed};
 
 pub(super) fn supported() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
@@ -66,12 +66,12 @@ macro_rules! instantiate {
 
         #[target_feature(enable = $feat)]
         unsafe fn tile_(n: usize, panel: &[u8], act: &[u8], arb: usize, sums: &[u8], out: &mut [[f32; PANEL_ROWS]]) {
-            gemm_tile::<$v>(n, panel, act, arb, sums, out)
+            gemm_tile::<$v, false>(n, panel, act, arb, sums, out)
         }
 
         #[target_feature(enable = $feat)]
         unsafe fn lanes_(n: usize, panel: &[u8], act: &[u8], arb: usize, sums: &[u8], out: &mut [[f32; PANEL_ROWS]]) {
-            lanes_tile::<$v>(n, panel, act, arb, sums, out)
+            gemm_tile::<$v, true>(n, panel, act, arb, sums, out)
         }
 
         pub(in crate::backend::cpu::dot) static DOT: [(QType, DotFn); 16] = [
