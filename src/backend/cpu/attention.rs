@@ -6,7 +6,8 @@
 //! [`ggml_order`](super::ggml_order)): q rounded to the cache's type, KQ and P·V in the lane
 //! order of tinyBLAS (a batch) or `ggml_vec_dot_f16` (one token), `ggml_v_expf` softmax with
 //! chunked f64 sums, and with an f16 cache the probabilities rounded to f16 before they weight
-//! V. A q8_0 cache takes the plain f32 path.
+//! V. A q8_0 cache takes the plain f32 path. Flash attention (`--flash-attn`) follows ggml's
+//! tiled kernel for batches of 64 tokens or more and its one-chunk kernel below that.
 
 use std::cell::RefCell;
 
@@ -227,6 +228,22 @@ pub fn attention(
                     let first = p.window.map_or(0, |w| (pos + 1).saturating_sub(w)).max(lo);
                     for h in g * group..(g + 1) * group {
                         qs.copy_from_slice(&q[i * qw + h * hd..i * qw + (h + 1) * hd]);
+                        if p.flash && n >= ggml_order::FLASH_TILED_MIN_TOKENS && t != KvType::Q8_0 {
+                            // SAFETY: each (token, head) output slice belongs to exactly one task.
+                            let o = unsafe { outp.slice(i * ow + h * hdv, hdv) };
+                            let h = ggml_order::Head {
+                                order,
+                                f16: t == KvType::F16,
+                                scale: p.scale,
+                                softcap: p.softcap,
+                                first,
+                                q: qs,
+                                keys: &ks[(first - lo) * hd..(pos + 1 - lo) * hd],
+                                vals: &vs[(first - lo) * hdv..(pos + 1 - lo) * hdv],
+                            };
+                            ggml_order::flash_tiled(&h, o);
+                            continue;
+                        }
                         round_like_cache(t, qs);
                         if p.flash {
                             // SAFETY: each (token, head) output slice belongs to exactly one task.

@@ -241,6 +241,72 @@ fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f
     }
 }
 
+/// Query rows from which ggml's flash attention runs its tiled kernel.
+pub const FLASH_TILED_MIN_TOKENS: usize = 64;
+
+/// One query head through ggml's tiled flash attention (`flash_attn_ext_tiled`, batches of
+/// [`FLASH_TILED_MIN_TOKENS`] or more): Q in f32, 64-cell tiles; per tile the scores as fused
+/// chains over the head dim, an online max with `expf` rescaling, the tile's softmax sum
+/// (`ggml_vec_soft_max_f32`) added in f64, and P·V as fused chains over the tile's cells into
+/// an f32 accumulator. `h.f16` and `h.order` play no part here.
+pub fn flash_tiled(h: &Head, out: &mut [f32]) {
+    const TILE: usize = 64;
+    let (hd, hdv) = (h.q.len(), out.len());
+    let n = h.keys.len() / hd;
+    let (mut m, mut s) = (f32::NEG_INFINITY, 0f32);
+    out.fill(0.0);
+    let mut kq = [0f32; TILE];
+    let mut t0 = h.first / TILE * TILE;
+    while t0 < h.first + n {
+        // Cells t0..t0 + TILE; those outside first..first + n are masked.
+        let (lo, hi) = (t0.max(h.first), (t0 + TILE).min(h.first + n));
+        for c in lo..hi {
+            let k = &h.keys[(c - h.first) * hd..(c - h.first + 1) * hd];
+            let mut acc = 0f32;
+            for (&qd, &kd) in h.q.iter().zip(k) {
+                acc = qd.mul_add(kd, acc);
+            }
+            let mut v = acc * h.scale;
+            if let Some(cap) = h.softcap {
+                v = v.tanh() * cap;
+            }
+            kq[c - t0] = v;
+        }
+        let tile_max = kq[lo - t0..hi - t0].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if tile_max > f32::NEG_INFINITY {
+            let mnew = m.max(tile_max);
+            if mnew > m {
+                let ms = (m - mnew).exp();
+                for o in out.iter_mut() {
+                    *o *= ms;
+                }
+                s *= ms;
+            }
+            m = mnew;
+            let mut e = [0f32; TILE];
+            for c in lo..hi {
+                e[c - t0] = expf(kq[c - t0] - m);
+            }
+            let sum: f64 = e
+                .chunks_exact(16)
+                .map(|c| reduce16(c.try_into().unwrap_or(&[0.0; 16])) as f64)
+                .sum();
+            s = (s as f64 + sum) as f32;
+            for c in lo..hi {
+                let v = &h.vals[(c - h.first) * hdv..(c - h.first + 1) * hdv];
+                for (o, &vd) in out.iter_mut().zip(v) {
+                    *o = e[c - t0].mul_add(vd, *o);
+                }
+            }
+        }
+        t0 += TILE;
+    }
+    let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+    for o in out.iter_mut() {
+        *o *= inv;
+    }
+}
+
 /// [`dot_gemm`] of four rows against `y`, interleaved.
 #[inline(always)]
 fn dot_gemm4(x: [&[f32]; 4], y: &[f32]) -> [f32; 4] {
