@@ -59,8 +59,9 @@ pub enum Op {
         scale: f32,
         window: Option<usize>,
         softcap: Option<f32>,
-        /// llama.cpp's CPU flash-attention numerics: one pass with an online softmax, the
-        /// V accumulator kept in the cache's type (f16 for an f16 cache).
+        /// llama.cpp's CPU flash-attention numerics (`--flash-attn`): its tiled kernel for
+        /// batches of 64 or more, else one pass with an online softmax and the V accumulator
+        /// kept in the cache's type.
         flash: bool,
     },
     Add {

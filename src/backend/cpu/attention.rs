@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use half::f16;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
-use super::ggml_order::{self, Order};
+use super::ggml_order::{self, Kind, Order};
 use super::ops::{axpy, dot_f32, softmax};
 use super::pool::{Pool, SyncPtr};
 use crate::backend::KvType;
@@ -136,7 +136,8 @@ impl KvCache {
     }
 }
 
-/// Per-thread scratch: K and V rows decoded to f32, one query head, its scores.
+/// Per-thread scratch: K and V rows decoded to f32, one query head, its scores, and the lane
+/// accumulators of `ggml_order`.
 #[derive(Default)]
 struct Scratch {
     k: Vec<f32>,
@@ -228,34 +229,20 @@ pub fn attention(
                     let first = p.window.map_or(0, |w| (pos + 1).saturating_sub(w)).max(lo);
                     for h in g * group..(g + 1) * group {
                         qs.copy_from_slice(&q[i * qw + h * hd..i * qw + (h + 1) * hd]);
-                        if p.flash && n >= ggml_order::FLASH_TILED_MIN_TOKENS && t != KvType::Q8_0 {
-                            // SAFETY: each (token, head) output slice belongs to exactly one task.
-                            let o = unsafe { outp.slice(i * ow + h * hdv, hdv) };
-                            let h = ggml_order::Head {
-                                order,
-                                f16: t == KvType::F16,
-                                scale: p.scale,
-                                softcap: p.softcap,
-                                first,
-                                q: qs,
-                                keys: &ks[(first - lo) * hd..(pos + 1 - lo) * hd],
-                                vals: &vs[(first - lo) * hdv..(pos + 1 - lo) * hdv],
-                            };
-                            ggml_order::flash_tiled(&h, o);
-                            continue;
-                        }
-                        round_like_cache(t, qs);
-                        if p.flash {
-                            // SAFETY: each (token, head) output slice belongs to exactly one task.
-                            let o = unsafe { outp.slice(i * ow + h * hdv, hdv) };
-                            let keys = &ks[(first - lo) * hd..(pos + 1 - lo) * hd];
-                            let vals = &vs[(first - lo) * hdv..(pos + 1 - lo) * hdv];
-                            flash_head(t, p, qs, keys, vals, o);
-                            continue;
-                        }
                         // SAFETY: each (token, head) output slice belongs to exactly one task.
                         let o = unsafe { outp.slice(i * ow + h * hdv, hdv) };
-                        if t != KvType::Q8_0 {
+                        let kind = match (p.flash, t) {
+                            (false, KvType::Q8_0) => None,
+                            (false, _) => Some(Kind::Plain),
+                            (true, KvType::Q8_0) => Some(Kind::FlashChunk),
+                            (true, _) if n >= ggml_order::FLASH_TILED_MIN_TOKENS => Some(Kind::FlashTiled),
+                            (true, _) => Some(Kind::FlashChunk),
+                        };
+                        // The tiled kernel keeps q in f32; the others convert it like the cache.
+                        if kind != Some(Kind::FlashTiled) {
+                            round_like_cache(t, qs);
+                        }
+                        if let Some(kind) = kind {
                             let h = ggml_order::Head {
                                 order,
                                 f16: t == KvType::F16,
@@ -266,16 +253,16 @@ pub fn attention(
                                 keys: &ks[(first - lo) * hd..(pos + 1 - lo) * hd],
                                 vals: &vs[(first - lo) * hdv..(pos + 1 - lo) * hdv],
                             };
-                            ggml_order::head(&h, sc, lanes, o);
+                            ggml_order::attend(kind, &h, sc, lanes, o);
                             continue;
                         }
                         sc.clear();
                         for j in first..=pos {
-                            let mut s = dot_f32(qs, &ks[(j - lo) * hd..(j - lo + 1) * hd]) * p.scale;
+                            let mut s = dot_f32(qs, &ks[(j - lo) * hd..(j - lo + 1) * hd]);
                             if let Some(cap) = p.softcap {
-                                s = (s / cap).tanh() * cap;
+                                s = (s * (1.0 / cap)).tanh() * cap;
                             }
-                            sc.push(s);
+                            sc.push(s * p.scale);
                         }
                         softmax(sc);
                         o.fill(0.0);
@@ -289,45 +276,6 @@ pub fn attention(
         }
     });
     Ok(())
-}
-
-/// One query head over its keys and values in one pass, as ggml-cpu's
-/// `flash_attn_ext_f16_one_chunk` does: online softmax, and with an f16 cache the V
-/// accumulator itself is f16 (`ggml_vec_mad_f16` / `ggml_vec_scale_f16` round every update).
-fn flash_head(t: KvType, p: &AttnParams, q: &[f32], keys: &[f32], vals: &[f32], out: &mut [f32]) {
-    let (hd, hdv) = (q.len(), out.len());
-    let f16r = |x: f32| if t == KvType::F16 { f16::from_f32(x).to_f32() } else { x };
-    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
-    out.fill(0.0);
-    for (k, v) in keys.chunks_exact(hd).zip(vals.chunks_exact(hdv)) {
-        let dot = if t == KvType::F16 {
-            ggml_order::dot_vec(q, k)
-        } else {
-            dot_f32(q, k)
-        };
-        let mut s = dot * p.scale;
-        if let Some(cap) = p.softcap {
-            s = cap * (s / cap).tanh();
-        }
-        let (mut ms, mut vs) = (1f32, 1f32);
-        if s > m {
-            ms = (m - s).exp();
-            m = s;
-            for o in out.iter_mut() {
-                *o = f16r(*o * ms);
-            }
-        } else {
-            vs = (s - m).exp();
-        }
-        for (o, &x) in out.iter_mut().zip(v) {
-            *o = f16r(x.mul_add(vs, *o));
-        }
-        sum = sum.mul_add(ms, vs);
-    }
-    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-    for o in out.iter_mut() {
-        *o *= inv;
-    }
 }
 
 /// q is rounded the way ggml's mul_mat converts it to the cache's vec_dot type.

@@ -2,16 +2,17 @@
 //! references come from, so that scores, softmax and P·V give its bits, not just its values.
 //!
 //! The KV cache is padded to a multiple of 256 cells there, so every row length is a multiple
-//! of 64 and each sum splits into lanes by cell index:
+//! of 64 and each sum splits into lanes by cell index (cell = position here):
 //! - a batch of 2 or more tokens multiplies through tinyBLAS (`llamafile_sgemm`): 16 lanes of
 //!   fused multiply-adds over the whole row, then `_mm512_reduce_add_ps`;
 //! - a single token goes through `ggml_vec_dot_f16`: 4 × 16 lanes over steps of 64, folded
 //!   pairwise into 16 (`GGML_F32x16_REDUCE`), then `_mm512_reduce_add_ps`, the tail in f64;
 //! - softmax (`ggml_vec_soft_max_f32`) takes `ggml_v_expf`, a polynomial, 16 cells at a time,
-//!   each chunk reduced in f32 and the chunks summed in f64.
+//!   each chunk reduced in f32 and the chunks summed in f64;
+//! - flash attention follows `flash_attn_ext_f16_one_chunk`, or its tiled kernel for batches.
 //!
-//! Every step is an f32 add, multiply or fused multiply-add, so any ISA reproduces it; the
-//! bodies are `#[inline(always)]` and compiled once more with FMA enabled on x86-64.
+//! Every step is an IEEE operation in a fixed order, so any ISA reproduces it; [`attend`] runs
+//! the bodies compiled once more with AVX2 and FMA where the CPU has them.
 
 /// `_mm512_reduce_add_ps` (GCC's expansion): halves, quarters, then pairs.
 #[inline(always)]
@@ -21,10 +22,32 @@ fn reduce16(a: &[f32; 16]) -> f32 {
     (u[0] + u[2]) + (u[1] + u[3])
 }
 
-/// `ggml_vec_dot_f16` / `_f32` on values already in the cache's precision (so every product
-/// of two f16 values is exact in f32).
+/// `ggml_vec_dot_f16` on values already in f16 precision (so every product of two is exact in
+/// f32): 4 × 16 lanes over steps of 64, folded, the tail summed in f64.
 #[inline(always)]
 pub fn dot_vec(x: &[f32], y: &[f32]) -> f32 {
+    let (sum, np) = dot_vec_lanes(x, y);
+    let mut sumf = sum as f64;
+    for k in np..x.len().min(y.len()) {
+        sumf += (x[k] * y[k]) as f64;
+    }
+    sumf as f32
+}
+
+/// `ggml_vec_dot_f32`: as [`dot_vec`], but the tail fused into an f32 sum (GCC contracts its
+/// `sumf += x*y`).
+#[inline(always)]
+fn dot_vec_f32(x: &[f32], y: &[f32]) -> f32 {
+    let (mut sum, np) = dot_vec_lanes(x, y);
+    for k in np..x.len().min(y.len()) {
+        sum = x[k].mul_add(y[k], sum);
+    }
+    sum
+}
+
+/// The whole 64s of `ggml_vec_dot_*`: (their folded sum, where the tail starts).
+#[inline(always)]
+fn dot_vec_lanes(x: &[f32], y: &[f32]) -> (f32, usize) {
     let n = x.len().min(y.len());
     let np = n & !63;
     let mut sum = [[0f32; 16]; 4];
@@ -38,11 +61,7 @@ pub fn dot_vec(x: &[f32], y: &[f32]) -> f32 {
     }
     let [s0, s1, s2, s3] = sum;
     let folded: [f32; 16] = std::array::from_fn(|l| (s0[l] + s2[l]) + (s1[l] + s3[l]));
-    let mut sumf = reduce16(&folded) as f64;
-    for k in np..n {
-        sumf += (x[k] * y[k]) as f64;
-    }
-    sumf as f32
+    (reduce16(&folded), np)
 }
 
 /// tinyBLAS's dot of one A row and one B row: 16 lanes over the whole row. Rows that are not
@@ -110,10 +129,10 @@ impl Order {
     }
 }
 
-/// One query head without flash attention, over the cells `first..first + n` (one key and one
-/// value row each, already in the cache's precision). `q` is rounded like the cache; with an
-/// f16 cache (`f16`) the probabilities are rounded to f16 before they weight V, as ggml's
-/// mul_mat converts them.
+/// One query head over the cells `first..first + n` (one key and one value row each, already in
+/// the cache's precision). For [`Kind::Plain`] and [`Kind::FlashChunk`] `q` is rounded like the
+/// cache (ggml converts it to the cache's vec-dot type); `f16` says the cache is f16, and
+/// `order` how a [`Kind::Plain`] batch multiplies.
 pub struct Head<'a> {
     pub order: Order,
     pub f16: bool,
@@ -125,20 +144,40 @@ pub struct Head<'a> {
     pub vals: &'a [f32],
 }
 
-/// Scores, masked softmax and P·V of `h` into `out`; `scores` and `lanes` are scratch.
-pub fn head(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
+/// Which of ggml's attention kernels a head follows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Without flash attention: KQ, softmax and P·V as three matmuls ([`Order`]).
+    Plain,
+    /// Flash attention, `flash_attn_ext_f16_one_chunk`: one pass, online softmax.
+    FlashChunk,
+    /// Flash attention, `flash_attn_ext_tiled`, for batches of [`FLASH_TILED_MIN_TOKENS`].
+    FlashTiled,
+}
+
+/// One head through `kind` into `out`; `scores` and `lanes` are scratch.
+pub fn attend(kind: Kind, h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         // SAFETY: the CPU has the features the function is compiled for.
-        return unsafe { head_fma(h, scores, lanes, out) };
+        return unsafe { attend_fma(kind, h, scores, lanes, out) };
     }
-    head_body::<false>(h, scores, lanes, out)
+    attend_body::<false>(kind, h, scores, lanes, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn head_fma(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
-    head_body::<true>(h, scores, lanes, out)
+unsafe fn attend_fma(kind: Kind, h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
+    attend_body::<true>(kind, h, scores, lanes, out)
+}
+
+#[inline(always)]
+fn attend_body<const X86: bool>(kind: Kind, h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
+    match kind {
+        Kind::Plain => head_body::<X86>(h, scores, lanes, out),
+        Kind::FlashChunk => flash_chunk(h, out),
+        Kind::FlashTiled => flash_tiled(h, out),
+    }
 }
 
 /// `X86`: the caller enables AVX2 and FMA, so the score dots may use them.
@@ -157,13 +196,15 @@ fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f
     let (hd, hdv) = (q.len(), out.len());
     scores.clear();
     let mut ks = keys.chunks_exact(hd);
-    if order == Order::Gemm && hd.is_multiple_of(16) {
+    // With an f32 cache ggml never converts q, so KQ stays with `ggml_vec_dot_f32`.
+    let gemm = order == Order::Gemm && f16 && hd.is_multiple_of(16);
+    if gemm {
         // Four keys at a time: independent chains, each in tinyBLAS's order.
         while ks.len() >= 4 {
             let k: [&[f32]; 4] = std::array::from_fn(|_| ks.next().unwrap_or(&[]));
             #[cfg(target_arch = "x86_64")]
             if X86 {
-                // SAFETY: the caller runs with AVX2 and FMA (`head_fma`); each key row is as
+                // SAFETY: the caller runs with AVX2 and FMA (`attend_fma`); each key row is as
                 // long as q, a whole number of 16s.
                 scores.extend(unsafe { x86::dot_gemm4(k, q) });
                 continue;
@@ -173,21 +214,23 @@ fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f
     }
     for k in ks {
         #[cfg(target_arch = "x86_64")]
-        if X86 && order == Order::Vec {
+        if X86 && !gemm && f16 {
             // SAFETY: as above; `dot_vec` takes any length.
             scores.push(unsafe { x86::dot_vec(k, q) });
             continue;
         }
-        scores.push(match order {
-            Order::Gemm => dot_gemm(k, q),
-            Order::Vec => dot_vec(k, q),
+        scores.push(match (gemm, f16) {
+            (true, _) => dot_gemm(k, q),
+            (false, true) => dot_vec(k, q),
+            (false, false) => dot_vec_f32(k, q),
         });
     }
+    // llama.cpp caps the raw scores (times 1/cap, tanh, times cap), then softmax scales them.
     for s in scores.iter_mut() {
-        *s *= scale;
         if let Some(cap) = softcap {
-            *s = (*s / cap).tanh() * cap;
+            *s = (*s * (1.0 / cap)).tanh() * cap;
         }
+        *s *= scale;
     }
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     for s in scores.iter_mut() {
@@ -249,8 +292,11 @@ pub const FLASH_TILED_MIN_TOKENS: usize = 64;
 /// chains over the head dim, an online max with `expf` rescaling, the tile's softmax sum
 /// (`ggml_vec_soft_max_f32`) added in f64, and P·V as fused chains over the tile's cells into
 /// an f32 accumulator. `h.f16` and `h.order` play no part here.
-pub fn flash_tiled(h: &Head, out: &mut [f32]) {
+#[inline(always)]
+fn flash_tiled(h: &Head, out: &mut [f32]) {
     const TILE: usize = 64;
+    // ggml folds a softcap into the scale: tanh(s · scale / cap) · cap.
+    let scale = h.softcap.map_or(h.scale, |cap| h.scale / cap);
     let (hd, hdv) = (h.q.len(), out.len());
     let n = h.keys.len() / hd;
     let (mut m, mut s) = (f32::NEG_INFINITY, 0f32);
@@ -266,11 +312,8 @@ pub fn flash_tiled(h: &Head, out: &mut [f32]) {
             for (&qd, &kd) in h.q.iter().zip(k) {
                 acc = qd.mul_add(kd, acc);
             }
-            let mut v = acc * h.scale;
-            if let Some(cap) = h.softcap {
-                v = v.tanh() * cap;
-            }
-            kq[c - t0] = v;
+            let v = acc * scale;
+            kq[c - t0] = h.softcap.map_or(v, |cap| cap * v.tanh());
         }
         let tile_max = kq[lo - t0..hi - t0].iter().copied().fold(f32::NEG_INFINITY, f32::max);
         if tile_max > f32::NEG_INFINITY {
@@ -302,6 +345,41 @@ pub fn flash_tiled(h: &Head, out: &mut [f32]) {
         t0 += TILE;
     }
     let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+    for o in out.iter_mut() {
+        *o *= inv;
+    }
+}
+
+/// One head through ggml's `flash_attn_ext_f16_one_chunk`: one pass with an online softmax
+/// (`expf`), the V accumulator kept in the cache's type, so with an f16 cache every update
+/// (`ggml_vec_mad_f16`, `ggml_vec_scale_f16`) rounds to f16.
+#[inline(always)]
+fn flash_chunk(h: &Head, out: &mut [f32]) {
+    let (hd, hdv) = (h.q.len(), out.len());
+    let f16r = |x: f32| if h.f16 { half::f16::from_f32(x).to_f32() } else { x };
+    let scale = h.softcap.map_or(h.scale, |cap| h.scale / cap);
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+    out.fill(0.0);
+    for (k, v) in h.keys.chunks_exact(hd).zip(h.vals.chunks_exact(hdv)) {
+        let dot = if h.f16 { dot_vec(h.q, k) } else { dot_vec_f32(h.q, k) };
+        let s = dot * scale;
+        let s = h.softcap.map_or(s, |cap| cap * s.tanh());
+        let (mut ms, mut vs) = (1f32, 1f32);
+        if s > m {
+            ms = (m - s).exp();
+            m = s;
+            for o in out.iter_mut() {
+                *o = f16r(*o * ms);
+            }
+        } else {
+            vs = (s - m).exp();
+        }
+        for (o, &x) in out.iter_mut().zip(v) {
+            *o = f16r(x.mul_add(vs, *o));
+        }
+        sum = sum.mul_add(ms, vs);
+    }
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
     for o in out.iter_mut() {
         *o *= inv;
     }
@@ -402,6 +480,75 @@ mod tests {
         }
         assert_eq!(expf(f32::NEG_INFINITY), 0.0);
         assert_eq!(expf(-200.0), 0.0);
+    }
+
+    /// Every kind and order against attention in f64, with a window (`first` > 0), a head
+    /// dim that is no multiple of 16 or 64, f16 and f32 values, and a softcap.
+    #[test]
+    fn every_kind_is_attention() {
+        let val = |i: usize, s: usize| ((i * s + 3) % 101) as f32 / 50.0 - 1.0;
+        for (hd, hdv, n, first) in [(64, 64, 70, 0), (40, 24, 9, 5), (256, 128, 130, 67)] {
+            for f16 in [false, true] {
+                let round = |x: f32| if f16 { half::f16::from_f32(x).to_f32() } else { x };
+                let q: Vec<f32> = (0..hd).map(|i| round(val(i, 7))).collect();
+                let keys: Vec<f32> = (0..n * hd).map(|i| round(val(i, 13))).collect();
+                let vals: Vec<f32> = (0..n * hdv).map(|i| round(val(i, 29))).collect();
+                for softcap in [None, Some(3.0)] {
+                    // llama.cpp's flash kernels cap after scaling and its plain path before;
+                    // they agree where softcapping models use them, with Q scaled beforehand.
+                    let scale = if softcap.is_some() {
+                        1.0
+                    } else {
+                        1.0 / (hd as f32).sqrt()
+                    };
+                    let s: Vec<f64> = keys
+                        .chunks_exact(hd)
+                        .map(|k| {
+                            let d: f64 = k.iter().zip(&q).map(|(&a, &b)| a as f64 * b as f64).sum();
+                            softcap.map_or(d, |c| (d / c as f64).tanh() * c as f64) * scale as f64
+                        })
+                        .collect();
+                    let max = s.iter().copied().fold(f64::MIN, f64::max);
+                    let e: Vec<f64> = s.iter().map(|&x| (x - max).exp()).collect();
+                    let sum: f64 = e.iter().sum();
+                    let want: Vec<f64> = (0..hdv)
+                        .map(|d| {
+                            e.iter()
+                                .enumerate()
+                                .map(|(j, &p)| p * vals[j * hdv + d] as f64)
+                                .sum::<f64>()
+                                / sum
+                        })
+                        .collect();
+                    for kind in [Kind::Plain, Kind::FlashChunk, Kind::FlashTiled] {
+                        for order in [Order::Gemm, Order::Vec] {
+                            let h = Head {
+                                order,
+                                f16,
+                                scale,
+                                softcap,
+                                first,
+                                q: &q,
+                                keys: &keys,
+                                vals: &vals,
+                            };
+                            let mut out = vec![f32::NAN; hdv];
+                            attend(kind, &h, &mut Vec::new(), &mut Vec::new(), &mut out);
+                            // f16 probabilities (plain) and accumulators (flash) bound the error.
+                            let tol = if f16 { 4e-3 } else { 1e-5 };
+                            for (d, (&g, &w)) in out.iter().zip(&want).enumerate() {
+                                assert!(
+                                    (g as f64 - w).abs() <= tol,
+                                    "hd {hd} n {n} f16 {f16} cap {softcap:?} kind {} order {}: [{d}] {g} vs {w}",
+                                    kind as u8,
+                                    order as u8
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -333,8 +333,9 @@ impl CpuContext {
                         unsafe { (&*bp.0.add(s.inputs[0]), &*bp.0.add(s.inputs[1]), &mut *bp.0.add(s.out)) };
                     let (a, b) = (&a[..size], &b[..size]);
                     let yp = SyncPtr::new(&mut y[..size]);
-                    let op = &s.op;
-                    let chunk = 4096.max(size / (4 * pool.n_threads()));
+                    let (op, width) = (&s.op, s.width);
+                    // Whole rows per task: SwiGLU treats each row's tail apart.
+                    let chunk = 4096.max(size / (4 * pool.n_threads())).next_multiple_of(s.width.max(1));
                     pool.for_chunks(size, chunk, |_, r| {
                         // SAFETY: disjoint ranges per task.
                         let y = unsafe { yp.slice(r.start, r.len()) };
@@ -342,7 +343,7 @@ impl CpuContext {
                         match op {
                             Op::Add { .. } => y.iter_mut().zip(a).zip(b).for_each(|((y, a), b)| *y = a + b),
                             Op::Mul { .. } => y.iter_mut().zip(a).zip(b).for_each(|((y, a), b)| *y = a * b),
-                            Op::Swiglu { .. } => ops::swiglu(a, b, y),
+                            Op::Swiglu { .. } => ops::swiglu(a, b, y, width),
                             _ => ops::geglu(a, b, y),
                         }
                     });

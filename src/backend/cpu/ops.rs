@@ -30,26 +30,28 @@ pub fn head_norm(x: &mut [f32], w: &[f32], eps: f32, head_dim: usize) {
 /// `ggml_vec_swiglu_f32`: silu(g) * u, silu(x) = x / (1 + e^-x).
 ///
 /// As ggml's AVX-512 build: `ggml_v_silu` (its polynomial exp) on whole 16s, `expf` on the tail.
-pub fn swiglu(gate: &[f32], up: &[f32], y: &mut [f32]) {
+/// `width` is the row length: the 16s and the tail are counted per row (the slices hold whole
+/// rows).
+pub fn swiglu(gate: &[f32], up: &[f32], y: &mut [f32], width: usize) {
     #[cfg(target_arch = "x86_64")]
     if avx2_fma() {
         // SAFETY: the CPU has the features the function is compiled for.
-        return unsafe { swiglu_fma(gate, up, y) };
+        return unsafe { swiglu_fma(gate, up, y, width) };
     }
-    swiglu_body(gate, up, y)
+    swiglu_body(gate, up, y, width)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn swiglu_fma(gate: &[f32], up: &[f32], y: &mut [f32]) {
-    swiglu_body(gate, up, y)
+unsafe fn swiglu_fma(gate: &[f32], up: &[f32], y: &mut [f32], width: usize) {
+    swiglu_body(gate, up, y, width)
 }
 
 #[inline(always)]
-fn swiglu_body(gate: &[f32], up: &[f32], y: &mut [f32]) {
-    let whole = gate.len().min(up.len()).min(y.len()) / 16 * 16;
+fn swiglu_body(gate: &[f32], up: &[f32], y: &mut [f32], width: usize) {
+    let whole = width / 16 * 16;
     for (i, ((y, &g), &u)) in y.iter_mut().zip(gate).zip(up).enumerate() {
-        let e = if i < whole {
+        let e = if i % width.max(1) < whole {
             ggml_order::expf(0.0 - g)
         } else {
             (-g).exp()

@@ -60,8 +60,7 @@ pub type TileFn = fn(n: usize, panel: &[u8], act: &[u8], arb: usize, sums: &[u8]
 /// The prefill micro-kernels of a 32-element signed weight type against q8_0 activations, in
 /// the spirit of ggml's repacked GEMMs: [`PANEL_ROWS`] weight rows are decoded once into a
 /// panel of unsigned bytes `q + off` interleaved by groups of 4, so that one u8×i8 4-way dot
-/// (`vpdpbusd`) of a panel group with a broadcast activation group advances all 8 rows; each
-/// tile keeps (8 rows × tokens) f32 accumulators and reduces nothing horizontally. The `off`
+/// (`vpdpbusd`) of a panel group with a broadcast activation group advances all 8 rows. The `off`
 /// is taken back out exactly through the activation block sums: Σ(q+off)·y - off·Σy = Σq·y.
 /// Two summation orders, each that of the llama.cpp kernel for the type on x86: one i32 per
 /// block and (8 rows × tokens) accumulators (its repacked GEMMs: q4_0, iq4_nl, mxfp4), or
@@ -617,16 +616,25 @@ mod tests {
                         (got as f64 - oracle as f64).abs() <= tol,
                         "{what}: {got} vs scalar {oracle}"
                     );
-                    if let Some(x4) = k.dot_x4(w) {
+                    let tiled = k.tiled(w);
+                    let x4s = [k.dot_x4(w), tiled.map(|t| t.1)];
+                    for (which, x4) in x4s.into_iter().enumerate() {
+                        let Some(x4) = x4 else { continue };
                         let got4 = x4(n, &wb, [&abs[0], &abs[1], &abs[2], &abs[3]]);
                         for (r, ab) in abs.iter().enumerate() {
                             let one = SCALAR.dot(w)(n, &wb, ab);
                             let tol = 1e-5 * dequant_dot(w, &wb, aq, ab).0 + 1e-30;
                             assert!(
                                 (got4[r] as f64 - one as f64).abs() <= tol,
-                                "{what} x4[{r}]: {} vs {one}",
+                                "{what} x4 (tiled: {}) [{r}]: {} vs {one}",
+                                which == 1,
                                 got4[r]
                             );
+                            if which == 1 {
+                                // The tiled row kernel is bit-identical to its 4-token one.
+                                let row = tiled.map(|t| t.0(n, &wb, ab)).unwrap_or(f32::NAN);
+                                assert_eq!(row.to_bits(), got4[r].to_bits(), "{what} tiled row vs x4");
+                            }
                         }
                     }
                 }

@@ -417,8 +417,9 @@ pub(super) unsafe fn signed_step<const V: bool, B: Signed>(
     _mm256_fmadd_ps(_mm256_set1_ps(dx * f16(yb)), _mm256_cvtepi32_ps(p), acc)
 }
 
-/// ggml_vec_dot_{q4_0,q5_0,q8_0,iq4_nl,mxfp4}_q8_0 (and tinyBLAS per cell): one accumulator,
-/// 8 lanes kept apart to the end.
+/// ggml_vec_dot_{q5_0,q8_0}_q8_0 and tinyBLAS per cell: one accumulator, 8 lanes kept apart to
+/// the end. (llama.cpp repacks q4_0, iq4_nl and mxfp4 on x86; their matmul takes the panel
+/// kernels, and this order only serves tests and odd shapes there.)
 #[inline(always)]
 pub(super) unsafe fn dot_signed<const V: bool, B: Signed>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let (x, y) = (w.as_ptr(), a.as_ptr());
@@ -738,6 +739,14 @@ unsafe fn q45_k_x4<const V: bool, const FIVE: bool>(n: usize, w: &[u8], a: [&[u8
         let (dx, dminx) = f16x2(xb);
         let (scales, mins) = k4_scales(xb.add(4));
         let mut sumi = [_mm256_setzero_si256(); 4];
+        // q4_K: Σ mins·bsums of each 64 quants, per token.
+        let mut min_sums = [[0i32; 4]; 4];
+        if !FIVE {
+            for (k, ms) in min_sums.iter_mut().enumerate() {
+                _mm_storeu_si128(ms.as_mut_ptr() as *mut __m128i, k4_mins(mins, y[k].add(292 * i)));
+            }
+        }
+        #[allow(clippy::needless_range_loop)] // j also picks the quants and scales
         for j in 0..4 {
             let (lo, hi) = k4_quants::<FIVE>(xb, j);
             let (sl, sh) = (
@@ -751,13 +760,9 @@ unsafe fn q45_k_x4<const V: bool, const FIVE: bool>(n: usize, w: &[u8], a: [&[u8
                 let s = madd_acc::<V>(s, sl, _mm256_maddubs_epi16(lo, ld256(q8)));
                 sumi[k] = madd_acc::<V>(s, sh, _mm256_maddubs_epi16(hi, ld256(q8.add(32))));
                 if !FIVE {
-                    let yb = y[k].add(292 * i);
-                    let (dy, m) = (f32u(yb), k4_mins(mins, yb));
-                    let mut ms = [0i32; 4];
-                    _mm_storeu_si128(ms.as_mut_ptr() as *mut __m128i, m);
-                    let mj = ms[j];
+                    let dy = f32u(y[k].add(292 * i));
                     sum[k] = (hsum_i32(sumi[k]) as f32).mul_add(dx * dy, sum[k]);
-                    sum_m[k] = (mj as f32).mul_add(dminx * dy, sum_m[k]);
+                    sum_m[k] = (min_sums[k][j] as f32).mul_add(dminx * dy, sum_m[k]);
                 }
             }
         }
