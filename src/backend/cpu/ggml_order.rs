@@ -64,6 +64,28 @@ fn dot_vec_lanes(x: &[f32], y: &[f32]) -> (f32, usize) {
     (reduce16(&folded), np)
 }
 
+/// `ggml_vec_dot_f16` (`f16`) or `ggml_vec_dot_f32` of `x` and `y`, with AVX2/FMA when `X86`
+/// says the caller enables them.
+#[inline(always)]
+fn dot_vec_any<const X86: bool>(f16: bool, x: &[f32], y: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if X86 {
+        // SAFETY: the caller runs with AVX2 and FMA (`attend_fma`).
+        return unsafe {
+            if f16 {
+                x86::dot_vec::<true>(x, y)
+            } else {
+                x86::dot_vec::<false>(x, y)
+            }
+        };
+    }
+    if f16 {
+        dot_vec(x, y)
+    } else {
+        dot_vec_f32(x, y)
+    }
+}
+
 /// tinyBLAS's dot of one A row and one B row: 16 lanes over the whole row. Rows that are not
 /// whole 16s are refused by tinyBLAS and go through [`dot_vec`].
 #[inline(always)]
@@ -175,7 +197,7 @@ unsafe fn attend_fma(kind: Kind, h: &Head, scores: &mut Vec<f32>, lanes: &mut Ve
 fn attend_body<const X86: bool>(kind: Kind, h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
     match kind {
         Kind::Plain => head_body::<X86>(h, scores, lanes, out),
-        Kind::FlashChunk => flash_chunk(h, out),
+        Kind::FlashChunk => flash_chunk::<X86>(h, out),
         Kind::FlashTiled => flash_tiled(h, out),
     }
 }
@@ -213,16 +235,10 @@ fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f
         }
     }
     for k in ks {
-        #[cfg(target_arch = "x86_64")]
-        if X86 && !gemm && f16 {
-            // SAFETY: as above; `dot_vec` takes any length.
-            scores.push(unsafe { x86::dot_vec(k, q) });
-            continue;
-        }
-        scores.push(match (gemm, f16) {
-            (true, _) => dot_gemm(k, q),
-            (false, true) => dot_vec(k, q),
-            (false, false) => dot_vec_f32(k, q),
+        scores.push(if gemm {
+            dot_gemm(k, q)
+        } else {
+            dot_vec_any::<X86>(f16, k, q)
         });
     }
     // llama.cpp caps the raw scores (times 1/cap, tanh, times cap), then softmax scales them.
@@ -354,14 +370,14 @@ fn flash_tiled(h: &Head, out: &mut [f32]) {
 /// (`expf`), the V accumulator kept in the cache's type, so with an f16 cache every update
 /// (`ggml_vec_mad_f16`, `ggml_vec_scale_f16`) rounds to f16.
 #[inline(always)]
-fn flash_chunk(h: &Head, out: &mut [f32]) {
+fn flash_chunk<const X86: bool>(h: &Head, out: &mut [f32]) {
     let (hd, hdv) = (h.q.len(), out.len());
     let f16r = |x: f32| if h.f16 { half::f16::from_f32(x).to_f32() } else { x };
     let scale = h.softcap.map_or(h.scale, |cap| h.scale / cap);
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
     out.fill(0.0);
     for (k, v) in h.keys.chunks_exact(hd).zip(h.vals.chunks_exact(hdv)) {
-        let dot = if h.f16 { dot_vec(h.q, k) } else { dot_vec_f32(h.q, k) };
+        let dot = dot_vec_any::<X86>(h.f16, h.q, k);
         let s = dot * scale;
         let s = h.softcap.map_or(s, |cap| cap * s.tanh());
         let (mut ms, mut vs) = (1f32, 1f32);
@@ -440,9 +456,9 @@ mod x86 {
         ]
     }
 
-    /// [`dot_vec`](super::dot_vec); `x` at least as long as `y`.
+    /// [`dot_vec`](super::dot_vec) (`F64_TAIL`) or [`dot_vec_f32`](super::dot_vec_f32).
     #[inline(always)]
-    pub unsafe fn dot_vec(x: &[f32], y: &[f32]) -> f32 {
+    pub unsafe fn dot_vec<const F64_TAIL: bool>(x: &[f32], y: &[f32]) -> f32 {
         let n = y.len().min(x.len());
         let np = n & !63;
         let (mut lo, mut hi) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
@@ -458,11 +474,20 @@ mod x86 {
             _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3])),
             _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]), _mm256_add_ps(hi[1], hi[3])),
         );
-        let mut sumf = reduce(flo, fhi) as f64;
-        for k in np..n {
-            sumf += (x[k] * y[k]) as f64;
+        let sum = reduce(flo, fhi);
+        if F64_TAIL {
+            let mut sumf = sum as f64;
+            for k in np..n {
+                sumf += (x[k] * y[k]) as f64;
+            }
+            sumf as f32
+        } else {
+            let mut sumf = sum;
+            for k in np..n {
+                sumf = x[k].mul_add(y[k], sumf);
+            }
+            sumf
         }
-        sumf as f32
     }
 }
 
