@@ -258,11 +258,11 @@ pub fn attention(
                         }
                         sc.clear();
                         for j in first..=pos {
-                            let mut s = dot_f32(qs, &ks[(j - lo) * hd..(j - lo + 1) * hd]);
+                            let mut s = dot_f32(qs, &ks[(j - lo) * hd..(j - lo + 1) * hd]) * p.scale;
                             if let Some(cap) = p.softcap {
                                 s = (s * (1.0 / cap)).tanh() * cap;
                             }
-                            sc.push(s * p.scale);
+                            sc.push(s);
                         }
                         softmax(sc);
                         o.fill(0.0);

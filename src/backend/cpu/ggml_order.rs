@@ -241,12 +241,14 @@ fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f
             dot_vec_any::<X86>(f16, k, q)
         });
     }
-    // llama.cpp caps the raw scores (times 1/cap, tanh, times cap), then softmax scales them.
+    // Scale, then cap (times 1/cap, tanh, times cap). llama.cpp's plain path caps first and
+    // scales in its softmax; the models that cap (Gemma 2) scale Q beforehand, and with a scale
+    // of 1 both are the same operations.
     for s in scores.iter_mut() {
+        *s *= scale;
         if let Some(cap) = softcap {
             *s = (*s * (1.0 / cap)).tanh() * cap;
         }
-        *s *= scale;
     }
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     for s in scores.iter_mut() {
