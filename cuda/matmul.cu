@@ -10,6 +10,9 @@
 // are conflict-free; and consecutive threads store consecutive rows of y. (Which thread owns which
 // outputs is internal to the block; each output is the same sum as in matmul.wgsl.)
 //
+// For quantized weights x is quantize_act's output (see matmul_vec.cu); with q4_1 / q5_1 weights
+// each output adds its row's block offset m times its token's q8_1 correction per step (one block).
+//
 // Params: k (row length, a multiple of 32), m (width of y), rows (rows in this part), row0 (first
 // row of this part), n (tokens). Bindings: 1 W (raw blocks), 2 x [n][k], 3 y [n][m].
 // Grid: (ceil(rows / 32), ceil(n / 32)). Block: 64.
@@ -23,6 +26,8 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
     constexpr u32 CPB = Q::QK / 8;
     __shared__ f4 ws[TM * LD];
     __shared__ f4 xs[TN * LD];
+    __shared__ float wmin[TM]; // act_s<Q>: the step's block offset per row
+    __shared__ float xcor[TN]; // act_s<Q>: the step's correction per token
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const f4* __restrict__ x = binding<const f4>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
@@ -70,6 +75,15 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
             }
             xs[t * LD + q] = v;
         }
+        if constexpr (act_s<Q>::ON) {
+            const u32 i = tid % 32;
+            if (tid < 32) {
+                wmin[i] = m0 + i < rows ? act_s<Q>::m(w + (m0 + i) * rbytes, (k0 / Q::QK) * Q::QB) : 0.0f;
+            } else {
+                const float* xc = reinterpret_cast<const float*>(x) + (unsigned long long)n * k;
+                xcor[i] = n0 + i < n ? xc[(n0 + i) * (k / Q::QK) + k0 / Q::QK] : 0.0f;
+            }
+        }
         __syncthreads();
         MF_UNROLL
         for (u32 q = 0; q < TK / 4; q++) {
@@ -84,6 +98,15 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
                 MF_UNROLL
                 for (u32 j = 0; j < 4; j++) {
                     acc[i][j] += dot4(a[i], b[j]);
+                }
+            }
+        }
+        if constexpr (act_s<Q>::ON) {
+            MF_UNROLL
+            for (u32 i = 0; i < 4; i++) {
+                MF_UNROLL
+                for (u32 j = 0; j < 4; j++) {
+                    acc[i][j] += mul_rn(wmin[tx + 8 * i], xcor[ty + 8 * j]);
                 }
             }
         }

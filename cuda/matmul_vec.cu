@@ -3,16 +3,20 @@
 // consecutive threads, within one warp) stride over its 8-element chunks, and meet in a butterfly
 // of shuffles over the segment.
 //
+// For quantized weights x is quantize_act's output: the activations already rounded to the CPU's
+// 8-bit partner format, as floats d · q, then for q4_1 / q5_1 one q8_1 correction per 32-element
+// block, which the block's offset m multiplies (act_s<Q>).
+//
 // Weights with integer values in 32-element blocks (q4_0, q4_1, q5_0, q5_1, q8_0) take int8 dot
-// products (dp4a) where the device has them: the block first rounds its token's activations to
-// 8 bits in shared memory exactly as the CPU backend does for these types (q8_0 / q8_1: scale
-// amax / 127 kept as f16, round to nearest even, and q8_1's f16 block sum for the min term), then
-// each lane takes d_w · d_x · Σ q_w q_x per 8-element chunk. Rows up to MAX_K_I8 long; longer
+// products (dp4a) where the device has them: the block recovers its token's 8-bit activations in
+// shared memory (q = rint(x / d) with d = amax / 127: the same d and q that quantize_act rounded
+// to, since its amax element is ±127 · d), and q8_1's f16 block sum s as the correction plus d · Σq;
+// then each lane takes d_w · d_x · Σ q_w q_x per 8-element chunk. Rows up to MAX_K_I8 long; longer
 // ones, other types and older devices take the f32 path.
 //
 // Params: k (row length), m (width of y: all rows of the weight), rows (rows in this part),
-// row0 (first row of this part). Bindings: 1 W (raw blocks), 2 x [n][k], 3 y [n][m].
-// Grid: (x, y) folded over ceil(rows / 8) row groups, z = token. Block: 64.
+// row0 (first row of this part), n (tokens). Bindings: 1 W (raw blocks), 2 x [n][k] (+ corrections),
+// 3 y [n][m]. Grid: (x, y) folded over ceil(rows / 8) row groups, z = token. Block: 64.
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 610
 #define MF_DP4A 1
@@ -26,8 +30,8 @@
 
 // The int8 path; `xq` etc. are the block's shared activations (whole rows, one token).
 template <class Q>
-static __device__ __forceinline__ float matmul_vec_i8(const Params& p, const float* __restrict__ xt, u32 r,
-                                                      u32 lane) {
+static __device__ __forceinline__ float matmul_vec_i8(const Params& p, const float* __restrict__ xt,
+                                                      const float* __restrict__ xc, u32 r, u32 lane) {
     typedef i8w<Q> I;
     constexpr u32 WG = 64, TPR = 8;
     __shared__ int xq[MAX_K_I8 / 4];
@@ -35,7 +39,8 @@ static __device__ __forceinline__ float matmul_vec_i8(const Params& p, const flo
     __shared__ float xs[MAX_K_I8 / 32];
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const u32 k = p.w[0], rows = p.w[2];
-    // The CPU's quantize_row_q8_0 / q8_1 (x86): one thread per 32-element block.
+    // The 8-bit blocks back from x~ (the CPU's quantize_row_q8_0 / q8_1 on it gives them again):
+    // one thread per 32-element block.
     for (u32 b = threadIdx.x; b < k / 32; b += WG) {
         const float* v = xt + 32 * b;
         float amax = 0.0f;
@@ -55,7 +60,7 @@ static __device__ __forceinline__ float matmul_vec_i8(const Params& p, const flo
             xq[8 * b + j] = (int)word;
         }
         xd[b] = round_f16(d);
-        xs[b] = round_f16(mul_rn((float)sum, d));
+        xs[b] = I::MIN ? xc[b] + mul_rn(round_f16(d), (float)sum) : 0.0f;
     }
     __syncthreads();
     float acc = 0.0f;
@@ -87,18 +92,20 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const f4* __restrict__ x = binding<const f4>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
-    const u32 k = p.w[0], m = p.w[1], rows = p.w[2], row0 = p.w[3];
+    const u32 k = p.w[0], m = p.w[1], rows = p.w[2], row0 = p.w[3], n = p.w[4];
     const u32 seg = threadIdx.x / TPR;
     const u32 lane = threadIdx.x % TPR;
     const u32 r = (blockIdx.x + blockIdx.y * gridDim.x) * (WG / TPR) + seg;
     const u32 t = blockIdx.z;
     const u32 nc = k / 8;
     const f4* __restrict__ xt = x + t * (k / 4);
+    // q8_1 corrections of this token (act_s<Q> only).
+    const float* __restrict__ xc = reinterpret_cast<const float*>(x) + (unsigned long long)n * k + t * (k / 32);
     float acc = 0.0f;
     if constexpr (MF_DP4A && i8w<Q>::INT8) {
         if (k <= MAX_K_I8) {
             // Uniform across the block: every thread takes this path and its barrier.
-            const float s = seg_sum<TPR>(matmul_vec_i8<Q>(p, reinterpret_cast<const float*>(xt), r, lane));
+            const float s = seg_sum<TPR>(matmul_vec_i8<Q>(p, reinterpret_cast<const float*>(xt), xc, r, lane));
             if (r < rows && lane == 0) {
                 y[t * m + row0 + r] = s;
             }
@@ -111,6 +118,9 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
         for (u32 c = lane; c < nc; c += TPR) {
             const f4x2 v = Q::dq8(wr, (c / CPB) * Q::QB, c % CPB);
             acc += dot4(v.lo, xt[2 * c]) + dot4(v.hi, xt[2 * c + 1]);
+            if (act_s<Q>::ON && c % CPB == 0) {
+                acc += mul_rn(act_s<Q>::m(wr, (c / CPB) * Q::QB), xc[c / CPB]);
+            }
         }
     }
     const float s = seg_sum<TPR>(acc);

@@ -447,6 +447,24 @@ struct i8w<qt_q8_0> {
     static __device__ __forceinline__ float m(const u8* __restrict__, u32) { return 0.0f; }
 };
 
+// act_s<Q>: whether a matmul over weights Q meets q8_1 activations, whose per-block correction
+// (quantize_act) the block's offset m multiplies: q4_1 and q5_1.
+template <class Q>
+struct act_s {
+    static constexpr bool ON = false;
+    static __device__ __forceinline__ float m(const u8* __restrict__, u32) { return 0.0f; }
+};
+template <>
+struct act_s<qt_q4_1> {
+    static constexpr bool ON = true;
+    static __device__ __forceinline__ float m(const u8* __restrict__ w, u32 b) { return ld_f16(w, b + 2); }
+};
+template <>
+struct act_s<qt_q5_1> {
+    static constexpr bool ON = true;
+    static __device__ __forceinline__ float m(const u8* __restrict__ w, u32 b) { return ld_f16(w, b + 2); }
+};
+
 // X(name) for each qtype a kernel reads: the matrix ops (matmul_vec, matmul, get_rows) take every
 // weight qtype, the vector ops (rms_norm, head_norm, add_bias) the float ones. Entry points are
 // <op>_<name>, the traits qt_<name>.

@@ -4,6 +4,9 @@
 // per invocation) and shared by all 32 tokens. Tiles hold vec4s along k, so an invocation reads
 // 8 vec4s per 64 multiply-adds (workgroup-memory reads are the bottleneck on software
 // rasterizers and a cost everywhere).
+// For quantized weights x is quantize_act's output: the rounded activations, then (ACT_S, q4_1
+// and q5_1) one q8_1 correction per 32-element block; per step (one block) each output adds
+// its row's offset m times its token's correction.
 
 const TM: u32 = 32u;
 const TN: u32 = 32u;
@@ -28,6 +31,8 @@ struct Params {
 
 var<workgroup> ws: array<vec4<f32>, 288>; // [TM][LD]
 var<workgroup> xs: array<vec4<f32>, 288>; // [TN][LD]
+var<workgroup> wmin: array<f32, 32>; // ACT_S: the step's block offset per row
+var<workgroup> xcor: array<f32, 32>; // ACT_S: the step's correction per token
 
 fn dot4x4(a: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32>) -> vec4<f32> {
     return vec4<f32>(dot(a, b0), dot(a, b1), dot(a, b2), dot(a, b3));
@@ -70,6 +75,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
             xs[t * LD + q] = v;
         }
+        if (ACT_S) {
+            let i = lid % 32u;
+            var v = 0.0;
+            if (lid < 32u && m0 + i < p.rows) {
+                v = qmin((m0 + i) * rbytes + (k0 / QK) * QB);
+            }
+            if (lid >= 32u && n0 + i < p.n) {
+                let ci = p.n * p.k + (n0 + i) * (p.k / QK) + k0 / QK;
+                v = x[ci / 4u][ci % 4u];
+            }
+            if (lid < 32u) {
+                wmin[i] = v;
+            } else {
+                xcor[i] = v;
+            }
+        }
         workgroupBarrier();
         let wr = tx * 4u * LD;
         let xr = ty * 4u * LD;
@@ -82,6 +103,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             acc1 += dot4x4(ws[wr + LD + q], b0, b1, b2, b3);
             acc2 += dot4x4(ws[wr + 2u * LD + q], b0, b1, b2, b3);
             acc3 += dot4x4(ws[wr + 3u * LD + q], b0, b1, b2, b3);
+        }
+        if (ACT_S) {
+            let xc = vec4<f32>(xcor[4u * ty], xcor[4u * ty + 1u], xcor[4u * ty + 2u], xcor[4u * ty + 3u]);
+            acc0 += wmin[4u * tx] * xc;
+            acc1 += wmin[4u * tx + 1u] * xc;
+            acc2 += wmin[4u * tx + 2u] * xc;
+            acc3 += wmin[4u * tx + 3u] * xc;
         }
         workgroupBarrier();
     }

@@ -2,6 +2,8 @@
 // A workgroup of WG invocations takes WG / TPR rows of one token; the TPR invocations of a row
 // stride over its 8-element chunks and meet in a segment reduction (a subgroup butterfly where
 // the adapter has subgroups, workgroup memory otherwise).
+// For quantized weights x is quantize_act's output: the rounded activations, then (ACT_S, q4_1
+// and q5_1) one q8_1 correction per 32-element block, which the block's offset m multiplies.
 
 override WG: u32 = 64u;
 override TPR: u32 = 8u; // invocations per row
@@ -11,6 +13,7 @@ struct Params {
     m: u32,    // width of y (all rows of the weight)
     rows: u32, // rows in this part
     row0: u32, // first row of this part
+    n: u32,    // tokens
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -32,6 +35,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var c = seg.y; c < nc; c += TPR) {
             let v = dq8(rb + (c / cpb) * QB, c % cpb);
             acc += dot(v[0], x[xb + 2u * c]) + dot(v[1], x[xb + 2u * c + 1u]);
+            if (ACT_S && c % cpb == 0u) {
+                let ci = p.n * p.k + t * (p.k / QK) + c / cpb;
+                acc += qmin(rb + (c / cpb) * QB) * x[ci / 4u][ci % 4u];
+            }
         }
     }
     let s = seg_sum(acc, ln, TPR);

@@ -11,3 +11,9 @@ fn dq8(b: u32, c: u32) -> array<vec4<f32>, 2> {
     let sh = (c >> 1u) * 4u;
     return array<vec4<f32>, 2>(w_nib4(o, sh) * d + m, w_nib4(o + 4u, sh) * d + m);
 }
+
+// The offset m every element of the block carries; a matmul adds m times quantize_act's q8_1
+// correction per block (ACT_S).
+fn qmin(b: u32) -> f32 {
+    return w_f16(b + 2u);
+}

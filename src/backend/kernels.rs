@@ -34,9 +34,23 @@ pub fn has_weight_kernel(q: QType) -> bool {
     WEIGHT_QTYPES.contains(&q)
 }
 
+/// The 8-bit format a matmul rounds its activations to before it meets weights of qtype `w`:
+/// the CPU backend's vec-dot partner (q8_0, q8_1 or q8_K, as ggml pairs them), so that every
+/// backend multiplies the same activation values. `None` for float weights (f32 activations).
+pub fn act_qtype(w: QType) -> Option<QType> {
+    match crate::backend::cpu::dot::act_type(w) {
+        QType::F32 => None,
+        a => Some(a),
+    }
+}
+
+/// The activation formats `quantize_act` writes.
+pub const ACT_QTYPES: [QType; 3] = [QType::Q8_0, QType::Q8_1, QType::Q8K];
+
 /// One kernel per op; the name is the op's, and the file's in `shaders/` and `cuda/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
+    QuantizeAct,
     MatmulVec,
     Matmul,
     GetRows,
@@ -66,7 +80,8 @@ pub enum Bind {
 use Bind::{Read as R, ReadWrite as RW, Uniform as U};
 
 impl Kernel {
-    pub const ALL: [Kernel; 16] = [
+    pub const ALL: [Kernel; 17] = [
+        Kernel::QuantizeAct,
         Kernel::MatmulVec,
         Kernel::Matmul,
         Kernel::GetRows,
@@ -87,6 +102,7 @@ impl Kernel {
 
     pub fn name(self) -> &'static str {
         match self {
+            Kernel::QuantizeAct => "quantize_act",
             Kernel::MatmulVec => "matmul_vec",
             Kernel::Matmul => "matmul",
             Kernel::GetRows => "get_rows",
@@ -110,7 +126,7 @@ impl Kernel {
         match self {
             Kernel::KvStore => &[U, U, R, R, RW, RW],
             Kernel::Attention => &[U, U, R, R, R, RW],
-            Kernel::Scale | Kernel::Softcap | Kernel::Argmax => &[U, R, RW],
+            Kernel::QuantizeAct | Kernel::Scale | Kernel::Softcap | Kernel::Argmax => &[U, R, RW],
             _ => &[U, R, R, RW],
         }
     }
@@ -143,7 +159,12 @@ impl Kernel {
     pub fn workgroup_size(self) -> Option<u32> {
         match self {
             Kernel::Matmul | Kernel::Argmax => None,
-            Kernel::MatmulVec | Kernel::GetRows | Kernel::RmsNorm | Kernel::HeadNorm | Kernel::Rope => Some(64),
+            Kernel::QuantizeAct
+            | Kernel::MatmulVec
+            | Kernel::GetRows
+            | Kernel::RmsNorm
+            | Kernel::HeadNorm
+            | Kernel::Rope => Some(64),
             Kernel::Attention | Kernel::KvStore => Some(64),
             _ => Some(256),
         }
@@ -239,7 +260,9 @@ impl Variant {
 pub fn all_variants() -> Vec<Variant> {
     let mut out = Vec::new();
     for k in Kernel::ALL {
-        let base: Vec<Variant> = if k.reads_matrix() {
+        let base: Vec<Variant> = if k == Kernel::QuantizeAct {
+            ACT_QTYPES.into_iter().map(|q| Variant::with_qtype(k, q)).collect()
+        } else if k.reads_matrix() {
             WEIGHT_QTYPES.into_iter().map(|q| Variant::with_qtype(k, q)).collect()
         } else if k.reads_vector() {
             [QType::F32, QType::F16, QType::BF16]

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::kernels::{Kernel, Variant};
+use super::kernels::{act_qtype, Kernel, Variant};
 use super::KvType;
 use crate::model::{Graph, Op, Rope, RopeMode};
 use crate::quant::QType;
@@ -125,6 +125,11 @@ pub fn schedule(
     let mut free: Vec<usize> = Vec::new();
     let mut buf_of = vec![0usize; g.nodes.len()];
 
+    // Quantized activations for the matmuls (`quantize_act`): one scratch buffer, and which
+    // node's rows it holds in which format, so Q/K/V or gate/up quantize their input once.
+    let mut scratch: Option<usize> = None;
+    let mut scratch_holds: Option<(usize, QType)> = None;
+
     let mut ropes: Vec<Rope> = Vec::new();
     let mut steps: Vec<Step> = Vec::with_capacity(g.nodes.len());
     for (i, node) in g.nodes.iter().enumerate() {
@@ -169,20 +174,44 @@ pub fn schedule(
                     });
                 }
             }
-            Op::Matmul { weight: name, .. } => {
+            Op::Matmul { weight: name, x } => {
                 let w = weight(name)?;
                 let vec = node.rows <= VEC_MAX_TOKENS;
                 kind = format!("{}/{}", if vec { "matmul_vec" } else { "matmul" }, w.qtype);
                 let (k, m) = (w.row_len as u32, node.width as u32);
+                let mut xin = inp(0);
+                if let Some(act) = act_qtype(w.qtype) {
+                    // x̃ [rows][k], then for q8_1 one correction per 32-element block.
+                    let bytes = (node.rows * w.row_len * 4 + node.rows * w.row_len / 32 * 4) as u64;
+                    let sb = *scratch.get_or_insert_with(|| {
+                        sizes.push(0);
+                        sizes.len() - 1
+                    });
+                    sizes[sb] = sizes[sb].max(bytes);
+                    if scratch_holds != Some((*x, act)) {
+                        scratch_holds = Some((*x, act));
+                        let blocks = (node.rows * w.row_len / act.block_elems()) as u64;
+                        steps.push(Step::Compute {
+                            kind: format!("quantize_act/{act}"),
+                            launches: vec![Launch {
+                                variant: Variant::with_qtype(Kernel::QuantizeAct, act),
+                                params: words(&[k, rows]),
+                                res: vec![inp(0), Res::Act(sb)],
+                                groups: fold(blocks.div_ceil(64), maxg),
+                            }],
+                        });
+                    }
+                    xin = Res::Act(sb);
+                }
                 for (pi, &(row0, prows)) in w.parts.iter().enumerate() {
                     let (pr, r0) = (prows as u32, row0 as u32);
-                    let res = vec![Res::Weight(w.clone(), pi), inp(0), Res::Act(out)];
+                    let res = vec![Res::Weight(w.clone(), pi), xin.clone(), Res::Act(out)];
                     d.push(if vec {
                         let mut groups = fold(pr.div_ceil(VEC_ROWS_PER_WG) as u64, maxg);
                         groups[2] = rows;
                         Launch {
                             variant: Variant::with_qtype(Kernel::MatmulVec, w.qtype).subgroups(subgroups),
-                            params: words(&[k, m, pr, r0]),
+                            params: words(&[k, m, pr, r0, rows]),
                             res,
                             groups,
                         }

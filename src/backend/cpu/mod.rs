@@ -43,6 +43,15 @@ impl CpuBackend {
         })
     }
 
+    /// A backend on one ISA's kernels (`scalar`, `avx2`, `avx512`, `neon`) whatever
+    /// `MINFER_CPU_ISA` says; an error if this CPU lacks it.
+    pub fn with_isa(threads: Option<usize>, isa: &str) -> Result<CpuBackend> {
+        Ok(CpuBackend {
+            kernels: Kernels::for_isa(isa)?,
+            ..CpuBackend::new(threads)?
+        })
+    }
+
     pub fn n_threads(&self) -> usize {
         self.pool.n_threads()
     }

@@ -10,8 +10,10 @@
 //! - `source`  — the sources, NVRTC, the on-disk PTX cache
 //! - `context` — weights, KV cache, plans, CUDA graphs for decode, readback
 //!
-//! Numerics are the wgpu backend's (f32 activations, weights dequantized in the dot products,
-//! the CPU's rounding points in attention): the two GPU backends agree to f32 rounding.
+//! Numerics are the wgpu backend's (matmul inputs rounded to the CPU's 8-bit activation formats
+//! by `quantize_act`, weights dequantized in the dot products or, for the 32-element integer
+//! types on sm_61+, taken as int8 with dp4a; the CPU's rounding points in attention): the two
+//! GPU backends agree to f32 rounding.
 
 mod context;
 pub mod device;

@@ -21,6 +21,7 @@ pub const HEADERS: [(&str, &str); 3] = [
 /// The op file of a kernel (`cuda/<name>.cu`, the name of the kernel and of its WGSL twin).
 pub fn op_source(k: Kernel) -> &'static str {
     match k {
+        Kernel::QuantizeAct => cuda!("quantize_act.cu"),
         Kernel::MatmulVec => cuda!("matmul_vec.cu"),
         Kernel::Matmul => cuda!("matmul.cu"),
         Kernel::GetRows => cuda!("get_rows.cu"),

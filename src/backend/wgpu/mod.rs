@@ -8,21 +8,26 @@
 //! - `context`  — the KV cache and the forward (one command buffer, one submit)
 //! - `profile`  — per-op GPU time from timestamp queries (`MINFER_PROFILE=1`)
 //!
-//! Numerics: activations stay f32 end to end (no activation quantization as on the CPU);
-//! weights are dequantized inside the dot products. Attention rounds exactly where the CPU does
-//! (q and the probabilities to f16 with an f16 cache, q to q8_0 with a q8_0 cache; flash or
-//! non-flash order), RoPE uses the CPU's own cos/sin table and GELU its f16 table rounding. So
-//! the backends agree to f32 rounding against the CPU on the weights decoded to f32 (NMSE
-//! ~1e-12 with an f32 cache), and to the size of the CPU's 8-bit activation quantization
-//! (NMSE ~1e-3 on real models' logits) against the CPU itself.
+//! Numerics: a matmul over quantized weights first rounds its input to the 8-bit format the
+//! CPU pairs with the weight type (`quantize_act`: q8_0, q8_1 or q8_K, bit for bit as the CPU
+//! rounds it), then multiplies the rounded values by the weights dequantized inside the dot
+//! products, so each product equals the CPU's integer dot product to f32 summation order
+//! (NMSE ~1e-14). Everything else is f32, rounding exactly where the CPU does: attention (q and
+//! the probabilities to f16 with an f16 cache, q to q8_0 with a q8_0 cache; flash or non-flash
+//! order), RoPE through the CPU's own cos/sin table, GELU through its f16 table. On f32 weights
+//! the backends agree to f32 rounding (NMSE ~1e-8 on whole models). On quantized models the
+//! remaining last-bit differences (summation orders) occasionally tip an 8-bit rounding, and
+//! those jumps grow through the layers: real models' logits end about NMSE 1e-3 from the CPU's,
+//! as far as the CPU's own scalar kernels end from its SIMD ones.
 //!
 //! Portability: no optional feature is needed. f16 values are decoded and encoded with integer
 //! arithmetic (wgpu allows `unpack2x16float` only with `DownlevelFlags::SHADER_F16_IN_F32`,
 //! which Mesa's Vulkan drivers lack without shader-f16); int8 lanes use `unpack4xI8`/`unpack4xU8`;
 //! subgroup reductions are a variant taken only where the adapter has subgroups of ≥ 8 lanes.
 //!
-//! Adding an op: the CPU reference first (`cpu/ops.rs`), then `shaders/<op>.wgsl`, a `Kernel`
-//! entry in `shaders.rs`, its dispatch in `plan.rs`, and its case in `tests/suite/wgpu.rs`.
+//! Adding an op: the CPU reference first (`cpu/ops.rs`), then `shaders/<op>.wgsl` and its CUDA
+//! twin `cuda/<op>.cu`, a `Kernel` entry in `backend/kernels.rs` and `shaders.rs`, its launch in
+//! `backend/schedule.rs`, and its case in `tests/suite/gpu.rs`.
 
 mod context;
 pub mod device;

@@ -63,6 +63,7 @@ fn body(k: Kernel, kv: Option<KvType>) -> &'static str {
     match k {
         // q8_0 blocks are quantized whole, two per invocation: a store of its own.
         Kernel::KvStore if kv == Some(KvType::Q8_0) => shader!("kv_store_q8_0.wgsl"),
+        Kernel::QuantizeAct => shader!("quantize_act.wgsl"),
         Kernel::MatmulVec => shader!("matmul_vec.wgsl"),
         Kernel::Matmul => shader!("matmul.wgsl"),
         Kernel::GetRows => shader!("get_rows.wgsl"),
@@ -79,6 +80,17 @@ fn body(k: Kernel, kv: Option<KvType>) -> &'static str {
         Kernel::Geglu => shader!("geglu.wgsl"),
         Kernel::Softcap => shader!("softcap.wgsl"),
         Kernel::Argmax => shader!("argmax.wgsl"),
+    }
+}
+
+/// For the matmuls: whether the weight type's activation partner is q8_1, whose block sums
+/// `quantize_act` leaves as corrections (`ACT_S`), and the block offset `qmin` they multiply.
+/// Only q4_1 and q5_1 have one; the other types get a stub that is never called.
+fn act_s(q: QType) -> &'static str {
+    if crate::backend::kernels::act_qtype(q) == Some(QType::Q8_1) {
+        "const ACT_S: bool = true;\n"
+    } else {
+        "const ACT_S: bool = false;\nfn qmin(b: u32) -> f32 {\n    return 0.0;\n}\n"
     }
 }
 
@@ -106,6 +118,9 @@ impl WgslSource for Variant {
         if k.reads_matrix() || k.reads_vector() {
             parts.push(BYTES);
             parts.push(quant_source(self.qtype?)?);
+            if matches!(k, Kernel::MatmulVec | Kernel::Matmul) {
+                parts.push(act_s(self.qtype?));
+            }
         }
         if k.uses_kv() {
             parts.push(kv_source(self.kv?)?);
@@ -118,9 +133,18 @@ impl WgslSource for Variant {
     }
 
     fn constants(&self) -> Vec<(&'static str, f64)> {
-        self.kernel
+        let mut c: Vec<(&'static str, f64)> = self
+            .kernel
             .workgroup_size()
             .map(|wg| vec![("WG", wg as f64)])
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if self.kernel == Kernel::QuantizeAct {
+            // quantize_act.wgsl's ACT: 0 q8_0, 1 q8_1, 2 q8_K.
+            let act = crate::backend::kernels::ACT_QTYPES
+                .iter()
+                .position(|&a| Some(a) == self.qtype);
+            c.push(("ACT", act.unwrap_or(0) as f64));
+        }
+        c
     }
 }

@@ -40,7 +40,6 @@ pub fn backends(test: &str) -> Vec<Gpu> {
             backend: Arc::new(b),
             alt: false,
             emulated: true,
-            int8_decode: true,
         });
     }
     match CudaBackend::new(0) {
@@ -49,7 +48,6 @@ pub fn backends(test: &str) -> Vec<Gpu> {
             backend: Arc::new(b),
             alt: false,
             emulated: false,
-            int8_decode: true,
         }),
         Err(r) => eprintln!("{test}: no CUDA device ({r}); the emulated kernels stand in"),
     }

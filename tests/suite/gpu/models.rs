@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use minfer::backend::cpu::CpuBackend;
 use minfer::backend::{Backend, BackendChoice, KvType};
 use minfer::quant::QType;
 use minfer::tensor::Bytes;
@@ -73,9 +74,10 @@ fn session_on(g: &Gpu, model: Arc<Model>, n_ctx: usize, kv: KvType) -> Session {
 
 /// Every random model (4 architectures × 12 types): all-position logits of the reference
 /// prompt, then 4 greedy decode steps, with an f16 KV cache (and once each with f32 and q8_0
-/// caches). wgpu against the CPU on the same
-/// weights decoded to f32 (both sides f32): NMSE ≤ 1e-6; against the CPU on the quantized file
-/// (8-bit activations there): NMSE ≤ 5e-3, the bound `model.rs` holds the CPU to vs llama.cpp.
+/// caches). On the weights decoded to f32 (f32 activations on both sides) against the CPU:
+/// NMSE ≤ 1e-6. On the quantized file, where both round activations to 8 bits and a last-bit
+/// difference can tip a rounding: NMSE ≤ 5e-3, the bound `model.rs` holds the CPU to on these
+/// models.
 #[test]
 fn random_models_match_cpu() {
     let t = "random_models_match_cpu";
@@ -119,23 +121,29 @@ fn random_models_match_cpu() {
                 next = minfer::sampling::argmax(&o);
             }
             for gb in &gs {
-                let mut g = session_on(gb, Arc::new(Model::open(&path).unwrap()), n_ctx, kv);
-                let got = g.eval(&prompt, true).unwrap();
-                let (mut e_exact, mut e_cpu) = (nmse(&got, &want_exact), nmse(&got, &want_cpu));
-                // The CPU's greedy path, so both sides see the same tokens.
-                for (tok, want_exact, want_cpu) in &steps {
-                    let o = g.eval(&[*tok], false).unwrap();
-                    e_exact = e_exact.max(nmse(&o, want_exact));
-                    e_cpu = e_cpu.max(nmse(&o, want_cpu));
-                }
+                // Both sides on the same model, the full prompt, then the CPU's greedy steps.
+                let run = |m: Arc<Model>, want: &[f32], steps: &[(u32, Vec<f32>)]| {
+                    let mut g = session_on(gb, m, n_ctx, kv);
+                    let mut e = nmse(&g.eval(&prompt, true).unwrap(), want);
+                    for (tok, want) in steps {
+                        e = e.max(nmse(&g.eval(&[*tok], false).unwrap(), want));
+                    }
+                    e
+                };
+                let exact_steps: Vec<(u32, Vec<f32>)> = steps.iter().map(|(t, e, _)| (*t, e.clone())).collect();
+                let cpu_steps: Vec<(u32, Vec<f32>)> = steps.iter().map(|(t, _, c)| (*t, c.clone())).collect();
+                let e_exact = run(
+                    Arc::new(dequantized(&Model::open(&path).unwrap())),
+                    &want_exact,
+                    &exact_steps,
+                );
+                let e_cpu = run(Arc::new(Model::open(&path).unwrap()), &want_cpu, &cpu_steps);
                 let name = format!("{name} kv {}", kv.name());
                 eprintln!(
                     "{name:<24} {:<10} NMSE {e_exact:.2e} vs cpu on f32 weights, {e_cpu:.2e} vs cpu",
-                    g.backend_name
+                    gb.label
                 );
-                // Int8 decode rounds activations as the CPU does: both bounds are then the CPU's.
-                let exact_bound = if gb.int8_decode { 5e-3 } else { 1e-6 };
-                if e_exact > exact_bound || e_cpu > 5e-3 {
+                if e_exact > 1e-6 || e_cpu > 5e-3 {
                     failures.push(format!(
                         "{}: {name}: NMSE {e_exact:.2e} (f32 weights), {e_cpu:.2e} (quantized)",
                         gb.label
@@ -191,88 +199,102 @@ fn perplexity(logits: &[f32], ids: &[u32], n_vocab: usize) -> f64 {
     (nll / (ids.len() - 1) as f64).exp()
 }
 
-/// One real-model case on wgpu against llama.cpp's record and the CPU; `Err` says what failed.
-/// The reference is the CPU made comparable: the CPU backend on the weights decoded to f32, so
-/// with f32 activations as the shaders have them (the CPU backend itself quantizes activations
-/// to 8 bits, which moves logits by NMSE ~1e-3; its numbers are printed beside).
-/// - With an f16 KV cache, as llama.cpp recorded: top-1 equals llama.cpp's wherever its margin
-///   is ≥ 0.05, or, where llama.cpp's 8-bit activations tip a near-tie, the reference's.
-/// - With an f32 KV cache (f16 rounding of K and V amplifies last-bit differences chaotically):
-///   the prompt's perplexity within 0.1 % of the reference's.
-fn real_case(t: &str, g: &Gpu, case: &str, file: &str) -> Option<Result<(), String>> {
+/// How far one run's all-position logits are from the CPU backend's (which are llama.cpp's,
+/// bit for bit): NMSE, relative perplexity difference, and top-1 misses against llama.cpp's
+/// record at the positions where its margin is ≥ 0.05.
+#[derive(Default)]
+struct Gap {
+    nmse: f64,
+    ppl: f64,
+    misses: usize,
+}
+
+impl Gap {
+    fn add(&mut self, o: &Gap) {
+        self.nmse += o.nmse;
+        self.ppl += o.ppl;
+        self.misses += o.misses;
+    }
+}
+
+/// One real-model case with both KV cache types: the GPU's gap from the CPU backend, and the
+/// gap of the CPU's own scalar kernels (the yardstick, see `real_models_match_llama_cpp_and_cpu`).
+fn real_case(t: &str, g: &Gpu, case: &str, file: &str) -> Option<(Gap, Gap)> {
     let root = common::ref_dir(t)?;
     let path = common::real_model(t, file)?;
     let r = common::read_json(&root.join(format!("real/{case}.json")));
     let ids = prompt_ids(&r);
     let model = Arc::new(Model::open(&path).unwrap());
-    let exact_model = Arc::new(dequantized(&model));
-    let eval = |m: &Arc<Model>, on: Option<&Gpu>, kv| {
+    let scalar: Arc<dyn Backend> = Arc::new(CpuBackend::with_isa(Some(2), "scalar").unwrap());
+    let eval = |b: Option<Arc<dyn Backend>>, kv| {
         let n_ctx = ids.len() + 8;
-        let mut s = match on {
-            Some(g) => session_on(g, m.clone(), n_ctx, kv),
-            None => Session::new(m.clone(), &opts(n_ctx, BackendChoice::Cpu, kv)).unwrap(),
+        let mut s = match b {
+            Some(b) => Session::on(vec![b], model.clone(), &opts(n_ctx, BackendChoice::Auto, kv)).unwrap(),
+            None => Session::new(model.clone(), &opts(n_ctx, BackendChoice::Cpu, kv)).unwrap(),
         };
         s.eval(&ids, true).unwrap()
     };
     let n_vocab = model.hparams.n_vocab;
-    let start = std::time::Instant::now();
-    let got = eval(&model, Some(g), KvType::F16);
-    let secs = start.elapsed().as_secs_f64();
-    let mut exact: Option<Vec<f32>> = None;
-    let (mut counted, mut agree, mut tipped) = (0, 0, 0);
-    for (pos, entries) in r["top20_per_position"].as_array().unwrap().iter().enumerate() {
-        let e = entries.as_array().unwrap();
-        let tok = e[0][0].as_u64().unwrap() as u32;
-        let margin = e[0][1].as_f64().unwrap() - e[1][1].as_f64().unwrap();
-        if margin < 0.05 {
-            continue;
-        }
-        counted += 1;
-        let row = pos * n_vocab..(pos + 1) * n_vocab;
-        let ours = minfer::sampling::argmax(&got[row.clone()]);
-        if ours == tok {
-            agree += 1;
-            continue;
-        }
-        let ex = exact.get_or_insert_with(|| eval(&exact_model, None, KvType::F16));
-        let reference = minfer::sampling::argmax(&ex[row]);
-        tipped += usize::from(ours == reference);
-        eprintln!(
-            "  {case} position {pos}: llama.cpp {tok} (margin {margin:.3}), {} {ours}, f32 reference {reference}",
-            g.label
-        );
-    }
-    let got32 = eval(&model, Some(g), KvType::F32);
-    let exact32 = eval(&exact_model, None, KvType::F32);
-    let cpu32 = eval(&model, None, KvType::F32);
     let ppl = |l: &[f32]| perplexity(l, &ids, n_vocab);
-    let (pg, pe, pc) = (ppl(&got32), ppl(&exact32), ppl(&cpu32));
-    let rel = (pg - pe).abs() / pe;
-    eprintln!(
-        "{case} on {}: {} tokens in {secs:.1} s; top-1 {agree}/{counted} (+{tipped} near-ties decided as the reference does); \
-         perplexity {pg:.4}, reference {pe:.4} ({:.4} %), cpu {pc:.4}; NMSE {:.1e} vs reference, {:.1e} vs cpu",
-        g.label,
-        ids.len(),
-        100.0 * rel,
-        nmse(&got32, &exact32),
-        nmse(&got32, &cpu32)
-    );
-    if agree + tipped != counted {
-        return Some(Err(format!(
-            "{}: {case}: top-1 {agree} + {tipped} of {counted}",
-            g.label
-        )));
+    let margins: Vec<(usize, u32)> = r["top20_per_position"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .filter_map(|(pos, e)| {
+            let e = e.as_array().unwrap();
+            let margin = e[0][1].as_f64().unwrap() - e[1][1].as_f64().unwrap();
+            (margin >= 0.05).then(|| (pos, e[0][0].as_u64().unwrap() as u32))
+        })
+        .collect();
+    let gap = |l: &[f32], cpu: &[f32]| Gap {
+        nmse: nmse(l, cpu),
+        ppl: (ppl(l) - ppl(cpu)).abs() / ppl(cpu),
+        misses: margins
+            .iter()
+            .filter(|&&(pos, tok)| minfer::sampling::argmax(&l[pos * n_vocab..(pos + 1) * n_vocab]) != tok)
+            .count(),
+    };
+    let (mut ours, mut floor) = (Gap::default(), Gap::default());
+    for kv in [KvType::F16, KvType::F32] {
+        let start = std::time::Instant::now();
+        let got = eval(Some(g.backend.clone()), kv);
+        let secs = start.elapsed().as_secs_f64();
+        let cpu = eval(None, kv);
+        let (o, f) = (gap(&got, &cpu), gap(&eval(Some(scalar.clone()), kv), &cpu));
+        eprintln!(
+            "{case} kv {} on {}: {} tokens in {secs:.1} s; vs cpu NMSE {:.1e}, perplexity {:.3} % ({:.4} vs {:.4}), \
+             top-1 misses {}/{}; cpu scalar kernels: NMSE {:.1e}, perplexity {:.3} %, misses {}",
+            kv.name(),
+            g.label,
+            ids.len(),
+            o.nmse,
+            100.0 * o.ppl,
+            ppl(&got),
+            ppl(&cpu),
+            o.misses,
+            margins.len(),
+            f.nmse,
+            100.0 * f.ppl,
+            f.misses
+        );
+        ours.add(&o);
+        floor.add(&f);
     }
-    if rel > 1e-3 {
-        return Some(Err(format!(
-            "{}: {case}: perplexity {pg} vs the reference's {pe}",
-            g.label
-        )));
-    }
-    Some(Ok(()))
+    Some((ours, floor))
 }
 
-/// The real models on llama.cpp's recorded prompts (f16 KV cache as llama.cpp ran them).
+/// The real models on llama.cpp's recorded prompts, all-position logits with f16 and f32 KV
+/// caches, against the CPU backend (llama.cpp's logits bit for bit).
+///
+/// The GPU rounds activations to 8 bits exactly as the CPU does (the matmul test holds each
+/// product to NMSE 1e-9 of the CPU's), so the two differ only in f32 summation order, and on
+/// these models such differences grow: a last-bit change that tips an 8-bit rounding moves every
+/// layer after it. The CPU's own scalar kernels (the same integer products and roundings, other
+/// summation orders) end up as far from its SIMD kernels: about NMSE 1e-3 and 1 % perplexity
+/// on SmolLM2. So the yardstick is the scalar kernels' gap, summed over the cases: the GPU's NMSE,
+/// perplexity difference and top-1 misses against llama.cpp's record (where its margin is
+/// ≥ 0.05) each at most twice theirs.
 #[test]
 fn real_models_match_llama_cpp_and_cpu() {
     let t = "real_models_match_llama_cpp_and_cpu";
@@ -285,15 +307,116 @@ fn real_models_match_llama_cpp_and_cpu() {
     let gs: Vec<Gpu> = gpus(t, None).into_iter().filter(|g| !g.alt && !g.emulated).collect();
     let mut failures = Vec::new();
     for g in &gs {
+        let (mut ours, mut floor) = (Gap::default(), Gap::default());
         for (case, file) in cases {
-            match real_case(t, g, case, file) {
-                None => return,
-                Some(Err(e)) => failures.push(e),
-                Some(Ok(())) => {}
-            }
+            let Some((o, f)) = real_case(t, g, case, file) else {
+                return;
+            };
+            ours.add(&o);
+            floor.add(&f);
+        }
+        eprintln!(
+            "{}: summed over the cases, NMSE {:.2e} (scalar kernels {:.2e}), perplexity {:.2} % ({:.2} %), top-1 misses {} ({})",
+            g.label,
+            ours.nmse,
+            floor.nmse,
+            100.0 * ours.ppl,
+            100.0 * floor.ppl,
+            ours.misses,
+            floor.misses
+        );
+        if ours.nmse > 2.0 * floor.nmse || ours.ppl > 2.0 * floor.ppl || ours.misses > 2 * floor.misses {
+            failures.push(format!(
+                "{}: NMSE {:.2e}, perplexity {:.2} %, misses {} against twice {:.2e}, {:.2} %, {}",
+                g.label,
+                ours.nmse,
+                100.0 * ours.ppl,
+                ours.misses,
+                floor.nmse,
+                100.0 * floor.ppl,
+                floor.misses
+            ));
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// Greedy generation of 32 tokens (`run --raw --temp 0 -n 32`), on SmolLM2 with each recorded
+/// prompt and both KV cache types: the GPU picks the CPU's token at every step up to the first
+/// one whose top-2 margin on the CPU is below 0.5, a near-tie that last-bit differences may
+/// tip either way (see above: logits move by a few tenths). Prints how many runs are equal for
+/// all 32 steps.
+#[test]
+fn greedy_runs_match_cpu() {
+    let t = "greedy_runs_match_cpu";
+    let Some(root) = common::ref_dir(t) else {
+        return;
+    };
+    let Some(path) = common::real_model(t, "SmolLM2-135M-Instruct.Q4_1.gguf") else {
+        return;
+    };
+    let model = Arc::new(Model::open(&path).unwrap());
+    let gs: Vec<Gpu> = gpus(t, None).into_iter().filter(|g| !g.alt && !g.emulated).collect();
+    let mut failures = Vec::new();
+    for g in &gs {
+        let (mut whole, mut runs) = (0, 0);
+        for case in ["p1_capital", "p2_chat_jinja", "p3_paragraph"] {
+            let ids = prompt_ids(&common::read_json(&root.join(format!("real/smollm2.{case}.json"))));
+            for kv in [KvType::F16, KvType::F32] {
+                let n_ctx = ids.len() + 40;
+                let mut cpu = Session::new(model.clone(), &opts(n_ctx, BackendChoice::Cpu, kv)).unwrap();
+                let mut gpu = session_on(g, model.clone(), n_ctx, kv);
+                let (mut c, mut o) = (cpu.eval(&ids, false).unwrap(), gpu.eval(&ids, false).unwrap());
+                // Both are fed the CPU's token: up to the first difference, that is each one's
+                // own greedy run.
+                let (mut diff, mut tie) = (None, None);
+                for step in 0..32 {
+                    let (want, margin) = top2(&c);
+                    if margin < 0.5 && tie.is_none() {
+                        tie = Some((step, margin));
+                    }
+                    if minfer::sampling::argmax(&o) != want {
+                        diff = Some(step);
+                        break;
+                    }
+                    c = cpu.eval(&[want], false).unwrap();
+                    o = gpu.eval(&[want], false).unwrap();
+                }
+                runs += 1;
+                whole += usize::from(diff.is_none());
+                let what = format!("smollm2.{case} kv {} on {}", kv.name(), g.label);
+                let tie_text = tie.map_or("no near-tie".into(), |(s, m)| {
+                    format!("first near-tie at step {s} (margin {m:.3})")
+                });
+                match diff {
+                    None => eprintln!("{what}: all 32 tokens equal; {tie_text}"),
+                    Some(d) => {
+                        eprintln!("{what}: tokens differ from step {d}; {tie_text}");
+                        if tie.is_none_or(|(s, _)| s > d) {
+                            failures.push(format!("{what}: tokens differ from step {d}, before any near-tie"));
+                        }
+                    }
+                }
+            }
+        }
+        eprintln!(
+            "{}: {whole} of {runs} greedy runs equal to the CPU's for all 32 tokens",
+            g.label
+        );
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// The top token and its margin over the second.
+fn top2(l: &[f32]) -> (u32, f32) {
+    let best = minfer::sampling::argmax(l);
+    let second = l
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != best as usize)
+        .map(|(_, &v)| v)
+        .fold(f32::NEG_INFINITY, f32::max);
+    (best, l[best as usize] - second)
 }
 
 /// gemma-3 on the 206-token paragraph: all-position logits of a 262k vocabulary (216 MB) are
@@ -304,8 +427,18 @@ fn real_models_match_llama_cpp_and_cpu() {
 fn gemma3_paragraph_matches_llama_cpp_and_cpu() {
     let t = "gemma3_paragraph_matches_llama_cpp_and_cpu";
     for g in gpus(t, None).iter().filter(|g| !g.alt && !g.emulated) {
-        if let Some(r) = real_case(t, g, "gemma3.p3_paragraph", "gemma-3-270m-Q4_K_M.gguf") {
-            r.unwrap();
+        if let Some((ours, floor)) = real_case(t, g, "gemma3.p3_paragraph", "gemma-3-270m-Q4_K_M.gguf") {
+            assert!(
+                ours.nmse <= 2.0 * floor.nmse && ours.ppl <= 2.0 * floor.ppl && ours.misses <= 2 * floor.misses,
+                "{}: NMSE {:.2e}, perplexity {:.3} %, misses {} against twice the scalar kernels' {:.2e}, {:.3} %, {}",
+                g.label,
+                ours.nmse,
+                100.0 * ours.ppl,
+                ours.misses,
+                floor.nmse,
+                100.0 * floor.ppl,
+                floor.misses
+            );
         }
     }
 }

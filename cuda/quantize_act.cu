@@ -1,0 +1,70 @@
+// quantize_act: a matmul's activations x [n][k] rounded to the 8-bit format the CPU backend pairs
+// with the weight type and written back as floats, x~ = d · q (see quantize_act.wgsl, which this
+// follows operation for operation):
+//   q8_0 / q8_1  32-element blocks, d = amax / 127 kept as f16, q = rint(x · 127 / amax); q8_1 also
+//                writes s − d16 · Σq per block after x~ (s = f16(d · Σq), which the offset of a
+//                q4_1 / q5_1 block multiplies)
+//   q8_K         256-element blocks, iscale = −127 / (signed value of largest magnitude),
+//                q = min(rint(iscale · x), 127), d = 1 / iscale
+// One thread per block.
+//
+// Params: k (row length, whole blocks), n (tokens). Bindings: 1 x [n][k], 2 y [n][k] (+ [n][k / 32]).
+// Grid: ceil(blocks / 64) folded into (x, y). Block: 64.
+
+template <u32 ACT>
+static __device__ __forceinline__ void quantize_act_body(const Params& p) {
+    constexpr u32 WG = 64;
+    constexpr u32 QK = ACT == 2 ? 256 : 32;
+    const float* __restrict__ x = binding<const float>(p, 1);
+    float* __restrict__ y = binding<float>(p, 2);
+    const u32 k = p.w[0], n = p.w[1];
+    const u32 b = linear_id<WG>();
+    if (b >= n * (k / QK)) {
+        return;
+    }
+    const float* v = x + (unsigned long long)b * QK;
+    float* o = y + (unsigned long long)b * QK;
+    float amax = 0.0f, mx = 0.0f;
+    for (u32 i = 0; i < QK; i++) {
+        if (fabsf(v[i]) > amax) {
+            amax = fabsf(v[i]);
+            mx = v[i];
+        }
+    }
+    if constexpr (ACT == 2) {
+        if (amax == 0.0f) {
+            for (u32 i = 0; i < QK; i++) {
+                o[i] = 0.0f;
+            }
+            return;
+        }
+        const float iscale = -127.0f / mx;
+        const float d = 1.0f / iscale;
+        for (u32 i = 0; i < QK; i++) {
+            o[i] = mul_rn(d, fminf(rintf(mul_rn(iscale, v[i])), 127.0f));
+        }
+    } else {
+        const float d = amax / 127.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const float d16 = round_f16(d);
+        float sq = 0.0f;
+        for (u32 i = 0; i < QK; i++) {
+            const float q = rintf(mul_rn(v[i], id));
+            sq += q;
+            o[i] = mul_rn(d16, q);
+        }
+        if constexpr (ACT == 1) {
+            y[(unsigned long long)n * k + b] = round_f16(mul_rn(sq, d)) - mul_rn(d16, sq);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(64) quantize_act_q8_0(const Params p) {
+    quantize_act_body<0>(p);
+}
+extern "C" __global__ void __launch_bounds__(64) quantize_act_q8_1(const Params p) {
+    quantize_act_body<1>(p);
+}
+extern "C" __global__ void __launch_bounds__(64) quantize_act_q8_K(const Params p) {
+    quantize_act_body<2>(p);
+}

@@ -1,0 +1,69 @@
+// quantize_act: a matmul's activations x [n][k] rounded to the 8-bit format the CPU backend
+// pairs with the weight type, then written back as floats, x̃ = d · q. A matmul over x̃ and
+// the weights multiplies the same values as the CPU's integer dot products, so the two differ
+// only by f32 summation order instead of by the rounding of the activations.
+// - q8_0 / q8_1 (ACT 0 / 1; 32-element blocks): ggml-cpu's x86 quantize_row_q8_0 / q8_1:
+//   d = amax / 127 kept as f16, q = round-to-even(x · 127 / amax).
+// - q8_1 also has s = f16(d · Σq), the term a q4_1 / q5_1 block's offset m multiplies. The
+//   floats give m · d16 · Σq instead, so each block's difference s − d16 · Σq follows x̃:
+//   y[n · k + block] (the matmul adds m times it).
+// - q8_K (ACT 2; 256-element blocks): quantize_row_q8_K_ref: iscale = −127 / (the signed value
+//   of largest magnitude), q = min(round-to-even(iscale · x), 127), d = 1 / iscale.
+// One invocation per block. Params: k (row length, whole blocks), n (tokens).
+
+override WG: u32 = 64u;
+override ACT: u32 = 0u;
+
+struct Params {
+    k: u32,
+    n: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let qk = select(32u, 256u, ACT == 2u);
+    let b = linear_id(gid, nwg, WG);
+    if (b >= p.n * (p.k / qk)) {
+        return;
+    }
+    let x0 = b * qk;
+    var amax = 0.0;
+    var mx = 0.0;
+    for (var i = 0u; i < qk; i++) {
+        let v = x[x0 + i];
+        if (abs(v) > amax) {
+            amax = abs(v);
+            mx = v;
+        }
+    }
+    if (ACT == 2u) {
+        if (amax == 0.0) {
+            for (var i = 0u; i < qk; i++) {
+                y[x0 + i] = 0.0;
+            }
+            return;
+        }
+        let iscale = -127.0 / mx;
+        let d = 1.0 / iscale;
+        for (var i = 0u; i < qk; i++) {
+            y[x0 + i] = d * min(round(iscale * x[x0 + i]), 127.0);
+        }
+        return;
+    }
+    let d = amax / 127.0;
+    let id = select(0.0, 127.0 / amax, amax != 0.0);
+    let d16 = round_f16(d);
+    var sq = 0.0;
+    for (var i = 0u; i < qk; i++) {
+        let q = round(x[x0 + i] * id);
+        sq += q;
+        y[x0 + i] = d16 * q;
+    }
+    if (ACT == 1u) {
+        y[p.n * p.k + b] = round_f16(sq * d) - d16 * sq;
+    }
+}
