@@ -88,6 +88,12 @@ pub struct Schedule {
     pub argmax: Launch,
 }
 
+/// Bytes per token of `quantize_act`'s output for rows of `k`: the rounded values, then (q8_1)
+/// one correction per 32-element block.
+pub fn act_bytes(k: usize) -> u64 {
+    (k * 4 + k / 32 * 4) as u64
+}
+
 /// `n` workgroups as (x, y) with x within the per-dimension limit.
 fn fold(n: u64, max: u32) -> [u32; 3] {
     let x = n.clamp(1, max as u64);
@@ -181,8 +187,7 @@ pub fn schedule(
                 let (k, m) = (w.row_len as u32, node.width as u32);
                 let mut xin = inp(0);
                 if let Some(act) = act_qtype(w.qtype) {
-                    // x̃ [rows][k], then for q8_1 one correction per 32-element block.
-                    let bytes = (node.rows * w.row_len * 4 + node.rows * w.row_len / 32 * 4) as u64;
+                    let bytes = node.rows as u64 * act_bytes(w.row_len);
                     let sb = *scratch.get_or_insert_with(|| {
                         sizes.push(0);
                         sizes.len() - 1

@@ -8,7 +8,7 @@ use super::device::Gpu;
 use super::plan::{self, Pass, Plan, Targets};
 use super::profile::Profiler;
 use super::registry::Registry;
-use crate::backend::schedule::rope_table;
+use crate::backend::schedule::{self, rope_table};
 use crate::backend::{Context, KvType};
 use crate::error::{Error, Result};
 use crate::model::{Graph, Model, Node, Op};
@@ -104,10 +104,15 @@ impl WgpuContext {
     /// unless, say, all-position logits of a 262k vocabulary would not.
     fn split_tokens(&self, graph: &Graph) -> usize {
         let max = self.max_binding;
-        if graph.nodes.iter().all(|nd| (nd.rows * nd.width * 4) as u64 <= max) {
+        // Bytes per row of each node's buffer, and of a matmul's rounded input (quantize_act).
+        let row_bytes = |nd: &Node| match nd.op {
+            Op::Matmul { x, .. } => (nd.width as u64 * 4).max(schedule::act_bytes(graph.nodes[x].width)),
+            _ => nd.width as u64 * 4,
+        };
+        if graph.nodes.iter().all(|nd| nd.rows as u64 * row_bytes(nd) <= max) {
             return graph.n_tokens;
         }
-        let per_token = graph.nodes.iter().map(|nd| nd.width as u64 * 4).max().unwrap_or(4);
+        let per_token = graph.nodes.iter().map(row_bytes).max().unwrap_or(4);
         ((max / per_token) as usize).max(1)
     }
 
