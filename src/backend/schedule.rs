@@ -400,3 +400,90 @@ pub fn rope_table(rope: &Rope, pos0: usize, n: usize) -> Vec<f32> {
     }
     table
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Node;
+
+    fn node(name: &str, op: Op, width: usize) -> Node {
+        Node {
+            name: name.into(),
+            op,
+            width,
+            rows: 3,
+        }
+    }
+
+    fn mm(x: usize, weight: &str, width: usize) -> Node {
+        node(
+            weight,
+            Op::Matmul {
+                x,
+                weight: weight.into(),
+            },
+            width,
+        )
+    }
+
+    /// Each matmul over quantized weights reads its input rounded by `quantize_act`, which runs
+    /// once per (input, format): q4_K and q6_K share q8_K, q5_0 needs q8_0, f16 weights none.
+    #[test]
+    fn matmul_inputs_are_quantized_once_per_input_and_format() {
+        let qtype = |name: &str| match name {
+            "emb" | "w_f16" => QType::F16,
+            "w_q4k" | "w_q4k2" => QType::Q4K,
+            "w_q6k" => QType::Q6K,
+            "w_q5_0" => QType::Q5_0,
+            _ => QType::Q4_1,
+        };
+        let layout = |name: &str| {
+            Some(Arc::new(WeightParts {
+                name: name.into(),
+                qtype: qtype(name),
+                row_len: 512,
+                parts: vec![(0, 512)],
+            }))
+        };
+        let nodes = vec![
+            node("emb", Op::GetRows { weight: "emb".into() }, 512),
+            mm(0, "w_q4k", 512),
+            mm(0, "w_q6k", 512),
+            mm(0, "w_q5_0", 512),
+            mm(0, "w_q4k2", 512),
+            mm(0, "w_f16", 512),
+            mm(5, "w_q4_1", 512),
+        ];
+        let g = Graph {
+            n_tokens: 3,
+            n_outputs: 3,
+            result: nodes.len() - 1,
+            nodes,
+        };
+        let s = schedule(&g, &layout, KvType::F16, false, 65535).unwrap();
+        let (mut seen, mut inputs, mut scratch) = (Vec::new(), Vec::new(), None);
+        for st in &s.steps {
+            if let Step::Compute { launches, .. } = st {
+                for l in launches {
+                    let buf = |i: usize| match l.res[i] {
+                        Res::Act(b) => Some(b),
+                        _ => None,
+                    };
+                    match l.variant.kernel {
+                        Kernel::QuantizeAct => {
+                            seen.push(l.variant.qtype.unwrap());
+                            assert!(scratch.is_none() || scratch == buf(1), "one scratch buffer");
+                            scratch = buf(1);
+                        }
+                        Kernel::Matmul => inputs.push(buf(1) == scratch),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        assert_eq!(seen, [QType::Q8K, QType::Q8_0, QType::Q8K, QType::Q8_1]);
+        // The quantized matmuls read the scratch, the f16 one its input.
+        assert_eq!(inputs, [true, true, true, true, false, true]);
+        assert!(s.act_bytes[scratch.unwrap()] >= 3 * act_bytes(512));
+    }
+}
