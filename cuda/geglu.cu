@@ -13,6 +13,9 @@ struct op_geglu {
         return mul_rn(0.5f, x) * (1.0f + tanhf(fminf(fmaxf(t, -15.0f), 15.0f)));
     }
     static __device__ __forceinline__ float op(float gate, float up) {
+        if (isnan(gate)) {
+            return gate; // NaN, as the CPU's table gives
+        }
         if (gate >= 10.0f) {
             return gate * up;
         }

@@ -8,6 +8,11 @@ fn gelu_tanh(x: f32) -> f32 {
 }
 
 fn op(gate: f32, up: f32) -> f32 {
+    // A NaN gate gives NaN, as the CPU's table does. Tested by its bits: WGSL may assume no NaN
+    // reaches a comparison.
+    if ((bitcast<u32>(gate) & 0x7fffffffu) > 0x7f800000u) {
+        return gate;
+    }
     if (gate >= 10.0) {
         return gate * up;
     }

@@ -115,7 +115,11 @@ fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
 }
 
 fn tensor(name: &str, qtype: QType, cols: usize, rows: usize, seed: u64, scale: f32) -> Tensor {
-    let data = qtype.quantize_to_vec(&values(seed, cols * rows, scale)).unwrap();
+    tensor_of(name, qtype, cols, rows, &values(seed, cols * rows, scale))
+}
+
+fn tensor_of(name: &str, qtype: QType, cols: usize, rows: usize, v: &[f32]) -> Tensor {
+    let data = qtype.quantize_to_vec(v).unwrap();
     Tensor {
         name: name.into(),
         qtype,
@@ -491,6 +495,61 @@ fn attention_matches_cpu_over_steps() {
                 }
             }
             eprintln!("attention {n_head}/{n_kv}×{hd} window {window:?} softcap {softcap:?} kv {kv:?} flash {flash}: NMSE ≤ {worst:.1e}");
+        }
+    }
+}
+
+/// GEGLU at the edges of its table: NaN gates give NaN (as the CPU's f16 table does), ±inf and
+/// ±10 take the limits, and values just inside them the table's f16-rounded GELU.
+#[test]
+fn geglu_edges_match_cpu() {
+    let t = "geglu_edges_match_cpu";
+    let gs = gpus(t, None);
+    if gs.is_empty() {
+        return;
+    }
+    let w = 16;
+    let gate = [
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        10.0,
+        -10.0,
+        9.99,
+        -9.99,
+        0.0,
+        -0.0,
+        1e-30,
+        -3.0,
+        0.5,
+        65520.0,
+        -7.25,
+        2.0,
+    ];
+    let up: Vec<f32> = (0..w).map(|i| 1.5 - 0.25 * i as f32).collect();
+    let mdl = model(
+        hparams(w, 1, 1, 64),
+        vec![
+            tensor_of("inp", QType::F32, w, 1, &gate),
+            tensor_of("inp2", QType::F32, w, 1, &up),
+        ],
+    );
+    let g = graph(vec![
+        get_rows("inp", w, 1),
+        get_rows("inp2", w, 1),
+        node("geglu", Op::Geglu { gate: 0, up: 1 }, w, 1),
+    ]);
+    let want = run_at(&cpu(), &mdl, &g, &[0], 0);
+    for b in &gs {
+        let got = run_at(b.backend.as_ref(), &mdl, &g, &[0], 0);
+        for ((&x, &y), &g) in got.iter().zip(&want).zip(&gate) {
+            let same = if y.is_nan() {
+                x.is_nan()
+            } else {
+                x == y || (x - y).abs() <= 1e-3 * y.abs()
+            };
+            assert!(same, "{}: geglu({g}) = {x}, the CPU's {y}", b.label);
         }
     }
 }
