@@ -296,3 +296,19 @@ static __device__ __forceinline__ void binary_body(const Params& p) {
         y[i] = OP::op(a[i], b[i]);
     }
 }
+
+// ---- element-wise unary ops with a scalar --------------------------------------------------------
+// The body shared by scale and softcap (WGSL: unary.wgsl): y[i] = OP::op(x[i], s), one element per
+// thread. Params: n, s (f32). Bindings: 1 x, 2 y. Blocks of 256 threads, folded into (x, y).
+
+template <class OP>
+static __device__ __forceinline__ void unary_body(const Params& p) {
+    constexpr u32 WG = 256;
+    const float* __restrict__ x = binding<const float>(p, 1);
+    float* __restrict__ y = binding<float>(p, 2);
+    const float s = param_f32(p, 1);
+    const u32 i = linear_id<WG>();
+    if (i < p.w[0]) {
+        y[i] = OP::op(x[i], s);
+    }
+}

@@ -1,23 +1,6 @@
-// softcap: y = cap · tanh(x / cap) (Gemma's final logit soft-capping).
+// softcap: y = cap · tanh(x / cap), Gemma's final logit soft-capping (body: unary.wgsl, s = cap).
 
-override WG: u32 = 256u;
-
-struct Params {
-    n: u32,
-    cap: f32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
-
-@compute @workgroup_size(WG)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = linear_id(gid, nwg, WG);
-    if (i < p.n) {
-        // tanh saturates in f32 long before 15; the clamp keeps exp-based tanh from inf/inf.
-        y[i] = tanh(clamp(x[i] / p.cap, -15.0, 15.0)) * p.cap;
-    }
+fn op(x: f32, cap: f32) -> f32 {
+    // tanh saturates in f32 long before 15; the clamp keeps exp-based tanh from inf/inf.
+    return tanh(clamp(x / cap, -15.0, 15.0)) * cap;
 }

@@ -16,8 +16,9 @@ const REDUCE_SHARED: &str = shader!("reduce_shared.wgsl");
 const REDUCE_SUBGROUP: &str = shader!("reduce_subgroup.wgsl");
 const COMMON: &str = shader!("common.wgsl");
 const BYTES: &str = shader!("bytes.wgsl");
-/// The body of the element-wise binary ops; their own files hold only `fn op`.
+/// The bodies of the element-wise ops; their own files hold only `fn op`.
 const BINARY: &str = shader!("binary.wgsl");
+const UNARY: &str = shader!("unary.wgsl");
 
 /// The quant file for a weight type, or `None` where there is no kernel (the gate refuses it).
 pub fn quant_source(q: QType) -> Option<&'static str> {
@@ -128,6 +129,9 @@ impl WgslSource for Variant {
         parts.push(body(k, self.kv));
         if is_binary(k) {
             parts.push(BINARY);
+        }
+        if matches!(k, Kernel::Scale | Kernel::Softcap) {
+            parts.push(UNARY);
         }
         Some(parts.join("\n"))
     }
