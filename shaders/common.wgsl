@@ -1,5 +1,13 @@
 // Helpers every op may use.
 
+// The step uniform (binding `step` of the ops that need positions), written per forward.
+struct Step {
+    pos0: u32,
+    n: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
 // f32 -> IEEE half bits, round to nearest even: the CPU's `f32_to_fp16` (ggml's
 // GGML_FP32_TO_FP16) in integer arithmetic, so the result does not depend on how a driver
 // rounds `pack2x16float` or whether it flushes subnormals.

@@ -3,26 +3,7 @@
 
 override WG: u32 = 256u;
 
-struct Params {
-    kw: u32, // K row width (n_head_kv · head_dim)
-    vw: u32,
-    n: u32,
-    _pad0: u32,
-}
-
-struct Step {
-    pos0: u32,
-    n: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<uniform> step: Step;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
-@group(0) @binding(4) var<storage, read_write> kc: array<KV>;
-@group(0) @binding(5) var<storage, read_write> vc: array<KV>;
+// Params and bindings: kv_store_io.wgsl.
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {

@@ -5,26 +5,7 @@
 
 override WG: u32 = 64u;
 
-struct Params {
-    kw: u32,
-    vw: u32,
-    n: u32,
-    _pad0: u32,
-}
-
-struct Step {
-    pos0: u32,
-    n: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<uniform> step: Step;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
-@group(0) @binding(4) var<storage, read_write> kc: array<u32>;
-@group(0) @binding(5) var<storage, read_write> vc: array<u32>;
+// Params and bindings: kv_store_io.wgsl.
 
 // Two q8_0 blocks of x as 17 little-endian words.
 fn quant_pair(x: array<f32, 64>) -> array<u32, 17> {

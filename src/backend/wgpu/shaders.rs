@@ -1,7 +1,10 @@
 //! The WGSL sources (`shaders/`) and how a kernel variant is assembled from them: a reduction
 //! prelude (workgroup memory or subgroups), `common.wgsl`, then for weight-reading ops the byte
-//! readers and one quant file, for the attention ops one KV file, and last the op body. Plain
-//! concatenation; workgroup sizes are WGSL `override`s set at pipeline creation.
+//! readers and one quant file (plus, for the matmuls, whether the activations carry q8_1
+//! corrections), for the attention ops one KV file (and `kv_store_io.wgsl` for kv_store), and
+//! last the op body, followed by the shared body of the element-wise ops (`binary.wgsl`,
+//! `unary.wgsl`), whose files hold only `fn op`. Plain concatenation; workgroup sizes (and
+//! `quantize_act`'s format) are WGSL `override`s set at pipeline creation.
 
 use crate::backend::KvType;
 use crate::quant::QType;
@@ -19,6 +22,8 @@ const BYTES: &str = shader!("bytes.wgsl");
 /// The bodies of the element-wise ops; their own files hold only `fn op`.
 const BINARY: &str = shader!("binary.wgsl");
 const UNARY: &str = shader!("unary.wgsl");
+/// The declarations of both kv_store bodies.
+const KV_STORE_IO: &str = shader!("kv_store_io.wgsl");
 
 /// The quant file for a weight type, or `None` where there is no kernel (the gate refuses it).
 pub fn quant_source(q: QType) -> Option<&'static str> {
@@ -125,6 +130,9 @@ impl WgslSource for Variant {
         }
         if k.uses_kv() {
             parts.push(kv_source(self.kv?)?);
+        }
+        if k == Kernel::KvStore {
+            parts.push(KV_STORE_IO);
         }
         parts.push(body(k, self.kv));
         if is_binary(k) {
