@@ -33,3 +33,15 @@ fn w_f16(b: u32) -> f32 {
 fn w_nib4(b: u32, shift: u32) -> vec4<f32> {
     return vec4<f32>(unpack4xU8((w_u32(b) >> shift) & 0x0f0f0f0fu));
 }
+
+// (scale, min) of group j from the 12 packed 6-bit scale/min bytes at s (q4_K, q5_K).
+// ggml: get_scale_min_k4.
+fn scale_min_k4(s: u32, j: u32) -> vec2<f32> {
+    if (j < 4u) {
+        return vec2<f32>(f32(w_u8(s + j) & 63u), f32(w_u8(s + j + 4u) & 63u));
+    }
+    let b4 = w_u8(s + j + 4u);
+    let sc = (b4 & 0xfu) | ((w_u8(s + j - 4u) >> 6u) << 4u);
+    let mn = (b4 >> 4u) | ((w_u8(s + j) >> 6u) << 4u);
+    return vec2<f32>(f32(sc), f32(mn));
+}

@@ -5,17 +5,6 @@
 const QK: u32 = 256u;
 const QB: u32 = 144u;
 
-// (scale, min) of group j from the 12 bytes at s. ggml: get_scale_min_k4.
-fn scale_min_k4(s: u32, j: u32) -> vec2<f32> {
-    if (j < 4u) {
-        return vec2<f32>(f32(w_u8(s + j) & 63u), f32(w_u8(s + j + 4u) & 63u));
-    }
-    let b4 = w_u8(s + j + 4u);
-    let sc = (b4 & 0xfu) | ((w_u8(s + j - 4u) >> 6u) << 4u);
-    let mn = (b4 >> 4u) | ((w_u8(s + j) >> 6u) << 4u);
-    return vec2<f32>(f32(sc), f32(mn));
-}
-
 fn dq8(b: u32, c: u32) -> array<vec4<f32>, 2> {
     let g = c >> 3u;
     let hi = (c >> 2u) & 1u;
