@@ -466,7 +466,7 @@ struct act_s<qt_q5_1> {
 };
 
 // X(name) for each qtype a kernel reads: the matrix ops (matmul_vec, matmul, get_rows) take every
-// weight qtype, the vector ops (rms_norm, head_norm, add_bias) the float ones. Entry points are
+// weight qtype, the vector ops (rms_norm, add_bias) the float ones. Entry points are
 // <op>_<name>, the traits qt_<name>.
 
 #define MF_MATRIX_QTYPES(X) \

@@ -1,8 +1,9 @@
 // rms_norm: y = x / sqrt(mean(x²) + eps) · w over each row. One block per row: the threads stride
 // over the row, sum their squares, and reduce across the block.
+// Also the head norm (Qwen3 / Gemma 3 Q and K norms): rows one head wide, w [head_dim].
 // ggml: ggml_compute_forward_rms_norm_f32 followed by ggml_mul.
 //
-// Params: width, eps (f32). Bindings: 1 w [width] (f32 / f16 / bf16), 2 x [rows][width],
+// Params: width, eps (f32), rows. Bindings: 1 w [width] (f32 / f16 / bf16), 2 x [rows][width],
 // 3 y [rows][width]. Grid: rows (folded into (x, y)). Block: 64.
 
 template <class Q>
@@ -15,6 +16,9 @@ static __device__ __forceinline__ void rms_norm_body(const Params& p) {
     const u32 width = p.w[0];
     const float eps = param_f32(p, 1);
     const u32 row = blockIdx.x + blockIdx.y * gridDim.x;
+    if (row >= p.w[2]) {
+        return; // a spare block of the folded grid (the whole block leaves)
+    }
     const u32 base = row * width;
     float s = 0.0f;
     for (u32 i = threadIdx.x; i < width; i += WG) {

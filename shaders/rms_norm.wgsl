@@ -1,4 +1,5 @@
-// rms_norm: y = x / sqrt(mean(x²) + eps) · w over each row. One workgroup per row.
+// rms_norm: y = x / sqrt(mean(x²) + eps) · w over each row. One workgroup per row. Also the
+// head norm (Qwen3 / Gemma 3 Q and K norms): rows one head wide, w [head_dim].
 // ggml: ggml_compute_forward_rms_norm_f32 followed by ggml_mul.
 
 override WG: u32 = 64u;
@@ -6,8 +7,8 @@ override WG: u32 = 64u;
 struct Params {
     width: u32,
     eps: f32,
+    rows: u32,
     _pad0: u32,
-    _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -18,6 +19,9 @@ struct Params {
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, ln: Lanes) {
     let row = wid.x + wid.y * nwg.x;
+    if (row >= p.rows) {
+        return; // a spare workgroup of the folded grid (uniform: the whole workgroup leaves)
+    }
     let base = row * p.width;
     var s = 0.0;
     for (var i = ln.lid; i < p.width; i += WG) {

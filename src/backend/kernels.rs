@@ -55,7 +55,6 @@ pub enum Kernel {
     Matmul,
     GetRows,
     RmsNorm,
-    HeadNorm,
     AddBias,
     Rope,
     KvStore,
@@ -80,13 +79,12 @@ pub enum Bind {
 use Bind::{Read as R, ReadWrite as RW, Uniform as U};
 
 impl Kernel {
-    pub const ALL: [Kernel; 17] = [
+    pub const ALL: [Kernel; 16] = [
         Kernel::QuantizeAct,
         Kernel::MatmulVec,
         Kernel::Matmul,
         Kernel::GetRows,
         Kernel::RmsNorm,
-        Kernel::HeadNorm,
         Kernel::AddBias,
         Kernel::Rope,
         Kernel::KvStore,
@@ -107,7 +105,6 @@ impl Kernel {
             Kernel::Matmul => "matmul",
             Kernel::GetRows => "get_rows",
             Kernel::RmsNorm => "rms_norm",
-            Kernel::HeadNorm => "head_norm",
             Kernel::AddBias => "add_bias",
             Kernel::Rope => "rope",
             Kernel::KvStore => "kv_store",
@@ -138,7 +135,7 @@ impl Kernel {
 
     /// Reads a float weight vector (f32 / f16 / bf16 only).
     pub fn reads_vector(self) -> bool {
-        matches!(self, Kernel::RmsNorm | Kernel::HeadNorm | Kernel::AddBias)
+        matches!(self, Kernel::RmsNorm | Kernel::AddBias)
     }
 
     /// Touches the KV cache (one variant per cache type).
@@ -148,10 +145,7 @@ impl Kernel {
 
     /// Reduces across the workgroup, so the wgpu backend has a subgroup variant.
     pub fn reduces(self) -> bool {
-        matches!(
-            self,
-            Kernel::MatmulVec | Kernel::RmsNorm | Kernel::HeadNorm | Kernel::Attention
-        )
+        matches!(self, Kernel::MatmulVec | Kernel::RmsNorm | Kernel::Attention)
     }
 
     /// The workgroup size set at pipeline creation (WGSL `WG` override), where the kernel
@@ -159,12 +153,7 @@ impl Kernel {
     pub fn workgroup_size(self) -> Option<u32> {
         match self {
             Kernel::Matmul | Kernel::Argmax => None,
-            Kernel::QuantizeAct
-            | Kernel::MatmulVec
-            | Kernel::GetRows
-            | Kernel::RmsNorm
-            | Kernel::HeadNorm
-            | Kernel::Rope => Some(64),
+            Kernel::QuantizeAct | Kernel::MatmulVec | Kernel::GetRows | Kernel::RmsNorm | Kernel::Rope => Some(64),
             Kernel::Attention | Kernel::KvStore => Some(64),
             _ => Some(256),
         }

@@ -239,28 +239,18 @@ pub fn schedule(
                     groups: linear(256),
                 });
             }
-            Op::RmsNorm { weight: name, eps, .. } => {
+            Op::RmsNorm { weight: name, eps, .. } | Op::HeadNorm { weight: name, eps, .. } => {
+                // A head norm is an RMS norm over rows one head wide.
                 let w = weight(name)?;
+                let (nrows, nwidth) = match node.op {
+                    Op::HeadNorm { head_dim, .. } => (rows * (width / head_dim as u32), head_dim as u32),
+                    _ => (rows, width),
+                };
                 d.push(Launch {
                     variant: Variant::with_qtype(Kernel::RmsNorm, w.qtype).subgroups(subgroups),
-                    params: words(&[width, eps.to_bits()]),
+                    params: words(&[nwidth, eps.to_bits(), nrows]),
                     res: vec![Res::Weight(w, 0), inp(0), Res::Act(out)],
-                    groups: [rows, 1, 1],
-                });
-            }
-            Op::HeadNorm {
-                weight: name,
-                eps,
-                head_dim,
-                ..
-            } => {
-                let w = weight(name)?;
-                let heads = width / *head_dim as u32;
-                d.push(Launch {
-                    variant: Variant::with_qtype(Kernel::HeadNorm, w.qtype).subgroups(subgroups),
-                    params: words(&[*head_dim as u32, heads, eps.to_bits()]),
-                    res: vec![Res::Weight(w, 0), inp(0), Res::Act(out)],
-                    groups: [heads, rows, 1],
+                    groups: fold(nrows as u64, maxg),
                 });
             }
             Op::Rope {

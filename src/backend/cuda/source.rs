@@ -26,7 +26,6 @@ pub fn op_source(k: Kernel) -> &'static str {
         Kernel::Matmul => cuda!("matmul.cu"),
         Kernel::GetRows => cuda!("get_rows.cu"),
         Kernel::RmsNorm => cuda!("rms_norm.cu"),
-        Kernel::HeadNorm => cuda!("head_norm.cu"),
         Kernel::AddBias => cuda!("add_bias.cu"),
         Kernel::Rope => cuda!("rope.cu"),
         Kernel::KvStore => cuda!("kv_store.cu"),

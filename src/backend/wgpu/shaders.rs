@@ -74,7 +74,6 @@ fn body(k: Kernel, kv: Option<KvType>) -> &'static str {
         Kernel::Matmul => shader!("matmul.wgsl"),
         Kernel::GetRows => shader!("get_rows.wgsl"),
         Kernel::RmsNorm => shader!("rms_norm.wgsl"),
-        Kernel::HeadNorm => shader!("head_norm.wgsl"),
         Kernel::AddBias => shader!("add_bias.wgsl"),
         Kernel::Rope => shader!("rope.wgsl"),
         Kernel::KvStore => shader!("kv_store.wgsl"),
