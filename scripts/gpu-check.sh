@@ -64,13 +64,15 @@ say '```'; grep -A4 -i "backends" "$out/info.txt" | tee -a "$summary"; say '```'
 say "## tests"
 "$suite" gpu:: --skip random_models --test-threads 1 > "$out/tests.txt" 2>&1
 say "gpu tests: exit $? ($(grep -c '\.\.\. ok' "$out/tests.txt") ok, $(grep -c 'FAILED\|panicked' "$out/tests.txt") failed lines)"
-grep -E "^test |NMSE|perplexity|top-1" "$out/tests.txt" | tail -n 60 >> "$summary"
+grep -E "^test |NMSE|perplexity|top-1|tokens equal|tokens differ|greedy runs|summed" "$out/tests.txt" | tail -n 80 >> "$summary"
 
 say "## bench"
 for m in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-Q4_K_M.gguf; do
     [ -f "models/$m" ] || { say "$m: not carried"; continue; }
-    "$bin" bench "models/$m" --backend cpu,wgpu,cuda -p 512 -n 128 -r 3 > "$out/bench-$m.md" 2> "$out/bench-$m.log"
+    # --profile: per-op GPU time on wgpu (timestamp queries), for each kernel's GB/s.
+    "$bin" bench "models/$m" --backend cpu,wgpu,cuda -p 512 -n 128 -r 3 --profile > "$out/bench-$m.md" 2> "$out/bench-$m.log"
     say "### $m (exit $?)"
     cat "$out/bench-$m.md" >> "$summary"
+    { echo '```'; grep -A16 "profile" "$out/bench-$m.log" | head -n 40; echo '```'; } >> "$summary"
 done
 echo "summary: $summary"
