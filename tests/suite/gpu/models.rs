@@ -266,9 +266,10 @@ fn real_case(t: &str, g: &Gpu, case: &str, file: &str) -> Option<(Gap, Gap)> {
             (margin >= 0.05).then(|| (pos, e[0][0].as_u64().unwrap() as u32))
         })
         .collect();
-    let gap = |l: &[f32], cpu: &[f32]| Gap {
+    // `pc`: the CPU's perplexity, computed once per cache type.
+    let gap = |l: &[f32], cpu: &[f32], pc: f64| Gap {
         nmse: nmse(l, cpu),
-        ppl: (ppl(l) - ppl(cpu)).abs() / ppl(cpu),
+        ppl: (ppl(l) - pc).abs() / pc,
         misses: margins
             .iter()
             .filter(|&&(pos, tok)| minfer::sampling::argmax(&l[pos * n_vocab..(pos + 1) * n_vocab]) != tok)
@@ -280,7 +281,8 @@ fn real_case(t: &str, g: &Gpu, case: &str, file: &str) -> Option<(Gap, Gap)> {
         let got = eval(Some(g.backend.clone()), kv);
         let secs = start.elapsed().as_secs_f64();
         let cpu = eval(None, kv);
-        let (o, f) = (gap(&got, &cpu), gap(&eval(Some(scalar.clone()), kv), &cpu));
+        let pc = ppl(&cpu);
+        let (o, f) = (gap(&got, &cpu, pc), gap(&eval(Some(scalar.clone()), kv), &cpu, pc));
         eprintln!(
             "{case} kv {} on {}: {} tokens in {secs:.1} s; vs cpu NMSE {:.1e}, perplexity {:.3} % ({:.4} vs {:.4}), \
              top-1 misses {}/{}; cpu scalar kernels: NMSE {:.1e}, perplexity {:.3} %, misses {}",
@@ -290,7 +292,7 @@ fn real_case(t: &str, g: &Gpu, case: &str, file: &str) -> Option<(Gap, Gap)> {
             o.nmse,
             100.0 * o.ppl,
             ppl(&got),
-            ppl(&cpu),
+            pc,
             o.misses,
             margins.len(),
             f.nmse,
