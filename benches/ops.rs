@@ -4,7 +4,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 use minfer::backend::cpu::attention::{attention, AttnParams, KvCache};
-use minfer::backend::cpu::dot::Kernels;
+use minfer::backend::cpu::dot::Isa;
 use minfer::backend::cpu::matmul::matmul;
 use minfer::backend::cpu::ops::rms_norm;
 use minfer::backend::cpu::pool::Pool;
@@ -29,7 +29,7 @@ fn weight(qtype: QType, k: usize, m: usize) -> Tensor {
 
 fn bench_matmul(c: &mut Criterion) {
     let pool = Pool::new(minfer::backend::cpu::default_threads());
-    let kernels = Kernels::detect();
+    let kernels = Isa::detect();
     let (k, m) = (576, 1536); // SmolLM2's FFN up projection
     for qtype in [
         QType::Q4_0,

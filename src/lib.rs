@@ -7,7 +7,7 @@
 pub mod backend;
 pub mod chat;
 pub mod error;
-pub mod generate;
+pub mod engine;
 pub mod gguf;
 pub mod hf;
 pub mod model;

@@ -7,8 +7,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
-pub mod kernels;
-pub mod schedule;
+pub mod gpu;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 

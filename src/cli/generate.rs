@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _, Result};
 
 use minfer::chat::ChatMessage;
-use minfer::generate::{Engine, Flow, GenerateOptions, StopReason};
+use minfer::engine::{Engine, Flow, GenerateOptions, StopReason};
 use minfer::hf::ModelPath;
 use minfer::sampling::SamplerConfig;
 use minfer::tokenizer::Tokenizer;

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use minfer::backend::cpu::CpuBackend;
-use minfer::backend::kernels::{act_qtype, WEIGHT_QTYPES};
+use minfer::backend::gpu::kernels::{act_qtype, WEIGHT_QTYPES};
 use minfer::backend::wgpu::{WgpuBackend, WgpuOptions};
 use minfer::backend::{self, Backend, KvType};
 use minfer::gguf::Metadata;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::{json, Value as J};
 
 use minfer::backend::{BackendChoice, KvType};
-use minfer::generate::{Engine, GenerateOptions};
+use minfer::engine::{Engine, GenerateOptions};
 use minfer::hf::{resolve_in, HfDir, HubName, ModelPath, SafetensorsFile};
 use minfer::model::RopeMode;
 use minfer::sampling::SamplerConfig;
@@ -277,7 +277,7 @@ fn engine_runs_an_hf_directory() {
             },
             stop: vec![],
         };
-        let out = e.generate(&prompt, &g, |_| minfer::generate::Flow::Continue).unwrap();
+        let out = e.generate(&prompt, &g, |_| minfer::engine::Flow::Continue).unwrap();
         (text.ok(), prompt, out.tokens, out.text)
     };
     let (tmpl, p_hf, toks_hf, text_hf) = run(r.join("hf/qwen3"));

@@ -335,7 +335,7 @@ fn perplexity_matches_llama_cpp() {
 #[test]
 fn smollm2_chat_reply_matches_llama_cpp() {
     use minfer::chat::ChatMessage;
-    use minfer::generate::{Engine, Flow, GenerateOptions};
+    use minfer::engine::{Engine, Flow, GenerateOptions};
     use minfer::sampling::SamplerConfig;
 
     let t = "smollm2_chat_reply_matches_llama_cpp";

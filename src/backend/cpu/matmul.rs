@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::dot::{
-    act_type, block_sums, DotFn, DotX4Fn, Kernels, BLOCK_SUM_BYTES, PANEL_BLOCK_BYTES, PANEL_ROWS, TILED_MIN_TOKENS,
+    act_type, block_sums, DotFn, DotX4Fn, Isa, BLOCK_SUM_BYTES, PANEL_BLOCK_BYTES, PANEL_ROWS, TILED_MIN_TOKENS,
 };
 use super::pool::{Pool, SyncPtr};
 use crate::tensor::Tensor;
@@ -34,7 +34,7 @@ thread_local! {
 }
 
 /// x: (n, k) f32; y: (n, m) f32 with m = w.n_rows(); `act` is scratch for quantized x.
-pub fn matmul(pool: &Pool, kernels: &Kernels, w: &Tensor, x: &[f32], n: usize, y: &mut [f32], act: &mut Vec<u8>) {
+pub fn matmul(pool: &Pool, kernels: &Isa, w: &Tensor, x: &[f32], n: usize, y: &mut [f32], act: &mut Vec<u8>) {
     let (k, m) = (w.row_len(), w.n_rows());
     debug_assert_eq!(x.len(), n * k);
     debug_assert_eq!(y.len(), n * m);
@@ -156,7 +156,7 @@ mod tests {
     #[test]
     fn matmul_matches_the_scalar_dot_for_awkward_shapes() {
         let pool = Pool::new(2);
-        let scalar = Kernels::for_isa("scalar").unwrap();
+        let scalar = Isa::for_isa("scalar").unwrap();
         let val = |i: usize, s: usize| ((i * s + 7) % 1013) as f32 / 506.0 - 1.0;
         for qtype in [
             QType::Q4_0,
@@ -186,7 +186,7 @@ mod tests {
                         scalar.quantize_act(at, &x[t * k..(t + 1) * k], &mut a[t * arb..(t + 1) * arb]);
                     }
                     for isa in ["scalar", "avx2", "avx512", "neon"] {
-                        let Ok(kernels) = Kernels::for_isa(isa) else { continue };
+                        let Ok(kernels) = Isa::for_isa(isa) else { continue };
                         let mut y = vec![f32::NAN; n * m];
                         matmul(&pool, kernels, &w, &x, n, &mut y, &mut Vec::new());
                         for t in 0..n {

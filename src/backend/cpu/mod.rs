@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use attention::{AttnParams, KvCache};
-use dot::Kernels;
+use dot::Isa;
 use pool::{Pool, SyncPtr};
 
 use super::{Backend, Context, KvType, Refusal};
@@ -23,7 +23,7 @@ use crate::tensor::Tensor;
 
 pub struct CpuBackend {
     pool: Arc<Pool>,
-    kernels: &'static Kernels,
+    kernels: &'static Isa,
 }
 
 /// Threads when none are asked for: every core (`-t` overrides).
@@ -39,7 +39,7 @@ impl CpuBackend {
         }
         Ok(CpuBackend {
             pool: Arc::new(Pool::new(n)),
-            kernels: Kernels::from_env()?,
+            kernels: Isa::from_env()?,
         })
     }
 
@@ -47,7 +47,7 @@ impl CpuBackend {
     /// `MINFER_CPU_ISA` says; an error if this CPU lacks it.
     pub fn with_isa(threads: Option<usize>, isa: &str) -> Result<CpuBackend> {
         Ok(CpuBackend {
-            kernels: Kernels::for_isa(isa)?,
+            kernels: Isa::for_isa(isa)?,
             ..CpuBackend::new(threads)?
         })
     }
@@ -111,13 +111,13 @@ impl Backend for CpuBackend {
 
 /// A graph resolved against this model: weights looked up once, activations assigned to
 /// reusable buffers by liveness.
-struct Plan {
-    steps: Vec<Step>,
+struct Program {
+    steps: Vec<Instr>,
     buffers: Vec<Vec<f32>>,
     result: usize,
 }
 
-struct Step {
+struct Instr {
     op: Op,
     weight: Option<Tensor>,
     /// Float copy of a vector weight (norms, biases): small, decoded once per plan.
@@ -132,15 +132,15 @@ struct Step {
 struct CpuContext {
     model: Arc<Model>,
     pool: Arc<Pool>,
-    kernels: &'static Kernels,
+    kernels: &'static Isa,
     kv: KvCache,
-    plans: HashMap<(usize, usize), Plan>,
+    plans: HashMap<(usize, usize), Program>,
     act: Vec<u8>,
     /// cos/sin tables of the current step, per RoPE configuration.
     rope: HashMap<(u32, u32, usize), Vec<(f32, f32)>>,
 }
 
-fn compile(model: &Model, g: &Graph) -> Result<Plan> {
+fn compile(model: &Model, g: &Graph) -> Result<Program> {
     // Last use of each node's value.
     let mut last_use = vec![0usize; g.nodes.len()];
     for (i, n) in g.nodes.iter().enumerate() {
@@ -182,7 +182,7 @@ fn compile(model: &Model, g: &Graph) -> Result<Plan> {
             _ => Vec::new(),
         };
         let in_rows = n.op.inputs().first().map_or(n.rows, |&j: &NodeId| g.nodes[j].rows);
-        steps.push(Step {
+        steps.push(Instr {
             op: n.op.clone(),
             weight,
             vector,
@@ -193,7 +193,7 @@ fn compile(model: &Model, g: &Graph) -> Result<Plan> {
             in_rows,
         });
     }
-    Ok(Plan {
+    Ok(Program {
         steps,
         buffers,
         result: buf_of[g.result],
@@ -233,7 +233,7 @@ impl CpuContext {
         r
     }
 
-    fn exec(&mut self, plan: &mut Plan, tokens: &[u32], pos0: usize) -> Result<()> {
+    fn exec(&mut self, plan: &mut Program, tokens: &[u32], pos0: usize) -> Result<()> {
         let n = tokens.len();
         self.rope.clear();
         let pool = self.pool.clone();

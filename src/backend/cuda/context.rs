@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device::{DevBuf, Device, Func, Params, Replay};
-use crate::backend::schedule::{self, rope_table, Res, Step, WeightParts};
+use crate::backend::gpu::schedule::{self, rope_table, Res, Stage, WeightParts};
 use crate::backend::{Context, KvType};
 use crate::error::{Error, Result};
 use crate::model::{Graph, Model, Rope};
@@ -102,7 +102,7 @@ enum Item {
     },
 }
 
-struct Plan {
+struct Prepared {
     /// Dropped first: a graph holds the addresses of the buffers below.
     graph: Option<Box<dyn Replay>>,
     items: Vec<Item>,
@@ -119,7 +119,7 @@ struct Plan {
 
 pub struct CudaContext {
     /// Dropped before the buffers they point at.
-    plans: HashMap<(usize, usize), Plan>,
+    plans: HashMap<(usize, usize), Prepared>,
     dev: Arc<dyn Device>,
     model: Arc<Model>,
     kv: KvType,
@@ -164,7 +164,7 @@ impl CudaContext {
         })
     }
 
-    fn plan(&self, g: &Graph) -> std::result::Result<Plan, String> {
+    fn plan(&self, g: &Graph) -> std::result::Result<Prepared, String> {
         let dev = self.dev.as_ref();
         let s = schedule::schedule(g, &|name| self.weights.layout(name), self.kv, false, MAX_GRID)?;
         let n = s.n_tokens;
@@ -215,14 +215,14 @@ impl CudaContext {
             })
         };
         let mut items = Vec::new();
-        for st in &s.steps {
+        for st in &s.stages {
             match st {
-                Step::Compute { launches, .. } => {
+                Stage::Compute { launches, .. } => {
                     for l in launches {
                         items.push(launch(l)?);
                     }
                 }
-                Step::Copy {
+                Stage::Copy {
                     src,
                     src_offset,
                     dst,
@@ -235,7 +235,7 @@ impl CudaContext {
             }
         }
         let argmax = launch(&s.argmax)?;
-        Ok(Plan {
+        Ok(Prepared {
             graph: None,
             items,
             argmax,
@@ -306,7 +306,7 @@ impl CudaContext {
 }
 
 /// The readback after a forward's work has been submitted.
-fn finish(dev: &dyn Device, plan: &Plan, argmax: bool) -> std::result::Result<Vec<u8>, String> {
+fn finish(dev: &dyn Device, plan: &Prepared, argmax: bool) -> std::result::Result<Vec<u8>, String> {
     if argmax {
         CudaContext::submit(dev, std::slice::from_ref(&plan.argmax))?;
         let mut b = vec![0u8; 4];

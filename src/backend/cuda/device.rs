@@ -3,7 +3,7 @@
 //! CUDA execution model (`emu.rs`), which runs the same kernels in tests on machines without
 //! a GPU.
 
-use crate::backend::kernels::Variant;
+use crate::backend::gpu::kernels::Variant;
 
 /// The single argument of every kernel in `cuda/`: the buffers bound in the schedule's order
 /// (`b[i]` is binding `i + 1`) and its 16 parameter words. `struct Params` in `cuda/common.cuh`.

@@ -8,7 +8,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaGraph, CudaModule, CudaStrea
 
 use super::device::{DevBuf, Device, Func, Params, Replay};
 use super::source;
-use crate::backend::kernels::{Kernel, Variant};
+use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::Refusal;
 
 // SAFETY: `Params` is `#[repr(C)]` plain data, laid out as the kernels' `struct Params`.

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use super::device::{DevBuf, Device, Func, Params};
 use super::source::HEADERS;
-use crate::backend::kernels::{Kernel, Variant};
+use crate::backend::gpu::kernels::{Kernel, Variant};
 
 type LaunchFn = unsafe extern "C" fn(*const c_void, *const c_uint, *const c_uint, *const c_void) -> c_int;
 type ErrorFn = unsafe extern "C" fn() -> *const c_char;

@@ -3,7 +3,7 @@
 //! to PTX for the device's compute capability at first use and cached on disk by a hash of the
 //! program, the architecture and the NVRTC version.
 
-use crate::backend::kernels::Kernel;
+use crate::backend::gpu::kernels::Kernel;
 
 macro_rules! cuda {
     ($path:literal) => {

@@ -8,7 +8,7 @@ use super::device::Gpu;
 use super::plan::{self, Pass, Plan, Targets};
 use super::profile::Profiler;
 use super::registry::Registry;
-use crate::backend::schedule::{self, rope_table};
+use crate::backend::gpu::schedule::{self, rope_table};
 use crate::backend::{Context, KvType};
 use crate::error::{Error, Result};
 use crate::model::{Graph, Model, Node, Op};

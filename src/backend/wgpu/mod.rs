@@ -146,7 +146,7 @@ impl Backend for WgpuBackend {
                 return refuse(format!("{}: {e}", t.name));
             }
         }
-        crate::backend::kernels::check_graph(model, graph, kv, "wgpu")?;
+        crate::backend::gpu::kernels::check_graph(model, graph, kv, "wgpu")?;
         let hw = self.gpu.max_binding();
         for node in &graph.nodes {
             if (node.rows * node.width * 4) as u64 > hw {

@@ -1,4 +1,4 @@
-//! A schedule (`backend::schedule`) made concrete on the device, once per graph shape: the
+//! A schedule (`backend::gpu::schedule`) made concrete on the device, once per graph shape: the
 //! activation buffers, every launch's parameters in one uniform buffer, and every bind group.
 //! A forward then only writes the step uniform, the token ids and the RoPE tables, and encodes
 //! the recorded passes.
@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::device::{Gpu, Pipeline};
 use super::registry::Registry;
-use crate::backend::schedule::{self, Launch, Res, Step};
+use crate::backend::gpu::schedule::{self, Launch, Res, Stage};
 use crate::backend::KvType;
 use crate::model::{Graph, Rope};
 
@@ -122,11 +122,11 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
     });
     let align = (gpu.limits.min_uniform_buffer_offset_alignment as u64).max(PARAM_BYTES);
     let n_launch = s
-        .steps
+        .stages
         .iter()
         .map(|st| match st {
-            Step::Compute { launches, .. } => launches.len(),
-            Step::Copy { .. } => 0,
+            Stage::Compute { launches, .. } => launches.len(),
+            Stage::Copy { .. } => 0,
         })
         .sum::<usize>()
         + 1;
@@ -187,10 +187,10 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
             groups: l.groups,
         })
     };
-    let mut passes = Vec::with_capacity(s.steps.len());
-    for st in &s.steps {
+    let mut passes = Vec::with_capacity(s.stages.len());
+    for st in &s.stages {
         passes.push(match st {
-            Step::Copy {
+            Stage::Copy {
                 src,
                 src_offset,
                 dst,
@@ -201,7 +201,7 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
                 dst: *dst,
                 size: *size,
             },
-            Step::Compute { kind, launches } => Pass::Compute {
+            Stage::Compute { kind, launches } => Pass::Compute {
                 kind: kind.clone(),
                 dispatches: launches
                     .iter()

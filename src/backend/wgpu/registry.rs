@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device::Gpu;
-use crate::backend::schedule::WeightParts;
+use crate::backend::gpu::schedule::WeightParts;
 use crate::model::Model;
 use crate::quant::QType;
 use crate::tensor::Tensor;

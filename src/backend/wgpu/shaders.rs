@@ -59,10 +59,10 @@ pub fn kv_source(kv: KvType) -> Option<&'static str> {
 
 /// The qtypes with a weight kernel, in table order.
 pub fn weight_qtypes() -> Vec<QType> {
-    crate::backend::kernels::WEIGHT_QTYPES.to_vec()
+    crate::backend::gpu::kernels::WEIGHT_QTYPES.to_vec()
 }
 
-pub use crate::backend::kernels::{all_variants, Bind, Kernel, Variant};
+pub use crate::backend::gpu::kernels::{all_variants, Bind, Kernel, Variant};
 
 /// The WGSL body of a kernel.
 fn body(k: Kernel, kv: Option<KvType>) -> &'static str {
@@ -92,7 +92,7 @@ fn body(k: Kernel, kv: Option<KvType>) -> &'static str {
 /// `quantize_act` leaves as corrections (`ACT_S`), and the block offset `qmin` they multiply.
 /// Only q4_1 and q5_1 have one; the other types get a stub that is never called.
 fn act_s(q: QType) -> &'static str {
-    if crate::backend::kernels::act_qtype(q) == Some(QType::Q8_1) {
+    if crate::backend::gpu::kernels::act_qtype(q) == Some(QType::Q8_1) {
         "const ACT_S: bool = true;\n"
     } else {
         "const ACT_S: bool = false;\nfn qmin(b: u32) -> f32 {\n    return 0.0;\n}\n"
@@ -151,7 +151,7 @@ impl WgslSource for Variant {
             .unwrap_or_default();
         if self.kernel == Kernel::QuantizeAct {
             // quantize_act.wgsl's ACT: 0 q8_0, 1 q8_1, 2 q8_K.
-            let act = crate::backend::kernels::ACT_QTYPES
+            let act = crate::backend::gpu::kernels::ACT_QTYPES
                 .iter()
                 .position(|&a| Some(a) == self.qtype);
             c.push(("ACT", act.unwrap_or(0) as f64));

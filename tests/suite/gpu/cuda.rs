@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use minfer::backend::cuda::{emu, source, CudaBackend};
-use minfer::backend::kernels::{all_variants, Kernel};
+use minfer::backend::gpu::kernels::{all_variants, Kernel};
 use minfer::backend::Backend;
 
 use super::Gpu;

@@ -10,7 +10,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{hsum_ps, ld128, ld256, signed_step};
-use super::{avx2, dot_fn, dot_table, gemm_table, scalar, tiled_table, x4_table, DotFn, Kernels, N_TYPES};
+use super::{avx2, dot_fn, dot_table, gemm_table, scalar, tiled_table, x4_table, DotFn, Isa, N_TYPES};
 use crate::quant::QType;
 
 pub(super) fn supported() -> bool {
@@ -21,7 +21,7 @@ pub(super) fn supported() -> bool {
         && is_x86_feature_detected!("avx512vnni")
 }
 
-pub(super) static KERNELS: Kernels = Kernels {
+pub(super) static KERNELS: Isa = Isa {
     isa: "avx512",
     dot: dot_table(dot_table(dot_table([None; N_TYPES], &scalar::DOT), &inst::DOT), &WIDE),
     dot_x4: x4_table([None; N_TYPES], &inst::DOT_X4),

@@ -2,7 +2,7 @@
 //! quantized to the weight type's ggml `vec_dot_type`, for every qtype, on every ISA.
 //!
 //! `scalar.rs` is the oracle and the fallback; `avx2/` (its prefill GEMM in `avx2/gemm.rs`),
-//! `avx512.rs` and `neon.rs` hold the SIMD kernels. [`Kernels`] is a table of function
+//! `avx512.rs` and `neon.rs` hold the SIMD kernels. [`Isa`] is a table of function
 //! pointers per ISA, chosen once at startup.
 //! Every kernel is tested against the scalar one (tests at the bottom of this file).
 //! [`Gemm`] holds the prefill kernels over packed 8-row panels (x86: `avx2/gemm.rs`).
@@ -105,7 +105,7 @@ pub fn act_type(w: QType) -> QType {
 /// (q8_0/q8_1: scale 127/amax, ties to even; q8_K: the reference codec), which is what the
 /// llama.cpp outputs we compare against were computed with.
 pub fn quantize_act(act: QType, x: &[f32], out: &mut [u8]) {
-    Kernels::best().quantize_act(act, x, out)
+    Isa::best().quantize_act(act, x, out)
 }
 
 /// Bytes of a row of `n` elements of `q`, checking that `n` is a whole number of blocks.
@@ -316,20 +316,20 @@ const fn gemm_table(over: &[(QType, Gemm)], vnni: bool) -> [Option<Gemm>; N_TYPE
 }
 
 /// The kernels of one instruction set, resolved once; the matmul calls through these pointers.
-pub struct Kernels {
+pub struct Isa {
     isa: &'static str,
     dot: [Option<DotFn>; N_TYPES],
     dot_x4: [Option<DotX4Fn>; N_TYPES],
     gemm: [Option<Gemm>; N_TYPES],
     /// Batch kernels summing in the order of llama.cpp's tiled K-quant GEMM, which it runs
-    /// from [`TILED_MIN_TOKENS`] tokens on ([`Kernels::tiled`]).
+    /// from [`TILED_MIN_TOKENS`] tokens on ([`Isa::tiled`]).
     tiled: [Option<(DotFn, DotX4Fn)>; N_TYPES],
     q8_0: QuantActFn,
     q8_1: QuantActFn,
     q8_k: QuantActFn,
 }
 
-static SCALAR: Kernels = Kernels {
+static SCALAR: Isa = Isa {
     isa: "scalar",
     dot: dot_table([None; N_TYPES], &scalar::DOT),
     dot_x4: [None; N_TYPES],
@@ -340,23 +340,23 @@ static SCALAR: Kernels = Kernels {
     q8_k: scalar::quantize_q8_k,
 };
 
-impl Kernels {
+impl Isa {
     /// The kernels `MINFER_CPU_ISA` asks for, or the best this CPU runs when it is unset. An
     /// unknown or unsupported value is an error naming it; the backend calls this at startup.
-    pub fn from_env() -> Result<&'static Kernels> {
+    pub fn from_env() -> Result<&'static Isa> {
         match std::env::var("MINFER_CPU_ISA") {
-            Ok(s) => Kernels::for_isa(&s).map_err(|e| Error::InvalidArgument(format!("MINFER_CPU_ISA: {e}"))),
-            Err(_) => Ok(Kernels::best()),
+            Ok(s) => Isa::for_isa(&s).map_err(|e| Error::InvalidArgument(format!("MINFER_CPU_ISA: {e}"))),
+            Err(_) => Ok(Isa::best()),
         }
     }
 
-    /// [`Kernels::from_env`], resolved once. A bad `MINFER_CPU_ISA` is reported on stderr and
+    /// [`Isa::from_env`], resolved once. A bad `MINFER_CPU_ISA` is reported on stderr and
     /// the best ISA used; call `from_env` to get it as an error instead.
-    pub fn detect() -> &'static Kernels {
-        static K: OnceLock<&'static Kernels> = OnceLock::new();
+    pub fn detect() -> &'static Isa {
+        static K: OnceLock<&'static Isa> = OnceLock::new();
         K.get_or_init(|| {
-            Kernels::from_env().unwrap_or_else(|e| {
-                let best = Kernels::best();
+            Isa::from_env().unwrap_or_else(|e| {
+                let best = Isa::best();
                 eprintln!("warning: {e}; using {}", best.isa);
                 best
             })
@@ -365,11 +365,11 @@ impl Kernels {
 
     /// The best kernels this CPU runs: avx512 (F, BW, VL, VNNI) > avx2 (+FMA, F16C) > scalar
     /// on x86-64; neon (+dotprod) > scalar on aarch64.
-    pub fn best() -> &'static Kernels {
-        static K: OnceLock<&'static Kernels> = OnceLock::new();
+    pub fn best() -> &'static Isa {
+        static K: OnceLock<&'static Isa> = OnceLock::new();
         K.get_or_init(|| {
             for isa in ["avx512", "avx2", "neon"] {
-                if let Ok(k) = Kernels::for_isa(isa) {
+                if let Ok(k) = Isa::for_isa(isa) {
                     return k;
                 }
             }
@@ -379,7 +379,7 @@ impl Kernels {
 
     /// The kernels of one ISA by name (`scalar`, `avx2`, `avx512`, `neon`); an error if the
     /// name is unknown or this CPU lacks the instructions.
-    pub fn for_isa(name: &str) -> Result<&'static Kernels> {
+    pub fn for_isa(name: &str) -> Result<&'static Isa> {
         let unsupported = |what: &str| Error::Backend {
             backend: "cpu",
             what: format!("ISA '{name}': {what}"),
@@ -440,9 +440,9 @@ impl Kernels {
     }
 }
 
-impl std::fmt::Debug for Kernels {
+impl std::fmt::Debug for Isa {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Kernels({})", self.isa)
+        write!(f, "Isa({})", self.isa)
     }
 }
 
@@ -491,10 +491,10 @@ mod tests {
         }
     }
 
-    fn isas() -> Vec<&'static Kernels> {
+    fn isas() -> Vec<&'static Isa> {
         ["scalar", "avx2", "avx512", "neon"]
             .iter()
-            .filter_map(|i| Kernels::for_isa(i).ok())
+            .filter_map(|i| Isa::for_isa(i).ok())
             .collect()
     }
 
@@ -705,17 +705,17 @@ mod tests {
 
     #[test]
     fn isa_names_are_parsed_strictly() {
-        assert_eq!(Kernels::for_isa("scalar").unwrap().isa(), "scalar");
-        assert_eq!(Kernels::for_isa("Scalar").unwrap().isa(), "scalar");
-        let e = Kernels::for_isa("sse9").unwrap_err().to_string();
+        assert_eq!(Isa::for_isa("scalar").unwrap().isa(), "scalar");
+        assert_eq!(Isa::for_isa("Scalar").unwrap().isa(), "scalar");
+        let e = Isa::for_isa("sse9").unwrap_err().to_string();
         assert!(e.contains("sse9") && e.contains("unknown"), "{e}");
         #[cfg(not(target_arch = "aarch64"))]
-        assert!(Kernels::for_isa("neon")
+        assert!(Isa::for_isa("neon")
             .unwrap_err()
             .to_string()
             .contains("not supported"));
-        let best = Kernels::best();
-        assert_eq!(Kernels::for_isa(best.isa()).unwrap().isa(), best.isa());
+        let best = Isa::best();
+        assert_eq!(Isa::for_isa(best.isa()).unwrap().isa(), best.isa());
         #[cfg(target_arch = "x86_64")]
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
             assert_ne!(best.isa(), "scalar");
@@ -725,7 +725,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "weight row has")]
     fn a_short_row_panics_instead_of_reading_past_it() {
-        let k = Kernels::best();
+        let k = Isa::best();
         k.dot(QType::Q4_0)(64, &[0u8; 18], &[0u8; 68]);
     }
 

@@ -23,7 +23,7 @@ pub(super) use tables::{kernels, supported};
 
 #[cfg(target_arch = "aarch64")]
 mod tables {
-    use super::super::{dot_fn, dot_table, dot_x4_fn, scalar, x4_table, DotFn, DotX4Fn, Kernels, N_TYPES};
+    use super::super::{dot_fn, dot_table, dot_x4_fn, scalar, x4_table, DotFn, DotX4Fn, Isa, N_TYPES};
     use super::*;
     use crate::quant::QType;
 
@@ -31,7 +31,7 @@ mod tables {
         std::arch::is_aarch64_feature_detected!("neon")
     }
 
-    pub fn kernels() -> &'static Kernels {
+    pub fn kernels() -> &'static Isa {
         if std::arch::is_aarch64_feature_detected!("dotprod") {
             &DOTPROD
         } else {
@@ -83,7 +83,7 @@ mod tables {
     instantiate!(dotprod, "neon,dotprod", true);
     instantiate!(base, "neon", false);
 
-    static DOTPROD: Kernels = Kernels {
+    static DOTPROD: Isa = Isa {
         isa: "neon",
         dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), &dotprod::DOT),
         dot_x4: x4_table([None; N_TYPES], &dotprod::DOT_X4),
@@ -94,7 +94,7 @@ mod tables {
         q8_k: scalar::quantize_q8_k,
     };
 
-    static BASE: Kernels = Kernels {
+    static BASE: Isa = Isa {
         isa: "neon",
         dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), &base::DOT),
         dot_x4: x4_table([None; N_TYPES], &base::DOT_X4),
@@ -598,7 +598,7 @@ mod model {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{act_type, quantize_act, Kernels};
+    use super::super::{act_type, quantize_act, Isa};
     use super::*;
     use crate::quant::QType;
 
@@ -620,7 +620,7 @@ mod tests {
             (QType::Q5K, q45_k::<true, true>, q45_k::<false, true>),
             (QType::Q6K, q6_k::<true>, q6_k::<false>),
         ];
-        let scalar = Kernels::for_isa("scalar").unwrap();
+        let scalar = Isa::for_isa("scalar").unwrap();
         let mut seed = 0x2545F4914F6CDD1Du64;
         let mut row = |n: usize, s: f32| -> Vec<f32> {
             (0..n)

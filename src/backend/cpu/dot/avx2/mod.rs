@@ -10,7 +10,7 @@
 use std::arch::x86_64::*;
 
 use super::{
-    dot_fn, dot_table, dot_x4_fn, gemm_fn, gemm_table, scalar, tiled_table, x4_table, DotFn, DotX4Fn, Gemm, Kernels,
+    dot_fn, dot_table, dot_x4_fn, gemm_fn, gemm_table, scalar, tiled_table, x4_table, DotFn, DotX4Fn, Gemm, Isa,
     BLOCK_SUM_BYTES, N_TYPES, PANEL_BLOCK_BYTES, PANEL_ROWS,
 };
 use crate::quant::{e8m0_to_f32_half, QType, KVALUES_IQ4NL, KVALUES_MXFP4};
@@ -24,7 +24,7 @@ pub(super) fn supported() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
 }
 
-pub(super) static KERNELS: Kernels = Kernels {
+pub(super) static KERNELS: Isa = Isa {
     isa: "avx2",
     dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), &DOT),
     dot_x4: x4_table([None; N_TYPES], &DOT_X4),

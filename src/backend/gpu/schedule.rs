@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::kernels::{act_qtype, Kernel, Variant};
-use super::KvType;
+use crate::backend::KvType;
 use crate::model::{Graph, Op, Rope, RopeMode};
 use crate::quant::QType;
 
@@ -62,7 +62,7 @@ pub struct Launch {
     pub groups: [u32; 3],
 }
 
-pub enum Step {
+pub enum Stage {
     /// One node's launches. `kind` groups the profile (`matmul/q4_1`, `attention`).
     Compute { kind: String, launches: Vec<Launch> },
     /// `Output`: the kept rows, copied.
@@ -75,7 +75,7 @@ pub enum Step {
 }
 
 pub struct Schedule {
-    pub steps: Vec<Step>,
+    pub stages: Vec<Stage>,
     /// Bytes of each activation buffer.
     pub act_bytes: Vec<u64>,
     pub n_tokens: usize,
@@ -137,7 +137,7 @@ pub fn schedule(
     let mut scratch_holds: Option<(usize, QType)> = None;
 
     let mut ropes: Vec<Rope> = Vec::new();
-    let mut steps: Vec<Step> = Vec::with_capacity(g.nodes.len());
+    let mut stages: Vec<Stage> = Vec::with_capacity(g.nodes.len());
     for (i, node) in g.nodes.iter().enumerate() {
         let size = (node.rows * node.width * 4) as u64;
         let pick = free
@@ -196,7 +196,7 @@ pub fn schedule(
                     if scratch_holds != Some((*x, act)) {
                         scratch_holds = Some((*x, act));
                         let blocks = (node.rows * w.row_len / act.block_elems()) as u64;
-                        steps.push(Step::Compute {
+                        stages.push(Stage::Compute {
                             kind: format!("quantize_act/{act}"),
                             launches: vec![Launch {
                                 variant: Variant::with_qtype(Kernel::QuantizeAct, act),
@@ -347,7 +347,7 @@ pub fn schedule(
             Op::Output { x } => {
                 let src = &g.nodes[*x];
                 let skip = ((src.rows - node.rows) * node.width * 4) as u64;
-                steps.push(Step::Copy {
+                stages.push(Stage::Copy {
                     src: buf_of[*x],
                     src_offset: skip,
                     dst: out,
@@ -356,7 +356,7 @@ pub fn schedule(
                 continue;
             }
         }
-        steps.push(Step::Compute { kind, launches: d });
+        stages.push(Stage::Compute { kind, launches: d });
     }
     let result = buf_of[g.result];
     let n_out = g.nodes[g.result].rows;
@@ -368,7 +368,7 @@ pub fn schedule(
         groups: [1, 1, 1],
     };
     Ok(Schedule {
-        steps,
+        stages,
         act_bytes: sizes,
         n_tokens: n,
         ropes,
@@ -452,8 +452,8 @@ mod tests {
         };
         let s = schedule(&g, &layout, KvType::F16, false, 65535).unwrap();
         let (mut seen, mut inputs, mut scratch) = (Vec::new(), Vec::new(), None);
-        for st in &s.steps {
-            if let Step::Compute { launches, .. } = st {
+        for st in &s.stages {
+            if let Stage::Compute { launches, .. } = st {
                 for l in launches {
                     let buf = |i: usize| match l.res[i] {
                         Res::Act(b) => Some(b),

@@ -2,7 +2,7 @@
 //! sampling and a streaming callback that can stop generation, count tokens.
 //!
 //! ```no_run
-//! use minfer::generate::{Engine, GenerateOptions, Flow};
+//! use minfer::engine::{Engine, GenerateOptions, Flow};
 //! use minfer::chat::ChatMessage;
 //!
 //! # fn main() -> minfer::Result<()> {
