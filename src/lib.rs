@@ -6,8 +6,8 @@
 
 pub mod backend;
 pub mod chat;
-pub mod error;
 pub mod engine;
+pub mod error;
 pub mod gguf;
 pub mod hf;
 pub mod model;

@@ -26,8 +26,8 @@
 //! subgroup reductions are a variant taken only where the adapter has subgroups of ≥ 8 lanes.
 //!
 //! Adding an op: the CPU reference first (`cpu/ops.rs`), then `shaders/<op>.wgsl` and its CUDA
-//! twin `cuda/<op>.cu`, a `Kernel` entry in `backend/kernels.rs` and `shaders.rs`, its launch in
-//! `backend/schedule.rs`, and its case in `tests/suite/gpu.rs`.
+//! twin `cuda/<op>.cu`, a `Kernel` entry in `backend/gpu/kernels.rs` and `shaders.rs`, its launch in
+//! `backend/gpu/schedule.rs`, and its case in `tests/suite/gpu.rs`.
 
 mod context;
 pub mod device;

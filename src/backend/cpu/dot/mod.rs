@@ -710,10 +710,7 @@ mod tests {
         let e = Isa::for_isa("sse9").unwrap_err().to_string();
         assert!(e.contains("sse9") && e.contains("unknown"), "{e}");
         #[cfg(not(target_arch = "aarch64"))]
-        assert!(Isa::for_isa("neon")
-            .unwrap_err()
-            .to_string()
-            .contains("not supported"));
+        assert!(Isa::for_isa("neon").unwrap_err().to_string().contains("not supported"));
         let best = Isa::best();
         assert_eq!(Isa::for_isa(best.isa()).unwrap().isa(), best.isa());
         #[cfg(target_arch = "x86_64")]
