@@ -73,7 +73,13 @@ fn bench_attention(c: &mut Criterion) {
     let pool = Pool::new(minfer::backend::cpu::default_threads());
     let (n_head, n_head_kv, hd) = (9, 3, 64);
     for n_kv in [128usize, 1024] {
-        let mut kv = KvCache::new(KvType::F16, n_kv + 1, &[(n_head_kv * hd, n_head_kv * hd)]).expect("kv");
+        let mut kv = KvCache::new(&minfer::backend::KvLayout {
+            kv: KvType::F16,
+            n_ctx: n_kv + 1,
+            n_layer: 1,
+            k_width: n_head_kv * hd,
+            v_width: n_head_kv * hd,
+        });
         let k = vec![0.1f32; n_kv * n_head_kv * hd];
         let mut out = vec![0f32; n_kv * n_head * hd];
         let p = AttnParams {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::backend::{self, BackendChoice, Context, KvType};
 use crate::error::{Error, Result};
-use crate::model::{Graph, Model};
+use crate::model::{Graph, GraphKey, Model};
 
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
@@ -38,7 +38,7 @@ impl Default for SessionOptions {
 pub struct Session {
     pub model: Arc<Model>,
     ctx: Box<dyn Context>,
-    graphs: HashMap<(usize, usize), Arc<Graph>>,
+    graphs: HashMap<GraphKey, Arc<Graph>>,
     n_past: usize,
     n_batch: usize,
     pub kv_type: KvType,
@@ -117,26 +117,23 @@ impl Session {
 
     /// Switches attention to llama.cpp's flash-attention numerics (`--flash-attn`), which
     /// `llama-perplexity` and `llama-cli` use by default on the CPU.
+    /// Graphs and plans are keyed by the option, so a switch takes effect at the next forward
+    /// and switching back reuses what was built.
     pub fn set_flash_attn(&mut self, on: bool) {
-        if on != self.flash_attn {
-            self.flash_attn = on;
-            self.graphs.clear();
-        }
+        self.flash_attn = on;
     }
 
+    pub fn flash_attn(&self) -> bool {
+        self.flash_attn
+    }
+
+    /// The graph for `n_tokens` inputs and `n_outputs` logit rows under the session's options.
     fn graph(&mut self, n_tokens: usize, n_outputs: usize) -> Arc<Graph> {
-        let (model, flash) = (&self.model, self.flash_attn);
+        let key = GraphKey::new(n_tokens, n_outputs).flash(self.flash_attn);
+        let model = &self.model;
         self.graphs
-            .entry((n_tokens, n_outputs))
-            .or_insert_with(|| {
-                let mut g = model.graph(n_tokens, n_outputs);
-                for node in &mut g.nodes {
-                    if let crate::model::Op::Attention { flash: f, .. } = &mut node.op {
-                        *f = flash;
-                    }
-                }
-                Arc::new(g)
-            })
+            .entry(key)
+            .or_insert_with(|| Arc::new(model.graph(key)))
             .clone()
     }
 

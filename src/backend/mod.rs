@@ -14,7 +14,7 @@ pub mod wgpu;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::model::{Graph, Model};
+use crate::model::{Graph, GraphKey, Model};
 use crate::quant::QType;
 
 /// Element type of the KV cache.
@@ -50,6 +50,12 @@ impl KvType {
         self.qtype().name()
     }
 
+    /// Bytes of `width` elements (whole blocks for q8_0).
+    pub fn row_bytes(self, width: usize) -> usize {
+        let q = self.qtype();
+        width / q.block_elems() * q.block_bytes()
+    }
+
     /// The policy when nothing is asked: f16 for models whose KV traffic matters
     /// (`n_layer × n_kv_embd ≥ 8192`), f32 for tiny ones. `MINFER_CACHE_TYPE` overrides.
     pub fn auto(model: &Model) -> Result<KvType> {
@@ -62,6 +68,79 @@ impl KvType {
         } else {
             KvType::F32
         })
+    }
+}
+
+/// The KV cache every backend allocates for a model: per layer, `n_ctx` rows of K and `n_ctx`
+/// rows of V in the cache type's blocks. Sized and checked once, here, for every backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    pub kv: KvType,
+    pub n_ctx: usize,
+    pub n_layer: usize,
+    /// Elements per position: n_kv_heads × head_dim (K) and × head_dim_v (V).
+    pub k_width: usize,
+    pub v_width: usize,
+}
+
+impl KvLayout {
+    /// Caches beyond this are a mistake, not a model (1 TiB).
+    const MAX_BYTES: u64 = 1 << 40;
+
+    pub fn new(model: &Model, n_ctx: usize, kv: KvType) -> Result<KvLayout> {
+        let hp = &model.hparams;
+        let l = KvLayout {
+            kv,
+            n_ctx,
+            n_layer: hp.n_layer,
+            k_width: hp.n_embd_k(),
+            v_width: hp.n_embd_v(),
+        };
+        let be = kv.qtype().block_elems();
+        if l.k_width % be != 0 || l.v_width % be != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "cache type {} needs KV widths that are multiples of {be} (got {}, {})",
+                kv.name(),
+                l.k_width,
+                l.v_width
+            )));
+        }
+        let total = (l.k_row() as u64 + l.v_row() as u64)
+            .checked_mul(n_ctx as u64)
+            .and_then(|b| b.checked_mul(l.n_layer as u64));
+        match total {
+            Some(t) if t <= Self::MAX_BYTES => Ok(l),
+            _ => Err(Error::InvalidArgument(format!(
+                "a {} KV cache of {n_ctx} positions × {} layers × {} + {} elements is too large",
+                kv.name(),
+                l.n_layer,
+                l.k_width,
+                l.v_width
+            ))),
+        }
+    }
+
+    /// Bytes of one position's K (V) row.
+    pub fn k_row(&self) -> usize {
+        self.kv.row_bytes(self.k_width)
+    }
+
+    pub fn v_row(&self) -> usize {
+        self.kv.row_bytes(self.v_width)
+    }
+
+    /// Bytes of one layer's K (V) cache.
+    pub fn k_layer_bytes(&self) -> usize {
+        self.n_ctx * self.k_row()
+    }
+
+    pub fn v_layer_bytes(&self) -> usize {
+        self.n_ctx * self.v_row()
+    }
+
+    /// Bytes of the whole cache.
+    pub fn bytes(&self) -> usize {
+        self.n_layer * (self.k_layer_bytes() + self.v_layer_bytes())
     }
 }
 
@@ -100,7 +179,7 @@ pub trait Context: Send {
     fn forward_argmax(&mut self, graph: &Graph, tokens: &[u32], pos0: usize) -> Result<u32> {
         let mut logits = Vec::new();
         self.forward(graph, tokens, pos0, &mut logits)?;
-        let n_vocab = logits.len() / graph.n_outputs.max(1);
+        let n_vocab = logits.len() / graph.key.n_outputs.max(1);
         Ok(crate::sampling::argmax(&logits[logits.len() - n_vocab..]))
     }
     /// A named intermediate of the last forward (`--trace`), where the backend kept it.
@@ -113,10 +192,10 @@ pub trait Context: Send {
 /// graph, stays within the context, and names tokens of the vocabulary.
 pub fn check_forward(graph: &Graph, tokens: &[u32], pos0: usize, n_ctx: usize, n_vocab: usize) -> Result<()> {
     let n = tokens.len();
-    if n == 0 || n != graph.n_tokens {
+    if n == 0 || n != graph.key.n_tokens {
         return Err(Error::InvalidArgument(format!(
             "{n} tokens for a graph of {}",
-            graph.n_tokens
+            graph.key.n_tokens
         )));
     }
     if pos0 + n > n_ctx {
@@ -240,7 +319,7 @@ pub fn candidates(choice: BackendChoice, threads: Option<usize>, gpu: Option<usi
 
 /// Every candidate's gate verdict on `model` (for `info`).
 pub fn verdicts(model: &Model, kv: KvType) -> Vec<(String, std::result::Result<(), Refusal>)> {
-    let graph = model.graph(1, 1);
+    let graph = model.graph(GraphKey::new(1, 1));
     let mut out = Vec::new();
     match candidates(BackendChoice::Cpu, None, None) {
         Ok(cands) => {
@@ -289,7 +368,7 @@ fn wgpu_verdict(model: &Model, graph: &Graph, kv: KvType) -> std::result::Result
 /// Runs the gate over the candidates, once, before anything is uploaded; the first that takes
 /// the whole model wins. Returns it and the log lines saying what was decided and why.
 pub fn select(cands: Vec<Arc<dyn Backend>>, model: &Model, kv: KvType) -> Result<(Arc<dyn Backend>, Vec<String>)> {
-    let graph = model.graph(1, 1);
+    let graph = model.graph(GraphKey::new(1, 1));
     let mut log = Vec::new();
     let mut last = None;
     for b in cands {

@@ -252,7 +252,7 @@ pub fn main() -> std::process::ExitCode {
 
 fn dump_graph(model: &std::path::Path, file: &std::path::Path) -> Result<()> {
     let m = Model::open(model)?;
-    let g = m.graph(1, 1);
+    let g = m.graph(minfer::model::GraphKey::new(1, 1));
     let text = if file.extension().is_some_and(|e| e == "json") {
         serde_json::to_string_pretty(&g)?
     } else {

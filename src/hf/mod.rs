@@ -27,7 +27,7 @@ pub use tokenizer::{chat_template, load as load_tokenizer};
 
 use crate::error::{Error, Result};
 use crate::gguf::Value;
-use crate::model::{hparams, Arch, HParams, Model, RopeMode};
+use crate::model::{hparams, Arch, GraphKey, HParams, Model, RopeMode};
 use crate::quant::QType;
 use crate::tensor::{Bytes, Tensor};
 use config::Config;
@@ -193,7 +193,7 @@ impl HfDir {
             ..
         } = self;
         let model = Model::from_parts(config.arch, hp, config.metadata, weights, source, file_bytes)?;
-        let graph = model.graph(1, 1);
+        let graph = model.graph(GraphKey::new(1, 1));
         let used: BTreeSet<&str> = graph.nodes.iter().flat_map(|n| n.op.weights()).collect();
         let mut unused: Vec<&String> = model.weights.keys().filter(|k| !used.contains(k.as_str())).collect();
         unused.sort();

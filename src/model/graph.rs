@@ -161,11 +161,38 @@ pub struct Node {
     pub rows: usize,
 }
 
-/// A graph for one shape: `n_tokens` inputs, logits for the last `n_outputs` of them.
+/// Everything a graph depends on besides the model: it is built from a key, and every cache of
+/// graphs or of their compiled plans (session, CPU, wgpu, CUDA) is keyed by it, so an option
+/// that changes a graph can never hit a plan compiled without it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct GraphKey {
+    /// Input tokens per forward.
+    pub n_tokens: usize,
+    /// Logit rows: the last `n_outputs` tokens' (1 ..= n_tokens).
+    pub n_outputs: usize,
+    /// llama.cpp's CPU flash-attention numerics in every attention node (`--flash-attn`).
+    pub flash: bool,
+}
+
+impl GraphKey {
+    /// `n_tokens` inputs with logits for the last `n_outputs`, plain attention.
+    pub fn new(n_tokens: usize, n_outputs: usize) -> GraphKey {
+        GraphKey {
+            n_tokens,
+            n_outputs: n_outputs.clamp(1, n_tokens.max(1)),
+            flash: false,
+        }
+    }
+
+    pub fn flash(self, on: bool) -> GraphKey {
+        GraphKey { flash: on, ..self }
+    }
+}
+
+/// A graph for one key: `key.n_tokens` inputs, logits for the last `key.n_outputs` of them.
 #[derive(Clone, Debug, Serialize)]
 pub struct Graph {
-    pub n_tokens: usize,
-    pub n_outputs: usize,
+    pub key: GraphKey,
     pub nodes: Vec<Node>,
     /// The node holding the logits `[n_outputs, n_vocab]`.
     pub result: NodeId,
@@ -202,25 +229,24 @@ impl Graph {
 pub struct Builder<'a> {
     pub hp: &'a HParams,
     nodes: Vec<Node>,
-    n_tokens: usize,
-    n_outputs: usize,
+    key: GraphKey,
     rows: usize,
 }
 
 impl<'a> Builder<'a> {
-    pub fn new(hp: &'a HParams, n_tokens: usize, n_outputs: usize) -> Self {
+    pub fn new(hp: &'a HParams, key: GraphKey) -> Self {
+        let key = GraphKey::new(key.n_tokens, key.n_outputs).flash(key.flash);
         Builder {
             hp,
             nodes: Vec::new(),
-            n_tokens,
-            n_outputs: n_outputs.clamp(1, n_tokens.max(1)),
-            rows: n_tokens,
+            key,
+            rows: key.n_tokens,
         }
     }
 
     pub fn push(&mut self, name: impl Into<String>, op: Op, width: usize) -> NodeId {
         if let Op::Output { .. } = op {
-            self.rows = self.n_outputs;
+            self.rows = self.key.n_outputs;
         }
         self.nodes.push(Node {
             name: name.into(),
@@ -237,8 +263,7 @@ impl<'a> Builder<'a> {
 
     pub fn finish(self, result: NodeId) -> Graph {
         Graph {
-            n_tokens: self.n_tokens,
-            n_outputs: self.n_outputs,
+            key: self.key,
             nodes: self.nodes,
             result,
         }
@@ -388,7 +413,7 @@ impl<'a> Builder<'a> {
             scale,
             window: if swa { hp.sliding_window } else { None },
             softcap: hp.attn_softcap,
-            flash: false,
+            flash: self.key.flash,
         };
         let a = self.push(format!("{p}.attn"), attn, hp.n_head * hp.head_dim_v);
         self.matmul(

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 pub use arch::Arch;
-pub use graph::{Graph, Node, NodeId, Op};
+pub use graph::{Graph, GraphKey, Node, NodeId, Op};
 pub use hparams::{HParams, Rope, RopeMode};
 
 use crate::error::{Error, Result};
@@ -76,7 +76,7 @@ impl Model {
             file_bytes,
             hf_dir: None,
         };
-        model.check_weights(&model.graph(1, 1))?;
+        model.check_weights(&model.graph(GraphKey::new(1, 1)))?;
         Ok(model)
     }
 
@@ -88,9 +88,10 @@ impl Model {
         }
     }
 
-    /// The graph for `n_tokens` inputs with logits for the last `n_outputs`.
-    pub fn graph(&self, n_tokens: usize, n_outputs: usize) -> Graph {
-        self.arch.build(graph::Builder::new(&self.hparams, n_tokens, n_outputs))
+    /// The graph for `key`: `n_tokens` inputs with logits for the last `n_outputs`, and the
+    /// key's options built in (nothing patches a graph after this).
+    pub fn graph(&self, key: GraphKey) -> Graph {
+        self.arch.build(graph::Builder::new(&self.hparams, key))
     }
 
     pub fn weight(&self, name: &str) -> Result<&Tensor> {

@@ -195,8 +195,7 @@ fn get_rows(table: &str, width: usize, n: usize) -> Node {
 fn graph(nodes: Vec<Node>) -> Graph {
     let result = nodes.len() - 1;
     Graph {
-        n_tokens: nodes[0].rows,
-        n_outputs: nodes[result].rows,
+        key: minfer::model::GraphKey::new(nodes[0].rows, nodes[result].rows),
         nodes,
         result,
     }

@@ -17,7 +17,7 @@ use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use super::ggml_order::{self, Kind, Order};
 use super::ops::{axpy, dot_f32, softmax};
 use super::pool::{Pool, SyncPtr};
-use crate::backend::KvType;
+use crate::backend::{KvLayout, KvType};
 use crate::error::{Error, Result};
 use crate::quant::QType;
 
@@ -44,47 +44,19 @@ pub struct AttnParams {
 }
 
 fn row_bytes(t: KvType, width: usize) -> usize {
-    let q = t.qtype();
-    width / q.block_elems() * q.block_bytes()
+    t.row_bytes(width)
 }
 
 impl KvCache {
-    /// `widths[l] = (n_embd_k, n_embd_v)` of layer l.
-    pub fn new(kv_type: KvType, n_ctx: usize, widths: &[(usize, usize)]) -> Result<KvCache> {
-        let q = kv_type.qtype();
-        for &(k, v) in widths {
-            if k % q.block_elems() != 0 || v % q.block_elems() != 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "cache type {} needs KV widths that are multiples of {} (got {k}, {v})",
-                    kv_type.name(),
-                    q.block_elems()
-                )));
-            }
+    pub fn new(l: &KvLayout) -> KvCache {
+        KvCache {
+            kv_type: l.kv,
+            n_ctx: l.n_ctx,
+            k: (0..l.n_layer).map(|_| vec![0u8; l.k_layer_bytes()]).collect(),
+            v: (0..l.n_layer).map(|_| vec![0u8; l.v_layer_bytes()]).collect(),
+            k_width: vec![l.k_width; l.n_layer],
+            v_width: vec![l.v_width; l.n_layer],
         }
-        let total: usize = widths
-            .iter()
-            .map(|&(k, v)| row_bytes(kv_type, k) + row_bytes(kv_type, v))
-            .sum::<usize>()
-            * n_ctx;
-        if total > (1usize << 40) {
-            return Err(Error::InvalidArgument(format!(
-                "a KV cache of {total} bytes for n_ctx {n_ctx} is too large"
-            )));
-        }
-        Ok(KvCache {
-            kv_type,
-            n_ctx,
-            k: widths
-                .iter()
-                .map(|&(k, _)| vec![0u8; n_ctx * row_bytes(kv_type, k)])
-                .collect(),
-            v: widths
-                .iter()
-                .map(|&(_, v)| vec![0u8; n_ctx * row_bytes(kv_type, v)])
-                .collect(),
-            k_width: widths.iter().map(|w| w.0).collect(),
-            v_width: widths.iter().map(|w| w.1).collect(),
-        })
     }
 
     pub fn bytes(&self) -> usize {

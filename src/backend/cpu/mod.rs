@@ -15,9 +15,9 @@ use attention::{AttnParams, KvCache};
 use dot::Isa;
 use pool::{Pool, SyncPtr};
 
-use super::{Backend, Context, KvType, Refusal};
+use super::{Backend, Context, KvLayout, KvType, Refusal};
 use crate::error::{Error, Result};
-use crate::model::{Graph, Model, NodeId, Op, Rope};
+use crate::model::{Graph, GraphKey, Model, NodeId, Op, Rope};
 use crate::quant::QType;
 use crate::tensor::Tensor;
 
@@ -95,13 +95,11 @@ impl Backend for CpuBackend {
     }
 
     fn new_context(&self, model: &Arc<Model>, n_ctx: usize, kv: KvType) -> Result<Box<dyn Context>> {
-        let hp = &model.hparams;
-        let widths = vec![(hp.n_embd_k(), hp.n_embd_v()); hp.n_layer];
         Ok(Box::new(CpuContext {
             model: model.clone(),
             pool: self.pool.clone(),
             kernels: self.kernels,
-            kv: KvCache::new(kv, n_ctx, &widths)?,
+            kv: KvCache::new(&KvLayout::new(model, n_ctx, kv)?),
             plans: HashMap::new(),
             act: Vec::new(),
             rope: HashMap::new(),
@@ -134,7 +132,7 @@ struct CpuContext {
     pool: Arc<Pool>,
     kernels: &'static Isa,
     kv: KvCache,
-    plans: HashMap<(usize, usize), Program>,
+    plans: HashMap<GraphKey, Program>,
     act: Vec<u8>,
     /// cos/sin tables of the current step, per RoPE configuration.
     rope: HashMap<(u32, u32, usize), Vec<(f32, f32)>>,
@@ -200,15 +198,6 @@ fn compile(model: &Model, g: &Graph) -> Result<Program> {
     })
 }
 
-/// Two distinct buffers, one read and one written (the planner never gives a node its own
-/// input's buffer while that input is still live).
-fn io(bufs: &mut [Vec<f32>], inp: usize, out: usize) -> (&[f32], &mut [f32]) {
-    debug_assert_ne!(inp, out);
-    let p = SyncPtr::new(bufs);
-    // SAFETY: inp != out, so the two borrows are of different Vec elements.
-    unsafe { (&*p.0.add(inp), &mut *p.0.add(out)) }
-}
-
 impl CpuContext {
     fn rope_table(&mut self, rope: &Rope, pos0: usize, n: usize) -> &Vec<(f32, f32)> {
         let key = (rope.base.to_bits(), rope.freq_scale.to_bits(), rope.n_rot);
@@ -223,7 +212,7 @@ impl CpuContext {
         })
     }
 
-    fn run_plan(&mut self, key: (usize, usize), tokens: &[u32], pos0: usize) -> Result<()> {
+    fn run_plan(&mut self, key: GraphKey, tokens: &[u32], pos0: usize) -> Result<()> {
         let mut plan = self
             .plans
             .remove(&key)
@@ -234,10 +223,24 @@ impl CpuContext {
     }
 
     fn exec(&mut self, plan: &mut Program, tokens: &[u32], pos0: usize) -> Result<()> {
-        let n = tokens.len();
         self.rope.clear();
-        let pool = self.pool.clone();
         for s in &plan.steps {
+            // The planner never gives a node a live input's buffer; the output leaves the pool
+            // for the step, so it and the inputs are distinct borrows.
+            debug_assert!(!s.inputs.contains(&s.out));
+            let mut y = std::mem::take(&mut plan.buffers[s.out]);
+            let r = self.step(s, &plan.buffers, &mut y, tokens, pos0);
+            plan.buffers[s.out] = y;
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Runs one instruction: `bufs` holds its inputs, `y` is its output buffer.
+    fn step(&mut self, s: &Instr, bufs: &[Vec<f32>], y: &mut [f32], tokens: &[u32], pos0: usize) -> Result<()> {
+        let n = tokens.len();
+        let pool = self.pool.clone();
+        {
             let size = s.rows * s.width;
             match &s.op {
                 Op::GetRows { .. } => {
@@ -245,7 +248,7 @@ impl CpuContext {
                         .weight
                         .as_ref()
                         .ok_or_else(|| Error::InvalidArgument("get_rows without weight".into()))?;
-                    let out = &mut plan.buffers[s.out][..size];
+                    let out = &mut y[..size];
                     for (t, &id) in tokens.iter().enumerate() {
                         w.dequantize_rows(id as usize, 1, &mut out[t * s.width..(t + 1) * s.width])?;
                     }
@@ -256,7 +259,7 @@ impl CpuContext {
                         .as_ref()
                         .ok_or_else(|| Error::InvalidArgument("matmul without weight".into()))?;
                     let k = w.row_len();
-                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    let x = &bufs[s.inputs[0]];
                     matmul::matmul(
                         &pool,
                         self.kernels,
@@ -268,7 +271,7 @@ impl CpuContext {
                     );
                 }
                 Op::AddBias { .. } => {
-                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    let x = &bufs[s.inputs[0]];
                     for (yr, xr) in y[..size].chunks_exact_mut(s.width).zip(x.chunks_exact(s.width)) {
                         for ((y, &x), &b) in yr.iter_mut().zip(xr).zip(&s.vector) {
                             *y = x + b;
@@ -276,7 +279,7 @@ impl CpuContext {
                     }
                 }
                 Op::RmsNorm { eps, .. } => {
-                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    let x = &bufs[s.inputs[0]];
                     let (w, yp) = (s.width, SyncPtr::new(&mut y[..size]));
                     pool.for_chunks(s.rows, 8, |_, r| {
                         for t in r {
@@ -287,13 +290,13 @@ impl CpuContext {
                     });
                 }
                 Op::HeadNorm { eps, head_dim, .. } => {
-                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    let x = &bufs[s.inputs[0]];
                     y[..size].copy_from_slice(&x[..size]);
                     ops::head_norm(&mut y[..size], &s.vector, *eps, *head_dim);
                 }
                 Op::Rope { head_dim, rope, .. } => {
                     let table = self.rope_table(rope, pos0, n).clone();
-                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    let x = &bufs[s.inputs[0]];
                     y[..size].copy_from_slice(&x[..size]);
                     let half = rope.n_rot / 2;
                     for (t, row) in y[..size].chunks_exact_mut(s.width).enumerate() {
@@ -323,24 +326,11 @@ impl CpuContext {
                         softcap: *softcap,
                         flash: *flash,
                     };
-                    let bp = SyncPtr::new(&mut plan.buffers);
-                    // SAFETY: the three inputs and the output are distinct live buffers.
-                    let (q, k, v, out) = unsafe {
-                        (
-                            &*bp.0.add(s.inputs[0]),
-                            &*bp.0.add(s.inputs[1]),
-                            &*bp.0.add(s.inputs[2]),
-                            &mut *bp.0.add(s.out),
-                        )
-                    };
-                    attention::attention(&pool, &mut self.kv, &p, q, k, v, pos0, n, &mut out[..size])?;
+                    let (q, k, v) = (&bufs[s.inputs[0]], &bufs[s.inputs[1]], &bufs[s.inputs[2]]);
+                    attention::attention(&pool, &mut self.kv, &p, q, k, v, pos0, n, &mut y[..size])?;
                 }
                 Op::Add { .. } | Op::Mul { .. } | Op::Swiglu { .. } | Op::Geglu { .. } => {
-                    let bp = SyncPtr::new(&mut plan.buffers);
-                    // SAFETY: output buffer differs from both inputs (planner invariant).
-                    let (a, b, y) =
-                        unsafe { (&*bp.0.add(s.inputs[0]), &*bp.0.add(s.inputs[1]), &mut *bp.0.add(s.out)) };
-                    let (a, b) = (&a[..size], &b[..size]);
+                    let (a, b) = (&bufs[s.inputs[0]][..size], &bufs[s.inputs[1]][..size]);
                     let yp = SyncPtr::new(&mut y[..size]);
                     let (op, width) = (&s.op, s.width);
                     // Whole rows per task: SwiGLU treats each row's tail apart.
@@ -358,16 +348,16 @@ impl CpuContext {
                     });
                 }
                 Op::Scale { s: f, .. } => {
-                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    let x = &bufs[s.inputs[0]];
                     y[..size].iter_mut().zip(&x[..size]).for_each(|(y, x)| *y = x * f);
                 }
                 Op::Softcap { cap, .. } => {
-                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    let x = &bufs[s.inputs[0]];
                     y[..size].copy_from_slice(&x[..size]);
                     ops::softcap(&mut y[..size], *cap);
                 }
                 Op::Output { .. } => {
-                    let (x, y) = io(&mut plan.buffers, s.inputs[0], s.out);
+                    let x = &bufs[s.inputs[0]];
                     let skip = (s.in_rows - s.rows) * s.width;
                     y[..size].copy_from_slice(&x[skip..skip + size]);
                 }
@@ -381,14 +371,14 @@ impl Context for CpuContext {
     fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()> {
         let n_vocab = self.model.hparams.n_vocab;
         crate::backend::check_forward(graph, tokens, pos0, self.kv.n_ctx, n_vocab)?;
-        let key = (graph.n_tokens, graph.n_outputs);
+        let key = graph.key;
         if !self.plans.contains_key(&key) {
             let plan = compile(&self.model, graph)?;
             self.plans.insert(key, plan);
         }
         self.run_plan(key, tokens, pos0)?;
         let plan = &self.plans[&key];
-        let len = graph.n_outputs * n_vocab;
+        let len = graph.key.n_outputs * n_vocab;
         out.clear();
         out.extend_from_slice(&plan.buffers[plan.result][..len]);
         Ok(())

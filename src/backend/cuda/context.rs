@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use super::device::{DevBuf, Device, Func, Params, Replay};
 use crate::backend::gpu::schedule::{self, rope_table, Res, Stage, WeightParts};
-use crate::backend::{Context, KvType};
+use crate::backend::{Context, KvLayout, KvType};
 use crate::error::{Error, Result};
-use crate::model::{Graph, Model, Rope};
+use crate::model::{Graph, GraphKey, Model, Rope};
 
 fn err(what: impl Into<String>) -> Error {
     Error::Backend {
@@ -119,7 +119,7 @@ struct Prepared {
 
 pub struct CudaContext {
     /// Dropped before the buffers they point at.
-    plans: HashMap<(usize, usize), Prepared>,
+    plans: HashMap<GraphKey, Prepared>,
     dev: Arc<dyn Device>,
     model: Arc<Model>,
     kv: KvType,
@@ -137,12 +137,10 @@ const MAX_GRID: u32 = 65_535;
 
 impl CudaContext {
     pub fn new(dev: Arc<dyn Device>, model: &Arc<Model>, n_ctx: usize, kv: KvType) -> Result<CudaContext> {
-        let hp = &model.hparams;
-        let q = kv.qtype();
-        let row = |width: usize| width / q.block_elems() * q.block_bytes();
-        let (kb, vb) = (n_ctx * row(hp.n_embd_k()), n_ctx * row(hp.n_embd_v()));
+        let l = KvLayout::new(model, n_ctx, kv)?;
+        let (kb, vb) = (l.k_layer_bytes(), l.v_layer_bytes());
         let (mut kc, mut vc) = (Vec::new(), Vec::new());
-        for _ in 0..hp.n_layer {
+        for _ in 0..l.n_layer {
             kc.push(dev.alloc(kb).map_err(err)?);
             vc.push(dev.alloc(vb).map_err(err)?);
         }
@@ -158,7 +156,7 @@ impl CudaContext {
             weights,
             kc,
             vc,
-            kv_bytes: (kb + vb) * hp.n_layer,
+            kv_bytes: l.bytes(),
             step,
             graphs,
         })
@@ -267,7 +265,7 @@ impl CudaContext {
     /// One forward; returns the logits rows, or the argmax id's 4 bytes when `argmax`.
     fn run(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, argmax: bool) -> Result<Vec<u8>> {
         crate::backend::check_forward(graph, tokens, pos0, self.n_ctx, self.model.hparams.n_vocab)?;
-        let key = (graph.n_tokens, graph.n_outputs);
+        let key = graph.key;
         if !self.plans.contains_key(&key) {
             let p = self.plan(graph).map_err(err)?;
             self.plans.insert(key, p);

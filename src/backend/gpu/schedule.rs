@@ -116,7 +116,7 @@ pub fn schedule(
     max_groups: u32,
 ) -> Result<Schedule, String> {
     let maxg = max_groups;
-    let n = g.n_tokens;
+    let n = g.key.n_tokens;
     let weight = |name: &str| weight(name).ok_or_else(|| format!("{name} is not resident"));
 
     // Liveness: a node's buffer returns to the pool after its last reader.
@@ -445,8 +445,7 @@ mod tests {
             mm(5, "w_q4_1", 512),
         ];
         let g = Graph {
-            n_tokens: 3,
-            n_outputs: 3,
+            key: crate::model::GraphKey::new(3, 3),
             result: nodes.len() - 1,
             nodes,
         };

@@ -9,9 +9,9 @@ use super::plan::{self, Pass, Plan, Targets};
 use super::profile::Profiler;
 use super::registry::Registry;
 use crate::backend::gpu::schedule::{self, rope_table};
-use crate::backend::{Context, KvType};
+use crate::backend::{Context, KvLayout, KvType};
 use crate::error::{Error, Result};
-use crate::model::{Graph, Model, Node, Op};
+use crate::model::{Graph, GraphKey, Model, Node, Op};
 
 pub struct WgpuContext {
     pub(super) gpu: Arc<Gpu>,
@@ -24,9 +24,9 @@ pub struct WgpuContext {
     pub(super) kv_bytes: usize,
     /// `Step { pos0, n }`, written per forward.
     pub(super) step: wgpu::Buffer,
-    pub(super) plans: HashMap<(usize, usize), Plan>,
-    /// Graphs of the sub-batches a too-wide forward is split into, by (n_tokens, n_outputs).
-    pub(super) graphs: HashMap<(usize, usize), Arc<Graph>>,
+    pub(super) plans: HashMap<GraphKey, Plan>,
+    /// Graphs of the sub-batches a too-wide forward is split into.
+    pub(super) graphs: HashMap<GraphKey, Arc<Graph>>,
     pub(super) subgroups: bool,
     /// Bytes per binding: the adapter's limit, or the smaller one the backend was given.
     pub(super) max_binding: u64,
@@ -55,10 +55,8 @@ impl WgpuContext {
         n_ctx: usize,
         kv: KvType,
     ) -> Result<(Vec<wgpu::Buffer>, Vec<wgpu::Buffer>, usize)> {
-        let hp = &model.hparams;
-        let q = kv.qtype();
-        let row = |width: usize| (width / q.block_elems() * q.block_bytes()) as u64;
-        let (kb, vb) = (n_ctx as u64 * row(hp.n_embd_k()), n_ctx as u64 * row(hp.n_embd_v()));
+        let l = KvLayout::new(model, n_ctx, kv)?;
+        let (kb, vb) = (l.k_layer_bytes() as u64, l.v_layer_bytes() as u64);
         let max = gpu.max_binding();
         if kb.max(vb) > max {
             return Err(err(format!(
@@ -76,13 +74,13 @@ impl WgpuContext {
         };
         let (mut kc, mut vc) = (Vec::new(), Vec::new());
         gpu.scoped("kv cache", || {
-            for l in 0..hp.n_layer {
-                kc.push(make(format!("k{l}"), kb));
-                vc.push(make(format!("v{l}"), vb));
+            for il in 0..l.n_layer {
+                kc.push(make(format!("k{il}"), kb));
+                vc.push(make(format!("v{il}"), vb));
             }
         })
         .map_err(err)?;
-        Ok((kc, vc, (kb + vb) as usize * hp.n_layer))
+        Ok((kc, vc, l.bytes()))
     }
 
     fn check_step(&self, graph: &Graph, tokens: &[u32], pos0: usize) -> Result<()> {
@@ -100,7 +98,7 @@ impl WgpuContext {
         Ok(())
     }
 
-    /// Tokens per forward such that every activation fits one binding: `graph.n_tokens`
+    /// Tokens per forward such that every activation fits one binding: `graph.key.n_tokens`
     /// unless, say, all-position logits of a 262k vocabulary would not.
     fn split_tokens(&self, graph: &Graph) -> usize {
         let max = self.max_binding;
@@ -110,7 +108,7 @@ impl WgpuContext {
             _ => nd.width as u64 * 4,
         };
         if graph.nodes.iter().all(|nd| nd.rows as u64 * row_bytes(nd) <= max) {
-            return graph.n_tokens;
+            return graph.key.n_tokens;
         }
         let per_token = graph.nodes.iter().map(row_bytes).max().unwrap_or(4);
         ((max / per_token) as usize).max(1)
@@ -127,22 +125,27 @@ impl WgpuContext {
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let n = tokens.len();
-        if n != graph.n_tokens {
+        if n != graph.key.n_tokens {
             return Err(Error::InvalidArgument(format!(
                 "{n} tokens for a graph of {}",
-                graph.n_tokens
+                graph.key.n_tokens
             )));
         }
-        let first_out = n - graph.n_outputs;
+        let first_out = n - graph.key.n_outputs;
         out.clear();
         for start in (0..n).step_by(m) {
             let end = (start + m).min(n);
             let outs = end.saturating_sub(first_out.max(start));
-            let key = (end - start, outs.max(1));
+            let key = GraphKey {
+                n_tokens: end - start,
+                n_outputs: outs.max(1),
+                ..graph.key
+            };
+            let model = &self.model;
             let g = self
                 .graphs
                 .entry(key)
-                .or_insert_with(|| Arc::new(sub_graph(graph, key.0, key.1)))
+                .or_insert_with(|| Arc::new(model.graph(key)))
                 .clone();
             let bytes = self.run(&g, &tokens[start..end], pos0 + start, Readback::Logits)?;
             if outs > 0 {
@@ -158,7 +161,7 @@ impl WgpuContext {
 
     fn run(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, what: Readback) -> Result<Vec<u8>> {
         self.check_step(graph, tokens, pos0)?;
-        let key = (graph.n_tokens, graph.n_outputs);
+        let key = graph.key;
         if !self.plans.contains_key(&key) {
             let t = Targets {
                 gpu: &self.gpu,
@@ -238,30 +241,6 @@ impl WgpuContext {
         }
         let b = self.run(graph, tokens, pos0, Readback::Argmax)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-}
-
-/// `g` for `n` tokens and `outs` output rows: the nodes from `Output` on (and any node reading
-/// one of them) take `outs` rows, the others `n`.
-fn sub_graph(g: &Graph, n: usize, outs: usize) -> Graph {
-    let mut post = vec![false; g.nodes.len()];
-    let nodes = g
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, nd)| {
-            post[i] = matches!(nd.op, Op::Output { .. }) || nd.op.inputs().iter().any(|&j| post[j]);
-            Node {
-                rows: if post[i] { outs } else { n },
-                ..nd.clone()
-            }
-        })
-        .collect();
-    Graph {
-        n_tokens: n,
-        n_outputs: outs,
-        nodes,
-        result: g.result,
     }
 }
 

@@ -173,10 +173,19 @@ fn split_weights_and_batches_change_nothing() {
         for b in [&whole, &split] {
             let mut ctx = b.new_context(&model, prompt.len() + 2, KvType::F16).unwrap();
             let mut all = Vec::new();
-            ctx.forward(&model.graph(prompt.len(), prompt.len()), &prompt, 0, &mut all)
-                .unwrap();
+            ctx.forward(
+                &model.graph(minfer::model::GraphKey::new(prompt.len(), prompt.len())),
+                &prompt,
+                0,
+                &mut all,
+            )
+            .unwrap();
             let id = ctx
-                .forward_argmax(&model.graph(1, 1), &[prompt[0]], prompt.len())
+                .forward_argmax(
+                    &model.graph(minfer::model::GraphKey::new(1, 1)),
+                    &[prompt[0]],
+                    prompt.len(),
+                )
                 .unwrap();
             logits.push((all, id));
         }
