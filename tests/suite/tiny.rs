@@ -242,3 +242,50 @@ fn unknown_architecture_and_bad_steps_are_errors() {
     let e = s.eval(&long, false).expect_err("overflow accepted").to_string();
     assert!(e.contains("context"), "{e}");
 }
+
+/// Switching flash attention on after a forward takes effect (plans are keyed by the graph's
+/// options, not its shape alone), and switching it off again gives the plain logits back:
+/// `open()` gives a fresh session on the backend under test, with an f16 cache, where the two
+/// numerics differ (flash keeps its V accumulator in f16).
+pub fn check_flash_toggle(label: &str, open: &dyn Fn() -> Session) {
+    let run = |s: &mut Session| {
+        s.reset();
+        let mut v = s.eval(&PROMPT, true).unwrap();
+        v.extend(s.eval(&[PROMPT[0]], false).unwrap());
+        v
+    };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    let mut s = open();
+    let off = run(&mut s);
+    s.set_flash_attn(true);
+    let toggled = run(&mut s);
+    s.set_flash_attn(false);
+    let back = run(&mut s);
+    let mut f = open();
+    f.set_flash_attn(true);
+    let fresh = run(&mut f);
+    assert!(
+        bits(&off) != bits(&fresh),
+        "{label}: flash and plain attention agree bit for bit, so this probe cannot see the switch"
+    );
+    assert!(
+        bits(&toggled) == bits(&fresh),
+        "{label}: flash switched on after a forward differs from a flash session (max |Δ| {}); plain vs flash {}",
+        diff(&toggled, &fresh).0,
+        diff(&off, &fresh).0
+    );
+    assert!(
+        bits(&back) == bits(&off),
+        "{label}: flash switched off again differs from plain attention (max |Δ| {})",
+        diff(&back, &off).0
+    );
+}
+
+#[test]
+fn flash_toggle_takes_effect_after_a_forward() {
+    let dir = crate::gguf::tempdir("tiny-flash");
+    for arch in Arch::ALL {
+        let path = write_tiny(&dir, arch, QType::F32, |_| {});
+        check_flash_toggle(&format!("cpu {}", arch.name()), &|| session(&path, KvType::F16, 2));
+    }
+}

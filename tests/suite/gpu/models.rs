@@ -449,3 +449,20 @@ fn gemma3_paragraph_matches_llama_cpp_and_cpu() {
         }
     }
 }
+
+/// The flash switch after a forward takes effect on every GPU backend, as on the CPU
+/// (`tiny::check_flash_toggle`): their plan caches key on the graph's options too.
+#[test]
+fn flash_toggle_takes_effect_after_a_forward() {
+    let t = "flash_toggle_takes_effect_after_a_forward";
+    let gs = gpus(t, None);
+    if gs.is_empty() {
+        return;
+    }
+    let dir = crate::gguf::tempdir("gpu-flash");
+    let path = crate::tiny::write_tiny(&dir, minfer::model::Arch::Llama, QType::Q8_0, |_| {});
+    for g in &gs {
+        let open = || session_on(g, Arc::new(Model::open(&path).unwrap()), 64, KvType::F16);
+        crate::tiny::check_flash_toggle(&g.label, &open);
+    }
+}
