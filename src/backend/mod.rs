@@ -213,6 +213,7 @@ pub fn check_forward(graph: &Graph, tokens: &[u32], pos0: usize, n_ctx: usize, n
 }
 
 /// Little-endian f32 bytes read back from a device, into `out` (replacing its contents).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) fn f32s_into(bytes: &[u8], out: &mut Vec<f32>) {
     out.clear();
     out.extend(
@@ -223,6 +224,7 @@ pub(crate) fn f32s_into(bytes: &[u8], out: &mut Vec<f32>) {
 }
 
 /// A progress bar for uploading `total` bytes of weights, when that is enough to be worth one.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) fn upload_progress(total: u64) -> Option<indicatif::ProgressBar> {
     (total >= 256 << 20).then(|| {
         let b = indicatif::ProgressBar::new(total);
@@ -272,6 +274,8 @@ impl BackendChoice {
 /// `wgpu` takes whatever adapter there is, software included. `gpu` is the CUDA device index
 /// (`--gpu N`, default 0).
 #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+// Pushes that a CPU-only build compiles out leave one push after `Vec::new()`.
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(clippy::vec_init_then_push))]
 pub fn candidates(choice: BackendChoice, threads: Option<usize>, gpu: Option<usize>) -> Result<Vec<Arc<dyn Backend>>> {
     match choice {
         BackendChoice::Auto => {

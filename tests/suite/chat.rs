@@ -6,6 +6,15 @@ use minfer::Error;
 
 use crate::common;
 
+tests![
+    smollm2_template_from_gguf_matches_jinja2,
+    smollm2_template_matches_jinja2,
+    chatml_system_and_multi_turn,
+    qwen2_template_renders,
+    raise_exception_is_a_template_error,
+    syntax_and_unknown_filter_errors_are_template_errors,
+];
+
 fn template(file: &str) -> String {
     let p = common::data_dir().join("templates").join(file);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
@@ -27,7 +36,6 @@ fn msgs(pairs: &[(&str, &str)]) -> Vec<ChatMessage> {
     pairs.iter().map(|(r, c)| ChatMessage::new(*r, *c)).collect()
 }
 
-#[test]
 fn smollm2_template_from_gguf_matches_jinja2() {
     let Some(path) = common::real_model("chat", "SmolLM2-135M-Instruct.Q4_1.gguf") else {
         return;
@@ -51,7 +59,6 @@ fn smollm2_template_from_gguf_matches_jinja2() {
     assert_eq!(got, want);
 }
 
-#[test]
 fn smollm2_template_matches_jinja2() {
     let (messages, gen, want) = smollm2_reference();
     let t = ChatTemplate::new(&template("smollm2.jinja"), "<|im_start|>", "<|im_end|>").unwrap();
@@ -64,7 +71,6 @@ fn smollm2_template_matches_jinja2() {
     );
 }
 
-#[test]
 fn chatml_system_and_multi_turn() {
     // Indented block tags and their newlines vanish (lstrip_blocks, trim_blocks), as in jinja2.
     let src = r#"{% for message in messages %}
@@ -96,7 +102,6 @@ fn chatml_system_and_multi_turn() {
     );
 }
 
-#[test]
 fn qwen2_template_renders() {
     let t = ChatTemplate::new(&template("qwen2.jinja"), "", "<|im_end|>").unwrap();
     let conv = msgs(&[("system", "S"), ("user", "U"), ("assistant", "A"), ("user", "V")]);
@@ -107,7 +112,6 @@ fn qwen2_template_renders() {
     );
 }
 
-#[test]
 fn raise_exception_is_a_template_error() {
     let src = "{% if messages[0]['role'] != 'system' %}{{ raise_exception('x: need a system turn') }}{% endif %}";
     let t = ChatTemplate::new(src, "", "").unwrap();
@@ -121,7 +125,6 @@ fn raise_exception_is_a_template_error() {
     assert_eq!(t.render(&msgs(&[("system", "s")]), true).unwrap(), "");
 }
 
-#[test]
 fn syntax_and_unknown_filter_errors_are_template_errors() {
     match ChatTemplate::new("ok\n{% for m in messages %}{{ m.content }", "", "") {
         Err(Error::Template(m)) => assert!(m.contains("syntax error") && m.contains("chat_template:2"), "{m}"),

@@ -7,6 +7,14 @@ use std::process::{Command, Output, Stdio};
 
 use crate::common;
 
+tests![
+    info_json_matches_the_gguf_py_summary,
+    tokenize_prints_llama_cpp_ids,
+    greedy_run_matches_llama_cpp_on_every_isa,
+    chat_over_a_pipe_answers_and_resets,
+    bad_input_is_a_clear_error,
+];
+
 const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 fn bin() -> Command {
@@ -40,7 +48,6 @@ fn expect_failure(o: &Output, needle: &str) {
     assert!(e.contains(needle), "stderr does not mention {needle:?}: {e}");
 }
 
-#[test]
 fn info_json_matches_the_gguf_py_summary() {
     let t = "info_json_matches_the_gguf_py_summary";
     let Some(sum) = common::ref_file(t, "gguf_summary_real.json") else {
@@ -91,7 +98,6 @@ fn info_json_matches_the_gguf_py_summary() {
     }
 }
 
-#[test]
 fn tokenize_prints_llama_cpp_ids() {
     let Some(model) = common::real_model("tokenize_prints_llama_cpp_ids", SMOL) else {
         return;
@@ -110,7 +116,6 @@ fn tokenize_prints_llama_cpp_ids() {
 
 /// `run --raw --temp 0` gives llama.cpp's greedy tokens for the raw prompt, on the default
 /// kernels and on the scalar fallback forced by `MINFER_CPU_ISA`.
-#[test]
 fn greedy_run_matches_llama_cpp_on_every_isa() {
     let t = "greedy_run_matches_llama_cpp_on_every_isa";
     let Some(model) = common::real_model(t, SMOL) else {
@@ -171,7 +176,6 @@ fn greedy_run_matches_llama_cpp_on_every_isa() {
     }
 }
 
-#[test]
 fn chat_over_a_pipe_answers_and_resets() {
     let Some(model) = common::real_model("chat_over_a_pipe_answers_and_resets", SMOL) else {
         return;
@@ -188,7 +192,6 @@ fn chat_over_a_pipe_answers_and_resets() {
     assert!(stderr(&o).contains("conversation reset"), "{}", stderr(&o));
 }
 
-#[test]
 fn bad_input_is_a_clear_error() {
     let t = "bad_input_is_a_clear_error";
     let dir = crate::gguf::tempdir("cli-bad");

@@ -1,5 +1,6 @@
-//! Where test fixtures live, and the rule for absent ones: a test whose data is missing reports
-//! "skipped" — except in CI (`CI=true`), where missing references or models are a failure.
+//! Where test fixtures live, and the rule for absent ones: a test whose data is missing returns
+//! early and is counted as ignored, with the reason — except in CI (`CI=true`), where missing
+//! references or models are a failure.
 
 #![allow(dead_code)]
 
@@ -14,12 +15,14 @@ fn in_ci() -> bool {
     std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
 }
 
-/// Prints the skip (or panics in CI) and returns `None`.
+/// Prints the skip and marks the running test ignored with `why` (or panics in CI); returns
+/// `None`. The test is ignored even if it ran in part (say, one real model of two present).
 pub fn skip<T>(test: &str, why: &str) -> Option<T> {
     if in_ci() {
         panic!("{test}: required in CI but missing: {why}");
     }
     eprintln!("skipped: {test}: {why}");
+    crate::harness::note_skip(why);
     None
 }
 

@@ -8,6 +8,16 @@ use minfer::quant::QType;
 
 use crate::common;
 
+tests![
+    writer_round_trip,
+    split_file_reads_back_identical,
+    hostile_headers_give_clean_errors,
+    hostile_tensor_tables_give_clean_errors,
+    truncation_at_every_offset_is_a_clean_error,
+    real_models_match_the_gguf_py_summary,
+    fuzz_regressions_fail_cleanly,
+];
+
 fn tiny_writer() -> GgufWriter {
     let mut w = GgufWriter::new();
     w.set("general.architecture", Value::String("llama".into()));
@@ -56,7 +66,6 @@ fn same_files(a: &GgufFile, b: &GgufFile) {
     }
 }
 
-#[test]
 fn writer_round_trip() {
     let w = tiny_writer();
     let f = GgufFile::from_bytes(w.to_bytes(), "tiny").unwrap();
@@ -76,7 +85,6 @@ fn writer_round_trip() {
     }
 }
 
-#[test]
 fn split_file_reads_back_identical() {
     let dir = tempdir("split");
     let w = tiny_writer();
@@ -170,7 +178,6 @@ fn expect_err(case: &str, bytes: Vec<u8>, needles: &[&str]) {
     }
 }
 
-#[test]
 fn hostile_headers_give_clean_errors() {
     let big = u64::MAX - 7;
     expect_err("empty", vec![], &["truncated", "magic"]);
@@ -226,7 +233,6 @@ fn hostile_headers_give_clean_errors() {
     expect_err("alignment 0", r.0, &["general.alignment 0"]);
 }
 
-#[test]
 fn hostile_tensor_tables_give_clean_errors() {
     let one = |dims: &[u64], ty: u32, off: u64, data: usize| {
         let mut r = Raw::header(3, 1, 0);
@@ -258,7 +264,6 @@ fn hostile_tensor_tables_give_clean_errors() {
 }
 
 /// Cutting a valid file anywhere — every header field, inside the data — is a clean error.
-#[test]
 fn truncation_at_every_offset_is_a_clean_error() {
     let bytes = tiny_writer().to_bytes();
     let data_end = bytes.len();
@@ -336,7 +341,6 @@ fn check_against_summary(model: &Path, summary: &serde_json::Value) {
     }
 }
 
-#[test]
 fn real_models_match_the_gguf_py_summary() {
     let Some(sum) = common::ref_file("real_models_match_the_gguf_py_summary", "gguf_summary_real.json") else {
         return;
@@ -358,7 +362,6 @@ fn real_models_match_the_gguf_py_summary() {
 
 /// Inputs the fuzzer once found trouble with (`fuzz/regressions/`): each must now load or
 /// fail quickly with an error — never panic, hang, or allocate for a count the file can't back.
-#[test]
 fn fuzz_regressions_fail_cleanly() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/gguf_header");
     let mut n = 0;

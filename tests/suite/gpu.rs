@@ -12,7 +12,7 @@
 //! op but matmul). Matmul against the CPU's: ≤ 1e-12 with float weights, ≤ 1e-9 with quantized
 //! ones, whose activations both round to 8 bits first (one rounding that came out differently
 //! would show as ~1e-8); against an f64 reference on unrounded activations: ≤ 1e-6 and ≤ 1e-4.
-//! Without an adapter these tests print "skipped: … no adapter" (a failure in CI).
+//! Without an adapter these tests are ignored with "no adapter" (a failure in CI).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,9 +30,18 @@ use minfer::Model;
 use crate::common;
 
 #[cfg(feature = "cuda")]
-mod cuda;
-mod models;
-mod translate;
+pub mod cuda;
+pub mod models;
+pub mod translate;
+
+tests![
+    matmul_and_get_rows_every_qtype,
+    norm_rope_elementwise_ops_match_cpu,
+    attention_matches_cpu_over_steps,
+    geglu_edges_match_cpu,
+    argmax_readback_matches_logits,
+    gate_refusal_falls_back_to_cpu_before_upload,
+];
 
 // ---- fixtures -----------------------------------------------------------------------------
 
@@ -230,7 +239,6 @@ fn matmul_ref(x: &[f32], w: &Tensor, n: usize) -> Vec<f32> {
 /// a multiple of any tile), with 8 KiB bindings so every weight is split into parts, on random
 /// activations and on ties of the 8-bit rounding; and
 /// get_rows of scattered ids, which must equal the CPU's dequantization.
-#[test]
 fn matmul_and_get_rows_every_qtype() {
     let t = "matmul_and_get_rows_every_qtype";
     let gs = gpus(t, Some(8 << 10));
@@ -318,7 +326,6 @@ fn matmul_and_get_rows_every_qtype() {
 
 /// Norms, RoPE and the element-wise ops on 5 tokens (f32 in, f32 out, same rounding):
 /// NMSE ≤ 1e-6 against the CPU.
-#[test]
 fn norm_rope_elementwise_ops_match_cpu() {
     let t = "norm_rope_elementwise_ops_match_cpu";
     let gs = gpus(t, None);
@@ -421,7 +428,6 @@ fn norm_rope_elementwise_ops_match_cpu() {
 /// soft-capping, head_dim 64 and 128, f32 and f16 caches (the CPU rounds q and the
 /// probabilities to f16 with an f16 cache, and q to q8_0 with a q8_0 cache; the shaders do the
 /// same), default and flash numerics.
-#[test]
 fn attention_matches_cpu_over_steps() {
     let t = "attention_matches_cpu_over_steps";
     let gs = gpus(t, None);
@@ -500,7 +506,6 @@ fn attention_matches_cpu_over_steps() {
 
 /// GEGLU at the edges of its table: NaN gates give NaN (as the CPU's f16 table does), ±inf and
 /// ±10 take the limits, and values just inside them the table's f16-rounded GELU.
-#[test]
 fn geglu_edges_match_cpu() {
     let t = "geglu_edges_match_cpu";
     let gs = gpus(t, None);
@@ -554,7 +559,6 @@ fn geglu_edges_match_cpu() {
 }
 
 /// Greedy steps read back only the argmax id; it equals `sampling::argmax` of the logits.
-#[test]
 fn argmax_readback_matches_logits() {
     let t = "argmax_readback_matches_logits";
     let gs = gpus(t, None);
@@ -622,7 +626,6 @@ fn argmax_readback_matches_logits() {
 
 /// The gate refuses before any upload and names what it cannot do; `select` then takes the CPU.
 /// Forced here with a 256-byte binding limit, which no row of the model fits.
-#[test]
 fn gate_refusal_falls_back_to_cpu_before_upload() {
     let t = "gate_refusal_falls_back_to_cpu_before_upload";
     let Some(root) = common::ref_dir(t) else {

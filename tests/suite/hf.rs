@@ -19,6 +19,23 @@ use minfer::{Model, Session, SessionOptions};
 
 use crate::common;
 
+tests![
+    random_hf_models_match_transformers,
+    random_hf_models_greedy_equals_gguf_f32,
+    hf_hparams_equal_gguf_hparams,
+    hf_tokenizer_matches_gguf_tokenizer,
+    engine_runs_an_hf_directory,
+    sharded_wrapped_checkpoint_equals_the_plain_one,
+    half_precision_and_tied_checkpoints_run,
+    unexpected_tensors_are_refused,
+    resolves_names_in_a_fake_hf_cache,
+    #[cfg(unix)]
+    runs_a_model_from_a_symlinked_snapshot,
+    hostile_safetensors_are_clear_errors,
+    hostile_model_directories_are_clear_errors,
+    mutated_safetensors_never_panic,
+];
+
 const ARCHS: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
 
 fn opts(n_ctx: usize) -> SessionOptions {
@@ -102,7 +119,6 @@ impl Drop for TempDir {
 // --- whole models -------------------------------------------------------------------------------
 
 /// Every position's logits of the HF directories against transformers (float32, eager): max |Δ| ≤ 5e-3.
-#[test]
 fn random_hf_models_match_transformers() {
     let Some(root) = common::ref_dir("random_hf_models_match_transformers") else {
         return;
@@ -137,7 +153,6 @@ fn random_hf_models_match_transformers() {
 
 /// 32 greedy tokens from the HF directory equal those of its GGUF f32 conversion (and, where the
 /// margins allow, transformers' recorded ones).
-#[test]
 fn random_hf_models_greedy_equals_gguf_f32() {
     let Some(root) = common::ref_dir("random_hf_models_greedy_equals_gguf_f32") else {
         return;
@@ -167,7 +182,6 @@ fn random_hf_models_greedy_equals_gguf_f32() {
 
 /// config.json maps to the hyperparameters the GGUF conversion gives — except Llama's RoPE
 /// mode, which is NeoX for the unpermuted HF Q/K rows by design.
-#[test]
 fn hf_hparams_equal_gguf_hparams() {
     let Some(root) = common::ref_dir("hf_hparams_equal_gguf_hparams") else {
         return;
@@ -205,7 +219,6 @@ fn hf_hparams_equal_gguf_hparams() {
 /// tokenizer.json gives the GGUF tokenizer's ids and text; the flags and special ids come from
 /// the config files as transformers reads them (the references' prompts start with BOS exactly
 /// where tokenizer_config.json says add_bos_token).
-#[test]
 fn hf_tokenizer_matches_gguf_tokenizer() {
     let Some(root) = common::ref_dir("hf_tokenizer_matches_gguf_tokenizer") else {
         return;
@@ -258,7 +271,6 @@ fn hf_tokenizer_matches_gguf_tokenizer() {
 
 /// The library API on an HF directory: template from chat_template.jinja, tokenizer.json, and
 /// the same greedy text as the GGUF conversion.
-#[test]
 fn engine_runs_an_hf_directory() {
     let Some(root) = common::ref_dir("engine_runs_an_hf_directory") else {
         return;
@@ -348,7 +360,6 @@ fn copy_side_files(from: &Path, to: &Path) {
 /// gemma3 rewritten as a multimodal checkpoint: `text_config` nested under a `gemma3` wrapper,
 /// weights under `model.language_model.`, a vision tensor to skip, three shards with an index
 /// (and a stray file the index does not name). Same logits, bit for bit.
-#[test]
 fn sharded_wrapped_checkpoint_equals_the_plain_one() {
     let Some(root) = common::ref_dir("sharded_wrapped_checkpoint_equals_the_plain_one") else {
         return;
@@ -412,7 +423,6 @@ fn sharded_wrapped_checkpoint_equals_the_plain_one() {
 
 /// F16 and BF16 checkpoints run as those qtypes (no f32 copy of the matrices) and stay close to
 /// the f32 logits; llama's tied-embedding variant (no lm_head) runs too.
-#[test]
 fn half_precision_and_tied_checkpoints_run() {
     let Some(root) = common::ref_dir("half_precision_and_tied_checkpoints_run") else {
         return;
@@ -462,7 +472,6 @@ fn half_precision_and_tied_checkpoints_run() {
 }
 
 /// A checkpoint whose tensors the config does not describe is refused by the tensor's name.
-#[test]
 fn unexpected_tensors_are_refused() {
     let Some(root) = common::ref_dir("unexpected_tensors_are_refused") else {
         return;
@@ -528,7 +537,6 @@ fn fake_cache(root: &Path) {
     std::fs::write(root.join("models--acme--tiny-GGUF/refs/main"), MAIN).unwrap();
 }
 
-#[test]
 fn resolves_names_in_a_fake_hf_cache() {
     let tmp = TempDir::new("cache");
     let root = &tmp.0;
@@ -571,7 +579,6 @@ fn resolves_names_in_a_fake_hf_cache() {
 /// A snapshot laid out as huggingface_hub leaves it (files are symlinks into blobs/) opens and
 /// runs like the directory it came from.
 #[cfg(unix)]
-#[test]
 fn runs_a_model_from_a_symlinked_snapshot() {
     let Some(root) = common::ref_dir("runs_a_model_from_a_symlinked_snapshot") else {
         return;
@@ -614,7 +621,6 @@ fn image(header: &str, data: usize) -> Vec<u8> {
 
 /// Each broken file is an error naming the offending value; none panics or allocates by a
 /// length it read.
-#[test]
 fn hostile_safetensors_are_clear_errors() {
     let tmp = TempDir::new("hostile");
     let mut huge = 200_000_000u64.to_le_bytes().to_vec();
@@ -730,7 +736,6 @@ fn hostile_safetensors_are_clear_errors() {
 }
 
 /// A model directory with a broken shard or config fails with the file's name.
-#[test]
 fn hostile_model_directories_are_clear_errors() {
     let tmp = TempDir::new("hostile-dir");
     let dir = &tmp.0;
@@ -760,7 +765,6 @@ fn hostile_model_directories_are_clear_errors() {
 }
 
 /// Random byte flips and truncations of a valid file never panic.
-#[test]
 fn mutated_safetensors_never_panic() {
     let valid = image(
         r#"{"a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},

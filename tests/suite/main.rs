@@ -1,7 +1,14 @@
 //! The integration suite: one test binary, one module per layer.
 //!
+//! Adding a test: write a plain `fn name()` in its module and add `name` to that module's
+//! `tests![…]` list (a new module: also one `tests.extend(module::tests())` in `main`). A test
+//! whose data or device is missing calls `common::skip` and returns: it is counted as ignored,
+//! with the reason (in CI, a failure). Runner and list syntax: `harness`.
+//!
 //! - `cli`       — the binary: info --json, tokenize, greedy run per ISA, chat over a pipe, bad input
-//! - `common`    — fixtures: tests/data, $MINFER_REF_DIR, the fetched real models
+//! - `common`    — fixtures: tests/data, $MINFER_REF_DIR, the fetched real models; `skip`
+//! - `harness`   — the runner (libtest-mimic): registration, run-time ignores with their reason,
+//!   and its own tests
 //! - `gguf`      — the container: round trips, split files, real models, hostile files
 //! - `hf`        — safetensors directories vs transformers and GGUF; HF cache resolution; hostile files
 //! - `model`     — whole-model logits against llama.cpp and transformers (CPU backend)
@@ -12,15 +19,47 @@
 //! - `gpu`       — the GPU backends (wgpu; with the `cuda` feature, CUDA on its CPU emulation
 //!   and on a device where there is one) against the CPU, op by op and qtype by qtype; with
 //!   `gpu/translate` (every shader through naga, no GPU), `gpu/cuda` (every CUDA kernel through
-//!   NVRTC, no GPU) and `gpu/models` (whole models)
+//!   NVRTC, no GPU) and `gpu/models` (whole models); built without the `wgpu` feature, one
+//!   ignored entry says so
+
+// An unlisted test fn is dead code: a compile error, not a test that silently never runs.
+#![deny(dead_code)]
+
+#[macro_use]
+mod harness;
 
 mod chat;
 mod cli;
 mod common;
 mod gguf;
+#[cfg(feature = "wgpu")]
 mod gpu;
 mod hf;
 mod model;
 mod quant;
 mod tiny;
 mod tokenize;
+
+fn main() {
+    let mut tests = Vec::new();
+    tests.extend(harness::tests());
+    tests.extend(chat::tests());
+    tests.extend(cli::tests());
+    tests.extend(gguf::tests());
+    tests.extend(hf::tests());
+    tests.extend(model::tests());
+    tests.extend(quant::tests());
+    tests.extend(tiny::tests());
+    tests.extend(tokenize::tests());
+    #[cfg(feature = "wgpu")]
+    {
+        tests.extend(gpu::tests());
+        tests.extend(gpu::models::tests());
+        tests.extend(gpu::translate::tests());
+        #[cfg(feature = "cuda")]
+        tests.extend(gpu::cuda::tests());
+    }
+    #[cfg(not(feature = "wgpu"))]
+    tests.push(harness::Test::unavailable("gpu::all", "built without the wgpu feature"));
+    harness::main(tests)
+}

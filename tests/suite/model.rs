@@ -9,6 +9,14 @@ use minfer::{Model, Session, SessionOptions};
 
 use crate::common;
 
+tests![
+    random_f32_f16_models_match_transformers,
+    random_quantized_models_match_llama_cpp,
+    real_models_match_llama_cpp,
+    perplexity_matches_llama_cpp,
+    smollm2_chat_reply_matches_llama_cpp,
+];
+
 pub fn session(path: &Path, n_ctx: usize, kv: KvType) -> Session {
     let model = Arc::new(Model::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())));
     let opts = SessionOptions {
@@ -127,7 +135,6 @@ fn run_random(gguf: &Path, prompt: &[u32]) -> (Vec<f32>, usize) {
 }
 
 /// f32 and f16 GGUFs against transformers' float32 logits at every position: max |Δ| ≤ 5e-3.
-#[test]
 fn random_f32_f16_models_match_transformers() {
     let t = "random_f32_f16_models_match_transformers";
     let Some(root) = common::ref_dir(t) else {
@@ -149,7 +156,6 @@ fn random_f32_f16_models_match_transformers() {
 /// Every quantized random model against llama.cpp: full last-position logits within
 /// max |Δ| ≤ 0.1 or NMSE ≤ 1e-3, the recorded top-20 at every position likewise, and top-1
 /// equal wherever llama.cpp's margin exceeds 0.1.
-#[test]
 fn random_quantized_models_match_llama_cpp() {
     let t = "random_quantized_models_match_llama_cpp";
     let Some(root) = common::ref_dir(t) else {
@@ -200,7 +206,6 @@ const REAL_CASES: [(&str, &str); 5] = [
 /// SiLU and RoPE), so every case comes out bit for bit.
 /// Asserted: every position at margin ≥ 0.05 agrees, the last logits are equal (NMSE
 /// ≤ 1e-12) and so are the first 16 greedy tokens (or up to end-of-turn), in every case.
-#[test]
 fn real_models_match_llama_cpp() {
     let t = "real_models_match_llama_cpp";
     let Some(root) = common::ref_dir(t) else {
@@ -269,7 +274,6 @@ fn real_models_match_llama_cpp() {
 /// flash attention: for batches of 64 or more that is ggml's tiled flash-attention kernel, whose
 /// order `--flash-attn` reproduces. Asserted: every running PPL, the final PPL and its error
 /// equal to the digits llama.cpp printed (SmolLM2 15.9289 ± 1.42219, gemma-3 10.1452 ± 0.86669).
-#[test]
 fn perplexity_matches_llama_cpp() {
     let t = "perplexity_matches_llama_cpp";
     let Some(root) = common::ref_dir(t) else { return };
@@ -332,7 +336,6 @@ fn perplexity_matches_llama_cpp() {
 
 /// The chat-templated SmolLM2 prompt: rendered by the model's own template, tokenized to
 /// llama.cpp's ids, and the greedy reply through the generation API equals llama.cpp's.
-#[test]
 fn smollm2_chat_reply_matches_llama_cpp() {
     use minfer::chat::ChatMessage;
     use minfer::engine::{Engine, Flow, GenerateOptions};

@@ -16,6 +16,16 @@ use serde_json::Value;
 
 use crate::common::{data_dir, hex_decode, read_json};
 
+tests![
+    every_type_has_vectors_and_every_file_a_type,
+    real_blocks_dequantize_bit_exact,
+    quantize_files_dequantize_bit_exact,
+    quantize_matches_ggml_bytes,
+    round_trip_nmse,
+    f32_is_the_identity,
+    q8_1_sum_field,
+];
+
 /// Types with no vectors in `tests/data/quant`, and why.
 const NO_VECTORS: &[(QType, &str)] = &[
     (QType::F32, "the identity; checked bit for bit by `f32_is_the_identity`"),
@@ -125,7 +135,6 @@ fn sq_err(x: &[f32], y: &[f32]) -> f64 {
     x.iter().zip(y).map(|(a, b)| (*a as f64 - *b as f64).powi(2)).sum()
 }
 
-#[test]
 fn every_type_has_vectors_and_every_file_a_type() {
     for q in QType::ALL {
         if exempt(q) {
@@ -153,7 +162,6 @@ fn every_type_has_vectors_and_every_file_a_type() {
     }
 }
 
-#[test]
 fn real_blocks_dequantize_bit_exact() {
     let mut checked = 0;
     for q in QType::ALL {
@@ -184,7 +192,6 @@ fn real_blocks_dequantize_bit_exact() {
     assert_eq!(checked, n_with_vectors());
 }
 
-#[test]
 fn quantize_files_dequantize_bit_exact() {
     let mut checked = 0;
     for q in QType::ALL {
@@ -214,7 +221,6 @@ fn allowed_mismatched_blocks(_q: QType) -> usize {
     0
 }
 
-#[test]
 fn quantize_matches_ggml_bytes() {
     let inputs = quantizer_rows();
     let mut failures = Vec::new();
@@ -279,7 +285,6 @@ fn hex(b: &[u8]) -> String {
 
 /// Normalised squared error `sum (x - y)^2 / sum x^2` of quantize → dequantize on N(0, 1)
 /// data must stay under a per-type bound. A new type fails to compile here until it has one.
-#[test]
 fn round_trip_nmse() {
     let n = 16 * 256;
     let x = normal_samples(n, 0x5eed);
@@ -316,7 +321,6 @@ fn round_trip_nmse() {
 }
 
 /// F32 has no vectors: quantize and dequantize must be the identity on bits, NaNs included.
-#[test]
 fn f32_is_the_identity() {
     let x: Vec<f32> = [
         0.0f32,
@@ -337,7 +341,6 @@ fn f32_is_the_identity() {
 
 /// Q8_1 has no vectors: `s` must be `d * sum(qs)`, up to the f16 rounding of `d` and of `s`
 /// (ggml rounds `sum * d` with the f32 `d`), and an all-zero block is all zero.
-#[test]
 fn q8_1_sum_field() {
     let mut x = normal_samples(64 * QK8_1, 11);
     x[..QK8_1].fill(0.0);

@@ -14,6 +14,13 @@ use minfer::{Model, Session, SessionOptions};
 
 use crate::model::diff;
 
+tests![
+    prefill_equals_decode_steps_for_every_architecture,
+    cache_types_and_threads_agree,
+    hostile_shapes_are_named,
+    unknown_architecture_and_bad_steps_are_errors,
+];
+
 const N_EMBD: usize = 64;
 const N_FF: usize = 128;
 const N_HEAD: usize = 4;
@@ -136,7 +143,6 @@ const PROMPT: [u32; 11] = [1, 17, 5, 93, 42, 42, 8, 61, 3, 77, 20];
 
 /// Prefill of n tokens gives the same logits as n single decode steps, for every architecture
 /// (gemma3's window of 4 is crossed), and a prefill split into batches as well.
-#[test]
 fn prefill_equals_decode_steps_for_every_architecture() {
     let dir = crate::gguf::tempdir("tiny-prefill");
     for arch in Arch::ALL {
@@ -177,7 +183,6 @@ fn prefill_equals_decode_steps_for_every_architecture() {
 }
 
 /// f16 and q8_0 caches stay close to f32; thread count changes nothing.
-#[test]
 fn cache_types_and_threads_agree() {
     let dir = crate::gguf::tempdir("tiny-kv");
     for arch in Arch::ALL {
@@ -196,7 +201,6 @@ fn cache_types_and_threads_agree() {
 
 /// Hostile shapes: a tensor that contradicts the hyperparameters, or a missing one, is an
 /// error naming it — at load, before any backend is involved.
-#[test]
 fn hostile_shapes_are_named() {
     let dir = crate::gguf::tempdir("tiny-hostile");
     let p = write_tiny(&dir, Arch::Llama, QType::F32, |m| {
@@ -221,7 +225,6 @@ fn hostile_shapes_are_named() {
 
 /// An unknown architecture string is one error naming it; out-of-vocabulary ids and
 /// positions past the context are errors, not corruption.
-#[test]
 fn unknown_architecture_and_bad_steps_are_errors() {
     let dir = crate::gguf::tempdir("tiny-arch");
     let mut w = GgufWriter::new();

@@ -14,6 +14,8 @@ use minfer::backend::Backend;
 use super::Gpu;
 use crate::common;
 
+tests![nvrtc_compiles_every_kernel, info_says_why_cuda_is_out,];
+
 /// The emulator library, built once per test run from `cuda/` (a build failure is a kernel
 /// that does not compile for the CPU: a test failure, not a skip).
 fn emulator(test: &str) -> Option<PathBuf> {
@@ -56,7 +58,6 @@ pub fn backends(test: &str) -> Vec<Gpu> {
 
 /// Every op file compiles with NVRTC for each target architecture, and its PTX holds an entry
 /// for every variant the schedule can launch (`Variant::entry`).
-#[test]
 fn nvrtc_compiles_every_kernel() {
     let t = "nvrtc_compiles_every_kernel";
     let (major, minor) = match source::nvrtc_version() {
@@ -99,7 +100,6 @@ fn nvrtc_compiles_every_kernel() {
 
 /// `info --json` gives CUDA's verdict with its reason: here `MINFER_DISABLE_CUDA`, and on a
 /// machine without a driver "no driver"; never a panic.
-#[test]
 fn info_says_why_cuda_is_out() {
     let t = "info_says_why_cuda_is_out";
     let Some(root) = common::ref_dir(t) else {

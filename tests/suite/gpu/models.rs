@@ -13,6 +13,15 @@ use minfer::{Model, Session, SessionOptions};
 use super::{gpu, gpus, nmse, Gpu};
 use crate::common;
 
+tests![
+    random_models_match_cpu,
+    split_weights_and_batches_change_nothing,
+    real_models_match_llama_cpp_and_cpu,
+    greedy_runs_match_cpu,
+    #[ignore = "minutes on llvmpipe; run with --ignored gemma3_paragraph"]
+    gemma3_paragraph_matches_llama_cpp_and_cpu,
+];
+
 fn prompt_ids(json: &serde_json::Value) -> Vec<u32> {
     json["prompt_ids"]
         .as_array()
@@ -78,7 +87,6 @@ fn session_on(g: &Gpu, model: Arc<Model>, n_ctx: usize, kv: KvType) -> Session {
 /// NMSE ≤ 1e-6. On the quantized file, where both round activations to 8 bits and a last-bit
 /// difference can tip a rounding: NMSE ≤ 5e-3, the bound `model.rs` holds the CPU to on these
 /// models.
-#[test]
 fn random_models_match_cpu() {
     let t = "random_models_match_cpu";
     let Some(root) = common::ref_dir(t) else {
@@ -157,7 +165,6 @@ fn random_models_match_cpu() {
 
 /// With 16 KiB bindings every weight is split by rows and the prompt into sub-batches of a few
 /// tokens (all-position logits would not fit one binding): the logits are unchanged.
-#[test]
 fn split_weights_and_batches_change_nothing() {
     let t = "split_weights_and_batches_change_nothing";
     let Some(root) = common::ref_dir(t) else {
@@ -325,7 +332,6 @@ fn real_case(t: &str, g: &Gpu, case: &str, file: &str) -> Option<(Gap, Gap)> {
 /// on SmolLM2. So the yardstick is the scalar kernels' gap, summed over the cases: the GPU's NMSE,
 /// perplexity difference and top-1 misses against llama.cpp's record (where its margin is
 /// ≥ 0.05) each at most twice theirs.
-#[test]
 fn real_models_match_llama_cpp_and_cpu() {
     let t = "real_models_match_llama_cpp_and_cpu";
     let cases = [
@@ -361,7 +367,6 @@ fn real_models_match_llama_cpp_and_cpu() {
 /// one whose top-2 margin on the CPU is below 0.5, a near-tie that last-bit differences may
 /// tip either way (see above: logits move by a few tenths). Prints how many runs are equal for
 /// all 32 steps.
-#[test]
 fn greedy_runs_match_cpu() {
     let t = "greedy_runs_match_cpu";
     let Some(root) = common::ref_dir(t) else {
@@ -437,8 +442,6 @@ fn top2(l: &[f32]) -> (u32, f32) {
 /// gemma-3 on the 206-token paragraph: all-position logits of a 262k vocabulary (216 MB) are
 /// split into sub-batches on a 128 MiB-binding adapter. Minutes on llvmpipe, hence ignored by
 /// default: `cargo test --release -- --ignored gemma3_paragraph`.
-#[test]
-#[ignore]
 fn gemma3_paragraph_matches_llama_cpp_and_cpu() {
     let t = "gemma3_paragraph_matches_llama_cpp_and_cpu";
     for g in gpus(t, None).iter().filter(|g| !g.alt && !g.emulated) {

@@ -4,9 +4,13 @@
 use minfer::backend::wgpu::shaders::{all_variants, quant_source, Kernel, WgslSource};
 use minfer::quant::QType;
 
+tests![
+    shaders_validate_and_translate,
+    every_weight_qtype_but_activation_formats_has_a_kernel,
+];
+
 /// Every variant parses and validates with exactly the capabilities wgpu would grant it, and
 /// translates to MSL (Metal), HLSL (DX12) and SPIR-V (Vulkan) after override resolution.
-#[test]
 fn shaders_validate_and_translate() {
     use naga::back::{hlsl, msl, spv};
     use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator};
@@ -112,7 +116,6 @@ fn shaders_validate_and_translate() {
 }
 
 /// The gate's qtype list and the shader files agree: each kernel type has a quant file.
-#[test]
 fn every_weight_qtype_but_activation_formats_has_a_kernel() {
     for q in QType::ALL {
         let has = quant_source(q).is_some();
