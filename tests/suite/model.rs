@@ -15,6 +15,7 @@ tests![
     real_models_match_llama_cpp,
     perplexity_matches_llama_cpp,
     smollm2_chat_reply_matches_llama_cpp,
+    qwen25coder_matches_llama_cpp_avx2_build,
 ];
 
 pub fn session(path: &Path, n_ctx: usize, kv: KvType) -> Session {
@@ -273,7 +274,8 @@ fn real_models_match_llama_cpp() {
 /// `perplexity` on the Apache-2.0 text against llama-perplexity, which ran with its default
 /// flash attention: for batches of 64 or more that is ggml's tiled flash-attention kernel, whose
 /// order `--flash-attn` reproduces. Asserted: every running PPL, the final PPL and its error
-/// equal to the digits llama.cpp printed (SmolLM2 15.9289 ± 1.42219, gemma-3 10.1452 ± 0.86669).
+/// equal to the digits llama.cpp printed (SmolLM2 15.9289 ± 1.42219, gemma-3 10.1452 ± 0.86669);
+/// Qwen2.5-Coder's reference, from an AVX2 build, within 0.8 %.
 fn perplexity_matches_llama_cpp() {
     let t = "perplexity_matches_llama_cpp";
     let Some(root) = common::ref_dir(t) else { return };
@@ -303,6 +305,13 @@ fn perplexity_matches_llama_cpp() {
             r["n_chunks"].as_u64().unwrap(),
             "{file}: chunk count"
         );
+        // A reference from llama.cpp's AVX2 build (Qwen2.5-Coder) sums in other orders than the
+        // AVX-512 ones this backend follows: within 0.8 %, the spread between llama.cpp's own
+        // builds and settings (measured 0.47 %: 3.0800 vs 3.0945).
+        if r["machine"].as_str().is_some_and(|m| m.contains("no AVX-512")) {
+            assert!(rel <= 8e-3, "{file}: PPL {} vs llama.cpp's AVX2 build {want}", got.ppl);
+            continue;
+        }
         // llama.cpp printed 4 decimals (5 for the error): every figure equal to those.
         let printed = |x: f64, d: i32| (x * 10f64.powi(d)).round();
         let running: Vec<f64> = r["chunk_running_ppl"]
@@ -380,3 +389,63 @@ fn smollm2_chat_reply_matches_llama_cpp() {
     assert_eq!(streamed, out.text);
     assert_eq!(out.text, "The capital of France is Paris.");
 }
+
+/// Qwen2.5-Coder-0.5B (qwen2: q/k/v biases, untied Q8_0 output, mostly Q5_0) against references
+/// made by llama.cpp's AVX2 build, whose sums differ from the AVX-512 orders this backend
+/// reproduces (`real_models_match_llama_cpp`), so within tolerances rather than bit for bit:
+/// top-1 at every position whose recorded margin is ≥ 0.1, the last logits within NMSE 2e-3
+/// (measured 1.5e-4 to 1.1e-3), and the recorded greedy continuation up to the first step where
+/// our own top-2 margin is under 0.5 (near-ties flip between builds).
+fn qwen25coder_matches_llama_cpp_avx2_build() {
+    let t = "qwen25coder_matches_llama_cpp_avx2_build";
+    let Some(root) = common::ref_dir(t) else { return };
+    let Some(model) = common::real_model(t, QWEN25CODER) else {
+        return;
+    };
+    let mut failures = Vec::new();
+    for case in ["p1_capital", "p2_chat_jinja", "p3_paragraph", "p4_tools_jinja"] {
+        let r = common::read_json(&root.join(format!("real/qwen25coder.{case}.json")));
+        let prompt = ids(&r["prompt_ids"]);
+        let want_greedy = ids(&r["greedy_ids"]);
+        let mut s = session(&model, prompt.len() + want_greedy.len() + 8, KvType::F16);
+        let n_vocab = s.n_vocab();
+        let all = s.eval(&prompt, true).unwrap();
+        let top = check_top1(&all, n_vocab, &r["top20_per_position"], 0.1);
+        let want_last = common::read_npy_f32(&root.join(format!("real/qwen25coder.{case}.last_logits.npy")));
+        let (maxd, nmse) = diff(&all[(prompt.len() - 1) * n_vocab..], &want_last);
+        let mut logits = all[(prompt.len() - 1) * n_vocab..].to_vec();
+        let mut same = 0;
+        let mut flip = None;
+        for (step, &want) in want_greedy.iter().enumerate() {
+            let next = argmax(&logits) as u32;
+            if next != want {
+                let [(_, a), (_, b)] = top2(&logits);
+                flip = Some(a - b);
+                break;
+            }
+            same += 1;
+            if step + 1 < want_greedy.len() {
+                logits = s.eval(&[next], false).unwrap();
+            }
+        }
+        eprintln!(
+            "qwen25coder.{case}: top-1 {}/{} (small margins at {:?}), top-20 max |Δ| {:.3}, last logits max |Δ| {maxd:.3}, NMSE {nmse:.2e}, greedy {same}/{} equal (our margin where it flips: {flip:?})",
+            top.agree,
+            top.counted,
+            top.skipped_small_margin,
+            top.max_top20_delta,
+            want_greedy.len()
+        );
+        if top.agree < top.counted || nmse > 2e-3 || flip.is_some_and(|m| m >= 0.5) {
+            failures.push(format!(
+                "{case}: top-1 {}/{}, NMSE {nmse:.2e}, greedy {same}/{}",
+                top.agree,
+                top.counted,
+                want_greedy.len()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+const QWEN25CODER: &str = "qwen2.5-coder-0.5b-instruct.gguf";

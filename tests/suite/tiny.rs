@@ -16,6 +16,7 @@ use crate::model::diff;
 
 tests![
     prefill_equals_decode_steps_for_every_architecture,
+    flash_toggle_takes_effect_after_a_forward,
     cache_types_and_threads_agree,
     hostile_shapes_are_named,
     unknown_architecture_and_bad_steps_are_errors,
@@ -284,7 +285,6 @@ pub fn check_flash_toggle(label: &str, open: &dyn Fn() -> Session) {
     );
 }
 
-#[test]
 fn flash_toggle_takes_effect_after_a_forward() {
     let dir = crate::gguf::tempdir("tiny-flash");
     for arch in Arch::ALL {

@@ -16,6 +16,9 @@ tests![
     gemma3_decode_round_trips,
     smollm2_stream_decoder,
     gemma3_stream_decoder,
+    qwen25coder_ids_match_llama_cpp,
+    qwen25coder_decode_round_trips,
+    qwen25coder_stream_decoder,
     real_prompts_match_llama_cpp,
     special_ids_and_end_of_generation,
     gemma3_vocab_loads_fast,
@@ -25,13 +28,19 @@ tests![
 
 const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const GEMMA3: &str = "gemma-3-270m-Q4_K_M.gguf";
+const QWEN25CODER: &str = "qwen2.5-coder-0.5b-instruct.gguf";
 
 /// One tokenizer per model for the whole binary (gemma's vocabulary has 262k tokens). The file
 /// is looked for on every call, so that every test without it is counted as skipped.
 fn tokenizer(test: &str, file: &str) -> Option<&'static Tokenizer> {
     static SMOL: OnceLock<Tokenizer> = OnceLock::new();
     static GEMMA: OnceLock<Tokenizer> = OnceLock::new();
-    let cell = if file == SMOLLM2 { &SMOL } else { &GEMMA };
+    static QWEN: OnceLock<Tokenizer> = OnceLock::new();
+    let cell = match file {
+        SMOLLM2 => &SMOL,
+        QWEN25CODER => &QWEN,
+        _ => &GEMMA,
+    };
     let path = common::real_model(test, file)?;
     Some(cell.get_or_init(|| {
         let gguf = GgufFile::open(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
@@ -154,6 +163,18 @@ fn check_stream(test: &str, model: &str, reference: &str) {
         held_back > 0,
         "no token ended inside a character: the test proves nothing"
     );
+}
+
+fn qwen25coder_ids_match_llama_cpp() {
+    check_ids("tokenize::qwen25coder_ids", QWEN25CODER, "qwen25coder.tokenize.json");
+}
+
+fn qwen25coder_decode_round_trips() {
+    check_round_trip("tokenize::qwen25coder_decode", QWEN25CODER, "qwen25coder.tokenize.json");
+}
+
+fn qwen25coder_stream_decoder() {
+    check_stream("tokenize::qwen25coder_stream", QWEN25CODER, "qwen25coder.tokenize.json");
 }
 
 fn smollm2_stream_decoder() {

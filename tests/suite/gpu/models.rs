@@ -15,6 +15,7 @@ use crate::common;
 
 tests![
     random_models_match_cpu,
+    flash_toggle_takes_effect_after_a_forward,
     split_weights_and_batches_change_nothing,
     real_models_match_llama_cpp_and_cpu,
     greedy_runs_match_cpu,
@@ -455,7 +456,6 @@ fn gemma3_paragraph_matches_llama_cpp_and_cpu() {
 
 /// The flash switch after a forward takes effect on every GPU backend, as on the CPU
 /// (`tiny::check_flash_toggle`): their plan caches key on the graph's options too.
-#[test]
 fn flash_toggle_takes_effect_after_a_forward() {
     let t = "flash_toggle_takes_effect_after_a_forward";
     let gs = gpus(t, None);
