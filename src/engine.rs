@@ -18,6 +18,17 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! [`Engine::load`] opens the model and its tokenizer through [`crate::load`]; to hold them
+//! before (or without) an engine, open them there:
+//!
+//! ```no_run
+//! # fn main() -> minfer::Result<()> {
+//! let minfer::load::Loaded { model, tokenizer } = minfer::load::open("Qwen/Qwen3-0.6B")?;
+//! let engine = minfer::engine::Engine::from_model(model.into(), tokenizer, &Default::default())?;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::path::Path;
 use std::sync::Arc;
@@ -25,6 +36,7 @@ use std::time::Instant;
 
 use crate::chat::{ChatMessage, ChatTemplate};
 use crate::error::{Error, Result};
+use crate::load::{self, Loaded};
 use crate::model::Model;
 use crate::sampling::{Sampler, SamplerConfig};
 use crate::session::{Session, SessionOptions};
@@ -91,12 +103,13 @@ impl Engine {
     /// `path`: a `.gguf` file, a Hugging Face model directory, or `org/name[@revision]` in the
     /// HF cache.
     pub fn load(path: impl AsRef<Path>, opts: &SessionOptions) -> Result<Engine> {
-        let model = Arc::new(Model::open(path)?);
-        Engine::from_model(model, opts)
+        let Loaded { model, tokenizer } = load::open(path)?;
+        Engine::from_model(Arc::new(model), tokenizer, opts)
     }
 
-    pub fn from_model(model: Arc<Model>, opts: &SessionOptions) -> Result<Engine> {
-        let tokenizer = model.tokenizer()?;
+    /// A model already opened (see [`crate::load`]) with its tokenizer; the chat template is
+    /// the model's own (`tokenizer.chat_template`).
+    pub fn from_model(model: Arc<Model>, tokenizer: Tokenizer, opts: &SessionOptions) -> Result<Engine> {
         let template = match model.metadata.get_str("tokenizer.chat_template")? {
             Some(src) => {
                 let piece = |id: Option<u32>| id.and_then(|i| tokenizer.token_str(i)).unwrap_or("").to_string();

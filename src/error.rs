@@ -18,8 +18,6 @@ pub enum Error {
     // --- GGUF / safetensors containers --------------------------------------------------------
     #[error("{file}: at byte {offset}: {what}")]
     Format { file: String, offset: u64, what: String },
-    #[error("unknown ggml type id {id} for tensor '{tensor}'")]
-    UnknownQType { id: u32, tensor: String },
     #[error("unknown quant type '{0}'")]
     UnknownQTypeName(String),
     #[error("split model: {0}")]

@@ -1,8 +1,9 @@
 //! minfer: portable LLM inference over raw GGUF blocks.
 //!
-//! Pipeline: [`gguf`] opens the file (or [`hf`] a safetensors directory) → [`model`] dispatches
-//! on the architecture and builds the graph → [`backend`] gates and runs it → [`session`] owns
-//! the KV cache and batching.
+//! Pipeline: [`load`] resolves a MODEL argument and opens it — [`gguf`] the file (or [`hf`] a
+//! safetensors directory), [`tokenizer`] its vocabulary → [`model`] dispatches on the
+//! architecture and builds the graph → [`backend`] gates and runs it → [`session`] owns the KV
+//! cache and batching.
 
 pub mod backend;
 pub mod chat;
@@ -10,6 +11,7 @@ pub mod engine;
 pub mod error;
 pub mod gguf;
 pub mod hf;
+pub mod load;
 pub mod model;
 pub mod perplexity;
 pub mod quant;

@@ -10,7 +10,7 @@ use anyhow::Result;
 use serde_json::json;
 
 use minfer::backend::{BackendChoice, KvType};
-use minfer::{Model, Session, SessionOptions};
+use minfer::{Session, SessionOptions};
 
 pub struct Args {
     pub n_prompt: usize,
@@ -93,7 +93,7 @@ fn time_tg(s: &mut Session, n: usize, tok: u32) -> Result<u64> {
 }
 
 pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
-    let model = Arc::new(Model::open(path)?);
+    let model = Arc::new(minfer::load::open_model(path)?);
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().to_string())

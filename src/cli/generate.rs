@@ -9,10 +9,8 @@ use anyhow::{bail, Context as _, Result};
 
 use minfer::chat::ChatMessage;
 use minfer::engine::{Engine, Flow, GenerateOptions, StopReason};
-use minfer::hf::ModelPath;
 use minfer::sampling::SamplerConfig;
-use minfer::tokenizer::Tokenizer;
-use minfer::{gguf::GgufFile, SessionOptions};
+use minfer::SessionOptions;
 
 pub const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -71,7 +69,7 @@ fn check_model(s: &str) -> Result<PathBuf> {
         return Ok(p);
     }
     if minfer::hf::HubName::parse(s).is_some() && !s.ends_with(".gguf") {
-        return Ok(minfer::hf::resolve(&p)?.path().to_path_buf());
+        return Ok(minfer::load::resolve(&p)?.path().to_path_buf());
     }
     bail!("model '{s}' not found")
 }
@@ -270,10 +268,7 @@ pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
 
 pub fn tokenize(model: &Path, text: &str, json: bool, no_special: bool) -> Result<()> {
     // Only the tokenizer is read: no weights are mapped.
-    let tok = match minfer::hf::resolve(model)? {
-        ModelPath::Gguf(p) => Tokenizer::from_gguf(&GgufFile::open(p)?.metadata)?,
-        ModelPath::HfDir(d) => minfer::hf::load_tokenizer(&d)?,
-    };
+    let tok = minfer::load::open_tokenizer(model)?;
     let ids = tok.encode(text, true, !no_special)?;
     if json {
         println!("{}", serde_json::to_string(&ids)?);

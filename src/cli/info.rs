@@ -11,7 +11,8 @@ use serde_json::{json, Value as J};
 
 use minfer::backend::{self, KvType};
 use minfer::gguf::{GgufFile, Metadata, Value};
-use minfer::hf::{HfDir, ModelPath};
+use minfer::hf::HfDir;
+use minfer::load::Source;
 use minfer::tensor::Tensor;
 use minfer::Model;
 
@@ -19,8 +20,8 @@ use minfer::Model;
 const TEXT_ARRAY_ITEMS: usize = 8;
 
 pub fn run(path: &Path, as_json: bool) -> Result<()> {
-    match minfer::hf::resolve(path)? {
-        ModelPath::Gguf(p) => {
+    match minfer::load::resolve(path)? {
+        Source::Gguf(p) => {
             let file = GgufFile::open(&p)?;
             let listing = Listing::new(&file.metadata, &file.tensors, |_| None);
             let (format, version) = (format!("GGUF v{}", file.version), json!(file.version));
@@ -29,7 +30,7 @@ pub fn run(path: &Path, as_json: bool) -> Result<()> {
             let model = Model::from_gguf(file, p.display().to_string());
             print(listing, &format, version, parts, file_bytes, model, as_json)
         }
-        ModelPath::HfDir(d) => {
+        Source::HfDir(d) => {
             let dir = HfDir::open(&d)?;
             let mut tensors: Vec<&Tensor> = dir.weights.values().collect();
             tensors.sort_by_key(|t| (t.part, t.file_offset));

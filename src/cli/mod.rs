@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
 
 use minfer::backend::{BackendChoice, KvType};
 use minfer::sampling::SamplerConfig;
-use minfer::{Model, Session, SessionOptions};
+use minfer::{Session, SessionOptions};
 
 #[derive(Parser)]
 #[command(
@@ -251,7 +251,7 @@ pub fn main() -> std::process::ExitCode {
 }
 
 fn dump_graph(model: &std::path::Path, file: &std::path::Path) -> Result<()> {
-    let m = Model::open(model)?;
+    let m = minfer::load::open_model(model)?;
     let g = m.graph(minfer::model::GraphKey::new(1, 1));
     let text = if file.extension().is_some_and(|e| e == "json") {
         serde_json::to_string_pretty(&g)?
@@ -347,8 +347,11 @@ fn dispatch(cli: Cli) -> Result<()> {
                     e.utf8_error().valid_up_to()
                 )
             })?;
-            let m = Arc::new(Model::open(&model)?);
-            let tok = m.tokenizer()?;
+            let minfer::load::Loaded {
+                model: m,
+                tokenizer: tok,
+            } = minfer::load::open(&model)?;
+            let m = Arc::new(m);
             let opts = SessionOptions {
                 n_ctx: ctx,
                 n_batch: batch,

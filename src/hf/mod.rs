@@ -14,14 +14,14 @@ pub mod config;
 pub mod names;
 pub mod resolve;
 pub mod safetensors;
-pub(crate) mod tokenizer;
+pub mod tokenizer;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value as J;
 
-pub use resolve::{classify_dir, hub_cache_root, resolve, resolve_in, HubName, ModelPath};
+pub use resolve::{hub_cache_root, resolve_in, resolve_name, HubName};
 pub use safetensors::SafetensorsFile;
 pub use tokenizer::{chat_template, load as load_tokenizer};
 
@@ -186,7 +186,6 @@ impl HfDir {
         let file_bytes = self.file_bytes();
         let source = self.dir.display().to_string();
         let HfDir {
-            dir,
             config,
             weights,
             hf_names,
@@ -207,10 +206,7 @@ impl HfDir {
                 ),
             ));
         }
-        Ok(Model {
-            hf_dir: Some(dir),
-            ..model
-        })
+        Ok(model)
     }
 }
 

@@ -1,8 +1,8 @@
 //! Hugging Face tensor names → the canonical (GGUF) names the graph uses, in one table.
 //!
 //! A name first loses the wrapper prefix a multimodal checkpoint puts around its text model
-//! (tried in order, the first that yields a known name wins), then maps through [`LAYER`] /
-//! [`GLOBAL`]. Towers that are not the text model are skipped; any other unknown name is an
+//! (tried in order, the first that yields a known name wins), then maps through `LAYER` /
+//! `GLOBAL`. Towers that are not the text model are skipped; any other unknown name is an
 //! error, so a checkpoint that does not match its `model_type` is not run half-loaded.
 
 use crate::model::Arch;

@@ -1,27 +1,11 @@
-//! What a MODEL argument names: a `.gguf` file, a model directory, or `org/name[@revision]` in
-//! the Hugging Face cache (`huggingface_hub`'s layout: `models--{org}--{name}/refs/{revision}`
-//! holds a commit hash, `snapshots/{commit}/` the files).
+//! `org/name[@revision]` in the Hugging Face cache (`huggingface_hub`'s layout:
+//! `models--{org}--{name}/refs/{revision}` holds a commit hash, `snapshots/{commit}/` the files).
+//! Which kind of model a MODEL argument names is decided once, in `load::resolve`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-
-/// A model on disk, classified.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ModelPath {
-    Gguf(PathBuf),
-    /// A directory with `config.json` and safetensors.
-    HfDir(PathBuf),
-}
-
-impl ModelPath {
-    pub fn path(&self) -> &Path {
-        match self {
-            ModelPath::Gguf(p) | ModelPath::HfDir(p) => p,
-        }
-    }
-}
 
 /// `org/name[@revision]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,55 +165,6 @@ pub fn resolve_name(name: &HubName) -> Result<PathBuf> {
             name.name
         ))
     })
-}
-
-/// Classifies a MODEL argument. An existing file is GGUF; a directory is an HF model if it has
-/// `config.json`, else the one GGUF (or first split part) in it; anything else that reads as
-/// `org/name[@rev]` is looked up in the HF cache. A path that is none of these comes back as
-/// GGUF, so that opening it reports the file error.
-pub fn resolve(arg: &Path) -> Result<ModelPath> {
-    if arg.is_dir() {
-        return classify_dir(arg);
-    }
-    if arg.exists() {
-        return Ok(ModelPath::Gguf(arg.to_path_buf()));
-    }
-    match arg.to_str().filter(|s| !s.ends_with(".gguf")).and_then(HubName::parse) {
-        Some(name) => classify_dir(&resolve_name(&name)?),
-        None => Ok(ModelPath::Gguf(arg.to_path_buf())),
-    }
-}
-
-/// A model directory: `config.json` → HF; else exactly one GGUF model (a split set counts as one,
-/// by its first part).
-pub fn classify_dir(dir: &Path) -> Result<ModelPath> {
-    if dir.join("config.json").is_file() {
-        return Ok(ModelPath::HfDir(dir.to_path_buf()));
-    }
-    let mut ggufs: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| Error::io(dir, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "gguf") && p.is_file())
-        .collect();
-    ggufs.sort();
-    // Parts 2..N of a split set are not models of their own.
-    ggufs.retain(|p| crate::gguf::parse_split_name(p).is_none_or(|(_, no, _)| no == 1));
-    match ggufs.as_slice() {
-        [one] => Ok(ModelPath::Gguf(one.clone())),
-        [] => Err(Error::InvalidArgument(format!(
-            "{}: a model directory needs config.json (Hugging Face) or a .gguf file; it has neither",
-            dir.display()
-        ))),
-        many => Err(Error::InvalidArgument(format!(
-            "{}: no config.json and {} GGUF models ({}); pass one of them",
-            dir.display(),
-            many.len(),
-            many.iter()
-                .filter_map(|p| p.file_name()?.to_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
-    }
 }
 
 #[cfg(test)]

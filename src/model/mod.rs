@@ -6,7 +6,6 @@ pub mod graph;
 pub mod hparams;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 
 pub use arch::Arch;
 pub use graph::{Graph, GraphKey, Node, NodeId, Op};
@@ -25,24 +24,11 @@ pub struct Model {
     /// Where it came from, for logs (`info`, the startup line).
     pub source: String,
     pub file_bytes: u64,
-    /// The Hugging Face directory the weights came from (its tokenizer.json and configs);
-    /// None for GGUF.
-    pub hf_dir: Option<PathBuf>,
 }
 
 impl Model {
-    /// Opens a `.gguf` file, a Hugging Face model directory, or `org/name[@revision]` from the
-    /// HF cache (see [`crate::hf::resolve`]).
-    pub fn open(path: impl AsRef<Path>) -> Result<Model> {
-        match crate::hf::resolve(path.as_ref())? {
-            crate::hf::ModelPath::Gguf(path) => {
-                let file = GgufFile::open(&path)?;
-                Model::from_gguf(file, path.display().to_string())
-            }
-            crate::hf::ModelPath::HfDir(dir) => crate::hf::open_model(&dir),
-        }
-    }
-
+    /// The model of a GGUF file. Opening a MODEL argument of any kind (file, split parts, HF
+    /// directory or cache name) is the `load` module's.
     pub fn from_gguf(file: GgufFile, source: String) -> Result<Model> {
         let name = file.architecture()?.to_string();
         let arch = Arch::from_name(&name)?;
@@ -74,18 +60,9 @@ impl Model {
             weights,
             source,
             file_bytes,
-            hf_dir: None,
         };
         model.check_weights(&model.graph(GraphKey::new(1, 1)))?;
         Ok(model)
-    }
-
-    /// The model's tokenizer: from the GGUF metadata, or the HF directory's tokenizer.json.
-    pub fn tokenizer(&self) -> Result<crate::tokenizer::Tokenizer> {
-        match &self.hf_dir {
-            Some(dir) => crate::hf::load_tokenizer(dir),
-            None => crate::tokenizer::Tokenizer::from_gguf(&self.metadata),
-        }
     }
 
     /// The graph for `key`: `n_tokens` inputs with logits for the last `n_outputs`, and the

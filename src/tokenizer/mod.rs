@@ -6,10 +6,15 @@
 //! first, as llama.cpp's `tokenizer_st_partition` does. Everything follows llama.cpp
 //! `src/llama-vocab.cpp` and `src/unicode.cpp` at commit 0c1e570 (the reference data's oracle).
 //!
-//! A Hugging Face `tokenizer.json` ([`crate::hf::load_tokenizer`]) encodes and decodes through
-//! the `tokenizers` crate; its token table, pieces and end-of-generation set are the shared ones.
+//! A Hugging Face `tokenizer.json` ([`Tokenizer::from_hf_json`], `hf.rs`) encodes and decodes
+//! through the `tokenizers` crate; its token table, pieces and end-of-generation set are the
+//! shared ones.
+//!
+//! Reads only bytes and metadata handed to it: no other part of the crate but `gguf`'s
+//! [`Metadata`] and `error` (finding the files is `crate::load`'s job).
 
 mod bpe;
+mod hf;
 mod load;
 mod pretokenize;
 mod spm;
@@ -18,6 +23,7 @@ mod table;
 mod unicode_data;
 mod vocab;
 
+pub use hf::HfSpecials;
 pub use stream::StreamDecoder;
 
 use std::borrow::Cow;
@@ -72,7 +78,7 @@ pub struct TokenizerSpec {
 enum Kind {
     Bpe(Box<Bpe>),
     Spm { bytes: Box<[Option<u32>; 256]> },
-    Hf(Box<crate::hf::tokenizer::HfTokenizer>),
+    Hf(Box<hf::HfTokenizer>),
 }
 
 pub struct Tokenizer {
@@ -133,14 +139,10 @@ impl Tokenizer {
         }
     }
 
-    /// A Hugging Face tokenizer (built by [`crate::hf::load_tokenizer`]): `spec` is its token
+    /// A Hugging Face tokenizer (built by [`Tokenizer::from_hf_json`]): `spec` is its token
     /// table with the special ids and flags from the config files; every id in `eos_ids` also
     /// ends generation.
-    pub(crate) fn from_hf(
-        mut spec: TokenizerSpec,
-        hf: crate::hf::tokenizer::HfTokenizer,
-        eos_ids: &[u32],
-    ) -> Result<Tokenizer> {
+    fn from_hf(mut spec: TokenizerSpec, hf: hf::HfTokenizer, eos_ids: &[u32]) -> Result<Tokenizer> {
         let (add_bos, add_eos) = (spec.add_bos.unwrap_or(false), spec.add_eos.unwrap_or(false));
         let mut vocab = Vocab::build(&mut spec, SpecialIds::default())?;
         let n = vocab.n_tokens();

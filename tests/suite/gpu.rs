@@ -184,7 +184,6 @@ fn model(hp: HParams, weights: Vec<Tensor>) -> Arc<Model> {
             .collect::<HashMap<_, _>>(),
         source: "test".into(),
         file_bytes: 0,
-        hf_dir: None,
     })
 }
 
@@ -635,7 +634,7 @@ fn gate_refusal_falls_back_to_cpu_before_upload() {
         return;
     };
     let b = Arc::new(b);
-    let mdl = Model::open(root.join("random/gguf/llama-Q4_0.gguf")).unwrap();
+    let mdl = minfer::load::open_model(root.join("random/gguf/llama-Q4_0.gguf")).unwrap();
     let cands: Vec<Arc<dyn Backend>> = vec![b.clone(), Arc::new(cpu())];
     let (chosen, log) = backend::select(cands, &mdl, KvType::F16).unwrap();
     assert_eq!(chosen.name(), "cpu");
