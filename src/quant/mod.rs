@@ -335,7 +335,6 @@ mod tests {
         for r in &TABLE {
             let q = r.qtype;
             assert_eq!(q.is_quantized(), r.act != QType::F32, "{q} → {}", r.act);
-            assert!(r.act.is_act_of(r.role), "{q}");
             assert!(!q.has_gpu_kernel() || q.is_weight(), "{q}");
             assert_eq!(QType::weights().any(|w| w == q), q.is_weight(), "{q}");
         }
