@@ -8,22 +8,27 @@
 //! ([`QTypeInfo::nmse`]). The scalar codecs here are the numerical reference every kernel is
 //! tested against; they follow ggml's `ggml-quants.c` line by line.
 //!
-//! Adding a weight qtype (here `q4_2`, read by every backend):
-//! 1. its row in [`TABLE`] below (`src/quant/mod.rs`): ggml id, block elements and bytes,
-//!    ggml's name, activation partner (ggml's `vec_dot_type`), `Weight`, its measured nmse;
-//! 2. its codec: `#[repr(C)]` block struct and size assertion in `src/quant/blocks.rs`, reference
-//!    dequant/quant in `src/quant/legacy.rs` (or `kquants.rs`, `iq.rs`, a new file for a new
-//!    family), and its vectors `tests/data/quant/{real_blocks,quantize}.Q4_2.json`;
-//! 3. the CPU: its scalar dot in `src/backend/cpu/dot/scalar.rs` (`DOT` is in table order and
-//!    checked at compile time); SIMD kernels in `avx2/`, `avx512.rs`, `neon.rs` are optional
-//!    overrides, except that the x86 tables are tested to cover every weight type;
-//! 4. wgpu: `shaders/quant/q4_2.wgsl`, named in the file table of `src/backend/wgpu/shaders.rs`;
-//! 5. CUDA: its `qt_q4_2` traits in `cuda/quant.cuh` (the `MF_MATRIX_QTYPES` list the kernels
-//!    expand is generated from the table).
+//! Adding a weight qtype (here `q4_2`, read by every backend) touches these files:
+//! 1. its row in [`TABLE`] (this file): ggml id, block elements and bytes, ggml's name, the
+//!    activation partner (ggml's `vec_dot_type`), role `Weight`, and its round-trip nmse (start
+//!    with 1.0; `cargo test --test suite quant::round_trip_nmse -- --nocapture` prints it);
+//! 2. its codec: the `#[repr(C)]` block struct and size assertion in `blocks.rs`, the reference
+//!    dequant/quant in `legacy.rs` (or `kquants.rs`, `iq.rs`, a new file for a new family), and
+//!    its vectors `tests/data/quant/{real_blocks,quantize}.Q4_2.json` (from ggml);
+//! 3. the CPU: its scalar dot in `src/backend/cpu/dot/scalar.rs` (`DOT` must be in table order:
+//!    checked at compile time), and its x86 dot in `src/backend/cpu/dot/avx2/mod.rs`
+//!    (`instantiate!`, which avx512 compiles again; a test checks that x86 covers every weight
+//!    type). A neon kernel is optional: types without one take the scalar dot;
+//! 4. wgpu: `shaders/quant/q4_2.wgsl`, and its name in the file table of
+//!    `src/backend/wgpu/shaders.rs` (tested against the table and the folder);
+//! 5. CUDA: its `qt_q4_2` traits in `cuda/quant.cuh` (and, with a q8_1 partner, an `act_s`
+//!    specialisation there, as the WGSL file defines `qmin`).
 //!
-//! Every other list (the GPU gate, kernel variants, activation formats, NVRTC and emulator entry
-//! points, the quant and op tests) derives from the row; a missing piece is a compile error or
-//! a failing test naming the type. A CPU-only type is `CpuWeight` and skips steps 4 and 5.
+//! Everything else derives from the row: `QType::ALL` and every per-qtype array's size, the
+//! GPU gate, the activation format each matmul quantizes to on every backend, the GPU variants
+//! and the CUDA `MF_MATRIX_QTYPES` list of entry points (generated), the NVRTC, naga and op
+//! tests, the quant tests. A missing piece is a compile error or a failing test naming the type.
+//! A type only the CPU reads has role `CpuWeight` and skips steps 4 and 5.
 
 mod blocks;
 mod float;
