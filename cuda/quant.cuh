@@ -465,28 +465,8 @@ struct act_s<qt_q5_1> {
     static __device__ __forceinline__ float m(const u8* __restrict__ w, u32 b) { return ld_f16(w, b + 2); }
 };
 
-// X(name) for each qtype a kernel reads: the matrix ops (matmul_vec, matmul, get_rows) take every
-// weight qtype, the vector ops (rms_norm, add_bias) the float ones. Entry points are
-// <op>_<name>, the traits qt_<name>.
-
-#define MF_MATRIX_QTYPES(X) \
-    X(f32)                  \
-    X(f16)                  \
-    X(bf16)                 \
-    X(q4_0)                 \
-    X(q4_1)                 \
-    X(q5_0)                 \
-    X(q5_1)                 \
-    X(q8_0)                 \
-    X(q2_K)                 \
-    X(q3_K)                 \
-    X(q4_K)                 \
-    X(q5_K)                 \
-    X(q6_K)                 \
-    X(iq4_nl)               \
-    X(mxfp4)
-
-#define MF_VECTOR_QTYPES(X) \
-    X(f32)                  \
-    X(f16)                  \
-    X(bf16)
+// X(name) for each qtype a kernel reads: MF_MATRIX_QTYPES for the matrix ops (matmul_vec, matmul,
+// get_rows), every weight qtype the GPU kernels read; MF_VECTOR_QTYPES for the vector ops
+// (rms_norm, add_bias), the float ones. Entry points are <op>_<name>, the traits qt_<name>. Both
+// lists are generated from the qtype table (src/backend/cuda/source.rs, `qtype_lists`) and
+// prepended to every program, so a new table row needs only its traits here.

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::device::{DevBuf, Device, Func, Params};
-use super::source::HEADERS;
+use super::source::{qtype_lists, HEADERS, QTYPES_HEADER};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 
 type LaunchFn = unsafe extern "C" fn(*const c_void, *const c_uint, *const c_uint, *const c_void) -> c_int;
@@ -147,8 +147,9 @@ impl Device for Emulator {
     }
 }
 
-/// Builds the emulator library from the sources in `cuda/` into `dir` (with `$CXX`, else
-/// `g++`), one translation unit per op file. Returns the library's path.
+/// Builds the emulator library from the sources in `cuda/` and the generated qtype lists
+/// (written to `dir` first) into `dir` (with `$CXX`, else `g++`), one translation unit per op
+/// file. Returns the library's path.
 pub fn build(cuda_dir: &Path, dir: &Path) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let out = dir.join(format!("libminfer_cuda_emu{}", std::env::consts::DLL_SUFFIX));
@@ -156,6 +157,10 @@ pub fn build(cuda_dir: &Path, dir: &Path) -> Result<PathBuf, String> {
     let mut cmd = std::process::Command::new(&cxx);
     cmd.args(["-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-w"]);
     cmd.arg("-include").arg(cuda_dir.join("emu/emu.h"));
+    // The qtype lists NVRTC programs start with, generated from the qtype table.
+    let lists = dir.join(QTYPES_HEADER);
+    std::fs::write(&lists, qtype_lists()).map_err(|e| format!("{}: {e}", lists.display()))?;
+    cmd.arg("-include").arg(&lists);
     for (name, _) in HEADERS {
         cmd.arg("-include").arg(cuda_dir.join(name));
     }

@@ -1,9 +1,11 @@
 //! The CUDA C++ sources (`cuda/`) and their compilation: each op file is one NVRTC program,
-//! `common.cuh + quant.cuh + kv.cuh + <op>.cu` (no `#include`: nothing but NVRTC is needed), compiled
-//! to PTX for the device's compute capability at first use and cached on disk by a hash of the
-//! program, the architecture and the NVRTC version.
+//! `qtypes + common.cuh + quant.cuh + kv.cuh + <op>.cu` (no `#include`: nothing but NVRTC is
+//! needed), where `qtypes` is the X-macro lists of qtypes generated from the qtype table
+//! ([`qtype_lists`]), compiled to PTX for the device's compute capability at first use and cached
+//! on disk by a hash of the program, the architecture and the NVRTC version.
 
-use crate::backend::gpu::kernels::Kernel;
+use crate::backend::gpu::kernels::{Kernel, VECTOR_QTYPES, WEIGHT_QTYPES};
+use crate::quant::QType;
 
 macro_rules! cuda {
     ($path:literal) => {
@@ -17,6 +19,20 @@ pub const HEADERS: [(&str, &str); 3] = [
     ("quant.cuh", cuda!("quant.cuh")),
     ("kv.cuh", cuda!("kv.cuh")),
 ];
+
+/// The name the emulator build gives the generated lists ([`qtype_lists`]) on disk.
+pub const QTYPES_HEADER: &str = "qtypes.cuh";
+
+/// The X-macro lists of the qtypes the kernels are instantiated for, from the qtype table:
+/// `#define MF_MATRIX_QTYPES(X) X(f32) X(f16) ... X(mxfp4)` (every GPU weight type) and
+/// `MF_VECTOR_QTYPES` (the float ones). The op files expand them into one entry point per type.
+pub fn qtype_lists() -> String {
+    let list = |name: &str, qs: &[QType]| {
+        let xs: Vec<String> = qs.iter().map(|q| format!("X({})", q.name())).collect();
+        format!("#define {name}(X) {}\n", xs.join(" "))
+    };
+    list("MF_MATRIX_QTYPES", &WEIGHT_QTYPES) + &list("MF_VECTOR_QTYPES", &VECTOR_QTYPES)
+}
 
 /// The op file of a kernel (`cuda/<name>.cu`, the name of the kernel and of its WGSL twin).
 pub fn op_source(k: Kernel) -> &'static str {
@@ -40,9 +56,9 @@ pub fn op_source(k: Kernel) -> &'static str {
     }
 }
 
-/// The whole NVRTC program of a kernel: the headers, then its op file.
+/// The whole NVRTC program of a kernel: the generated qtype lists, the headers, then its op file.
 pub fn program(k: Kernel) -> String {
-    let mut s = String::new();
+    let mut s = format!("// ---- {QTYPES_HEADER} (generated)\n{}\n", qtype_lists());
     for (name, src) in HEADERS {
         s += &format!("// ---- {name}\n{src}\n");
     }
@@ -124,4 +140,35 @@ pub fn compile(k: Kernel, arch: &str, cache: bool) -> Result<String, String> {
         }
     }
     Ok(ptx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The qtype lists exist only as generated from the table: no source defines its own copy,
+    /// and every program starts with the generated one.
+    #[test]
+    fn qtype_lists_are_generated_not_written() {
+        let sources = HEADERS.iter().map(|&(name, src)| (name.to_string(), src));
+        let ops = Kernel::ALL.iter().map(|&k| (format!("{}.cu", k.name()), op_source(k)));
+        for (name, src) in sources.chain(ops) {
+            for list in ["MF_MATRIX_QTYPES", "MF_VECTOR_QTYPES"] {
+                assert!(
+                    !src.contains(&format!("#define {list}")),
+                    "cuda/{name} defines {list} by hand"
+                );
+            }
+        }
+        let lists = qtype_lists();
+        assert!(
+            lists.starts_with("#define MF_MATRIX_QTYPES(X) X(f32) X(f16) X(bf16) X(q4_0) "),
+            "{lists}"
+        );
+        assert!(lists.contains("X(q6_K) X(iq4_nl) X(mxfp4)\n#define MF_VECTOR_QTYPES(X) X(f32) X(f16) X(bf16)\n"));
+        for q in QType::ALL {
+            assert_eq!(lists.contains(&format!("X({})", q.name())), q.has_gpu_kernel(), "{q}");
+        }
+        assert!(program(Kernel::MatmulVec).starts_with(&format!("// ---- {QTYPES_HEADER} (generated)\n{lists}")));
+    }
 }

@@ -7,45 +7,40 @@ use std::collections::HashSet;
 
 use crate::backend::{KvType, Refusal};
 use crate::model::{Graph, Model, Op};
-use crate::quant::QType;
+use crate::quant::{qtype_list, QType, Role};
 
-/// The weight qtypes the GPU kernels read, in table order (`q8_1` and `q8_K` are
-/// activation-only formats: no model stores weights in them).
-pub const WEIGHT_QTYPES: [QType; 15] = [
-    QType::F32,
-    QType::F16,
-    QType::BF16,
-    QType::Q4_0,
-    QType::Q4_1,
-    QType::Q5_0,
-    QType::Q5_1,
-    QType::Q8_0,
-    QType::Q2K,
-    QType::Q3K,
-    QType::Q4K,
-    QType::Q5K,
-    QType::Q6K,
-    QType::IQ4NL,
-    QType::MXFP4,
-];
+qtype_list! {
+    /// The weight qtypes the GPU kernels read (role `Weight` in the qtype table), in table
+    /// order; `q8_1` and `q8_K` are activation-only formats.
+    pub const WEIGHT_QTYPES = |r| matches!(r.role, Role::Weight);
+}
+
+qtype_list! {
+    /// The float weight qtypes, the only ones the vector ops (`rms_norm`, `add_bias`) read.
+    pub const VECTOR_QTYPES = |r| matches!(r.role, Role::Weight) && !r.qtype.is_quantized();
+}
 
 /// Whether the GPU kernels read weights of this qtype.
 pub fn has_weight_kernel(q: QType) -> bool {
-    WEIGHT_QTYPES.contains(&q)
+    q.has_gpu_kernel()
 }
 
 /// The 8-bit format a matmul rounds its activations to before it meets weights of qtype `w`:
-/// the CPU backend's vec-dot partner (q8_0, q8_1 or q8_K, as ggml pairs them), so that every
-/// backend multiplies the same activation values. `None` for float weights (f32 activations).
+/// the table's activation partner (q8_0, q8_1 or q8_K, as ggml pairs them), the one the CPU
+/// backend's dot products take too, so that every backend multiplies the same activation
+/// values. `None` for float weights (f32 activations).
 pub fn act_qtype(w: QType) -> Option<QType> {
-    match crate::backend::cpu::dot::act_type(w) {
+    match w.act() {
         QType::F32 => None,
         a => Some(a),
     }
 }
 
-/// The activation formats `quantize_act` writes.
-pub const ACT_QTYPES: [QType; 3] = [QType::Q8_0, QType::Q8_1, QType::Q8K];
+qtype_list! {
+    /// The activation formats `quantize_act` writes: the quantized partners of the GPU weight
+    /// types, in table order (`quantize_act.wgsl`'s `ACT` is the index here).
+    pub const ACT_QTYPES = |r| r.qtype.is_quantized() && r.qtype.is_act_of(Role::Weight);
+}
 
 /// One kernel per op; the name is the op's, and the file's in `shaders/` and `cuda/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -254,10 +249,7 @@ pub fn all_variants() -> Vec<Variant> {
         } else if k.reads_matrix() {
             WEIGHT_QTYPES.into_iter().map(|q| Variant::with_qtype(k, q)).collect()
         } else if k.reads_vector() {
-            [QType::F32, QType::F16, QType::BF16]
-                .into_iter()
-                .map(|q| Variant::with_qtype(k, q))
-                .collect()
+            VECTOR_QTYPES.into_iter().map(|q| Variant::with_qtype(k, q)).collect()
         } else if k.uses_kv() {
             [KvType::F32, KvType::F16, KvType::Q8_0]
                 .into_iter()

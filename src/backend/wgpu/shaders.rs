@@ -25,27 +25,32 @@ const UNARY: &str = shader!("unary.wgsl");
 /// The declarations of both kv_store bodies.
 const KV_STORE_IO: &str = shader!("kv_store_io.wgsl");
 
-/// The quant file for a weight type, or `None` where there is no kernel (the gate refuses it).
+/// `(name, source)` of `shaders/quant/<name>.wgsl` for each listed qtype name (ggml's
+/// spelling lower-cased: `q4_k`).
+macro_rules! quant_files {
+    ($($name:ident),* $(,)?) => {
+        &[$((
+            stringify!($name),
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/quant/", stringify!($name), ".wgsl")),
+        )),*]
+    };
+}
+
+/// Every quant file, by qtype name. A test checks that each GPU weight type has exactly one,
+/// and that every file in `shaders/quant/` is here.
+const QUANT_FILES: &[(&str, &str)] =
+    quant_files![f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, mxfp4,];
+
+/// The quant file for a weight type, or `None` where the GPU kernels do not read it (the gate
+/// refuses it).
 pub fn quant_source(q: QType) -> Option<&'static str> {
-    Some(match q {
-        QType::F32 => shader!("quant/f32.wgsl"),
-        QType::F16 => shader!("quant/f16.wgsl"),
-        QType::BF16 => shader!("quant/bf16.wgsl"),
-        QType::Q4_0 => shader!("quant/q4_0.wgsl"),
-        QType::Q4_1 => shader!("quant/q4_1.wgsl"),
-        QType::Q5_0 => shader!("quant/q5_0.wgsl"),
-        QType::Q5_1 => shader!("quant/q5_1.wgsl"),
-        QType::Q8_0 => shader!("quant/q8_0.wgsl"),
-        QType::Q2K => shader!("quant/q2_k.wgsl"),
-        QType::Q3K => shader!("quant/q3_k.wgsl"),
-        QType::Q4K => shader!("quant/q4_k.wgsl"),
-        QType::Q5K => shader!("quant/q5_k.wgsl"),
-        QType::Q6K => shader!("quant/q6_k.wgsl"),
-        QType::IQ4NL => shader!("quant/iq4_nl.wgsl"),
-        QType::MXFP4 => shader!("quant/mxfp4.wgsl"),
-        // Activation-only formats: no weight kernel.
-        QType::Q8_1 | QType::Q8K => return None,
-    })
+    if !q.has_gpu_kernel() {
+        return None;
+    }
+    QUANT_FILES
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(q.name()))
+        .map(|(_, src)| *src)
 }
 
 /// The KV file for a cache type.
@@ -157,5 +162,44 @@ impl WgslSource for Variant {
             c.push(("ACT", act.unwrap_or(0) as f64));
         }
         c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::gpu::kernels::{ACT_QTYPES, WEIGHT_QTYPES};
+
+    #[test]
+    fn every_gpu_weight_type_has_one_quant_file_and_every_file_a_type() {
+        for q in QType::ALL {
+            let n = QUANT_FILES
+                .iter()
+                .filter(|(name, _)| name.eq_ignore_ascii_case(q.name()))
+                .count();
+            assert_eq!(n, usize::from(q.has_gpu_kernel()), "{q}: {n} entries in QUANT_FILES");
+            assert_eq!(quant_source(q).is_some(), WEIGHT_QTYPES.contains(&q), "{q}");
+        }
+        for (name, _) in QUANT_FILES {
+            let q = QType::from_name(name).unwrap_or_else(|e| panic!("shaders/quant/{name}.wgsl: {e}"));
+            assert!(q.has_gpu_kernel(), "shaders/quant/{name}.wgsl: {q} has no GPU kernel");
+        }
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders/quant");
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let file = e.unwrap().file_name().into_string().unwrap();
+            let stem = file
+                .strip_suffix(".wgsl")
+                .unwrap_or_else(|| panic!("{file}: not a .wgsl file"));
+            assert!(
+                QUANT_FILES.iter().any(|(name, _)| *name == stem),
+                "shaders/quant/{file} is not in QUANT_FILES"
+            );
+        }
+    }
+
+    /// `quantize_act.wgsl` picks its format by index: 0 q8_0, 1 q8_1, 2 q8_K.
+    #[test]
+    fn activation_formats_are_in_the_order_quantize_act_numbers_them() {
+        assert_eq!(ACT_QTYPES, [QType::Q8_0, QType::Q8_1, QType::Q8K]);
     }
 }

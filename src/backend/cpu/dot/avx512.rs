@@ -23,10 +23,10 @@ pub(super) fn supported() -> bool {
 
 pub(super) static KERNELS: Isa = Isa {
     isa: "avx512",
-    dot: dot_table(dot_table(dot_table([None; N_TYPES], &scalar::DOT), &inst::DOT), &WIDE),
-    dot_x4: x4_table([None; N_TYPES], &inst::DOT_X4),
-    tiled: tiled_table(&inst::TILED),
-    gemm: gemm_table(&inst::GEMM, true),
+    dot: dot_table(dot_table(dot_table([None; N_TYPES], &scalar::DOT), inst::DOT), WIDE),
+    dot_x4: x4_table([None; N_TYPES], inst::DOT_X4),
+    tiled: tiled_table(inst::TILED),
+    gemm: gemm_table(inst::GEMM, true),
     // SAFETY (these and every kernel below): the table is handed out only where `supported()`.
     q8_0: |x, out| unsafe { avx2::quantize_q8_0(x, out) },
     q8_1: |x, out| unsafe { avx2::quantize_q8_1(x, out) },
@@ -46,7 +46,7 @@ mod inst {
 /// Measured on Zen 4 (512-bit ops double-pumped), GB/s of weights vs the VNNI-256 body: 13.6
 /// vs 12.3. Only q4_0 (whose matmul runs its panel kernels anyway): every other type keeps the
 /// summation order of the dot products llama.cpp runs on x86, so that decode gives its bits.
-static WIDE: [(QType, DotFn); 1] = [dot_fn!(Q4_0, q4_0)];
+static WIDE: &[(QType, DotFn)] = &[dot_fn!(Q4_0, q4_0)];
 
 /// `vmovq` from a GPR (see `avx2::movd` for why not a lane insert).
 #[inline(always)]

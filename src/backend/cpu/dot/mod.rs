@@ -7,8 +7,10 @@
 //! Every kernel is tested against the scalar one (tests at the bottom of this file).
 //! [`Gemm`] holds the prefill kernels over packed 8-row panels (x86: `avx2/gemm.rs`).
 //!
-//! Adding a qtype: its scalar kernel here, one row in [`act_type`] and in the tables below;
-//! SIMD kernels override the scalar entry where they exist.
+//! Adding a qtype: its scalar kernel in `scalar.rs`, one entry in its `DOT` (in table order,
+//! checked at compile time); SIMD kernels override the scalar entry where they exist (the x86
+//! ISAs are tested to cover every weight type). The activation format comes from the qtype
+//! table ([`act_type`]).
 
 mod scalar;
 
@@ -83,21 +85,12 @@ pub struct Gemm {
 /// Quantizes one f32 row into an activation format (`x.len()` a multiple of its block).
 type QuantActFn = fn(x: &[f32], out: &mut [u8]);
 
-const N_TYPES: usize = QType::ALL.len();
+const N_TYPES: usize = QType::COUNT;
 
-/// The activation format llama.cpp pairs with each weight type (ggml `vec_dot_type`).
-///
-/// f16 and bf16 weights take f32 activations (ggml rounds them to f16/bf16): the weight row
-/// is the memory traffic either way, and f32 keeps the product exact. q8_1 and q8_K, which
-/// ggml only uses as activations, get q8_0 and q8_K partners so that every type has a kernel.
+/// The activation format llama.cpp pairs with each weight type (ggml `vec_dot_type`): the
+/// table's [`QTypeInfo::act`](crate::quant::QTypeInfo::act).
 pub fn act_type(w: QType) -> QType {
-    use QType::*;
-    match w {
-        F32 | F16 | BF16 => F32,
-        Q4_0 | Q5_0 | Q8_0 | Q8_1 | IQ4NL | MXFP4 => Q8_0,
-        Q4_1 | Q5_1 => Q8_1,
-        Q2K | Q3K | Q4K | Q5K | Q6K | Q8K => Q8K,
-    }
+    w.act()
 }
 
 /// Quantizes one activation row into `out` (`act`'s bytes for `x.len()` elements) with the
@@ -545,6 +538,31 @@ mod tests {
                 q.block_elems().max(a.block_elems()) % q.block_elems().min(a.block_elems()),
                 0
             );
+        }
+    }
+
+    /// The x86 dot tables (avx2's, which avx512 instantiates again from the same list) have a
+    /// kernel of their own for every weight type, so no weight type falls back to the scalar
+    /// dot on x86; the per-type override tables name each type at most once (a second entry
+    /// would silently replace the first). neon's tables are partial by design: its missing
+    /// types (q5_0, q5_1, q2_K, q3_K, mxfp4) take the scalar dot.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn x86_dot_tables_cover_every_weight_type_once() {
+        let dot: Vec<QType> = avx2::DOT.iter().map(|e| e.0).collect();
+        for w in QType::weights() {
+            assert!(dot.contains(&w), "{w}: no avx2/avx512 dot kernel");
+        }
+        let tables: [(&str, Vec<QType>); 4] = [
+            ("DOT", dot),
+            ("DOT_X4", avx2::DOT_X4.iter().map(|e| e.0).collect()),
+            ("GEMM", avx2::GEMM.iter().map(|e| e.0).collect()),
+            ("TILED", avx2::TILED.iter().map(|e| e.0).collect()),
+        ];
+        for (name, t) in tables {
+            for (i, q) in t.iter().enumerate() {
+                assert!(!t[..i].contains(q), "{name}: {q} listed twice");
+            }
         }
     }
 

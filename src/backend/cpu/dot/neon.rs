@@ -47,7 +47,7 @@ mod tables {
                     f32_ = dot_float<0>, f16_ = dot_float<1>, bf16_ = dot_float<2>,
                     q4_0_ = dot_signed<Q4_0>, q8_0_ = dot_signed<Q8_0>, iq4_nl_ = dot_signed<IQ4NL>,
                     q4_1_ = q4_1, q4_k_ = q45_k<false>, q5_k_ = q45_k<true>, q6_k_ = q6_k);
-                pub static DOT: [(QType, DotFn); 10] = [
+                pub static DOT: &[(QType, DotFn)] = &[
                     dot_fn!(F32, f32_),
                     dot_fn!(F16, f16_),
                     dot_fn!(BF16, bf16_),
@@ -67,7 +67,7 @@ mod tables {
                 unsafe fn q8_0x4(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
                     dot_signed_x4::<$d, Q8_0>(n, w, a)
                 }
-                pub static DOT_X4: [(QType, DotX4Fn); 2] = [dot_x4_fn!(Q4_0, q4_0x4), dot_x4_fn!(Q8_0, q8_0x4)];
+                pub static DOT_X4: &[(QType, DotX4Fn)] = &[dot_x4_fn!(Q4_0, q4_0x4), dot_x4_fn!(Q8_0, q8_0x4)];
             }
         };
         (@one $feat:literal, $d:literal; $($name:ident = $body:ident $(<$t:tt>)?),* $(,)?) => {
@@ -85,8 +85,8 @@ mod tables {
 
     static DOTPROD: Isa = Isa {
         isa: "neon",
-        dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), &dotprod::DOT),
-        dot_x4: x4_table([None; N_TYPES], &dotprod::DOT_X4),
+        dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), dotprod::DOT),
+        dot_x4: x4_table([None; N_TYPES], dotprod::DOT_X4),
         tiled: [None; N_TYPES],
         gemm: [None; N_TYPES],
         q8_0: scalar::quantize_q8_0,
@@ -96,8 +96,8 @@ mod tables {
 
     static BASE: Isa = Isa {
         isa: "neon",
-        dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), &base::DOT),
-        dot_x4: x4_table([None; N_TYPES], &base::DOT_X4),
+        dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), base::DOT),
+        dot_x4: x4_table([None; N_TYPES], base::DOT_X4),
         tiled: [None; N_TYPES],
         gemm: [None; N_TYPES],
         q8_0: scalar::quantize_q8_0,

@@ -9,7 +9,9 @@ use super::{dot_fn, f16_at, f32_at, DotFn};
 use crate::quant::QType;
 use crate::quant::{e8m0_to_f32_half, KVALUES_IQ4NL, KVALUES_MXFP4};
 
-pub(super) static DOT: [(QType, DotFn); 17] = [
+/// One kernel per qtype, in table order (checked below at compile time), so that a new table
+/// row does not build without its scalar dot.
+pub(super) static DOT: [(QType, DotFn); QType::COUNT] = [
     dot_fn!(F32, dot_f32),
     dot_fn!(F16, dot_f16),
     dot_fn!(BF16, dot_bf16),
@@ -28,6 +30,14 @@ pub(super) static DOT: [(QType, DotFn); 17] = [
     dot_fn!(IQ4NL, dot_iq4_nl),
     dot_fn!(MXFP4, dot_mxfp4),
 ];
+
+const _: () = {
+    let mut i = 0;
+    while i < QType::COUNT {
+        assert!(DOT[i].0 as usize == i, "scalar::DOT is not in table order");
+        i += 1;
+    }
+};
 
 /// `n / be` blocks of `bb` bytes from the start of `b`.
 #[inline(always)]

@@ -26,10 +26,10 @@ pub(super) fn supported() -> bool {
 
 pub(super) static KERNELS: Isa = Isa {
     isa: "avx2",
-    dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), &DOT),
-    dot_x4: x4_table([None; N_TYPES], &DOT_X4),
-    tiled: tiled_table(&TILED),
-    gemm: gemm_table(&GEMM, false),
+    dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), DOT),
+    dot_x4: x4_table([None; N_TYPES], DOT_X4),
+    tiled: tiled_table(TILED),
+    gemm: gemm_table(GEMM, false),
     // SAFETY (these and every kernel in `DOT`): the table is handed out only where `supported()`.
     q8_0: |x, out| unsafe { quantize_q8_0(x, out) },
     q8_1: |x, out| unsafe { quantize_q8_1(x, out) },
@@ -60,8 +60,8 @@ macro_rules! instantiate {
         unsafe fn q6_kx4_tiled(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
             q6_k_x4::<$v, true>(n, w, a)
         }
-        pub(in crate::backend::cpu::dot) static TILED: [(QType, DotFn, DotX4Fn); 1] =
-            [(QType::Q6K, dot_fn!(Q6K, q6_k_tiled).1, dot_x4_fn!(Q6K, q6_kx4_tiled).1)];
+        pub(in crate::backend::cpu::dot) static TILED: &[(QType, DotFn, DotX4Fn)] =
+            &[(QType::Q6K, dot_fn!(Q6K, q6_k_tiled).1, dot_x4_fn!(Q6K, q6_kx4_tiled).1)];
 
         instantiate!(@pack $feat, $v, gemm_row;
             q4_0p = Q4_0, iq4_nlp = IQ4NL, mxfp4p = MXFP4);
@@ -77,7 +77,7 @@ macro_rules! instantiate {
             gemm_tile::<$v, true>(n, panel, act, arb, sums, out)
         }
 
-        pub(in crate::backend::cpu::dot) static DOT: [(QType, DotFn); 16] = [
+        pub(in crate::backend::cpu::dot) static DOT: &[(QType, DotFn)] = &[
             dot_fn!(F32, f32_),
             dot_fn!(F16, f16_),
             dot_fn!(BF16, bf16_),
@@ -96,7 +96,7 @@ macro_rules! instantiate {
             dot_fn!(Q8K, q8_k_),
         ];
 
-        pub(in crate::backend::cpu::dot) static DOT_X4: [(QType, DotX4Fn); 9] = [
+        pub(in crate::backend::cpu::dot) static DOT_X4: &[(QType, DotX4Fn)] = &[
             dot_x4_fn!(Q4_0, q4_0x4),
             dot_x4_fn!(Q4_1, q4_1x4),
             dot_x4_fn!(Q5_0, q5_0x4),
@@ -110,7 +110,7 @@ macro_rules! instantiate {
 
         // q5_0 and q8_0 (which ggml does not repack on x86) sum in ggml's lane order, the
         // others as ggml's repacked GEMMs do: one i32 per block.
-        pub(in crate::backend::cpu::dot) static GEMM: [(QType, Gemm); 5] = [
+        pub(in crate::backend::cpu::dot) static GEMM: &[(QType, Gemm)] = &[
             gemm_fn!(Q4_0, <Q4_0 as Signed>::OFF as i32, q4_0p, tile_, q4_0p::row),
             gemm_fn!(Q5_0, <Q5_0 as Signed>::OFF as i32, q5_0l, lanes_, q5_0l::row),
             gemm_fn!(Q8_0, <Q8_0 as Signed>::OFF as i32, q8_0l, lanes_, q8_0l::row),
@@ -156,7 +156,7 @@ mod inst {
     use super::*;
     instantiate!("avx2,fma,f16c", false);
 }
-use inst::{DOT, DOT_X4, GEMM, TILED};
+pub(super) use inst::{DOT, DOT_X4, GEMM, TILED};
 
 // --- helpers (ggml's names in comments) -----------------------------------------------------
 
