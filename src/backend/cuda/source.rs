@@ -5,39 +5,13 @@
 
 use crate::backend::gpu::kernels::Kernel;
 
-macro_rules! cuda {
-    ($path:literal) => {
-        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/cuda/", $path))
-    };
-}
-
 /// The headers every program starts with, in order.
-pub const HEADERS: [(&str, &str); 3] = [
-    ("common.cuh", cuda!("common.cuh")),
-    ("quant.cuh", cuda!("quant.cuh")),
-    ("kv.cuh", cuda!("kv.cuh")),
-];
+pub const HEADERS: [(&str, &str); 3] = crate::backend::gpu::table::CUDA_HEADERS;
 
-/// The op file of a kernel (`cuda/<name>.cu`, the name of the kernel and of its WGSL twin).
+/// The op file of a kernel (`cuda/<name>.cu`, the name of the kernel and of its WGSL twin), as
+/// its row of the kernel table holds it.
 pub fn op_source(k: Kernel) -> &'static str {
-    match k {
-        Kernel::QuantizeAct => cuda!("quantize_act.cu"),
-        Kernel::MatmulVec => cuda!("matmul_vec.cu"),
-        Kernel::Matmul => cuda!("matmul.cu"),
-        Kernel::GetRows => cuda!("get_rows.cu"),
-        Kernel::RmsNorm => cuda!("rms_norm.cu"),
-        Kernel::AddBias => cuda!("add_bias.cu"),
-        Kernel::Rope => cuda!("rope.cu"),
-        Kernel::KvStore => cuda!("kv_store.cu"),
-        Kernel::Attention => cuda!("attention.cu"),
-        Kernel::Add => cuda!("add.cu"),
-        Kernel::Mul => cuda!("mul.cu"),
-        Kernel::Scale => cuda!("scale.cu"),
-        Kernel::Swiglu => cuda!("swiglu.cu"),
-        Kernel::Geglu => cuda!("geglu.cu"),
-        Kernel::Softcap => cuda!("softcap.cu"),
-        Kernel::Argmax => cuda!("argmax.cu"),
-    }
+    k.info().cuda
 }
 
 /// The whole NVRTC program of a kernel: the headers, then its op file.
