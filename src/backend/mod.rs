@@ -4,6 +4,7 @@
 //! (3) one entry in the cross-backend op test. A backend that lacks an op or a qtype says so
 //! through `check`, naming the first thing it cannot do, before anything is uploaded.
 
+pub mod alloc;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;

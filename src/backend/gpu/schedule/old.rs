@@ -1,104 +1,13 @@
-//! A graph as GPU work, once per shape and the same for every GPU backend: activation buffers
-//! assigned by liveness (as `cpu::compile` does), and per node the kernel launches — variant,
-//! 16 parameter words, the buffers bound in order, the workgroup counts. The wgpu backend turns
-//! a schedule into bind groups, the CUDA backend into launch parameters; the kernels of both
-//! read the same words from the same bindings.
+//! The schedule as one function, before the split into op families: kept while the test
+//! below checks that both give the same launches.
 
 use std::sync::Arc;
 
-use super::kernels::{act_qtype, Kernel, Variant};
-use crate::backend::KvType;
-use crate::model::{Graph, Op, Rope, RopeMode};
-use crate::quant::QType;
+use super::*;
+use crate::backend::gpu::kernels::act_qtype;
+use crate::model::RopeMode;
 
-/// Token counts up to this use `matmul_vec` (one workgroup per row and token); more use the
-/// tiled `matmul`.
-pub const VEC_MAX_TOKENS: usize = 2;
-
-/// Rows per `matmul_vec` workgroup: 64 invocations, 8 per row.
 const VEC_ROWS_PER_WG: u32 = 8;
-
-/// A resident weight as the schedule sees it: its rows, split into parts where a backend
-/// cannot bind the whole tensor at once.
-#[derive(Clone, Debug)]
-pub struct WeightParts {
-    pub name: Arc<str>,
-    pub qtype: QType,
-    pub row_len: usize,
-    /// (first row, rows) per part; one part covering every row where nothing is split.
-    pub parts: Vec<(usize, usize)>,
-}
-
-/// What a binding points at.
-#[derive(Clone, Debug)]
-pub enum Res {
-    /// `{pos0, n_tokens, 0, 0}`, written per forward.
-    Step,
-    /// The token ids.
-    Ids,
-    /// An activation buffer.
-    Act(usize),
-    /// Part `.1` of a weight.
-    Weight(Arc<WeightParts>, usize),
-    /// The cos/sin table of the schedule's `ropes[i]`: `[n_tokens][n_rot / 2]` pairs.
-    RopeTable(usize),
-    /// Layer `l`'s K or V cache.
-    Kc(usize),
-    Vc(usize),
-    /// The result (logits) buffer.
-    Logits,
-    /// The argmax id (one u32).
-    ArgmaxOut,
-}
-
-/// One kernel launch.
-#[derive(Clone, Debug)]
-pub struct Launch {
-    pub variant: Variant,
-    pub params: [u32; 16],
-    /// Bindings 1.. in order (binding 0 holds `params`).
-    pub res: Vec<Res>,
-    /// Workgroup counts (CUDA grid).
-    pub groups: [u32; 3],
-}
-
-pub enum Stage {
-    /// One node's launches. `kind` groups the profile (`matmul/q4_1`, `attention`).
-    Compute { kind: String, launches: Vec<Launch> },
-    /// `Output`: the kept rows, copied.
-    Copy {
-        src: usize,
-        src_offset: u64,
-        dst: usize,
-        size: u64,
-    },
-}
-
-pub struct Schedule {
-    pub stages: Vec<Stage>,
-    /// Bytes of each activation buffer.
-    pub act_bytes: Vec<u64>,
-    pub n_tokens: usize,
-    /// Every distinct RoPE of the graph; `Res::RopeTable(i)` is `ropes[i]`'s table.
-    pub ropes: Vec<Rope>,
-    /// The logits node's buffer and size in bytes.
-    pub result: usize,
-    pub result_bytes: u64,
-    /// argmax of the last output row (greedy steps read back its 4 bytes).
-    pub argmax: Launch,
-}
-
-/// Bytes per token of `quantize_act`'s output for rows of `k`: the rounded values, then (q8_1)
-/// one correction per 32-element block.
-pub fn act_bytes(k: usize) -> u64 {
-    (k * 4 + k / 32 * 4) as u64
-}
-
-/// `n` workgroups as (x, y) with x within the per-dimension limit.
-fn fold(n: u64, max: u32) -> [u32; 3] {
-    let x = n.clamp(1, max as u64);
-    [x as u32, n.div_ceil(x).max(1) as u32, 1]
-}
 
 fn words(v: &[u32]) -> [u32; 16] {
     let mut p = [0u32; 16];
@@ -108,7 +17,7 @@ fn words(v: &[u32]) -> [u32; 16] {
 
 /// Schedules `g`. `weight` gives each resident weight's layout; `subgroups` picks the subgroup
 /// variants (wgpu); `max_groups` is the device's limit on workgroups per grid dimension.
-pub fn schedule(
+pub fn schedule_old(
     g: &Graph,
     weight: &dyn Fn(&str) -> Option<Arc<WeightParts>>,
     kv: KvType,
@@ -378,102 +287,120 @@ pub fn schedule(
     })
 }
 
-/// The cos/sin table a `RopeTable` binding holds for tokens at `pos0..pos0 + n`:
-/// `[n][n_rot / 2]` (cos, sin) pairs, computed by the CPU backend's own code so every backend
-/// rotates by the same values.
-pub fn rope_table(rope: &Rope, pos0: usize, n: usize) -> Vec<f32> {
-    let mut table: Vec<f32> = Vec::with_capacity(n * rope.n_rot);
-    let mut cs = Vec::new();
-    for i in 0..n {
-        crate::backend::cpu::ops::rope_cache(pos0 + i, rope, &mut cs);
-        table.extend(cs.iter().flat_map(|&(c, s)| [c, s]));
-    }
-    table
-}
-
-#[cfg(test)]
-mod tests {
+mod compare {
     use super::*;
-    use crate::model::Node;
+    use crate::backend::gpu::kernels::WEIGHT_QTYPES;
+    use crate::model::{Arch, HParams};
 
-    fn node(name: &str, op: Op, width: usize) -> Node {
-        Node {
-            name: name.into(),
-            op,
-            width,
-            rows: 3,
+    fn hparams(arch: Arch) -> HParams {
+        let rope = Rope {
+            mode: if arch == Arch::Llama {
+                RopeMode::Norm
+            } else {
+                RopeMode::Neox
+            },
+            n_rot: 32,
+            base: 10000.0,
+            freq_scale: 1.0,
+        };
+        HParams {
+            n_vocab: 96,
+            n_ctx_train: 256,
+            n_embd: 64,
+            n_layer: 3,
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 32,
+            head_dim_v: 32,
+            n_ff: 128,
+            rms_eps: 1e-5,
+            rope,
+            rope_swa: Rope { base: 10.0, ..rope },
+            sliding_window: (arch == Arch::Gemma3).then_some(4),
+            swa_layers: vec![arch == Arch::Gemma3, false, arch == Arch::Gemma3],
+            attn_scale: 0.125,
+            attn_softcap: (arch == Arch::Gemma3).then_some(50.0),
+            final_softcap: (arch == Arch::Gemma3).then_some(30.0),
+            embd_scale: (arch == Arch::Gemma3).then_some(8.0),
+            tied_output: arch != Arch::Llama,
         }
     }
 
-    fn mm(x: usize, weight: &str, width: usize) -> Node {
-        node(
-            weight,
-            Op::Matmul {
-                x,
-                weight: weight.into(),
-            },
-            width,
-        )
+    /// Each weight the graph names, with a qtype and part split chosen from `seed`.
+    fn layouts(g: &Graph, seed: usize) -> std::collections::HashMap<String, Arc<WeightParts>> {
+        let mut out = std::collections::HashMap::new();
+        for (i, node) in g.nodes.iter().enumerate() {
+            let (row_len, n_rows, matrix) = match &node.op {
+                Op::Matmul { x, .. } => (g.nodes[*x].width, node.width, true),
+                Op::GetRows { .. } => (node.width, 96, true),
+                _ => (node.width, 1, false),
+            };
+            for name in node.op.weights() {
+                let qtype = if matrix {
+                    WEIGHT_QTYPES[(i + seed) % WEIGHT_QTYPES.len()]
+                } else {
+                    [QType::F32, QType::F16, QType::BF16][(i + seed) % 3]
+                };
+                // Every other matrix in two parts, as a backend splits a large one.
+                let parts = if matrix && (i + seed) % 2 == 1 {
+                    vec![(0, n_rows / 2), (n_rows / 2, n_rows - n_rows / 2)]
+                } else {
+                    vec![(0, n_rows)]
+                };
+                out.entry(name.to_string()).or_insert_with(|| {
+                    Arc::new(WeightParts {
+                        name: name.into(),
+                        qtype,
+                        row_len,
+                        parts,
+                    })
+                });
+            }
+        }
+        out
     }
 
-    /// Each matmul over quantized weights reads its input rounded by `quantize_act`, which runs
-    /// once per (input, format): q4_K and q6_K share q8_K, q5_0 needs q8_0, f16 weights none.
+    /// Every launch of the split schedule equals the one-function schedule's: each
+    /// architecture's graph at decode, small and large prefill, every KV type, both
+    /// reduction paths, flash on and off, and a grid limit small enough to fold.
     #[test]
-    fn matmul_inputs_are_quantized_once_per_input_and_format() {
-        let qtype = |name: &str| match name {
-            "emb" | "w_f16" => QType::F16,
-            "w_q4k" | "w_q4k2" => QType::Q4K,
-            "w_q6k" => QType::Q6K,
-            "w_q5_0" => QType::Q5_0,
-            _ => QType::Q4_1,
-        };
-        let layout = |name: &str| {
-            Some(Arc::new(WeightParts {
-                name: name.into(),
-                qtype: qtype(name),
-                row_len: 512,
-                parts: vec![(0, 512)],
-            }))
-        };
-        let nodes = vec![
-            node("emb", Op::GetRows { weight: "emb".into() }, 512),
-            mm(0, "w_q4k", 512),
-            mm(0, "w_q6k", 512),
-            mm(0, "w_q5_0", 512),
-            mm(0, "w_q4k2", 512),
-            mm(0, "w_f16", 512),
-            mm(5, "w_q4_1", 512),
-        ];
-        let g = Graph {
-            n_tokens: 3,
-            n_outputs: 3,
-            result: nodes.len() - 1,
-            nodes,
-        };
-        let s = schedule(&g, &layout, KvType::F16, false, 65535).unwrap();
-        let (mut seen, mut inputs, mut scratch) = (Vec::new(), Vec::new(), None);
-        for st in &s.stages {
-            if let Stage::Compute { launches, .. } = st {
-                for l in launches {
-                    let buf = |i: usize| match l.res[i] {
-                        Res::Act(b) => Some(b),
-                        _ => None,
-                    };
-                    match l.variant.kernel {
-                        Kernel::QuantizeAct => {
-                            seen.push(l.variant.qtype.unwrap());
-                            assert!(scratch.is_none() || scratch == buf(1), "one scratch buffer");
-                            scratch = buf(1);
+    fn split_schedule_equals_the_one_function_schedule() {
+        let mut checked = 0;
+        for arch in Arch::ALL {
+            let hp = hparams(arch);
+            for (n_tokens, n_outputs) in [(1, 1), (2, 1), (7, 7), (40, 1), (70, 3)] {
+                for flash in [false, true] {
+                    let mut g = arch.build(crate::model::graph::Builder::new(&hp, n_tokens, n_outputs));
+                    for node in &mut g.nodes {
+                        if let Op::Attention { flash: f, .. } = &mut node.op {
+                            *f = flash;
                         }
-                        Kernel::Matmul => inputs.push(buf(1) == scratch),
-                        _ => {}
+                    }
+                    for seed in 0..2 {
+                        let w = layouts(&g, seed);
+                        let weight = |name: &str| w.get(name).cloned();
+                        for kv in [KvType::F32, KvType::F16, KvType::Q8_0] {
+                            for subgroups in [false, true] {
+                                for maxg in [3, 65535] {
+                                    let a = schedule(&g, &weight, kv, subgroups, maxg).unwrap();
+                                    let b = schedule_old(&g, &weight, kv, subgroups, maxg).unwrap();
+                                    assert_eq!(a.stages.len(), b.stages.len());
+                                    for (i, (x, y)) in a.stages.iter().zip(&b.stages).enumerate() {
+                                        assert_eq!(x, y, "{} stage {i}", arch.name());
+                                    }
+                                    assert_eq!(a.act_bytes, b.act_bytes);
+                                    assert_eq!(a.n_tokens, b.n_tokens);
+                                    assert_eq!(a.ropes, b.ropes);
+                                    assert_eq!((a.result, a.result_bytes), (b.result, b.result_bytes));
+                                    assert_eq!(a.argmax, b.argmax);
+                                    checked += a.stages.len();
+                                }
+                            }
+                        }
                     }
                 }
             }
         }
-        assert_eq!(seen, [QType::Q8K, QType::Q8_0, QType::Q8K, QType::Q8_1]);
-        // The quantized matmuls read the scratch, the f16 one its input.
-        assert_eq!(inputs, [true, true, true, true, false, true]);
-        assert!(s.act_bytes[scratch.unwrap()] >= 3 * act_bytes(512));
+        assert!(checked > 10_000, "{checked} stages");
     }
 }
