@@ -229,9 +229,6 @@ pub fn rope_table(rope: &Rope, pos0: usize, n: usize) -> Vec<f32> {
 }
 
 #[cfg(test)]
-mod old;
-
-#[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::Node;
