@@ -78,7 +78,7 @@ impl Backend for CudaBackend {
     }
 
     fn check(&self, model: &Model, graph: &Graph, kv: KvType) -> std::result::Result<(), Refusal> {
-        super::kernels::check_graph(model, graph, kv, "cuda")?;
+        super::gpu::kernels::check_graph(model, graph, kv, "cuda")?;
         if let Some(free) = self.dev.free_memory() {
             let need = model.weight_bytes();
             if need > free {
