@@ -4,13 +4,20 @@
 // Params: n (elements), width. Bindings: 1 b [width], 2 x [n], 3 y [n].
 // Grid: ceil(n / 256) blocks folded into (x, y). Block: 256.
 
+struct AddBiasParams {
+    u32 n;     // elements
+    u32 width; // row width (of b)
+    u32 _pad0, _pad1;
+};
+
 template <class Q>
 static __device__ __forceinline__ void add_bias_body(const Params& p) {
     constexpr u32 WG = 256;
     const u8* __restrict__ b = binding<const u8>(p, 1);
     const float* __restrict__ x = binding<const float>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
-    const u32 n = p.w[0], width = p.w[1];
+    const AddBiasParams& prm = params<AddBiasParams>(p);
+    const u32 n = prm.n, width = prm.width;
     const u32 i = linear_id<WG>();
     if (i < n) {
         y[i] = x[i] + Q::dq1(b, i % width);

@@ -7,6 +7,12 @@
 // Params: n (row length), offset (index of the row's first element in x). Bindings: 1 x,
 // 2 out [1] (u32). Grid: 1. Block: 256.
 
+struct ArgmaxParams {
+    u32 n;      // row length
+    u32 offset; // index of the row's first element in x
+    u32 _pad0, _pad1;
+};
+
 static __device__ __forceinline__ void argmax_body(const Params& p) {
     constexpr u32 WG = 256;
     constexpr u32 NONE = 0xffffffffu;
@@ -14,7 +20,8 @@ static __device__ __forceinline__ void argmax_body(const Params& p) {
     __shared__ u32 bi[WG];
     const float* __restrict__ x = binding<const float>(p, 1);
     u32* __restrict__ out = binding<u32>(p, 2);
-    const u32 n = p.w[0], offset = p.w[1];
+    const ArgmaxParams& prm = params<ArgmaxParams>(p);
+    const u32 n = prm.n, offset = prm.offset;
     const u32 tid = threadIdx.x;
     float best = 0.0f;
     u32 idx = NONE;

@@ -17,6 +17,16 @@
 // Bindings: 1 step {pos0, n, 0, 0}, 2 q [n][n_head · head_dim], 3 kc, 4 vc (cache words),
 // 5 o [n][n_head · head_dim_v]. Grid: (n_head, n). Block: 64.
 
+struct AttentionParams {
+    u32 n_head, n_head_kv, head_dim, head_dim_v;
+    float scale;
+    u32 window;    // 0 = none
+    float softcap; // 0 = none
+    u32 n;         // tokens
+    u32 flash;     // 0 / 1
+    u32 _pad0, _pad1, _pad2;
+};
+
 template <class KV>
 static __device__ __forceinline__ void attention_body(const Params& p) {
     constexpr u32 WG = 64;
@@ -31,11 +41,12 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
     const u32* __restrict__ kc = binding<const u32>(p, 3);
     const u32* __restrict__ vc = binding<const u32>(p, 4);
     float* __restrict__ o = binding<float>(p, 5);
-    const u32 n_head = p.w[0], n_head_kv = p.w[1], hd = p.w[2], hdv = p.w[3];
-    const float scale = param_f32(p, 4);
-    const u32 window = p.w[5];
-    const float softcap = param_f32(p, 6);
-    const bool flash = p.w[8] != 0;
+    const AttentionParams& prm = params<AttentionParams>(p);
+    const u32 n_head = prm.n_head, n_head_kv = prm.n_head_kv, hd = prm.head_dim, hdv = prm.head_dim_v;
+    const float scale = prm.scale;
+    const u32 window = prm.window;
+    const float softcap = prm.softcap;
+    const bool flash = prm.flash != 0;
     const u32 h = blockIdx.x;
     const u32 t = blockIdx.y;
     const u32 tid = threadIdx.x;

@@ -21,7 +21,7 @@ typedef unsigned short u16;
 typedef unsigned int u32;
 
 // One dispatch's parameters: b[i] is the device address of WGSL binding i + 1, w[] the 16
-// parameter words the host writes for the dispatch (WGSL binding 0, in declaration order).
+// parameter words the host writes for the dispatch (WGSL binding 0), read through params<T>.
 struct Params {
     unsigned long long b[6];
     unsigned int w[16];
@@ -33,10 +33,33 @@ static __device__ __forceinline__ T* binding(const Params& p, u32 i) {
     return reinterpret_cast<T*>(p.b[i - 1]);
 }
 
-// Parameter word i read as the f32 whose bits it holds.
-[[maybe_unused]] static __device__ __forceinline__ float param_f32(const Params& p, u32 i) {
-    return __uint_as_float(p.w[i]);
+// Parameter words as kernel struct T: each op's parameters are a struct of u32 / float fields,
+// named as the WGSL `struct Params` names them and in the order of the Rust struct of the same
+// name (src/backend/gpu/params.rs; a test compares the three). The host writes T's bytes into w.
+template <typename T>
+static __device__ __forceinline__ const T& params(const Params& p) {
+    static_assert(sizeof(T) <= sizeof(p.w) && alignof(T) == 4, "a params struct fits the 16 words");
+    return *reinterpret_cast<const T*>(p.w);
 }
+
+// The params structs several op files share.
+struct MatmulParams {
+    u32 k;    // row length (elements)
+    u32 m;    // width of y: all rows of the weight
+    u32 rows; // rows in this part
+    u32 row0; // first row of this part
+    u32 n;    // tokens
+    u32 _pad0, _pad1, _pad2;
+};
+struct BinaryParams {
+    u32 n;
+    u32 _pad0, _pad1, _pad2;
+};
+struct UnaryParams {
+    u32 n;
+    float s;
+    u32 _pad0, _pad1;
+};
 
 // Loop unrolling hints; the CPU build ignores them.
 #ifdef __CUDA_ARCH__
@@ -292,7 +315,7 @@ static __device__ __forceinline__ void binary_body(const Params& p) {
     const float* __restrict__ b = binding<const float>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
     const u32 i = linear_id<WG>();
-    if (i < p.w[0]) {
+    if (i < params<BinaryParams>(p).n) {
         y[i] = OP::op(a[i], b[i]);
     }
 }
@@ -306,9 +329,10 @@ static __device__ __forceinline__ void unary_body(const Params& p) {
     constexpr u32 WG = 256;
     const float* __restrict__ x = binding<const float>(p, 1);
     float* __restrict__ y = binding<float>(p, 2);
-    const float s = param_f32(p, 1);
+    const UnaryParams& prm = params<UnaryParams>(p);
+    const float s = prm.s;
     const u32 i = linear_id<WG>();
-    if (i < p.w[0]) {
+    if (i < prm.n) {
         y[i] = OP::op(x[i], s);
     }
 }

@@ -4,6 +4,13 @@
 // Params: k (row length), rows, row0, n (tokens). Bindings: 1 W (raw blocks), 2 ids [n] (u32),
 // 3 y [n][k]. Grid: x = ceil(k / 8 / 64) chunk groups, y = token. Block: 64.
 
+struct GetRowsParams {
+    u32 k;    // row length
+    u32 rows; // rows in this part
+    u32 row0; // first row of this part
+    u32 n;    // tokens
+};
+
 template <class Q>
 static __device__ __forceinline__ void get_rows_body(const Params& p) {
     constexpr u32 WG = 64;
@@ -11,7 +18,8 @@ static __device__ __forceinline__ void get_rows_body(const Params& p) {
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const u32* __restrict__ ids = binding<const u32>(p, 2);
     f4* __restrict__ y = binding<f4>(p, 3);
-    const u32 k = p.w[0], rows = p.w[1], row0 = p.w[2], n = p.w[3];
+    const GetRowsParams& prm = params<GetRowsParams>(p);
+    const u32 k = prm.k, rows = prm.rows, row0 = prm.row0, n = prm.n;
     const u32 c = blockIdx.x * WG + threadIdx.x;
     const u32 t = blockIdx.y;
     if (c >= k / 8 || t >= n) {

@@ -9,6 +9,13 @@
 // Bindings: 1 step {pos0, n, 0, 0}, 2 k [n][kw], 3 v [n][vw], 4 kc, 5 vc (cache words).
 // Grid: ceil(n · (kw + vw) / EPW / 64) blocks (EPW = 64 for q8_0) folded into (x, y). Block: 64.
 
+struct KvStoreParams {
+    u32 kw; // K row width (n_head_kv · head_dim)
+    u32 vw; // V row width
+    u32 n;  // tokens
+    u32 _pad0;
+};
+
 template <class KV>
 static __device__ __forceinline__ void kv_store_body(const Params& p) {
     constexpr u32 WG = 64;
@@ -18,7 +25,8 @@ static __device__ __forceinline__ void kv_store_body(const Params& p) {
     const float* __restrict__ v = binding<const float>(p, 3);
     u32* __restrict__ kc = binding<u32>(p, 4);
     u32* __restrict__ vc = binding<u32>(p, 5);
-    const u32 kw = p.w[0], vw = p.w[1], n = p.w[2];
+    const KvStoreParams& prm = params<KvStoreParams>(p);
+    const u32 kw = prm.kw, vw = prm.vw, n = prm.n;
     const u32 pos0 = step[0];
     const u32 i = linear_id<WG>();
     const u32 nk = n * kw / EPW;
@@ -82,7 +90,8 @@ static __device__ __forceinline__ void kv_store_q8_0_body(const Params& p) {
     const float* __restrict__ v = binding<const float>(p, 3);
     u32* __restrict__ kc = binding<u32>(p, 4);
     u32* __restrict__ vc = binding<u32>(p, 5);
-    const u32 kw = p.w[0], vw = p.w[1], n = p.w[2];
+    const KvStoreParams& prm = params<KvStoreParams>(p);
+    const u32 kw = prm.kw, vw = prm.vw, n = prm.n;
     const u32 pos0 = step[0];
     const u32 i = linear_id<WG>();
     const u32 nk = n * kw / 64;

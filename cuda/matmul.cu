@@ -31,7 +31,8 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const f4* __restrict__ x = binding<const f4>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
-    const u32 k = p.w[0], m = p.w[1], rows = p.w[2], row0 = p.w[3], n = p.w[4];
+    const MatmulParams& prm = params<MatmulParams>(p);
+    const u32 k = prm.k, m = prm.m, rows = prm.rows, row0 = prm.row0, n = prm.n;
     const u32 tid = threadIdx.x;
     const u32 m0 = blockIdx.x * TM;
     const u32 n0 = blockIdx.y * TN;

@@ -38,7 +38,7 @@ static __device__ __forceinline__ float matmul_vec_i8(const Params& p, const flo
     __shared__ float xd[MAX_K_I8 / 32];
     __shared__ float xs[MAX_K_I8 / 32];
     const u8* __restrict__ w = binding<const u8>(p, 1);
-    const u32 k = p.w[0], rows = p.w[2];
+    const u32 k = params<MatmulParams>(p).k, rows = params<MatmulParams>(p).rows;
     // The 8-bit blocks back from x~ (the CPU's quantize_row_q8_0 / q8_1 on it gives them again):
     // one thread per 32-element block.
     for (u32 b = threadIdx.x; b < k / 32; b += WG) {
@@ -92,7 +92,8 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const f4* __restrict__ x = binding<const f4>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
-    const u32 k = p.w[0], m = p.w[1], rows = p.w[2], row0 = p.w[3], n = p.w[4];
+    const MatmulParams& prm = params<MatmulParams>(p);
+    const u32 k = prm.k, m = prm.m, rows = prm.rows, row0 = prm.row0, n = prm.n;
     const u32 seg = threadIdx.x / TPR;
     const u32 lane = threadIdx.x % TPR;
     const u32 r = (blockIdx.x + blockIdx.y * gridDim.x) * (WG / TPR) + seg;

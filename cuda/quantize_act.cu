@@ -11,13 +11,19 @@
 // Params: k (row length, whole blocks), n (tokens). Bindings: 1 x [n][k], 2 y [n][k] (+ [n][k / 32]).
 // Grid: ceil(blocks / 64) folded into (x, y). Block: 64.
 
+struct QuantizeActParams {
+    u32 k; // row length (whole blocks)
+    u32 n; // tokens
+};
+
 template <u32 ACT>
 static __device__ __forceinline__ void quantize_act_body(const Params& p) {
     constexpr u32 WG = 64;
     constexpr u32 QK = ACT == 2 ? 256 : 32;
     const float* __restrict__ x = binding<const float>(p, 1);
     float* __restrict__ y = binding<float>(p, 2);
-    const u32 k = p.w[0], n = p.w[1];
+    const QuantizeActParams& prm = params<QuantizeActParams>(p);
+    const u32 k = prm.k, n = prm.n;
     const u32 b = linear_id<WG>();
     if (b >= n * (k / QK)) {
         return;

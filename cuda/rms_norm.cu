@@ -6,6 +6,13 @@
 // Params: width, eps (f32), rows. Bindings: 1 w [width] (f32 / f16 / bf16), 2 x [rows][width],
 // 3 y [rows][width]. Grid: rows (folded into (x, y)). Block: 64.
 
+struct RmsNormParams {
+    u32 width;
+    float eps;
+    u32 rows;
+    u32 _pad0;
+};
+
 template <class Q>
 static __device__ __forceinline__ void rms_norm_body(const Params& p) {
     constexpr u32 WG = 64;
@@ -13,10 +20,11 @@ static __device__ __forceinline__ void rms_norm_body(const Params& p) {
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const float* __restrict__ x = binding<const float>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
-    const u32 width = p.w[0];
-    const float eps = param_f32(p, 1);
+    const RmsNormParams& prm = params<RmsNormParams>(p);
+    const u32 width = prm.width;
+    const float eps = prm.eps;
     const u32 row = blockIdx.x + blockIdx.y * gridDim.x;
-    if (row >= p.w[2]) {
+    if (row >= prm.rows) {
         return; // a spare block of the folded grid (the whole block leaves)
     }
     const u32 base = row * width;

@@ -8,12 +8,20 @@
 // (f32 pairs), 2 x [n][n_heads · head_dim], 3 y (same shape).
 // Grid: (ceil(head_dim / 2 / 64), n_heads, n). Block: 64.
 
+struct RopeParams {
+    u32 n_heads, head_dim, n_rot;
+    u32 neox; // 0 / 1
+    u32 n;    // tokens
+    u32 _pad0, _pad1, _pad2;
+};
+
 static __device__ __forceinline__ void rope_body(const Params& p) {
     constexpr u32 WG = 64;
     const f2* __restrict__ cs = binding<const f2>(p, 1);
     const float* __restrict__ x = binding<const float>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
-    const u32 n_heads = p.w[0], head_dim = p.w[1], n_rot = p.w[2], neox = p.w[3], n = p.w[4];
+    const RopeParams& prm = params<RopeParams>(p);
+    const u32 n_heads = prm.n_heads, head_dim = prm.head_dim, n_rot = prm.n_rot, neox = prm.neox, n = prm.n;
     const u32 i = blockIdx.x * WG + threadIdx.x; // pair index within the head
     const u32 h = blockIdx.y;
     const u32 t = blockIdx.z;

@@ -14,6 +14,9 @@ struct Params {
     rows: u32, // rows in this part
     row0: u32, // first row of this part
     n: u32,    // tokens
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

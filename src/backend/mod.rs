@@ -1,9 +1,34 @@
 //! Backends behind one narrow trait, and the all-or-nothing gate that picks one.
+//! `alloc` assigns activation buffers by liveness for the CPU and GPU plans alike; `gpu` holds
+//! what the wgpu and CUDA backends share (kernel table, params structs, schedule).
 //!
-//! Adding an op: (1) the CPU reference in `cpu/ops.rs`, (2) a kernel per GPU backend,
-//! (3) one entry in the cross-backend op test. A backend that lacks an op or a qtype says so
-//! through `check`, naming the first thing it cannot do, before anything is uploaded.
+//! A backend that lacks an op or a qtype says so through `check`, naming the first thing it
+//! cannot do, before anything is uploaded.
+//!
+//! # Adding an op
+//!
+//! A GPU kernel `foo` for a new graph op, in this order (the CPU op is the oracle):
+//!
+//! 1. The graph op: a variant of `model::graph::Op` with its `kind`, `inputs` and `weights`.
+//! 2. The CPU reference: `cpu/ops.rs`, run from `cpu/mod.rs`'s executor.
+//! 3. The kernel row: `Kernel::Foo` and one row in `gpu/table.rs` (bindings, threads, what it
+//!    is specialised over, its params struct, its WGSL and CUDA files), and, unless an existing
+//!    one fits, its params struct in `gpu/params.rs` (fields named as the shader names them).
+//! 4. `shaders/foo.wgsl`: `struct Params` with those fields (a unit test compares them by naga
+//!    reflection), bindings in the row's order.
+//! 5. `cuda/foo.cu`: the same struct by the Rust name, read with `params<FooParams>(p)`, and
+//!    an entry `foo` (or `foo_<type>` per variant).
+//! 6. Its launches in the op family's function under `gpu/schedule/`, and, where the GPU
+//!    backends cannot take every shape, the refusal in `gpu::kernels::check_graph`.
+//! 7. One case in the cross-backend op test (`tests/suite/gpu.rs`), which runs it on the CPU,
+//!    on wgpu and on the CUDA emulation and compares them by NMSE.
+//!
+//! The variant list (`all_variants`), the WGSL assembly, the NVRTC programs, the CUDA
+//! emulator build, the naga validation and the params checks all read the table: nothing else
+//! lists kernels. A new kernel for an existing op (a fused or faster path) skips steps 1, 2
+//! and 7's new case.
 
+pub mod alloc;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;

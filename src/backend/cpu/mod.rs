@@ -139,41 +139,11 @@ struct CpuContext {
 }
 
 fn compile(model: &Model, g: &Graph) -> Result<Program> {
-    // Last use of each node's value.
-    let mut last_use = vec![0usize; g.nodes.len()];
-    for (i, n) in g.nodes.iter().enumerate() {
-        for j in n.op.inputs() {
-            last_use[j] = i;
-        }
-    }
-    last_use[g.result] = usize::MAX;
-    let mut buffers: Vec<Vec<f32>> = Vec::new();
-    let mut free: Vec<usize> = Vec::new();
-    let mut buf_of = vec![0usize; g.nodes.len()];
+    let mut live = crate::backend::alloc::Liveness::new(g);
     let mut steps = Vec::with_capacity(g.nodes.len());
     for (i, n) in g.nodes.iter().enumerate() {
-        let size = n.rows * n.width;
-        let inputs: Vec<usize> = n.op.inputs().iter().map(|&j| buf_of[j]).collect();
-        // Best fit among free buffers, else a new one.
-        let pick = free
-            .iter()
-            .enumerate()
-            .filter(|(_, &b)| buffers[b].len() >= size)
-            .min_by_key(|(_, &b)| buffers[b].len())
-            .map(|(fi, _)| fi);
-        let out = match pick {
-            Some(fi) => free.swap_remove(fi),
-            None => {
-                buffers.push(vec![0f32; size]);
-                buffers.len() - 1
-            }
-        };
-        buf_of[i] = out;
-        for j in n.op.inputs() {
-            if last_use[j] == i && !free.contains(&buf_of[j]) && buf_of[j] != out {
-                free.push(buf_of[j]);
-            }
-        }
+        let inputs: Vec<usize> = n.op.inputs().iter().map(|&j| live.buf_of[j]).collect();
+        let out = live.place(g, i, (n.rows * n.width) as u64);
         let weight = n.op.weights().first().map(|w| model.weight(w).cloned()).transpose()?;
         let vector = match (&n.op, &weight) {
             (Op::RmsNorm { .. } | Op::HeadNorm { .. } | Op::AddBias { .. }, Some(t)) => t.to_f32()?,
@@ -193,8 +163,9 @@ fn compile(model: &Model, g: &Graph) -> Result<Program> {
     }
     Ok(Program {
         steps,
-        buffers,
-        result: buf_of[g.result],
+        // Sizes in f32 elements.
+        buffers: live.sizes.iter().map(|&n| vec![0f32; n as usize]).collect(),
+        result: live.buf_of[g.result],
     })
 }
 

@@ -7,18 +7,8 @@
 use crate::backend::gpu::kernels::{Kernel, VECTOR_QTYPES, WEIGHT_QTYPES};
 use crate::quant::QType;
 
-macro_rules! cuda {
-    ($path:literal) => {
-        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/cuda/", $path))
-    };
-}
-
 /// The headers every program starts with, in order.
-pub const HEADERS: [(&str, &str); 3] = [
-    ("common.cuh", cuda!("common.cuh")),
-    ("quant.cuh", cuda!("quant.cuh")),
-    ("kv.cuh", cuda!("kv.cuh")),
-];
+pub const HEADERS: [(&str, &str); 3] = crate::backend::gpu::table::CUDA_HEADERS;
 
 /// The name the emulator build gives the generated lists ([`qtype_lists`]) on disk.
 pub const QTYPES_HEADER: &str = "qtypes.cuh";
@@ -34,26 +24,10 @@ pub fn qtype_lists() -> String {
     list("MF_MATRIX_QTYPES", &WEIGHT_QTYPES) + &list("MF_VECTOR_QTYPES", &VECTOR_QTYPES)
 }
 
-/// The op file of a kernel (`cuda/<name>.cu`, the name of the kernel and of its WGSL twin).
+/// The op file of a kernel (`cuda/<name>.cu`, the name of the kernel and of its WGSL twin), as
+/// its row of the kernel table holds it.
 pub fn op_source(k: Kernel) -> &'static str {
-    match k {
-        Kernel::QuantizeAct => cuda!("quantize_act.cu"),
-        Kernel::MatmulVec => cuda!("matmul_vec.cu"),
-        Kernel::Matmul => cuda!("matmul.cu"),
-        Kernel::GetRows => cuda!("get_rows.cu"),
-        Kernel::RmsNorm => cuda!("rms_norm.cu"),
-        Kernel::AddBias => cuda!("add_bias.cu"),
-        Kernel::Rope => cuda!("rope.cu"),
-        Kernel::KvStore => cuda!("kv_store.cu"),
-        Kernel::Attention => cuda!("attention.cu"),
-        Kernel::Add => cuda!("add.cu"),
-        Kernel::Mul => cuda!("mul.cu"),
-        Kernel::Scale => cuda!("scale.cu"),
-        Kernel::Swiglu => cuda!("swiglu.cu"),
-        Kernel::Geglu => cuda!("geglu.cu"),
-        Kernel::Softcap => cuda!("softcap.cu"),
-        Kernel::Argmax => cuda!("argmax.cu"),
-    }
+    k.info().cuda
 }
 
 /// The whole NVRTC program of a kernel: the generated qtype lists, the headers, then its op file.

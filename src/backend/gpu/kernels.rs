@@ -1,7 +1,8 @@
-//! The kernels every GPU backend implements, and their variants: one kernel per op, each
-//! specialised per weight qtype or KV cache type. The wgpu backend builds a variant from WGSL
-//! (`shaders/`), the CUDA backend from CUDA C++ (`cuda/`); both run the same schedule
-//! (`schedule.rs`): the same parameters, bindings and workgroup counts per dispatch.
+//! The kernels every GPU backend implements (one row each in `table.rs`), and their variants:
+//! each kernel specialised per weight qtype, float vector type, KV cache type or activation
+//! format, as its row says. The wgpu backend builds a variant from WGSL (`shaders/`), the CUDA
+//! backend from CUDA C++ (`cuda/`); both run the same schedule (`schedule.rs`): the same
+//! parameters, bindings and workgroup counts per dispatch.
 
 use std::collections::HashSet;
 
@@ -42,128 +43,7 @@ qtype_list! {
     pub const ACT_QTYPES = |r| r.qtype.is_quantized() && r.qtype.is_act_of(Role::Weight);
 }
 
-/// One kernel per op; the name is the op's, and the file's in `shaders/` and `cuda/`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kernel {
-    QuantizeAct,
-    MatmulVec,
-    Matmul,
-    GetRows,
-    RmsNorm,
-    AddBias,
-    Rope,
-    KvStore,
-    Attention,
-    Add,
-    Mul,
-    Scale,
-    Swiglu,
-    Geglu,
-    Softcap,
-    Argmax,
-}
-
-/// How a kernel binds a buffer (binding i of group 0 is entry i).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Bind {
-    Uniform,
-    Read,
-    ReadWrite,
-}
-
-use Bind::{Read as R, ReadWrite as RW, Uniform as U};
-
-impl Kernel {
-    pub const ALL: [Kernel; 16] = [
-        Kernel::QuantizeAct,
-        Kernel::MatmulVec,
-        Kernel::Matmul,
-        Kernel::GetRows,
-        Kernel::RmsNorm,
-        Kernel::AddBias,
-        Kernel::Rope,
-        Kernel::KvStore,
-        Kernel::Attention,
-        Kernel::Add,
-        Kernel::Mul,
-        Kernel::Scale,
-        Kernel::Swiglu,
-        Kernel::Geglu,
-        Kernel::Softcap,
-        Kernel::Argmax,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Kernel::QuantizeAct => "quantize_act",
-            Kernel::MatmulVec => "matmul_vec",
-            Kernel::Matmul => "matmul",
-            Kernel::GetRows => "get_rows",
-            Kernel::RmsNorm => "rms_norm",
-            Kernel::AddBias => "add_bias",
-            Kernel::Rope => "rope",
-            Kernel::KvStore => "kv_store",
-            Kernel::Attention => "attention",
-            Kernel::Add => "add",
-            Kernel::Mul => "mul",
-            Kernel::Scale => "scale",
-            Kernel::Swiglu => "swiglu",
-            Kernel::Geglu => "geglu",
-            Kernel::Softcap => "softcap",
-            Kernel::Argmax => "argmax",
-        }
-    }
-
-    pub fn bindings(self) -> &'static [Bind] {
-        match self {
-            Kernel::KvStore => &[U, U, R, R, RW, RW],
-            Kernel::Attention => &[U, U, R, R, R, RW],
-            Kernel::QuantizeAct | Kernel::Scale | Kernel::Softcap | Kernel::Argmax => &[U, R, RW],
-            _ => &[U, R, R, RW],
-        }
-    }
-
-    /// Reads a weight matrix in any weight qtype (`WEIGHT_QTYPES`).
-    pub fn reads_matrix(self) -> bool {
-        matches!(self, Kernel::MatmulVec | Kernel::Matmul | Kernel::GetRows)
-    }
-
-    /// Reads a float weight vector (f32 / f16 / bf16 only).
-    pub fn reads_vector(self) -> bool {
-        matches!(self, Kernel::RmsNorm | Kernel::AddBias)
-    }
-
-    /// Touches the KV cache (one variant per cache type).
-    pub fn uses_kv(self) -> bool {
-        matches!(self, Kernel::KvStore | Kernel::Attention)
-    }
-
-    /// Reduces across the workgroup, so the wgpu backend has a subgroup variant.
-    pub fn reduces(self) -> bool {
-        matches!(self, Kernel::MatmulVec | Kernel::RmsNorm | Kernel::Attention)
-    }
-
-    /// The workgroup size set at pipeline creation (WGSL `WG` override), where the kernel
-    /// takes one: 64 for reductions and matvec, 256 for element-wise ops.
-    pub fn workgroup_size(self) -> Option<u32> {
-        match self {
-            Kernel::Matmul | Kernel::Argmax => None,
-            Kernel::QuantizeAct | Kernel::MatmulVec | Kernel::GetRows | Kernel::RmsNorm | Kernel::Rope => Some(64),
-            Kernel::Attention | Kernel::KvStore => Some(64),
-            _ => Some(256),
-        }
-    }
-
-    /// Threads per workgroup (CUDA block) at dispatch: the override, or the size fixed in the
-    /// kernel (`matmul` 64 as 8 × 8, `argmax` 256).
-    pub fn threads(self) -> u32 {
-        match self {
-            Kernel::Matmul => 64,
-            Kernel::Argmax => 256,
-            k => k.workgroup_size().unwrap_or(64),
-        }
-    }
-}
+pub use super::table::{Bind, Kernel, KernelInfo, Spec};
 
 /// A kernel specialised for a weight qtype and/or KV type, with or without subgroups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -244,19 +124,15 @@ impl Variant {
 pub fn all_variants() -> Vec<Variant> {
     let mut out = Vec::new();
     for k in Kernel::ALL {
-        let base: Vec<Variant> = if k == Kernel::QuantizeAct {
-            ACT_QTYPES.into_iter().map(|q| Variant::with_qtype(k, q)).collect()
-        } else if k.reads_matrix() {
-            WEIGHT_QTYPES.into_iter().map(|q| Variant::with_qtype(k, q)).collect()
-        } else if k.reads_vector() {
-            VECTOR_QTYPES.into_iter().map(|q| Variant::with_qtype(k, q)).collect()
-        } else if k.uses_kv() {
-            [KvType::F32, KvType::F16, KvType::Q8_0]
+        let base: Vec<Variant> = match k.info().spec {
+            Spec::Act => ACT_QTYPES.into_iter().map(|q| Variant::with_qtype(k, q)).collect(),
+            Spec::Matrix => WEIGHT_QTYPES.into_iter().map(|q| Variant::with_qtype(k, q)).collect(),
+            Spec::Vector => VECTOR_QTYPES.into_iter().map(|q| Variant::with_qtype(k, q)).collect(),
+            Spec::Kv => [KvType::F32, KvType::F16, KvType::Q8_0]
                 .into_iter()
                 .map(|kv| Variant::with_kv(k, kv))
-                .collect()
-        } else {
-            vec![Variant::new(k)]
+                .collect(),
+            Spec::None => vec![Variant::new(k)],
         };
         for v in base {
             out.push(v);

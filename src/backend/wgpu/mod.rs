@@ -4,7 +4,7 @@
 //! - `device`   — adapter choice, the shared device, error scopes, pipelines (+ disk cache)
 //! - `shaders`  — the WGSL sources and how kernel variants are assembled from them
 //! - `registry` — weights uploaded once, raw, split by rows past the binding limit
-//! - `plan`     — a graph compiled once per shape: buffers by liveness, params, bind groups
+//! - `plan`     — a schedule made concrete once per shape: buffers, params, bind groups
 //! - `context`  — the KV cache and the forward (one command buffer, one submit)
 //! - `profile`  — per-op GPU time from timestamp queries (`MINFER_PROFILE=1`)
 //!
@@ -25,9 +25,8 @@
 //! which Mesa's Vulkan drivers lack without shader-f16); int8 lanes use `unpack4xI8`/`unpack4xU8`;
 //! subgroup reductions are a variant taken only where the adapter has subgroups of ≥ 8 lanes.
 //!
-//! Adding an op: the CPU reference first (`cpu/ops.rs`), then `shaders/<op>.wgsl` and its CUDA
-//! twin `cuda/<op>.cu`, a `Kernel` entry in `backend/gpu/kernels.rs` and `shaders.rs`, its launch in
-//! `backend/gpu/schedule.rs`, and its case in `tests/suite/gpu.rs`.
+//! Adding an op: the recipe in `backend`'s module header; on the wgpu side it is one WGSL file
+//! (`shaders/<op>.wgsl`) named by the kernel's table row, nothing in this module.
 
 mod context;
 pub mod device;

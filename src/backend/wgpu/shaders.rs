@@ -1,9 +1,10 @@
 //! The WGSL sources (`shaders/`) and how a kernel variant is assembled from them: a reduction
 //! prelude (workgroup memory or subgroups), `common.wgsl`, then for weight-reading ops the byte
 //! readers and one quant file (plus, for the matmuls, whether the activations carry q8_1
-//! corrections), for the attention ops one KV file (and `kv_store_io.wgsl` for kv_store), and
-//! last the op body, followed by the shared body of the element-wise ops (`binary.wgsl`,
-//! `unary.wgsl`), whose files hold only `fn op`. Plain concatenation; workgroup sizes (and
+//! corrections), for the attention ops one KV file, and last the op's files as its row of the
+//! kernel table (`gpu::table`) names them: declarations it shares (`kv_store_io.wgsl`), the
+//! body, and the shared body of the element-wise ops (`binary.wgsl`, `unary.wgsl`), whose files
+//! hold only `fn op`. Plain concatenation; workgroup sizes (and
 //! `quantize_act`'s format) are WGSL `override`s set at pipeline creation.
 
 use crate::backend::KvType;
@@ -19,11 +20,6 @@ const REDUCE_SHARED: &str = shader!("reduce_shared.wgsl");
 const REDUCE_SUBGROUP: &str = shader!("reduce_subgroup.wgsl");
 const COMMON: &str = shader!("common.wgsl");
 const BYTES: &str = shader!("bytes.wgsl");
-/// The bodies of the element-wise ops; their own files hold only `fn op`.
-const BINARY: &str = shader!("binary.wgsl");
-const UNARY: &str = shader!("unary.wgsl");
-/// The declarations of both kv_store bodies.
-const KV_STORE_IO: &str = shader!("kv_store_io.wgsl");
 
 /// `(name, source)` of `shaders/quant/<name>.wgsl` for each listed qtype name (ggml's
 /// spelling lower-cased: `q4_k`).
@@ -69,30 +65,6 @@ pub fn weight_qtypes() -> Vec<QType> {
 
 pub use crate::backend::gpu::kernels::{all_variants, Bind, Kernel, Variant};
 
-/// The WGSL body of a kernel.
-fn body(k: Kernel, kv: Option<KvType>) -> &'static str {
-    match k {
-        // q8_0 blocks are quantized whole, two per invocation: a store of its own.
-        Kernel::KvStore if kv == Some(KvType::Q8_0) => shader!("kv_store_q8_0.wgsl"),
-        Kernel::QuantizeAct => shader!("quantize_act.wgsl"),
-        Kernel::MatmulVec => shader!("matmul_vec.wgsl"),
-        Kernel::Matmul => shader!("matmul.wgsl"),
-        Kernel::GetRows => shader!("get_rows.wgsl"),
-        Kernel::RmsNorm => shader!("rms_norm.wgsl"),
-        Kernel::AddBias => shader!("add_bias.wgsl"),
-        Kernel::Rope => shader!("rope.wgsl"),
-        Kernel::KvStore => shader!("kv_store.wgsl"),
-        Kernel::Attention => shader!("attention.wgsl"),
-        Kernel::Add => shader!("add.wgsl"),
-        Kernel::Mul => shader!("mul.wgsl"),
-        Kernel::Scale => shader!("scale.wgsl"),
-        Kernel::Swiglu => shader!("swiglu.wgsl"),
-        Kernel::Geglu => shader!("geglu.wgsl"),
-        Kernel::Softcap => shader!("softcap.wgsl"),
-        Kernel::Argmax => shader!("argmax.wgsl"),
-    }
-}
-
 /// For the matmuls: whether the weight type's activation partner is q8_1, whose block sums
 /// `quantize_act` leaves as corrections (`ACT_S`), and the block offset `qmin` they multiply.
 /// Only q4_1 and q5_1 have one; the other types get a stub that is never called.
@@ -102,11 +74,6 @@ fn act_s(q: QType) -> &'static str {
     } else {
         "const ACT_S: bool = false;\nfn qmin(b: u32) -> f32 {\n    return 0.0;\n}\n"
     }
-}
-
-/// An element-wise binary op: its file's `fn op` plus the shared `binary.wgsl` body.
-fn is_binary(k: Kernel) -> bool {
-    matches!(k, Kernel::Add | Kernel::Mul | Kernel::Swiglu | Kernel::Geglu)
 }
 
 /// WGSL assembly of a variant.
@@ -125,26 +92,24 @@ impl WgslSource for Variant {
             // Keep the module free of the (unused) reduction scratch and Lanes struct.
             parts.remove(0);
         }
+        let info = k.info();
         if k.reads_matrix() || k.reads_vector() {
             parts.push(BYTES);
             parts.push(quant_source(self.qtype?)?);
-            if matches!(k, Kernel::MatmulVec | Kernel::Matmul) {
+            if info.act_input {
                 parts.push(act_s(self.qtype?));
             }
         }
         if k.uses_kv() {
             parts.push(kv_source(self.kv?)?);
         }
-        if k == Kernel::KvStore {
-            parts.push(KV_STORE_IO);
-        }
-        parts.push(body(k, self.kv));
-        if is_binary(k) {
-            parts.push(BINARY);
-        }
-        if matches!(k, Kernel::Scale | Kernel::Softcap) {
-            parts.push(UNARY);
-        }
+        let w = &info.wgsl;
+        parts.extend(w.head);
+        parts.push(match w.body_kv_q8_0 {
+            Some(b) if self.kv == Some(KvType::Q8_0) => b,
+            _ => w.body,
+        });
+        parts.extend(w.tail);
         Some(parts.join("\n"))
     }
 

@@ -1,0 +1,232 @@
+//! Each kernel's launch parameters as a named `#[repr(C)]` struct: the ABI between the schedule
+//! and the kernels. The WGSL op declares the same fields as `struct Params` (binding 0), the
+//! `.cu` file as a struct of this name read through `params<T>(p)` (`cuda/common.cuh`); tests
+//! check both against `FIELDS`. A launch carries any of them in its 16-word (64-byte) slot.
+//!
+//! Fields are u32 or f32, 4 bytes each, with WGSL's `_pad` members where the shader has them,
+//! so the struct is byte for byte the uniform the shader reads.
+
+use bytemuck::{Pod, Zeroable};
+
+/// The scalar type of a parameter field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scalar {
+    U32,
+    F32,
+}
+
+/// A Rust type that can be a parameter field.
+pub trait Field {
+    const SCALAR: Scalar;
+}
+
+impl Field for u32 {
+    const SCALAR: Scalar = Scalar::U32;
+}
+
+impl Field for f32 {
+    const SCALAR: Scalar = Scalar::F32;
+}
+
+/// One field: name, byte offset, scalar type.
+pub type FieldInfo = (&'static str, u32, Scalar);
+
+/// A kernel's parameter block.
+pub trait KernelParams: Pod {
+    /// The struct's name in `cuda/`.
+    const NAME: &'static str;
+    /// The fields in declaration order.
+    const FIELDS: &'static [FieldInfo];
+
+    /// The 16 words a launch carries (unused words zero).
+    fn words(&self) -> [u32; 16] {
+        let mut w = [0u32; 16];
+        bytemuck::bytes_of_mut(&mut w)[..size_of::<Self>()].copy_from_slice(bytemuck::bytes_of(self));
+        w
+    }
+}
+
+macro_rules! params {
+    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $f:ident: $t:ty,)* }) => {
+        $(#[$m])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Pod, Zeroable)]
+        pub struct $name {
+            $($(#[$fm])* pub $f: $t,)*
+        }
+
+        const _: () = assert!(size_of::<$name>() <= 64, "a params struct fits the 64-byte slot");
+
+        impl KernelParams for $name {
+            const NAME: &'static str = stringify!($name);
+            const FIELDS: &'static [FieldInfo] =
+                &[$((stringify!($f), std::mem::offset_of!($name, $f) as u32, <$t as Field>::SCALAR),)*];
+        }
+    };
+}
+
+params! {
+    /// `quantize_act`: rows of `k` elements (whole blocks) for `n` tokens.
+    QuantizeActParams {
+        k: u32,
+        n: u32,
+    }
+}
+
+params! {
+    /// `matmul_vec` and `matmul`: y[t, row0 + r] = x[t, :] · W[r, :] for one weight part.
+    MatmulParams {
+        /// Row length (elements).
+        k: u32,
+        /// Width of y: all rows of the weight.
+        m: u32,
+        /// Rows in this part.
+        rows: u32,
+        /// First row of this part.
+        row0: u32,
+        /// Tokens.
+        n: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
+}
+
+params! {
+    /// `get_rows`: the ids in rows `row0 .. row0 + rows` of a weight part, rows of `k` elements.
+    GetRowsParams {
+        k: u32,
+        rows: u32,
+        row0: u32,
+        /// Tokens.
+        n: u32,
+    }
+}
+
+params! {
+    /// `add_bias`: `n` elements, rows of `width`.
+    AddBiasParams {
+        n: u32,
+        width: u32,
+        _pad0: u32,
+        _pad1: u32,
+    }
+}
+
+params! {
+    /// `rms_norm`: `rows` rows of `width` (a head norm: rows one head wide).
+    RmsNormParams {
+        width: u32,
+        eps: f32,
+        rows: u32,
+        _pad0: u32,
+    }
+}
+
+params! {
+    /// `rope`: `n` tokens of `n_heads` heads of `head_dim`, the first `n_rot` rotated.
+    RopeParams {
+        n_heads: u32,
+        head_dim: u32,
+        n_rot: u32,
+        /// 0 normal (adjacent pairs), 1 NeoX (halves).
+        neox: u32,
+        /// Tokens.
+        n: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
+}
+
+params! {
+    /// `kv_store`: `n` tokens of K rows `kw` wide and V rows `vw` wide.
+    KvStoreParams {
+        /// K row width (n_head_kv · head_dim).
+        kw: u32,
+        /// V row width (n_head_kv · head_dim_v).
+        vw: u32,
+        /// Tokens.
+        n: u32,
+        _pad0: u32,
+    }
+}
+
+params! {
+    /// `attention`: one (q head, token) per workgroup.
+    AttentionParams {
+        n_head: u32,
+        n_head_kv: u32,
+        head_dim: u32,
+        head_dim_v: u32,
+        scale: f32,
+        /// Sliding window; 0 = none.
+        window: u32,
+        /// 0 = none.
+        softcap: f32,
+        /// Tokens.
+        n: u32,
+        /// 1: the flash numerics (one online-softmax pass).
+        flash: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
+}
+
+params! {
+    /// The element-wise binary ops (`add`, `mul`, `swiglu`, `geglu`): `n` elements.
+    BinaryParams {
+        n: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
+}
+
+params! {
+    /// The element-wise ops with a scalar (`scale`, `softcap`): `n` elements, the scalar `s`.
+    UnaryParams {
+        n: u32,
+        s: f32,
+        _pad0: u32,
+        _pad1: u32,
+    }
+}
+
+params! {
+    /// `argmax` over `n` logits starting at element `offset`.
+    ArgmaxParams {
+        n: u32,
+        offset: u32,
+        _pad0: u32,
+        _pad1: u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_the_fields_in_order() {
+        let p = RmsNormParams {
+            width: 7,
+            eps: 1e-5,
+            rows: 3,
+            ..Default::default()
+        };
+        let mut want = [0u32; 16];
+        want[..3].copy_from_slice(&[7, 1e-5f32.to_bits(), 3]);
+        assert_eq!(p.words(), want);
+        assert_eq!(
+            RmsNormParams::FIELDS,
+            &[
+                ("width", 0, Scalar::U32),
+                ("eps", 4, Scalar::F32),
+                ("rows", 8, Scalar::U32),
+                ("_pad0", 12, Scalar::U32)
+            ]
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! Position-dependent ops: `Rope` (one table per distinct RoPE) and `Attention` as `kv_store`
+//! (the step's K and V into the cache) followed by `attention` (reading the cache).
+
+use super::{fold, Builder, Launch, Res, Stage};
+use crate::backend::gpu::kernels::{Kernel, Variant};
+use crate::backend::gpu::params::{AttentionParams, KernelParams, KvStoreParams, RopeParams};
+use crate::backend::KvType;
+use crate::model::{Node, Op, RopeMode};
+
+impl Builder<'_> {
+    pub(super) fn attention(&mut self, node: &Node, out: usize) -> Result<Stage, String> {
+        let rows = node.rows as u32;
+        let launches = match &node.op {
+            Op::Rope {
+                n_heads,
+                head_dim,
+                rope,
+                ..
+            } => {
+                let ri = match self.ropes.iter().position(|r| r == rope) {
+                    Some(ri) => ri,
+                    None => {
+                        self.ropes.push(*rope);
+                        self.ropes.len() - 1
+                    }
+                };
+                let hd = *head_dim as u32;
+                vec![Launch {
+                    variant: Variant::new(Kernel::Rope),
+                    params: RopeParams {
+                        n_heads: *n_heads as u32,
+                        head_dim: hd,
+                        n_rot: rope.n_rot as u32,
+                        neox: u32::from(rope.mode == RopeMode::Neox),
+                        n: rows,
+                        ..Default::default()
+                    }
+                    .words(),
+                    res: vec![Res::RopeTable(ri), self.inp(node, 0), Res::Act(out)],
+                    // One invocation per (pair, head, token).
+                    groups: [(hd / 2).div_ceil(64), *n_heads as u32, rows],
+                }]
+            }
+            &Op::Attention {
+                layer,
+                n_head,
+                n_head_kv,
+                head_dim,
+                head_dim_v,
+                scale,
+                window,
+                softcap,
+                flash,
+                ..
+            } => {
+                let (kw, vw) = ((n_head_kv * head_dim) as u32, (n_head_kv * head_dim_v) as u32);
+                // Elements per kv_store invocation: a word, or a pair of q8_0 blocks.
+                let epw = match self.kv {
+                    KvType::F32 => 1,
+                    KvType::F16 => 2,
+                    KvType::Q8_0 => 64,
+                };
+                vec![
+                    Launch {
+                        variant: Variant::with_kv(Kernel::KvStore, self.kv),
+                        params: KvStoreParams {
+                            kw,
+                            vw,
+                            n: rows,
+                            ..Default::default()
+                        }
+                        .words(),
+                        res: vec![
+                            Res::Step,
+                            self.inp(node, 1),
+                            self.inp(node, 2),
+                            Res::Kc(layer),
+                            Res::Vc(layer),
+                        ],
+                        groups: fold(((rows * (kw + vw)) / epw).div_ceil(64) as u64, self.maxg),
+                    },
+                    Launch {
+                        variant: Variant::with_kv(Kernel::Attention, self.kv).subgroups(self.subgroups),
+                        params: AttentionParams {
+                            n_head: n_head as u32,
+                            n_head_kv: n_head_kv as u32,
+                            head_dim: head_dim as u32,
+                            head_dim_v: head_dim_v as u32,
+                            scale,
+                            window: window.unwrap_or(0) as u32,
+                            softcap: softcap.unwrap_or(0.0),
+                            n: rows,
+                            flash: u32::from(flash),
+                            ..Default::default()
+                        }
+                        .words(),
+                        res: vec![
+                            Res::Step,
+                            self.inp(node, 0),
+                            Res::Kc(layer),
+                            Res::Vc(layer),
+                            Res::Act(out),
+                        ],
+                        // One workgroup per (q head, token).
+                        groups: [n_head as u32, rows, 1],
+                    },
+                ]
+            }
+            op => return Err(format!("{}: {} is not rope or attention", node.name, op.kind())),
+        };
+        Ok(Stage::Compute {
+            kind: node.op.kind().to_string(),
+            launches,
+        })
+    }
+}

@@ -1,0 +1,74 @@
+//! The element-wise ops, one invocation per element: `add_bias` (a float weight vector per
+//! row), the binary ops (`add`, `mul`, `swiglu`, `geglu`) and those with a scalar (`scale`,
+//! `softcap`).
+
+use super::{Builder, Launch, Res, Stage};
+use crate::backend::gpu::kernels::{Kernel, Variant};
+use crate::backend::gpu::params::{AddBiasParams, BinaryParams, KernelParams, UnaryParams};
+use crate::model::{Node, Op};
+
+/// Invocations per workgroup of every element-wise kernel.
+const WG: u64 = 256;
+
+impl Builder<'_> {
+    pub(super) fn elementwise(&self, node: &Node, out: usize) -> Result<Stage, String> {
+        let n = (node.rows * node.width) as u32;
+        let launch = match &node.op {
+            Op::AddBias { bias, .. } => {
+                let w = self.weight(bias)?;
+                Launch {
+                    variant: Variant::with_qtype(Kernel::AddBias, w.qtype),
+                    params: AddBiasParams {
+                        n,
+                        width: node.width as u32,
+                        ..Default::default()
+                    }
+                    .words(),
+                    res: vec![Res::Weight(w, 0), self.inp(node, 0), Res::Act(out)],
+                    groups: self.linear(node, WG),
+                }
+            }
+            Op::Add { .. } | Op::Mul { .. } | Op::Swiglu { .. } | Op::Geglu { .. } => {
+                let kernel = match node.op {
+                    Op::Add { .. } => Kernel::Add,
+                    Op::Mul { .. } => Kernel::Mul,
+                    Op::Swiglu { .. } => Kernel::Swiglu,
+                    _ => Kernel::Geglu,
+                };
+                Launch {
+                    variant: Variant::new(kernel),
+                    params: BinaryParams {
+                        n,
+                        ..Default::default()
+                    }
+                    .words(),
+                    res: vec![self.inp(node, 0), self.inp(node, 1), Res::Act(out)],
+                    groups: self.linear(node, WG),
+                }
+            }
+            &Op::Scale { s, .. } | &Op::Softcap { cap: s, .. } => {
+                let kernel = if matches!(node.op, Op::Scale { .. }) {
+                    Kernel::Scale
+                } else {
+                    Kernel::Softcap
+                };
+                Launch {
+                    variant: Variant::new(kernel),
+                    params: UnaryParams {
+                        n,
+                        s,
+                        ..Default::default()
+                    }
+                    .words(),
+                    res: vec![self.inp(node, 0), Res::Act(out)],
+                    groups: self.linear(node, WG),
+                }
+            }
+            op => return Err(format!("{}: {} is not element-wise", node.name, op.kind())),
+        };
+        Ok(Stage::Compute {
+            kind: node.op.kind().to_string(),
+            launches: vec![launch],
+        })
+    }
+}

@@ -1,0 +1,118 @@
+//! The weight-matrix ops: `get_rows`, and `matmul` as `matmul_vec` (decode) or the tiled
+//! `matmul` (prefill), each after `quantize_act` where the weight type pairs with 8-bit
+//! activations. One launch per weight part.
+
+use super::{act_bytes, fold, Builder, Launch, Res, Stage, VEC_MAX_TOKENS};
+use crate::backend::gpu::kernels::{act_qtype, Kernel, Variant};
+use crate::backend::gpu::params::{GetRowsParams, KernelParams, MatmulParams, QuantizeActParams};
+use crate::model::{Node, Op};
+
+/// Rows per `matmul_vec` workgroup: 64 invocations, 8 per row.
+const VEC_ROWS_PER_WG: u32 = 8;
+
+impl Builder<'_> {
+    /// `GetRows` or `Matmul` (pushing its `quantize_act` stage first where one is needed).
+    pub(super) fn matmul(&mut self, node: &Node, out: usize) -> Result<Stage, String> {
+        match &node.op {
+            Op::GetRows { weight } => self.get_rows(weight, out),
+            Op::Matmul { weight, x } => self.matmul_op(node, weight, *x, out),
+            op => Err(format!("{}: {} is not a matmul", node.name, op.kind())),
+        }
+    }
+
+    fn get_rows(&self, name: &str, out: usize) -> Result<Stage, String> {
+        let w = self.weight(name)?;
+        let n = self.g.key.n_tokens as u32;
+        let k = w.row_len as u32;
+        let launches = w
+            .parts
+            .iter()
+            .enumerate()
+            .map(|(pi, &(row0, prows))| Launch {
+                variant: Variant::with_qtype(Kernel::GetRows, w.qtype),
+                params: GetRowsParams {
+                    k,
+                    rows: prows as u32,
+                    row0: row0 as u32,
+                    n,
+                }
+                .words(),
+                res: vec![Res::Weight(w.clone(), pi), Res::Ids, Res::Act(out)],
+                // One invocation per (8-element chunk, token).
+                groups: [(k / 8).div_ceil(64), n, 1],
+            })
+            .collect();
+        Ok(Stage::Compute {
+            kind: format!("get_rows/{}", w.qtype),
+            launches,
+        })
+    }
+
+    fn matmul_op(&mut self, node: &Node, name: &str, x: usize, out: usize) -> Result<Stage, String> {
+        let w = self.weight(name)?;
+        let vec = node.rows <= VEC_MAX_TOKENS;
+        let rows = node.rows as u32;
+        let (k, m) = (w.row_len as u32, node.width as u32);
+        let mut xin = self.inp(node, 0);
+        if let Some(act) = act_qtype(w.qtype) {
+            let bytes = node.rows as u64 * act_bytes(w.row_len);
+            let sb = match self.scratch {
+                Some(sb) => sb,
+                None => *self.scratch.insert(self.live.add(0)),
+            };
+            self.live.sizes[sb] = self.live.sizes[sb].max(bytes);
+            if self.scratch_holds != Some((x, act)) {
+                self.scratch_holds = Some((x, act));
+                // One invocation per block.
+                let blocks = (node.rows * w.row_len / act.block_elems()) as u64;
+                self.stages.push(Stage::Compute {
+                    kind: format!("quantize_act/{act}"),
+                    launches: vec![Launch {
+                        variant: Variant::with_qtype(Kernel::QuantizeAct, act),
+                        params: QuantizeActParams { k, n: rows }.words(),
+                        res: vec![self.inp(node, 0), Res::Act(sb)],
+                        groups: fold(blocks.div_ceil(64), self.maxg),
+                    }],
+                });
+            }
+            xin = Res::Act(sb);
+        }
+        let mut launches = Vec::with_capacity(w.parts.len());
+        for (pi, &(row0, prows)) in w.parts.iter().enumerate() {
+            let (pr, r0) = (prows as u32, row0 as u32);
+            let params = MatmulParams {
+                k,
+                m,
+                rows: pr,
+                row0: r0,
+                n: rows,
+                ..Default::default()
+            }
+            .words();
+            let res = vec![Res::Weight(w.clone(), pi), xin.clone(), Res::Act(out)];
+            launches.push(if vec {
+                // (x, y) over row groups, z over tokens.
+                let mut groups = fold(pr.div_ceil(VEC_ROWS_PER_WG) as u64, self.maxg);
+                groups[2] = rows;
+                Launch {
+                    variant: Variant::with_qtype(Kernel::MatmulVec, w.qtype).subgroups(self.subgroups),
+                    params,
+                    res,
+                    groups,
+                }
+            } else {
+                // 32-row × 32-token tiles.
+                Launch {
+                    variant: Variant::with_qtype(Kernel::Matmul, w.qtype),
+                    params,
+                    res,
+                    groups: [pr.div_ceil(32), rows.div_ceil(32), 1],
+                }
+            });
+        }
+        Ok(Stage::Compute {
+            kind: format!("{}/{}", if vec { "matmul_vec" } else { "matmul" }, w.qtype),
+            launches,
+        })
+    }
+}

@@ -1,0 +1,315 @@
+//! A graph as GPU work, once per shape and the same for every GPU backend: activation buffers
+//! assigned by liveness (`backend::alloc`, as `cpu::compile` assigns them), and per node the
+//! kernel launches — variant, parameter struct, the buffers bound in order, the workgroup
+//! counts — from one function per op family: `matmul` (get_rows, quantize_act, the matmuls),
+//! `norm`, `attention` (rope, kv_store, attention), `elementwise`, and here the output copy
+//! and argmax. The wgpu backend turns a schedule into bind groups, the CUDA backend into launch
+//! parameters; the kernels of both read the same words from the same bindings.
+
+mod attention;
+mod elementwise;
+mod matmul;
+mod norm;
+
+use std::sync::Arc;
+
+use super::kernels::{Kernel, Variant};
+use super::params::{ArgmaxParams, KernelParams};
+use crate::backend::alloc::Liveness;
+use crate::backend::KvType;
+use crate::model::{Graph, Node, Op, Rope};
+use crate::quant::QType;
+
+/// Token counts up to this use `matmul_vec` (one workgroup per row and token); more use the
+/// tiled `matmul`.
+pub const VEC_MAX_TOKENS: usize = 2;
+
+/// A resident weight as the schedule sees it: its rows, split into parts where a backend
+/// cannot bind the whole tensor at once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightParts {
+    pub name: Arc<str>,
+    pub qtype: QType,
+    pub row_len: usize,
+    /// (first row, rows) per part; one part covering every row where nothing is split.
+    pub parts: Vec<(usize, usize)>,
+}
+
+/// What a binding points at.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Res {
+    /// `{pos0, n_tokens, 0, 0}`, written per forward.
+    Step,
+    /// The token ids.
+    Ids,
+    /// An activation buffer.
+    Act(usize),
+    /// Part `.1` of a weight.
+    Weight(Arc<WeightParts>, usize),
+    /// The cos/sin table of the schedule's `ropes[i]`: `[n_tokens][n_rot / 2]` pairs.
+    RopeTable(usize),
+    /// Layer `l`'s K or V cache.
+    Kc(usize),
+    Vc(usize),
+    /// The result (logits) buffer.
+    Logits,
+    /// The argmax id (one u32).
+    ArgmaxOut,
+}
+
+/// One kernel launch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launch {
+    pub variant: Variant,
+    /// The kernel's parameter struct (`gpu::params`) as words.
+    pub params: [u32; 16],
+    /// Bindings 1.. in order (binding 0 holds `params`).
+    pub res: Vec<Res>,
+    /// Workgroup counts (CUDA grid).
+    pub groups: [u32; 3],
+}
+
+#[derive(Debug, PartialEq)]
+pub enum Stage {
+    /// One node's launches. `kind` groups the profile (`matmul/q4_1`, `attention`).
+    Compute { kind: String, launches: Vec<Launch> },
+    /// `Output`: the kept rows, copied.
+    Copy {
+        src: usize,
+        src_offset: u64,
+        dst: usize,
+        size: u64,
+    },
+}
+
+pub struct Schedule {
+    pub stages: Vec<Stage>,
+    /// Bytes of each activation buffer.
+    pub act_bytes: Vec<u64>,
+    pub n_tokens: usize,
+    /// Every distinct RoPE of the graph; `Res::RopeTable(i)` is `ropes[i]`'s table.
+    pub ropes: Vec<Rope>,
+    /// The logits node's buffer and size in bytes.
+    pub result: usize,
+    pub result_bytes: u64,
+    /// argmax of the last output row (greedy steps read back its 4 bytes).
+    pub argmax: Launch,
+}
+
+/// Bytes per token of `quantize_act`'s output for rows of `k`: the rounded values, then (q8_1)
+/// one correction per 32-element block.
+pub fn act_bytes(k: usize) -> u64 {
+    (k * 4 + k / 32 * 4) as u64
+}
+
+/// `n` workgroups as (x, y) with x within the per-dimension limit.
+fn fold(n: u64, max: u32) -> [u32; 3] {
+    let x = n.clamp(1, max as u64);
+    [x as u32, n.div_ceil(x).max(1) as u32, 1]
+}
+
+/// The state of one scheduling pass, shared by the op families.
+struct Builder<'a> {
+    g: &'a Graph,
+    weight: &'a dyn Fn(&str) -> Option<Arc<WeightParts>>,
+    kv: KvType,
+    subgroups: bool,
+    /// The device's limit on workgroups per grid dimension.
+    maxg: u32,
+    live: Liveness,
+    /// Quantized activations for the matmuls (`quantize_act`): one scratch buffer, and which
+    /// node's rows it holds in which format, so Q/K/V or gate/up quantize their input once.
+    scratch: Option<usize>,
+    scratch_holds: Option<(usize, QType)>,
+    ropes: Vec<Rope>,
+    stages: Vec<Stage>,
+}
+
+impl Builder<'_> {
+    fn weight(&self, name: &str) -> Result<Arc<WeightParts>, String> {
+        (self.weight)(name).ok_or_else(|| format!("{name} is not resident"))
+    }
+
+    /// The buffer of `node`'s `k`-th input.
+    fn inp(&self, node: &Node, k: usize) -> Res {
+        Res::Act(self.live.buf_of[node.op.inputs()[k]])
+    }
+
+    /// One invocation per element of `node`, `wg` per workgroup, folded into (x, y).
+    fn linear(&self, node: &Node, wg: u64) -> [u32; 3] {
+        fold(((node.rows * node.width) as u64).div_ceil(wg), self.maxg)
+    }
+
+    /// `Output`: the last `node.rows` rows of its input, copied.
+    fn output(&self, node: &Node, x: usize, out: usize) -> Stage {
+        let src = &self.g.nodes[x];
+        Stage::Copy {
+            src: self.live.buf_of[x],
+            src_offset: ((src.rows - node.rows) * node.width * 4) as u64,
+            dst: out,
+            size: (node.rows * node.width * 4) as u64,
+        }
+    }
+}
+
+/// Schedules `g`. `weight` gives each resident weight's layout; `subgroups` picks the subgroup
+/// variants (wgpu); `max_groups` is the device's limit on workgroups per grid dimension.
+pub fn schedule(
+    g: &Graph,
+    weight: &dyn Fn(&str) -> Option<Arc<WeightParts>>,
+    kv: KvType,
+    subgroups: bool,
+    max_groups: u32,
+) -> Result<Schedule, String> {
+    let mut b = Builder {
+        g,
+        weight,
+        kv,
+        subgroups,
+        maxg: max_groups,
+        live: Liveness::new(g),
+        scratch: None,
+        scratch_holds: None,
+        ropes: Vec::new(),
+        stages: Vec::with_capacity(g.nodes.len()),
+    };
+    for (i, node) in g.nodes.iter().enumerate() {
+        let out = b.live.place(g, i, (node.rows * node.width * 4) as u64);
+        let stage = match &node.op {
+            Op::GetRows { .. } | Op::Matmul { .. } => b.matmul(node, out)?,
+            Op::RmsNorm { .. } | Op::HeadNorm { .. } => b.norm(node, out)?,
+            Op::Rope { .. } | Op::Attention { .. } => b.attention(node, out)?,
+            Op::AddBias { .. }
+            | Op::Add { .. }
+            | Op::Mul { .. }
+            | Op::Swiglu { .. }
+            | Op::Geglu { .. }
+            | Op::Scale { .. }
+            | Op::Softcap { .. } => b.elementwise(node, out)?,
+            Op::Output { x } => b.output(node, *x, out),
+        };
+        b.stages.push(stage);
+    }
+    let result = b.live.buf_of[g.result];
+    let n_out = g.nodes[g.result].rows;
+    let n_vocab = g.nodes[g.result].width;
+    let argmax = Launch {
+        variant: Variant::new(Kernel::Argmax),
+        params: ArgmaxParams {
+            n: n_vocab as u32,
+            offset: ((n_out - 1) * n_vocab) as u32,
+            ..Default::default()
+        }
+        .words(),
+        res: vec![Res::Logits, Res::ArgmaxOut],
+        groups: [1, 1, 1],
+    };
+    Ok(Schedule {
+        stages: b.stages,
+        act_bytes: b.live.sizes,
+        n_tokens: g.key.n_tokens,
+        ropes: b.ropes,
+        result,
+        result_bytes: (n_out * n_vocab * 4) as u64,
+        argmax,
+    })
+}
+
+/// The cos/sin table a `RopeTable` binding holds for tokens at `pos0..pos0 + n`:
+/// `[n][n_rot / 2]` (cos, sin) pairs, computed by the CPU backend's own code so every backend
+/// rotates by the same values.
+pub fn rope_table(rope: &Rope, pos0: usize, n: usize) -> Vec<f32> {
+    let mut table: Vec<f32> = Vec::with_capacity(n * rope.n_rot);
+    let mut cs = Vec::new();
+    for i in 0..n {
+        crate::backend::cpu::ops::rope_cache(pos0 + i, rope, &mut cs);
+        table.extend(cs.iter().flat_map(|&(c, s)| [c, s]));
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Node;
+
+    fn node(name: &str, op: Op, width: usize) -> Node {
+        Node {
+            name: name.into(),
+            op,
+            width,
+            rows: 3,
+        }
+    }
+
+    fn mm(x: usize, weight: &str, width: usize) -> Node {
+        node(
+            weight,
+            Op::Matmul {
+                x,
+                weight: weight.into(),
+            },
+            width,
+        )
+    }
+
+    /// Each matmul over quantized weights reads its input rounded by `quantize_act`, which runs
+    /// once per (input, format): q4_K and q6_K share q8_K, q5_0 needs q8_0, f16 weights none.
+    #[test]
+    fn matmul_inputs_are_quantized_once_per_input_and_format() {
+        let qtype = |name: &str| match name {
+            "emb" | "w_f16" => QType::F16,
+            "w_q4k" | "w_q4k2" => QType::Q4K,
+            "w_q6k" => QType::Q6K,
+            "w_q5_0" => QType::Q5_0,
+            _ => QType::Q4_1,
+        };
+        let layout = |name: &str| {
+            Some(Arc::new(WeightParts {
+                name: name.into(),
+                qtype: qtype(name),
+                row_len: 512,
+                parts: vec![(0, 512)],
+            }))
+        };
+        let nodes = vec![
+            node("emb", Op::GetRows { weight: "emb".into() }, 512),
+            mm(0, "w_q4k", 512),
+            mm(0, "w_q6k", 512),
+            mm(0, "w_q5_0", 512),
+            mm(0, "w_q4k2", 512),
+            mm(0, "w_f16", 512),
+            mm(5, "w_q4_1", 512),
+        ];
+        let g = Graph {
+            key: crate::model::GraphKey::new(3, 3),
+            result: nodes.len() - 1,
+            nodes,
+        };
+        let s = schedule(&g, &layout, KvType::F16, false, 65535).unwrap();
+        let (mut seen, mut inputs, mut scratch) = (Vec::new(), Vec::new(), None);
+        for st in &s.stages {
+            if let Stage::Compute { launches, .. } = st {
+                for l in launches {
+                    let buf = |i: usize| match l.res[i] {
+                        Res::Act(b) => Some(b),
+                        _ => None,
+                    };
+                    match l.variant.kernel {
+                        Kernel::QuantizeAct => {
+                            seen.push(l.variant.qtype.unwrap());
+                            assert!(scratch.is_none() || scratch == buf(1), "one scratch buffer");
+                            scratch = buf(1);
+                        }
+                        Kernel::Matmul => inputs.push(buf(1) == scratch),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        assert_eq!(seen, [QType::Q8K, QType::Q8_0, QType::Q8K, QType::Q8_1]);
+        // The quantized matmuls read the scratch, the f16 one its input.
+        assert_eq!(inputs, [true, true, true, true, false, true]);
+        assert!(s.act_bytes[scratch.unwrap()] >= 3 * act_bytes(512));
+    }
+}

@@ -1,0 +1,441 @@
+//! The kernel table: one row per kernel, from which every property the backends and tests ask
+//! about derives — name, bindings, workgroup size, whether it reduces (so wgpu has a subgroup
+//! variant), what it is specialised over, its parameter struct, its WGSL body and its CUDA
+//! source. `Kernel` indexes it. Adding a kernel is one row here (see `backend`'s recipe).
+
+use super::params::{self, FieldInfo, KernelParams};
+
+/// One kernel per op; the name is the op's, and the file's in `shaders/` and `cuda/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    QuantizeAct,
+    MatmulVec,
+    Matmul,
+    GetRows,
+    RmsNorm,
+    AddBias,
+    Rope,
+    KvStore,
+    Attention,
+    Add,
+    Mul,
+    Scale,
+    Swiglu,
+    Geglu,
+    Softcap,
+    Argmax,
+}
+
+/// How a kernel binds a buffer (binding i of group 0 is entry i).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bind {
+    Uniform,
+    Read,
+    ReadWrite,
+}
+
+use Bind::{Read as R, ReadWrite as RW, Uniform as U};
+
+/// What a kernel has one variant per.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spec {
+    /// One variant.
+    None,
+    /// A weight matrix of any weight qtype (`WEIGHT_QTYPES`).
+    Matrix,
+    /// A float weight vector (f32 / f16 / bf16).
+    Vector,
+    /// The KV cache type.
+    Kv,
+    /// The activation format written (`ACT_QTYPES`).
+    Act,
+}
+
+/// The WGSL of a kernel beyond the shared prelude and the type's file: the op's own file and,
+/// where ops share a body or declarations, those files.
+pub struct Wgsl {
+    /// Declarations before the body (both kv_store bodies share theirs).
+    pub head: Option<&'static str>,
+    pub body: &'static str,
+    /// The body for a q8_0 KV cache, where it differs (blocks quantized whole).
+    pub body_kv_q8_0: Option<&'static str>,
+    /// The shared body after an element-wise op's `fn op` (`binary.wgsl`, `unary.wgsl`).
+    pub tail: Option<&'static str>,
+}
+
+/// A kernel's parameter struct (`params.rs`), by name and fields.
+pub struct ParamsInfo {
+    pub name: &'static str,
+    pub fields: &'static [FieldInfo],
+}
+
+const fn of<P: KernelParams>() -> ParamsInfo {
+    ParamsInfo {
+        name: P::NAME,
+        fields: P::FIELDS,
+    }
+}
+
+/// One row of the table.
+pub struct KernelInfo {
+    pub kernel: Kernel,
+    pub name: &'static str,
+    /// Binding 0 is the params uniform; the rest as the WGSL declares them.
+    pub bindings: &'static [Bind],
+    pub spec: Spec,
+    /// Reduces across the workgroup, so the wgpu backend has a subgroup variant.
+    pub reduces: bool,
+    /// Reads `quantize_act`'s output for quantized weights (the matmuls): its WGSL is told
+    /// whether q8_1 corrections follow the values (`ACT_S`).
+    pub act_input: bool,
+    /// Threads per workgroup (CUDA block).
+    pub threads: u32,
+    /// `threads` is set at pipeline creation (WGSL `override WG`) rather than fixed in the
+    /// shader (`matmul`'s 8 × 8, `argmax`'s `WGA`).
+    pub wg_override: bool,
+    pub params: ParamsInfo,
+    pub wgsl: Wgsl,
+    /// `cuda/<name>.cu`.
+    pub cuda: &'static str,
+}
+
+macro_rules! wgsl {
+    ($path:literal) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/", $path))
+    };
+}
+
+macro_rules! cuda {
+    ($path:literal) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/cuda/", $path))
+    };
+}
+
+const fn body(body: &'static str) -> Wgsl {
+    Wgsl {
+        head: None,
+        body,
+        body_kv_q8_0: None,
+        tail: None,
+    }
+}
+
+/// An element-wise binary op: its file's `fn op`, then `binary.wgsl`.
+const fn binary(body: &'static str) -> Wgsl {
+    Wgsl {
+        tail: Some(wgsl!("binary.wgsl")),
+        ..self::body(body)
+    }
+}
+
+/// An element-wise op with a scalar: its file's `fn op`, then `unary.wgsl`.
+const fn unary(body: &'static str) -> Wgsl {
+    Wgsl {
+        tail: Some(wgsl!("unary.wgsl")),
+        ..self::body(body)
+    }
+}
+
+/// A one-variant element-wise kernel of 256 threads.
+const fn elementwise(
+    kernel: Kernel,
+    name: &'static str,
+    bindings: &'static [Bind],
+    params: ParamsInfo,
+    wgsl: Wgsl,
+    cuda: &'static str,
+) -> KernelInfo {
+    KernelInfo {
+        kernel,
+        name,
+        bindings,
+        spec: Spec::None,
+        reduces: false,
+        act_input: false,
+        threads: 256,
+        wg_override: true,
+        params,
+        wgsl,
+        cuda,
+    }
+}
+
+/// The table, in `Kernel` order.
+pub static KERNELS: [KernelInfo; 16] = [
+    KernelInfo {
+        kernel: Kernel::QuantizeAct,
+        name: "quantize_act",
+        bindings: &[U, R, RW],
+        spec: Spec::Act,
+        reduces: false,
+        act_input: false,
+        threads: 64,
+        wg_override: true,
+        params: of::<params::QuantizeActParams>(),
+        wgsl: body(wgsl!("quantize_act.wgsl")),
+        cuda: cuda!("quantize_act.cu"),
+    },
+    KernelInfo {
+        kernel: Kernel::MatmulVec,
+        name: "matmul_vec",
+        bindings: &[U, R, R, RW],
+        spec: Spec::Matrix,
+        reduces: true,
+        act_input: true,
+        threads: 64,
+        wg_override: true,
+        params: of::<params::MatmulParams>(),
+        wgsl: body(wgsl!("matmul_vec.wgsl")),
+        cuda: cuda!("matmul_vec.cu"),
+    },
+    KernelInfo {
+        kernel: Kernel::Matmul,
+        name: "matmul",
+        bindings: &[U, R, R, RW],
+        spec: Spec::Matrix,
+        reduces: false,
+        act_input: true,
+        // 8 × 8, fixed in the shader.
+        threads: 64,
+        wg_override: false,
+        params: of::<params::MatmulParams>(),
+        wgsl: body(wgsl!("matmul.wgsl")),
+        cuda: cuda!("matmul.cu"),
+    },
+    KernelInfo {
+        kernel: Kernel::GetRows,
+        name: "get_rows",
+        bindings: &[U, R, R, RW],
+        spec: Spec::Matrix,
+        reduces: false,
+        act_input: false,
+        threads: 64,
+        wg_override: true,
+        params: of::<params::GetRowsParams>(),
+        wgsl: body(wgsl!("get_rows.wgsl")),
+        cuda: cuda!("get_rows.cu"),
+    },
+    KernelInfo {
+        kernel: Kernel::RmsNorm,
+        name: "rms_norm",
+        bindings: &[U, R, R, RW],
+        spec: Spec::Vector,
+        reduces: true,
+        act_input: false,
+        threads: 64,
+        wg_override: true,
+        params: of::<params::RmsNormParams>(),
+        wgsl: body(wgsl!("rms_norm.wgsl")),
+        cuda: cuda!("rms_norm.cu"),
+    },
+    KernelInfo {
+        spec: Spec::Vector,
+        ..elementwise(
+            Kernel::AddBias,
+            "add_bias",
+            &[U, R, R, RW],
+            of::<params::AddBiasParams>(),
+            body(wgsl!("add_bias.wgsl")),
+            cuda!("add_bias.cu"),
+        )
+    },
+    KernelInfo {
+        kernel: Kernel::Rope,
+        name: "rope",
+        bindings: &[U, R, R, RW],
+        spec: Spec::None,
+        reduces: false,
+        act_input: false,
+        threads: 64,
+        wg_override: true,
+        params: of::<params::RopeParams>(),
+        wgsl: body(wgsl!("rope.wgsl")),
+        cuda: cuda!("rope.cu"),
+    },
+    KernelInfo {
+        kernel: Kernel::KvStore,
+        name: "kv_store",
+        bindings: &[U, U, R, R, RW, RW],
+        spec: Spec::Kv,
+        reduces: false,
+        act_input: false,
+        threads: 64,
+        wg_override: true,
+        params: of::<params::KvStoreParams>(),
+        wgsl: Wgsl {
+            head: Some(wgsl!("kv_store_io.wgsl")),
+            body: wgsl!("kv_store.wgsl"),
+            body_kv_q8_0: Some(wgsl!("kv_store_q8_0.wgsl")),
+            tail: None,
+        },
+        cuda: cuda!("kv_store.cu"),
+    },
+    KernelInfo {
+        kernel: Kernel::Attention,
+        name: "attention",
+        bindings: &[U, U, R, R, R, RW],
+        spec: Spec::Kv,
+        reduces: true,
+        act_input: false,
+        threads: 64,
+        wg_override: true,
+        params: of::<params::AttentionParams>(),
+        wgsl: body(wgsl!("attention.wgsl")),
+        cuda: cuda!("attention.cu"),
+    },
+    elementwise(
+        Kernel::Add,
+        "add",
+        &[U, R, R, RW],
+        of::<params::BinaryParams>(),
+        binary(wgsl!("add.wgsl")),
+        cuda!("add.cu"),
+    ),
+    elementwise(
+        Kernel::Mul,
+        "mul",
+        &[U, R, R, RW],
+        of::<params::BinaryParams>(),
+        binary(wgsl!("mul.wgsl")),
+        cuda!("mul.cu"),
+    ),
+    elementwise(
+        Kernel::Scale,
+        "scale",
+        &[U, R, RW],
+        of::<params::UnaryParams>(),
+        unary(wgsl!("scale.wgsl")),
+        cuda!("scale.cu"),
+    ),
+    elementwise(
+        Kernel::Swiglu,
+        "swiglu",
+        &[U, R, R, RW],
+        of::<params::BinaryParams>(),
+        binary(wgsl!("swiglu.wgsl")),
+        cuda!("swiglu.cu"),
+    ),
+    elementwise(
+        Kernel::Geglu,
+        "geglu",
+        &[U, R, R, RW],
+        of::<params::BinaryParams>(),
+        binary(wgsl!("geglu.wgsl")),
+        cuda!("geglu.cu"),
+    ),
+    elementwise(
+        Kernel::Softcap,
+        "softcap",
+        &[U, R, RW],
+        of::<params::UnaryParams>(),
+        unary(wgsl!("softcap.wgsl")),
+        cuda!("softcap.cu"),
+    ),
+    KernelInfo {
+        kernel: Kernel::Argmax,
+        name: "argmax",
+        bindings: &[U, R, RW],
+        spec: Spec::None,
+        reduces: false,
+        act_input: false,
+        // `WGA`, fixed in the shader.
+        threads: 256,
+        wg_override: false,
+        params: of::<params::ArgmaxParams>(),
+        wgsl: body(wgsl!("argmax.wgsl")),
+        cuda: cuda!("argmax.cu"),
+    },
+];
+
+/// The CUDA headers every program starts with, in order (`cuda/`).
+pub const CUDA_HEADERS: [(&str, &str); 3] = [
+    ("common.cuh", cuda!("common.cuh")),
+    ("quant.cuh", cuda!("quant.cuh")),
+    ("kv.cuh", cuda!("kv.cuh")),
+];
+
+impl Kernel {
+    pub const ALL: [Kernel; 16] = [
+        Kernel::QuantizeAct,
+        Kernel::MatmulVec,
+        Kernel::Matmul,
+        Kernel::GetRows,
+        Kernel::RmsNorm,
+        Kernel::AddBias,
+        Kernel::Rope,
+        Kernel::KvStore,
+        Kernel::Attention,
+        Kernel::Add,
+        Kernel::Mul,
+        Kernel::Scale,
+        Kernel::Swiglu,
+        Kernel::Geglu,
+        Kernel::Softcap,
+        Kernel::Argmax,
+    ];
+
+    /// The kernel's row of the table.
+    pub fn info(self) -> &'static KernelInfo {
+        &KERNELS[self as usize]
+    }
+
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+
+    pub fn bindings(self) -> &'static [Bind] {
+        self.info().bindings
+    }
+
+    /// Reads a weight matrix in any weight qtype (`WEIGHT_QTYPES`).
+    pub fn reads_matrix(self) -> bool {
+        self.info().spec == Spec::Matrix
+    }
+
+    /// Reads a float weight vector (f32 / f16 / bf16 only).
+    pub fn reads_vector(self) -> bool {
+        self.info().spec == Spec::Vector
+    }
+
+    /// Touches the KV cache (one variant per cache type).
+    pub fn uses_kv(self) -> bool {
+        self.info().spec == Spec::Kv
+    }
+
+    /// Reduces across the workgroup, so the wgpu backend has a subgroup variant.
+    pub fn reduces(self) -> bool {
+        self.info().reduces
+    }
+
+    /// The workgroup size set at pipeline creation (WGSL `WG` override), where the kernel
+    /// takes one: 64 for reductions and matvec, 256 for element-wise ops.
+    pub fn workgroup_size(self) -> Option<u32> {
+        let i = self.info();
+        i.wg_override.then_some(i.threads)
+    }
+
+    /// Threads per workgroup (CUDA block) at dispatch: the override, or the size fixed in the
+    /// kernel (`matmul` 64 as 8 × 8, `argmax` 256).
+    pub fn threads(self) -> u32 {
+        self.info().threads
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_in_kernel_order_with_params_in_binding_0() {
+        for (i, k) in Kernel::ALL.into_iter().enumerate() {
+            assert_eq!(KERNELS[i].kernel, k);
+            assert_eq!(k as usize, i);
+            assert_eq!(k.bindings()[0], Bind::Uniform, "{}", k.name());
+            assert!(KERNELS[i].params.fields.len() <= 16);
+        }
+        let mut names: Vec<_> = KERNELS.iter().map(|r| r.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), KERNELS.len());
+    }
+}
