@@ -122,7 +122,7 @@ impl KvLayout {
             v_width: hp.n_embd_v(),
         };
         let be = kv.qtype().block_elems();
-        if l.k_width % be != 0 || l.v_width % be != 0 {
+        if !l.k_width.is_multiple_of(be) || !l.v_width.is_multiple_of(be) {
             return Err(Error::InvalidArgument(format!(
                 "cache type {} needs KV widths that are multiples of {be} (got {}, {})",
                 kv.name(),
