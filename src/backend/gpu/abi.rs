@@ -3,7 +3,9 @@
 //! offsets, sizes, scalar types), and against the CUDA struct of the same name, by reading its
 //! declaration in the kernel's NVRTC program (names, order, scalar types).
 
-use super::params::{FieldInfo, Scalar};
+#[cfg(feature = "wgpu")]
+use super::params::FieldInfo;
+use super::params::Scalar;
 use super::table::{Kernel, CUDA_HEADERS};
 
 /// The uniform at binding 0 of a WGSL module as fields, and its size in bytes.
