@@ -35,6 +35,15 @@ impl Default for SessionOptions {
     }
 }
 
+/// One node's value after a forward (`Session::trace`): `[rows, width]`, row-major.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    pub name: String,
+    pub rows: usize,
+    pub width: usize,
+    pub values: Vec<f32>,
+}
+
 pub struct Session {
     pub model: Arc<Model>,
     ctx: Box<dyn Context>,
@@ -129,12 +138,50 @@ impl Session {
 
     /// The graph for `n_tokens` inputs and `n_outputs` logit rows under the session's options.
     fn graph(&mut self, n_tokens: usize, n_outputs: usize) -> Arc<Graph> {
-        let key = GraphKey::new(n_tokens, n_outputs).flash(self.flash_attn);
+        self.graph_for(GraphKey::new(n_tokens, n_outputs).flash(self.flash_attn))
+    }
+
+    fn graph_for(&mut self, key: GraphKey) -> Arc<Graph> {
         let model = &self.model;
         self.graphs
             .entry(key)
             .or_insert_with(|| Arc::new(model.graph(key)))
             .clone()
+    }
+
+    /// Appends `tokens` in one forward, as `eval` does, and returns the value of the node named
+    /// `name` in it (`blk.3.attn_out`, `result_norm`, …: the names `--dump-graph` shows, the
+    /// same on every backend), so one backend's intermediate can be held against another's.
+    pub fn trace(&mut self, tokens: &[u32], name: &str) -> Result<Trace> {
+        if tokens.is_empty() {
+            return Err(Error::InvalidArgument("no tokens to evaluate".into()));
+        }
+        let end = self.n_past + tokens.len();
+        if end > self.n_ctx() {
+            return Err(Error::ContextOverflow {
+                pos: end - 1,
+                n_ctx: self.n_ctx(),
+            });
+        }
+        let key = GraphKey::new(tokens.len(), 1).flash(self.flash_attn);
+        let node = self
+            .graph_for(key)
+            .nodes
+            .iter()
+            .position(|n| n.name == name)
+            .ok_or_else(|| Error::InvalidArgument(format!("no node named '{name}' in the graph (see --dump-graph)")))?;
+        let g = self.graph_for(key.keep(Some(node)));
+        let mut logits = Vec::new();
+        self.ctx.forward(&g, tokens, self.n_past, &mut logits)?;
+        self.n_past = end;
+        let values = self.ctx.read_node(&g, node)?;
+        let n = &g.nodes[node];
+        Ok(Trace {
+            name: n.name.clone(),
+            rows: n.rows,
+            width: n.width,
+            values,
+        })
     }
 
     /// Appends `tokens` and returns only the argmax of the last token's logits (lowest id on

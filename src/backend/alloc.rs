@@ -6,7 +6,8 @@
 use crate::model::Graph;
 
 pub struct Liveness {
-    /// The node after which each node's value is dead (`usize::MAX`: the result, never).
+    /// The node after which each node's value is dead (`usize::MAX`: never — the result and
+    /// the key's kept node).
     last_use: Vec<usize>,
     /// Size of each buffer.
     pub sizes: Vec<u64>,
@@ -24,8 +25,10 @@ impl Liveness {
                 last_use[j] = i;
             }
         }
-        if let Some(r) = last_use.get_mut(g.result) {
-            *r = usize::MAX;
+        for keep in [Some(g.result), g.key.keep].into_iter().flatten() {
+            if let Some(r) = last_use.get_mut(keep) {
+                *r = usize::MAX;
+            }
         }
         Liveness {
             last_use,

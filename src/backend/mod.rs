@@ -39,7 +39,7 @@ pub mod wgpu;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::model::{Graph, GraphKey, Model};
+use crate::model::{Graph, GraphKey, Model, NodeId};
 use crate::quant::QType;
 
 /// Element type of the KV cache.
@@ -207,10 +207,29 @@ pub trait Context: Send {
         let n_vocab = logits.len() / graph.key.n_outputs.max(1);
         Ok(crate::sampling::argmax(&logits[logits.len() - n_vocab..]))
     }
-    /// A named intermediate of the last forward (`--trace`), where the backend kept it.
-    fn trace(&self, _name: &str) -> Option<Vec<f32>> {
-        None
+    /// The value of node `node` (`[rows, width]`) after the last forward of `graph`, which
+    /// must keep it (`GraphKey::keep`): one intermediate, read back to compare backends by name
+    /// (`--trace`).
+    fn read_node(&mut self, graph: &Graph, node: NodeId) -> Result<Vec<f32>>;
+}
+
+/// The shape `[rows, width]` of node `node` of `graph`, which must be the node the graph keeps.
+pub fn kept_node(graph: &Graph, node: NodeId) -> Result<(usize, usize)> {
+    match graph.nodes.get(node) {
+        Some(n) if graph.key.keep == Some(node) => Ok((n.rows, n.width)),
+        Some(n) => Err(Error::InvalidArgument(format!(
+            "node {} is not kept by this graph (build it with GraphKey::keep)",
+            n.name
+        ))),
+        None => Err(Error::InvalidArgument(format!(
+            "node {node} is outside a graph of {} nodes",
+            graph.nodes.len()
+        ))),
     }
+}
+
+pub(crate) fn no_forward_yet() -> Error {
+    Error::InvalidArgument("read_node before any forward of this graph".into())
 }
 
 /// The checks every backend's forward makes before touching its device: `tokens` fills the

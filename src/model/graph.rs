@@ -172,6 +172,9 @@ pub struct GraphKey {
     pub n_outputs: usize,
     /// llama.cpp's CPU flash-attention numerics in every attention node (`--flash-attn`).
     pub flash: bool,
+    /// A node whose value outlives the forward, so it can be read back afterwards
+    /// (`Context::read_node`, `--trace`); its buffer is never reused within the graph.
+    pub keep: Option<NodeId>,
 }
 
 impl GraphKey {
@@ -181,11 +184,16 @@ impl GraphKey {
             n_tokens,
             n_outputs: n_outputs.clamp(1, n_tokens.max(1)),
             flash: false,
+            keep: None,
         }
     }
 
     pub fn flash(self, on: bool) -> GraphKey {
         GraphKey { flash: on, ..self }
+    }
+
+    pub fn keep(self, node: Option<NodeId>) -> GraphKey {
+        GraphKey { keep: node, ..self }
     }
 }
 
@@ -235,7 +243,9 @@ pub struct Builder<'a> {
 
 impl<'a> Builder<'a> {
     pub fn new(hp: &'a HParams, key: GraphKey) -> Self {
-        let key = GraphKey::new(key.n_tokens, key.n_outputs).flash(key.flash);
+        let key = GraphKey::new(key.n_tokens, key.n_outputs)
+            .flash(key.flash)
+            .keep(key.keep);
         Builder {
             hp,
             nodes: Vec::new(),

@@ -17,6 +17,7 @@ use crate::model::diff;
 tests![
     prefill_equals_decode_steps_for_every_architecture,
     flash_toggle_takes_effect_after_a_forward,
+    trace_reads_a_named_intermediate,
     cache_types_and_threads_agree,
     hostile_shapes_are_named,
     unknown_architecture_and_bad_steps_are_errors,
@@ -299,5 +300,38 @@ fn flash_toggle_takes_effect_after_a_forward() {
     for arch in Arch::ALL {
         let path = write_tiny(&dir, arch, QType::F32, |_| {});
         check_flash_toggle(&format!("cpu {}", arch.name()), &|| session(&path, KvType::F16, 2));
+    }
+}
+
+/// `Session::trace` returns a named node's value after a forward: the logits node equals what
+/// `eval` returns, an intermediate has its node's shape, a kept node survives the buffers reused
+/// after it, and an unknown name is an error naming it.
+fn trace_reads_a_named_intermediate() {
+    let dir = crate::gguf::tempdir("tiny-trace");
+    for arch in Arch::ALL {
+        let path = write_tiny(&dir, arch, QType::Q8_0, |_| {});
+        let want = session(&path, KvType::F16, 2).eval(&PROMPT, false).unwrap();
+        let mut s = session(&path, KvType::F16, 2);
+        // The graph's result: the LM head, soft-capped for gemma3.
+        let head = if arch == Arch::Gemma3 {
+            "result_softcap"
+        } else {
+            "result_output"
+        };
+        let t = s.trace(&PROMPT, head).unwrap();
+        assert_eq!((t.rows, t.width), (1, N_VOCAB));
+        assert_eq!(t.values, want, "{}: traced logits", arch.name());
+        // blk.0's attention output is dead long before the head; kept, it is still whole.
+        let mut s = session(&path, KvType::F16, 2);
+        let a = s.trace(&PROMPT, "blk.0.attn_out").unwrap();
+        assert_eq!(
+            (a.rows, a.width, a.values.len()),
+            (PROMPT.len(), N_EMBD, PROMPT.len() * N_EMBD)
+        );
+        let mut again = session(&path, KvType::F16, 2);
+        assert_eq!(again.trace(&PROMPT, "blk.0.attn_out").unwrap().values, a.values);
+        assert_ne!(a.values, vec![0.0; a.values.len()]);
+        let e = s.trace(&[1], "blk.0.no_such_node").unwrap_err().to_string();
+        assert!(e.contains("blk.0.no_such_node"), "{e}");
     }
 }

@@ -339,6 +339,13 @@ impl CpuContext {
 }
 
 impl Context for CpuContext {
+    fn read_node(&mut self, graph: &Graph, node: NodeId) -> Result<Vec<f32>> {
+        let (rows, width) = crate::backend::kept_node(graph, node)?;
+        let plan = self.plans.get(&graph.key).ok_or_else(crate::backend::no_forward_yet)?;
+        // One instruction per node, in order; the kept node's buffer is never reused.
+        Ok(plan.buffers[plan.steps[node].out][..rows * width].to_vec())
+    }
+
     fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()> {
         let n_vocab = self.model.hparams.n_vocab;
         crate::backend::check_forward(graph, tokens, pos0, self.kv.n_ctx, n_vocab)?;

@@ -11,7 +11,7 @@ use super::device::{DevBuf, Device, Func, Params, Replay};
 use crate::backend::gpu::schedule::{self, rope_table, Res, Stage, WeightParts};
 use crate::backend::{Context, KvLayout, KvType};
 use crate::error::{Error, Result};
-use crate::model::{Graph, GraphKey, Model, Rope};
+use crate::model::{Graph, GraphKey, Model, NodeId, Rope};
 
 fn err(what: impl Into<String>) -> Error {
     Error::Backend {
@@ -109,7 +109,9 @@ struct Prepared {
     argmax: Item,
     runs: usize,
     /// Held for the launches (and the graph) that point into them.
-    _acts: Vec<DevBuf>,
+    acts: Vec<DevBuf>,
+    /// The activation buffer of each node.
+    node_buf: Vec<usize>,
     ids: DevBuf,
     ropes: Vec<(Rope, DevBuf)>,
     result: u64,
@@ -240,7 +242,8 @@ impl CudaContext {
             runs: 0,
             result: acts[s.result].ptr,
             result_bytes: s.result_bytes as usize,
-            _acts: acts,
+            acts,
+            node_buf: s.node_buf.clone(),
             ids,
             ropes,
             argmax_out,
@@ -318,6 +321,16 @@ fn finish(dev: &dyn Device, plan: &Prepared, argmax: bool) -> std::result::Resul
 }
 
 impl Context for CudaContext {
+    fn read_node(&mut self, graph: &Graph, node: NodeId) -> Result<Vec<f32>> {
+        let (rows, width) = crate::backend::kept_node(graph, node)?;
+        let p = self.plans.get(&graph.key).ok_or_else(crate::backend::no_forward_yet)?;
+        let mut bytes = vec![0u8; rows * width * 4];
+        self.dev.read(p.acts[p.node_buf[node]].ptr, &mut bytes).map_err(err)?;
+        let mut out = Vec::new();
+        crate::backend::f32s_into(&bytes, &mut out);
+        Ok(out)
+    }
+
     fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()> {
         let bytes = self.run(graph, tokens, pos0, false)?;
         crate::backend::f32s_into(&bytes, out);

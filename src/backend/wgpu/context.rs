@@ -11,7 +11,7 @@ use super::registry::Registry;
 use crate::backend::gpu::schedule::{self, rope_table};
 use crate::backend::{Context, KvLayout, KvType};
 use crate::error::{Error, Result};
-use crate::model::{Graph, GraphKey, Model, Node, Op};
+use crate::model::{Graph, GraphKey, Model, Node, NodeId, Op};
 
 pub struct WgpuContext {
     pub(super) gpu: Arc<Gpu>,
@@ -141,11 +141,10 @@ impl WgpuContext {
                 n_outputs: outs.max(1),
                 ..graph.key
             };
-            let model = &self.model;
             let g = self
                 .graphs
                 .entry(key)
-                .or_insert_with(|| Arc::new(model.graph(key)))
+                .or_insert_with(|| Arc::new(sub_graph(graph, key)))
                 .clone();
             let bytes = self.run(&g, &tokens[start..end], pos0 + start, Readback::Logits)?;
             if outs > 0 {
@@ -244,6 +243,31 @@ impl WgpuContext {
     }
 }
 
+/// `g` for `key`'s tokens and output rows (its other options are `g`'s): the nodes from
+/// `Output` on (and any node reading one of them) take `n_outputs` rows, the others `n_tokens`.
+/// Derived from `g` itself, which need not be the model's own graph (the op tests build theirs).
+fn sub_graph(g: &Graph, key: GraphKey) -> Graph {
+    let (n, outs) = (key.n_tokens, key.n_outputs);
+    let mut post = vec![false; g.nodes.len()];
+    let nodes = g
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, nd)| {
+            post[i] = matches!(nd.op, Op::Output { .. }) || nd.op.inputs().iter().any(|&j| post[j]);
+            Node {
+                rows: if post[i] { outs } else { n },
+                ..nd.clone()
+            }
+        })
+        .collect();
+    Graph {
+        key,
+        nodes,
+        result: g.result,
+    }
+}
+
 /// Records the plan's passes: one compute pass per node (timestamped when profiling).
 fn encode(enc: &mut wgpu::CommandEncoder, plan: &Plan, mut prof: Option<&mut Profiler>) {
     for pass in &plan.passes {
@@ -291,6 +315,27 @@ fn read(gpu: &Gpu, buf: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
 }
 
 impl Context for WgpuContext {
+    fn read_node(&mut self, graph: &Graph, node: NodeId) -> Result<Vec<f32>> {
+        let (rows, width) = crate::backend::kept_node(graph, node)?;
+        let plan = self.plans.get(&graph.key).ok_or_else(crate::backend::no_forward_yet)?;
+        let size = (rows * width * 4) as u64;
+        let gpu = &self.gpu;
+        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read_node"),
+            size: size.max(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("read_node"),
+        });
+        enc.copy_buffer_to_buffer(&plan.acts[plan.node_buf[node]], 0, &staging, 0, size);
+        gpu.queue.submit([enc.finish()]);
+        let mut out = Vec::new();
+        crate::backend::f32s_into(&read(gpu, &staging, size)?, &mut out);
+        Ok(out)
+    }
+
     fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()> {
         let m = self.split_tokens(graph);
         if m < tokens.len() {

@@ -36,6 +36,8 @@ pub enum Pass {
 pub struct Plan {
     pub passes: Vec<Pass>,
     pub acts: Vec<wgpu::Buffer>,
+    /// The activation buffer of each node.
+    pub node_buf: Vec<usize>,
     pub ids: wgpu::Buffer,
     /// (configuration, cos/sin table [n_tokens][n_rot / 2]) per distinct RoPE of the graph.
     pub ropes: Vec<(Rope, wgpu::Buffer)>,
@@ -215,6 +217,7 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
     Ok(Plan {
         passes,
         acts,
+        node_buf: s.node_buf.clone(),
         ids,
         ropes: rope_bufs,
         result: s.result,

@@ -16,6 +16,7 @@ use crate::common;
 tests![
     random_models_match_cpu,
     flash_toggle_takes_effect_after_a_forward,
+    traced_intermediates_match_cpu,
     split_weights_and_batches_change_nothing,
     real_models_match_llama_cpp_and_cpu,
     greedy_runs_match_cpu,
@@ -471,4 +472,38 @@ fn flash_toggle_takes_effect_after_a_forward() {
         let open = || session_on(g, Arc::new(minfer::load::open_model(&path).unwrap()), 64, KvType::F16);
         crate::tiny::check_flash_toggle(&g.label, &open);
     }
+}
+
+/// One intermediate per layer kind, read back by name from every GPU backend and held against the
+/// CPU's (`Session::trace`, `--trace`): within the random-model tests' quantized bound.
+fn traced_intermediates_match_cpu() {
+    let t = "traced_intermediates_match_cpu";
+    let gs = gpus(t, None);
+    if gs.is_empty() {
+        return;
+    }
+    let dir = crate::gguf::tempdir("gpu-trace");
+    let path = crate::tiny::write_tiny(&dir, minfer::model::Arch::Qwen3, QType::Q8_0, |_| {});
+    let prompt = [1u32, 17, 5, 93, 42, 42, 8];
+    let cpu = |name: &str| {
+        let m = Arc::new(minfer::load::open_model(&path).unwrap());
+        session_of_arc(m, 64, BackendChoice::Cpu, KvType::F16)
+            .trace(&prompt, name)
+            .unwrap()
+    };
+    for name in ["blk.0.attn_q_norm", "blk.1.attn", "blk.2.ffn_swiglu", "result_norm"] {
+        let want = cpu(name);
+        for g in &gs {
+            let mut s = session_on(g, Arc::new(minfer::load::open_model(&path).unwrap()), 64, KvType::F16);
+            let got = s.trace(&prompt, name).unwrap();
+            assert_eq!((got.rows, got.width), (want.rows, want.width), "{name}");
+            let e = nmse(&got.values, &want.values);
+            eprintln!("{name:<20} {:<40} NMSE {e:.2e}", g.label);
+            assert!(e <= 5e-3, "{}: {name}: NMSE {e:.2e}", g.label);
+        }
+    }
+}
+
+fn session_of_arc(model: Arc<Model>, n_ctx: usize, choice: BackendChoice, kv: KvType) -> Session {
+    Session::new(model, &opts(n_ctx, choice, kv)).unwrap()
 }

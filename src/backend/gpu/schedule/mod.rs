@@ -89,6 +89,8 @@ pub struct Schedule {
     pub n_tokens: usize,
     /// Every distinct RoPE of the graph; `Res::RopeTable(i)` is `ropes[i]`'s table.
     pub ropes: Vec<Rope>,
+    /// The buffer of every node (the key's kept node's is never reused).
+    pub node_buf: Vec<usize>,
     /// The logits node's buffer and size in bytes.
     pub result: usize,
     pub result_bytes: u64,
@@ -209,6 +211,7 @@ pub fn schedule(
         act_bytes: b.live.sizes,
         n_tokens: g.key.n_tokens,
         ropes: b.ropes,
+        node_buf: b.live.buf_of,
         result,
         result_bytes: (n_out * n_vocab * 4) as u64,
         argmax,
