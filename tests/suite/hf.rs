@@ -29,6 +29,7 @@ fn opts(n_ctx: usize) -> SessionOptions {
         backend: BackendChoice::Cpu,
         kv_type: Some(KvType::F32),
         gpu: None,
+        ..SessionOptions::default()
     }
 }
 
