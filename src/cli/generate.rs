@@ -91,6 +91,8 @@ pub struct RunArgs {
     pub session: SessionOptions,
     pub sampler: SamplerConfig,
     pub n_predict: usize,
+    /// End-of-generation tokens are masked out: exactly `n_predict` tokens (`--ignore-eos`).
+    pub ignore_eos: bool,
     pub system: Option<String>,
     pub raw: bool,
     pub json: bool,
@@ -161,6 +163,7 @@ pub fn run(model: &Path, prompt: &str, a: &RunArgs) -> Result<()> {
         max_tokens: a.n_predict,
         sampler: a.sampler.clone(),
         stop: a.stop.clone(),
+        ignore_eos: a.ignore_eos,
     };
     let mut out = std::io::stdout();
     let json = a.json;
@@ -243,6 +246,7 @@ pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
             max_tokens: a.n_predict,
             sampler: a.sampler.clone(),
             stop: a.stop.clone(),
+            ignore_eos: a.ignore_eos,
         };
         let mut out = std::io::stdout();
         let g = engine.generate(&ids, &opts, |piece| {

@@ -128,6 +128,10 @@ struct SampleFlags {
     /// Stop before this string (repeatable)
     #[arg(long)]
     stop: Vec<String>,
+    /// Never end at an end-of-generation token: generate exactly -n tokens (as llama.cpp's
+    /// flag, end tokens are masked out of sampling; stop strings still stop)
+    #[arg(long = "ignore-eos")]
+    ignore_eos: bool,
     /// A system message for the chat template
     #[arg(long)]
     system: Option<String>,
@@ -333,6 +337,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 flash_attn: engine.flash_attn,
                 sampler: sample.sampler()?,
                 n_predict: sample.n_predict,
+                ignore_eos: sample.ignore_eos,
                 system: sample.system.clone(),
                 raw,
                 json,
@@ -351,6 +356,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 flash_attn: engine.flash_attn,
                 sampler: sample.sampler()?,
                 n_predict: sample.n_predict,
+                ignore_eos: sample.ignore_eos,
                 system: sample.system.clone(),
                 raw: false,
                 json: false,

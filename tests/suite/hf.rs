@@ -277,6 +277,7 @@ fn engine_runs_an_hf_directory() {
                 ..Default::default()
             },
             stop: vec![],
+            ignore_eos: false,
         };
         let out = e.generate(&prompt, &g, |_| minfer::engine::Flow::Continue).unwrap();
         (text.ok(), prompt, out.tokens, out.text)

@@ -367,6 +367,7 @@ fn smollm2_chat_reply_matches_llama_cpp() {
         max_tokens: 48,
         sampler: SamplerConfig::greedy(),
         stop: vec![],
+        ignore_eos: false,
     };
     let mut streamed = String::new();
     let out = engine
