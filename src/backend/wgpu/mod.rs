@@ -1,6 +1,7 @@
 //! The wgpu backend: WGSL kernels (`shaders/`) that read the raw GGUF blocks, on any adapter
 //! wgpu reaches (Vulkan, Metal, DX12).
 //!
+//! - `instance` — the wgpu instance, without window-system extensions (no presentation noise)
 //! - `device`   — adapter choice, the shared device, error scopes, pipelines (+ disk cache)
 //! - `shaders`  — the WGSL sources and how kernel variants are assembled from them
 //! - `registry` — weights uploaded once, raw, split by rows past the binding limit
@@ -31,6 +32,7 @@
 
 mod context;
 pub mod device;
+mod instance;
 mod plan;
 mod profile;
 pub mod registry;
