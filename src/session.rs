@@ -77,7 +77,8 @@ impl Session {
     }
 
     /// A session on the first of `cands` whose gate takes the model (`opts.backend`,
-    /// `threads` and `gpu` are not consulted): for programs that build their own backends.
+    /// `threads`, `gpu` and `backend_options` are not consulted): for programs that build
+    /// their own backends.
     pub fn on(cands: Vec<Arc<dyn backend::Backend>>, model: Arc<Model>, opts: &SessionOptions) -> Result<Session> {
         let kv_type = match opts.kv_type {
             Some(t) => t,
