@@ -29,7 +29,11 @@ fn weight(qtype: QType, k: usize, m: usize) -> Tensor {
 
 fn bench_matmul(c: &mut Criterion) {
     let pool = Pool::new(minfer::backend::cpu::default_threads());
-    let kernels = Isa::detect();
+    // The kernels `MINFER_CPU_ISA` names, else the best this CPU runs.
+    let isa = minfer::env::Overrides::from_env()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .cpu_isa;
+    let kernels = Isa::select(isa.as_deref()).unwrap_or_else(|e| panic!("{e}"));
     let (k, m) = (576, 1536); // SmolLM2's FFN up projection
     for qtype in [
         QType::Q4_0,

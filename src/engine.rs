@@ -55,6 +55,10 @@ pub struct GenerateOptions {
     pub sampler: SamplerConfig,
     /// Generation ends before any of these strings; they are not part of the text.
     pub stop: Vec<String>,
+    /// End-of-generation tokens (EOS, EOT, …) get no probability, so generation runs to
+    /// `max_tokens` (or a stop string, the callback, a full context): llama.cpp's
+    /// `--ignore-eos`, which biases every EOG token to -inf.
+    pub ignore_eos: bool,
 }
 
 impl Default for GenerateOptions {
@@ -63,6 +67,7 @@ impl Default for GenerateOptions {
             max_tokens: 256,
             sampler: SamplerConfig::default(),
             stop: Vec::new(),
+            ignore_eos: false,
         }
     }
 }
@@ -201,15 +206,31 @@ impl Engine {
         let mut held = String::new(); // text that might begin a stop string
         let mut reason = StopReason::MaxTokens;
         // Plain greedy needs only the argmax: a GPU backend then reads back one id, not logits.
+        // Masking end tokens needs the logits.
         let c = &opts.sampler;
-        let argmax_only =
-            c.temperature <= 0.0 && c.repeat_penalty == 1.0 && c.presence_penalty == 0.0 && c.frequency_penalty == 0.0;
+        let argmax_only = !opts.ignore_eos
+            && c.temperature <= 0.0
+            && c.repeat_penalty == 1.0
+            && c.presence_penalty == 0.0
+            && c.frequency_penalty == 0.0;
+        let masked: Vec<u32> = if opts.ignore_eos {
+            self.tokenizer.eog_ids()
+        } else {
+            Vec::new()
+        };
         let mut next_id: Option<u32> = None;
         while tokens.len() < opts.max_tokens {
             // The prompt is the penalty history; `accept` appends each generated token to it.
             let next = match next_id.take() {
                 Some(id) => id,
-                None => sampler.sample(&mut logits, prompt),
+                None => {
+                    for &id in &masked {
+                        if let Some(l) = logits.get_mut(id as usize) {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                    sampler.sample(&mut logits, prompt)
+                }
             };
             sampler.accept(next);
             if self.tokenizer.is_eog(next) {
@@ -289,7 +310,127 @@ fn safe_prefix(held: &str, stops: &[String]) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::safe_prefix;
+    use std::sync::Arc;
+
+    use super::{safe_prefix, Engine, Flow, GenerateOptions, StopReason};
+    use crate::backend::{BackendChoice, KvType};
+    use crate::gguf::{GgufFile, GgufWriter, Value, ValueType};
+    use crate::quant::QType;
+    use crate::sampling::SamplerConfig;
+    use crate::{Model, SessionOptions};
+
+    /// A one-layer llama with f32 weights seeded by tensor name, a 32-token SentencePiece
+    /// vocabulary, and `eos` as its end-of-sequence token.
+    fn tiny_engine(eos: Option<u32>) -> Engine {
+        const EMBD: u64 = 32;
+        const FF: u64 = 64;
+        const VOCAB: u64 = 32;
+        let mut w = GgufWriter::new();
+        w.set("general.architecture", Value::String("llama".into()));
+        for (k, v) in [
+            ("block_count", 1),
+            ("context_length", 64),
+            ("embedding_length", EMBD as u32),
+            ("feed_forward_length", FF as u32),
+            ("attention.head_count", 2),
+            ("attention.head_count_kv", 1),
+        ] {
+            w.set(&format!("llama.{k}"), Value::U32(v));
+        }
+        w.set("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
+        w.set("tokenizer.ggml.model", Value::String("llama".into()));
+        let tokens = (0..VOCAB).map(|i| Value::String(format!("t{i}"))).collect();
+        w.set("tokenizer.ggml.tokens", Value::Array(ValueType::String, tokens));
+        if let Some(id) = eos {
+            w.set("tokenizer.ggml.eos_token_id", Value::U32(id));
+        }
+        let seeded = |name: &str, n: u64| -> Vec<f32> {
+            let mut s = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+            });
+            (0..n)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    (s >> 11) as f32 / (1u64 << 53) as f32 - 0.5
+                })
+                .collect()
+        };
+        let kv = EMBD / 2;
+        for (name, shape) in [
+            ("token_embd.weight", [EMBD, VOCAB]),
+            ("output.weight", [EMBD, VOCAB]),
+            ("blk.0.attn_q.weight", [EMBD, EMBD]),
+            ("blk.0.attn_k.weight", [EMBD, kv]),
+            ("blk.0.attn_v.weight", [EMBD, kv]),
+            ("blk.0.attn_output.weight", [EMBD, EMBD]),
+            ("blk.0.ffn_gate.weight", [EMBD, FF]),
+            ("blk.0.ffn_up.weight", [EMBD, FF]),
+            ("blk.0.ffn_down.weight", [FF, EMBD]),
+        ] {
+            w.add_f32(name, QType::F32, &shape, &seeded(name, shape[0] * shape[1]))
+                .unwrap();
+        }
+        for name in ["output_norm.weight", "blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"] {
+            w.add_f32(name, QType::F32, &[EMBD], &[1.0; EMBD as usize]).unwrap();
+        }
+        let file = GgufFile::from_bytes(w.to_bytes(), "tiny.gguf").unwrap();
+        let model = Arc::new(Model::from_gguf(file, "tiny.gguf".into()).unwrap());
+        let tok = crate::tokenizer::Tokenizer::from_gguf(&model.metadata).unwrap();
+        let opts = SessionOptions {
+            n_ctx: 64,
+            threads: Some(1),
+            backend: BackendChoice::Cpu,
+            kv_type: Some(KvType::F32),
+            ..SessionOptions::default()
+        };
+        Engine::from_model(model, tok, &opts).unwrap()
+    }
+
+    /// `ignore_eos` generates exactly `max_tokens`, none of them the end token, where the same
+    /// prompt otherwise ends at once; greedy and sampled alike.
+    #[test]
+    fn ignore_eos_generates_exactly_max_tokens() {
+        let prompt = [1u32, 5, 7];
+        let greedy = GenerateOptions {
+            max_tokens: 12,
+            sampler: SamplerConfig::greedy(),
+            ..GenerateOptions::default()
+        };
+        let first = tiny_engine(None)
+            .generate(&prompt, &greedy, |_| Flow::Continue)
+            .unwrap()
+            .tokens[0];
+        // That first greedy token is now the end of sequence: generation stops on it.
+        let mut e = tiny_engine(Some(first));
+        let g = e.generate(&prompt, &greedy, |_| Flow::Continue).unwrap();
+        assert_eq!(
+            (g.tokens.as_slice(), g.stop_reason),
+            (&[first][..], StopReason::EndOfText)
+        );
+        let sampled = GenerateOptions {
+            sampler: SamplerConfig {
+                temperature: 1.5,
+                top_k: 0,
+                top_p: 1.0,
+                min_p: 0.0,
+                seed: Some(7),
+                ..SamplerConfig::default()
+            },
+            ..greedy.clone()
+        };
+        for opts in [greedy, sampled] {
+            let opts = GenerateOptions {
+                ignore_eos: true,
+                ..opts
+            };
+            let g = e.generate(&prompt, &opts, |_| Flow::Continue).unwrap();
+            assert_eq!(g.stop_reason, StopReason::MaxTokens);
+            assert_eq!(g.tokens.len(), 12, "{:?}", g.tokens);
+            assert!(!g.tokens.contains(&first), "{:?} holds the end token {first}", g.tokens);
+        }
+    }
 
     #[test]
     fn holds_back_possible_stop_prefixes() {

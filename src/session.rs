@@ -4,10 +4,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::backend::{self, BackendChoice, Context, KvType};
+use crate::backend::{self, BackendChoice, BackendOptions, Context, KvType};
 use crate::error::{Error, Result};
 use crate::model::{Graph, GraphKey, Model};
 
+/// How a session is set up. `Default` is the built-in behaviour and reads nothing from the
+/// environment; [`SessionOptions::from_env`] applies the `MINFER_*` overrides (as the CLI does).
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
     /// Context size in tokens (0 = the model's training context, capped at 4096).
@@ -16,10 +18,12 @@ pub struct SessionOptions {
     pub n_batch: usize,
     pub threads: Option<usize>,
     pub backend: BackendChoice,
-    /// None = the auto policy (`KvType::auto`, `MINFER_CACHE_TYPE`).
+    /// None = the auto policy (`KvType::auto`); `MINFER_CACHE_TYPE` through `from_env`.
     pub kv_type: Option<KvType>,
     /// CUDA device index (`--gpu N`); None = 0.
     pub gpu: Option<usize>,
+    /// CPU ISA, wgpu and CUDA switches, profiling, the upload progress callback.
+    pub backend_options: BackendOptions,
 }
 
 impl Default for SessionOptions {
@@ -31,6 +35,24 @@ impl Default for SessionOptions {
             backend: BackendChoice::Auto,
             kv_type: None,
             gpu: None,
+            backend_options: BackendOptions::default(),
+        }
+    }
+}
+
+impl SessionOptions {
+    /// The defaults with the environment's overrides applied (`crate::env`): an error names
+    /// a variable whose value does not parse.
+    pub fn from_env() -> Result<SessionOptions> {
+        Ok(SessionOptions::from_overrides(&crate::env::Overrides::from_env()?))
+    }
+
+    /// The defaults with `o` applied: the KV type (`MINFER_CACHE_TYPE`) and the backend switches.
+    pub fn from_overrides(o: &crate::env::Overrides) -> SessionOptions {
+        SessionOptions {
+            kv_type: o.cache_type,
+            backend_options: BackendOptions::from_overrides(o),
+            ..SessionOptions::default()
         }
     }
 }
@@ -59,16 +81,17 @@ pub struct Session {
 
 impl Session {
     pub fn new(model: Arc<Model>, opts: &SessionOptions) -> Result<Session> {
-        let cands = backend::candidates(opts.backend, opts.threads, opts.gpu)?;
+        let cands = backend::candidates(opts.backend, opts.threads, opts.gpu, &opts.backend_options)?;
         Session::on(cands, model, opts)
     }
 
     /// A session on the first of `cands` whose gate takes the model (`opts.backend`,
-    /// `threads` and `gpu` are not consulted): for programs that build their own backends.
+    /// `threads`, `gpu` and `backend_options` are not consulted): for programs that build
+    /// their own backends.
     pub fn on(cands: Vec<Arc<dyn backend::Backend>>, model: Arc<Model>, opts: &SessionOptions) -> Result<Session> {
         let kv_type = match opts.kv_type {
             Some(t) => t,
-            None => KvType::auto(&model)?,
+            None => KvType::auto(&model),
         };
         let n_ctx = if opts.n_ctx == 0 {
             model.hparams.n_ctx_train.min(4096)
@@ -112,6 +135,12 @@ impl Session {
 
     pub fn n_vocab(&self) -> usize {
         self.model.hparams.n_vocab
+    }
+
+    /// The backend's per-op time table, where profiling was asked for
+    /// (`BackendOptions::profile`) and the backend keeps one.
+    pub fn profile_report(&self) -> Option<String> {
+        self.ctx.profile_report()
     }
 
     /// Forgets the conversation (the cache is overwritten from position 0).

@@ -82,17 +82,15 @@ impl KvType {
     }
 
     /// The policy when nothing is asked: f16 for models whose KV traffic matters
-    /// (`n_layer × n_kv_embd ≥ 8192`), f32 for tiny ones. `MINFER_CACHE_TYPE` overrides.
-    pub fn auto(model: &Model) -> Result<KvType> {
-        if let Ok(s) = std::env::var("MINFER_CACHE_TYPE") {
-            return KvType::parse(&s).map_err(|e| Error::InvalidArgument(format!("MINFER_CACHE_TYPE: {e}")));
-        }
+    /// (`n_layer × n_kv_embd ≥ 8192`), f32 for tiny ones. `SessionOptions::kv_type` (the
+    /// `--cache-type` flag, `MINFER_CACHE_TYPE`) overrides it.
+    pub fn auto(model: &Model) -> KvType {
         let hp = &model.hparams;
-        Ok(if hp.n_layer * hp.n_embd_k().max(hp.n_embd_v()) >= 8192 {
+        if hp.n_layer * hp.n_embd_k().max(hp.n_embd_v()) >= 8192 {
             KvType::F16
         } else {
             KvType::F32
-        })
+        }
     }
 }
 
@@ -207,6 +205,11 @@ pub trait Context: Send {
         let n_vocab = logits.len() / graph.key.n_outputs.max(1);
         Ok(crate::sampling::argmax(&logits[logits.len() - n_vocab..]))
     }
+    /// The per-op GPU time of the forwards so far, where profiling was asked for
+    /// (`BackendOptions::profile`): a table for the caller to print.
+    fn profile_report(&self) -> Option<String> {
+        None
+    }
     /// The value of node `node` (`[rows, width]`) after the last forward of `graph`, which
     /// must keep it (`GraphKey::keep`): one intermediate, read back to compare backends by name
     /// (`--trace`).
@@ -267,26 +270,125 @@ pub(crate) fn f32s_into(bytes: &[u8], out: &mut Vec<f32>) {
     );
 }
 
-/// A progress bar for uploading `total` bytes of weights, when that is enough to be worth one.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub(crate) fn upload_progress(total: u64) -> Option<indicatif::ProgressBar> {
-    (total >= 256 << 20).then(|| {
-        let b = indicatif::ProgressBar::new(total);
-        b.set_style(
-            indicatif::ProgressStyle::with_template("upload {bar:40} {bytes}/{total_bytes} {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
-    })
+/// Reports weight upload as `(bytes done, bytes total)`: once with 0 before the first weight,
+/// then after each one. The library draws nothing; the caller decides what to show.
+#[derive(Clone)]
+pub struct Progress(Arc<dyn Fn(u64, u64) + Send + Sync>);
+
+impl Progress {
+    pub fn new(f: impl Fn(u64, u64) + Send + Sync + 'static) -> Progress {
+        Progress(Arc::new(f))
+    }
+
+    pub fn report(&self, done: u64, total: u64) {
+        (self.0)(done, total)
+    }
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress(..)")
+    }
 }
 
 /// Where compiled kernels and pipeline caches live: `$XDG_CACHE_HOME/minfer`, else
 /// `~/.cache/minfer`.
 pub fn cache_dir() -> Option<std::path::PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))?;
-    Some(base.join("minfer"))
+    Some(crate::env::user_cache_dir()?.join("minfer"))
+}
+
+/// How `candidates` sets up the backends it makes, beyond the choice, threads and device.
+/// `Default` is the built-in behaviour; [`BackendOptions::from_overrides`] applies the
+/// environment's (`MINFER_*`, read by [`crate::env`]).
+#[derive(Clone, Debug)]
+pub struct BackendOptions {
+    /// CPU kernels by ISA name (`scalar`, `avx2`, `avx512`, `neon`); None = the best this CPU runs.
+    pub cpu_isa: Option<String>,
+    /// Leave wgpu out (its verdict says `disabled by MINFER_DISABLE_WGPU`).
+    pub disable_wgpu: bool,
+    /// Under `auto`, a software wgpu adapter (llvmpipe, WARP) may be picked too.
+    pub wgpu_allow_software: bool,
+    /// wgpu: per-op GPU time from timestamp queries ([`Context::profile_report`]).
+    pub profile: bool,
+    /// Leave CUDA out (its verdict says `disabled by MINFER_DISABLE_CUDA`).
+    pub disable_cuda: bool,
+    /// CUDA: the CPU emulation library (built by `cuda::emu::build`) in the device's place.
+    pub cuda_emulator: Option<std::path::PathBuf>,
+    /// CUDA: capture and replay decode steps as CUDA graphs.
+    pub cuda_graphs: bool,
+    /// Called while a GPU backend uploads weights.
+    pub progress: Option<Progress>,
+}
+
+impl Default for BackendOptions {
+    fn default() -> Self {
+        BackendOptions {
+            cpu_isa: None,
+            disable_wgpu: false,
+            wgpu_allow_software: false,
+            profile: false,
+            disable_cuda: false,
+            cuda_emulator: None,
+            cuda_graphs: true,
+            progress: None,
+        }
+    }
+}
+
+impl BackendOptions {
+    /// The defaults with the environment's overrides applied.
+    pub fn from_overrides(o: &crate::env::Overrides) -> BackendOptions {
+        BackendOptions {
+            cpu_isa: o.cpu_isa.clone(),
+            disable_wgpu: o.disable_wgpu,
+            wgpu_allow_software: o.wgpu_allow_cpu,
+            profile: o.profile,
+            disable_cuda: o.disable_cuda,
+            cuda_emulator: o.cuda_emulator.clone(),
+            cuda_graphs: o.cuda_graphs.unwrap_or(true),
+            progress: None,
+        }
+    }
+}
+
+fn cpu_backend(threads: Option<usize>, opts: &BackendOptions) -> Result<cpu::CpuBackend> {
+    match &opts.cpu_isa {
+        Some(isa) => cpu::CpuBackend::with_isa(threads, isa),
+        None => cpu::CpuBackend::new(threads),
+    }
+}
+
+/// The wgpu backend as `opts` has it: `auto` takes hardware adapters only unless
+/// `wgpu_allow_software`; `--backend wgpu` (`auto == false`) takes whatever adapter there is.
+#[cfg(feature = "wgpu")]
+fn wgpu_backend(auto: bool, opts: &BackendOptions) -> std::result::Result<wgpu::WgpuBackend, Refusal> {
+    if opts.disable_wgpu {
+        return Err(Refusal("disabled by MINFER_DISABLE_WGPU".into()));
+    }
+    let w = if auto {
+        wgpu::WgpuOptions {
+            allow_software: opts.wgpu_allow_software,
+            ..wgpu::WgpuOptions::auto()
+        }
+    } else {
+        wgpu::WgpuOptions::forced()
+    };
+    Ok(wgpu::WgpuBackend::new(w)?
+        .with_profile(opts.profile)
+        .with_progress(opts.progress.clone()))
+}
+
+/// CUDA device `gpu` (or the emulator `opts` names), or why not.
+#[cfg(feature = "cuda")]
+fn cuda_backend(gpu: Option<usize>, opts: &BackendOptions) -> std::result::Result<cuda::CudaBackend, Refusal> {
+    if opts.disable_cuda {
+        return Err(Refusal("disabled by MINFER_DISABLE_CUDA".into()));
+    }
+    let b = match &opts.cuda_emulator {
+        Some(lib) => cuda::CudaBackend::emulated(lib)?,
+        None => cuda::CudaBackend::new(gpu.unwrap_or(0))?,
+    };
+    Ok(b.with_graphs(opts.cuda_graphs).with_progress(opts.progress.clone()))
 }
 
 /// Which backends the user allows.
@@ -314,30 +416,35 @@ impl BackendChoice {
 
 /// The backends this build offers for `choice`, best first: CUDA (native), then wgpu, then
 /// the CPU, which closes the list under `auto`: it runs every op and every qtype.
-/// A wgpu adapter comes first under `auto` only if it is hardware (or `MINFER_WGPU_ALLOW_CPU=1`);
+/// A wgpu adapter comes first under `auto` only if it is hardware (or `wgpu_allow_software`);
 /// `wgpu` takes whatever adapter there is, software included. `gpu` is the CUDA device index
 /// (`--gpu N`, default 0).
 #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
 // Pushes that a CPU-only build compiles out leave one push after `Vec::new()`.
 #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(clippy::vec_init_then_push))]
-pub fn candidates(choice: BackendChoice, threads: Option<usize>, gpu: Option<usize>) -> Result<Vec<Arc<dyn Backend>>> {
+pub fn candidates(
+    choice: BackendChoice,
+    threads: Option<usize>,
+    gpu: Option<usize>,
+    opts: &BackendOptions,
+) -> Result<Vec<Arc<dyn Backend>>> {
     match choice {
         BackendChoice::Auto => {
             let mut v: Vec<Arc<dyn Backend>> = Vec::new();
             #[cfg(feature = "cuda")]
-            if let Ok(b) = cuda::CudaBackend::new(gpu.unwrap_or(0)) {
+            if let Ok(b) = cuda_backend(gpu, opts) {
                 v.push(Arc::new(b));
             }
             #[cfg(feature = "wgpu")]
-            if let Ok(b) = wgpu::WgpuBackend::new(wgpu::WgpuOptions::auto()) {
+            if let Ok(b) = wgpu_backend(true, opts) {
                 v.push(Arc::new(b));
             }
-            v.push(Arc::new(cpu::CpuBackend::new(threads)?));
+            v.push(Arc::new(cpu_backend(threads, opts)?));
             Ok(v)
         }
-        BackendChoice::Cpu => Ok(vec![Arc::new(cpu::CpuBackend::new(threads)?)]),
+        BackendChoice::Cpu => Ok(vec![Arc::new(cpu_backend(threads, opts)?)]),
         #[cfg(feature = "wgpu")]
-        BackendChoice::Wgpu => match wgpu::WgpuBackend::new(wgpu::WgpuOptions::forced()) {
+        BackendChoice::Wgpu => match wgpu_backend(false, opts) {
             Ok(b) => Ok(vec![Arc::new(b)]),
             Err(r) => Err(Error::Backend {
                 backend: "wgpu",
@@ -350,7 +457,7 @@ pub fn candidates(choice: BackendChoice, threads: Option<usize>, gpu: Option<usi
             what: "not available in this build".into(),
         }),
         #[cfg(feature = "cuda")]
-        BackendChoice::Cuda => match cuda::CudaBackend::new(gpu.unwrap_or(0)) {
+        BackendChoice::Cuda => match cuda_backend(gpu, opts) {
             Ok(b) => Ok(vec![Arc::new(b)]),
             Err(r) => Err(Error::Backend {
                 backend: "cuda",
@@ -366,10 +473,10 @@ pub fn candidates(choice: BackendChoice, threads: Option<usize>, gpu: Option<usi
 }
 
 /// Every candidate's gate verdict on `model` (for `info`).
-pub fn verdicts(model: &Model, kv: KvType) -> Vec<(String, std::result::Result<(), Refusal>)> {
+pub fn verdicts(model: &Model, kv: KvType, opts: &BackendOptions) -> Vec<(String, std::result::Result<(), Refusal>)> {
     let graph = model.graph(GraphKey::new(1, 1));
     let mut out = Vec::new();
-    match candidates(BackendChoice::Cpu, None, None) {
+    match candidates(BackendChoice::Cpu, None, None, opts) {
         Ok(cands) => {
             for b in cands {
                 out.push((b.name().to_string(), b.check(model, &graph, kv)));
@@ -378,13 +485,13 @@ pub fn verdicts(model: &Model, kv: KvType) -> Vec<(String, std::result::Result<(
         Err(e) => out.push(("cpu".into(), Err(Refusal(e.to_string())))),
     }
     #[cfg(feature = "wgpu")]
-    out.push(("wgpu".into(), wgpu_verdict(model, &graph, kv)));
+    out.push(("wgpu".into(), wgpu_verdict(model, &graph, kv, opts)));
     #[cfg(not(feature = "wgpu"))]
     out.push(("wgpu".into(), Err(Refusal("not available in this build".into()))));
     #[cfg(feature = "cuda")]
     out.push((
         "cuda".into(),
-        cuda::CudaBackend::new(0).and_then(|b| b.check(model, &graph, kv)),
+        cuda_backend(None, opts).and_then(|b| b.check(model, &graph, kv)),
     ));
     #[cfg(not(feature = "cuda"))]
     out.push((
@@ -399,10 +506,10 @@ pub fn verdicts(model: &Model, kv: KvType) -> Vec<(String, std::result::Result<(
 /// The wgpu verdict as `auto` sees it; a software adapter that `auto` skips is also checked
 /// the way `--backend wgpu` would take it.
 #[cfg(feature = "wgpu")]
-fn wgpu_verdict(model: &Model, graph: &Graph, kv: KvType) -> std::result::Result<(), Refusal> {
-    match wgpu::WgpuBackend::new(wgpu::WgpuOptions::auto()) {
+fn wgpu_verdict(model: &Model, graph: &Graph, kv: KvType, opts: &BackendOptions) -> std::result::Result<(), Refusal> {
+    match wgpu_backend(true, opts) {
         Ok(b) => b.check(model, graph, kv),
-        Err(r) if r.0.starts_with("software") => match wgpu::WgpuBackend::new(wgpu::WgpuOptions::forced()) {
+        Err(r) if r.0.starts_with("software") => match wgpu_backend(false, opts) {
             Ok(b) => match b.check(model, graph, kv) {
                 Ok(()) => Err(Refusal(format!("{r}; forced, it takes the model"))),
                 Err(why) => Err(Refusal(format!("{r}; forced, it would refuse: {why}"))),

@@ -21,6 +21,8 @@ pub struct Args {
     pub gpu: Option<usize>,
     pub kv_type: Option<KvType>,
     pub json: bool,
+    /// The environment's options (backend switches, `--profile`, the upload bar).
+    pub base: SessionOptions,
 }
 
 struct Record {
@@ -107,6 +109,7 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
             backend: b,
             kv_type: args.kv_type,
             gpu: args.gpu,
+            ..args.base.clone()
         };
         // With several backends, one that is absent is a row less, not the end of the run.
         let mut s = match Session::new(model.clone(), &opts) {
@@ -151,6 +154,7 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
                 samples_ns: samples,
             });
         }
+        super::print_profile(&s);
     }
 
     if records.is_empty() && args.n_prompt + args.n_gen > 0 {

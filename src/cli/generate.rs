@@ -9,29 +9,27 @@ use anyhow::{bail, Context as _, Result};
 
 use minfer::chat::ChatMessage;
 use minfer::engine::{Engine, Flow, GenerateOptions, StopReason};
+use minfer::env::Overrides;
 use minfer::sampling::SamplerConfig;
 use minfer::SessionOptions;
 
 pub const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
-/// The default model: `$MINFER_MODEL`, then `./models/`, then the user's cache directory.
-pub fn default_model() -> Result<PathBuf> {
+/// The default model: `$MINFER_MODEL`, then `$MINFER_MODELS_DIR`, `./models/`, then the
+/// user's cache directory.
+pub fn default_model(env: &Overrides) -> Result<PathBuf> {
     let mut tried = Vec::new();
-    if let Some(p) = std::env::var_os("MINFER_MODEL") {
-        let p = PathBuf::from(p);
+    if let Some(p) = &env.model {
         if p.is_file() {
-            return Ok(p);
+            return Ok(p.clone());
         }
         tried.push(format!("$MINFER_MODEL={}", p.display()));
     }
     let mut dirs = vec![PathBuf::from("models")];
-    if let Some(d) = std::env::var_os("MINFER_MODELS_DIR") {
-        dirs.insert(0, PathBuf::from(d));
+    if let Some(d) = &env.models_dir {
+        dirs.insert(0, d.clone());
     }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
-    if let Some(c) = cache {
+    if let Some(c) = minfer::env::user_cache_dir() {
         dirs.push(c.join("minfer"));
     }
     for d in dirs {
@@ -50,13 +48,13 @@ pub fn default_model() -> Result<PathBuf> {
 
 /// `[MODEL] [PROMPT]`: a first argument that names a file or directory, ends in .gguf, or reads
 /// as a Hugging Face `org/name[@revision]` is the model.
-pub fn split_model_prompt(args: &[String]) -> Result<(PathBuf, Option<String>)> {
+pub fn split_model_prompt(args: &[String], env: &Overrides) -> Result<(PathBuf, Option<String>)> {
     let looks_like_model =
         |s: &str| Path::new(s).exists() || s.ends_with(".gguf") || minfer::hf::HubName::parse(s).is_some();
     match args {
-        [] => Ok((default_model()?, None)),
+        [] => Ok((default_model(env)?, None)),
         [one] if looks_like_model(one) => Ok((check_model(one)?, None)),
-        [one] => Ok((default_model()?, Some(one.clone()))),
+        [one] => Ok((default_model(env)?, Some(one.clone()))),
         [m, p] => Ok((check_model(m)?, Some(p.clone()))),
         _ => bail!("expected at most two arguments, MODEL and PROMPT (quote the prompt)"),
     }
@@ -91,6 +89,8 @@ pub struct RunArgs {
     pub session: SessionOptions,
     pub sampler: SamplerConfig,
     pub n_predict: usize,
+    /// End-of-generation tokens are masked out: exactly `n_predict` tokens (`--ignore-eos`).
+    pub ignore_eos: bool,
     pub system: Option<String>,
     pub raw: bool,
     pub json: bool,
@@ -161,6 +161,7 @@ pub fn run(model: &Path, prompt: &str, a: &RunArgs) -> Result<()> {
         max_tokens: a.n_predict,
         sampler: a.sampler.clone(),
         stop: a.stop.clone(),
+        ignore_eos: a.ignore_eos,
     };
     let mut out = std::io::stdout();
     let json = a.json;
@@ -185,6 +186,7 @@ pub fn run(model: &Path, prompt: &str, a: &RunArgs) -> Result<()> {
         n_gen.saturating_sub(1) as f64 / g.decode_secs.max(1e-9),
         g.stop_reason
     );
+    super::print_profile(&engine.session);
     Ok(())
 }
 
@@ -242,6 +244,7 @@ pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
             max_tokens: a.n_predict,
             sampler: a.sampler.clone(),
             stop: a.stop.clone(),
+            ignore_eos: a.ignore_eos,
         };
         let mut out = std::io::stdout();
         let g = engine.generate(&ids, &opts, |piece| {
@@ -263,6 +266,7 @@ pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
         }
         history.push(ChatMessage::new("assistant", g.text.trim()));
     }
+    super::print_profile(&engine.session);
     Ok(())
 }
 

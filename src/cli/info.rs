@@ -16,10 +16,18 @@ use minfer::load::Source;
 use minfer::tensor::Tensor;
 use minfer::Model;
 
+/// What `info` is asked for: the output format, and the KV type and backend switches the
+/// verdicts are given under (the environment's, as a run would have them).
+pub struct Ask {
+    pub json: bool,
+    pub kv_type: Option<KvType>,
+    pub backends: backend::BackendOptions,
+}
+
 /// Metadata arrays longer than this are abbreviated in the text listing.
 const TEXT_ARRAY_ITEMS: usize = 8;
 
-pub fn run(path: &Path, as_json: bool) -> Result<()> {
+pub fn run(path: &Path, ask: &Ask) -> Result<()> {
     match minfer::load::resolve(path)? {
         Source::Gguf(p) => {
             let file = GgufFile::open(&p)?;
@@ -28,7 +36,7 @@ pub fn run(path: &Path, as_json: bool) -> Result<()> {
             let parts: Vec<String> = file.parts.iter().map(|p| p.path.display().to_string()).collect();
             let file_bytes = file.file_bytes();
             let model = Model::from_gguf(file, p.display().to_string());
-            print(listing, &format, version, parts, file_bytes, model, as_json)
+            print(listing, &format, version, parts, file_bytes, model, ask)
         }
         Source::HfDir(d) => {
             let dir = HfDir::open(&d)?;
@@ -48,7 +56,7 @@ pub fn run(path: &Path, as_json: bool) -> Result<()> {
                 parts,
                 file_bytes,
                 dir.into_model(),
-                as_json,
+                ask,
             )
         }
     }
@@ -109,7 +117,7 @@ fn print(
     parts: Vec<String>,
     file_bytes: u64,
     model: minfer::Result<Model>,
-    as_json: bool,
+    ask: &Ask,
 ) -> Result<()> {
     let Listing {
         arch,
@@ -122,8 +130,8 @@ fn print(
     // The gate verdicts need the architecture dispatched; a model that fails to load says why.
     let (model_err, verdicts) = match model {
         Ok(model) => {
-            let kv = KvType::auto(&model).unwrap_or(KvType::F16);
-            let v: Vec<(String, Result<(), String>)> = backend::verdicts(&model, kv)
+            let kv = ask.kv_type.unwrap_or_else(|| KvType::auto(&model));
+            let v: Vec<(String, Result<(), String>)> = backend::verdicts(&model, kv, &ask.backends)
                 .into_iter()
                 .map(|(n, r)| (n, r.map_err(|e| e.0)))
                 .collect();
@@ -132,7 +140,7 @@ fn print(
         Err(e) => (Some(e.to_string()), Vec::new()),
     };
 
-    if as_json {
+    if ask.json {
         let backends: serde_json::Map<String, J> = verdicts
             .iter()
             .map(|(n, r)| {

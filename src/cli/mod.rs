@@ -4,6 +4,7 @@ mod bench;
 mod generate;
 mod info;
 mod perplexity;
+mod progress;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,7 +12,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _, Result};
 use clap::{Args, Parser, Subcommand};
 
-use minfer::backend::{BackendChoice, KvType};
+use minfer::backend::{BackendChoice, BackendOptions, KvType};
+use minfer::env::Overrides;
 use minfer::sampling::SamplerConfig;
 use minfer::{Session, SessionOptions};
 
@@ -27,9 +29,33 @@ use minfer::{Session, SessionOptions};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
-    /// Per-op GPU time (wgpu timestamp queries) on stderr when a model is released
+    /// Per-op GPU time (wgpu timestamp queries) on stderr after the run (MINFER_PROFILE=1)
     #[arg(long, global = true)]
     profile: bool,
+}
+
+/// What every command starts from: the environment's overrides (read once, in `main`) and
+/// the global flags that override them.
+struct Base {
+    env: Overrides,
+    profile: bool,
+}
+
+impl Base {
+    /// Session options as the environment has them, with `--profile` and the upload bar.
+    fn session(&self) -> SessionOptions {
+        let mut o = SessionOptions::from_overrides(&self.env);
+        o.backend_options.profile |= self.profile;
+        o.backend_options.progress = Some(progress::upload_bar());
+        o
+    }
+}
+
+/// Prints the backend's per-op time table, where `--profile` asked for one.
+fn print_profile(s: &Session) {
+    if let Some(report) = s.profile_report() {
+        eprint!("{report}");
+    }
 }
 
 #[derive(Args, Clone)]
@@ -58,14 +84,17 @@ struct EngineFlags {
 }
 
 impl EngineFlags {
-    fn session(&self) -> SessionOptions {
+    /// The flags over `base` (a flag given wins over the environment).
+    fn session(&self, base: &Base) -> SessionOptions {
+        let b = base.session();
         SessionOptions {
             n_ctx: self.ctx,
             n_batch: self.batch,
             threads: self.threads,
             backend: self.backend,
-            kv_type: self.cache_type,
+            kv_type: self.cache_type.or(b.kv_type),
             gpu: self.gpu,
+            ..b
         }
     }
 }
@@ -99,6 +128,10 @@ struct SampleFlags {
     /// Stop before this string (repeatable)
     #[arg(long)]
     stop: Vec<String>,
+    /// Never end at an end-of-generation token: generate exactly -n tokens (as llama.cpp's
+    /// flag, end tokens are masked out of sampling; stop strings still stop)
+    #[arg(long = "ignore-eos")]
+    ignore_eos: bool,
     /// A system message for the chat template
     #[arg(long)]
     system: Option<String>,
@@ -237,11 +270,14 @@ enum Cmd {
 
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    if cli.profile {
-        // Read by the backend when a context is made; nothing else runs yet.
-        std::env::set_var("MINFER_PROFILE", "1");
-    }
-    match dispatch(cli) {
+    let run = Overrides::from_env().map_err(anyhow::Error::from).and_then(|env| {
+        let base = Base {
+            env,
+            profile: cli.profile,
+        };
+        dispatch(cli, &base)
+    });
+    match run {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -263,7 +299,7 @@ fn dump_graph(model: &std::path::Path, file: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-fn dispatch(cli: Cli) -> Result<()> {
+fn dispatch(cli: Cli, base: &Base) -> Result<()> {
     match cli.cmd {
         Cmd::Info {
             model,
@@ -273,7 +309,12 @@ fn dispatch(cli: Cli) -> Result<()> {
             if let Some(f) = dg {
                 dump_graph(&model, &f)?;
             }
-            info::run(&model, json)
+            let ask = info::Ask {
+                json,
+                kv_type: base.env.cache_type,
+                backends: BackendOptions::from_overrides(&base.env),
+            };
+            info::run(&model, &ask)
         }
         Cmd::Run {
             args,
@@ -283,7 +324,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             json,
             dump_graph: dg,
         } => {
-            let (model, prompt) = generate::split_model_prompt(&args)?;
+            let (model, prompt) = generate::split_model_prompt(&args, &base.env)?;
             if let Some(f) = dg {
                 dump_graph(&model, &f)?;
             }
@@ -292,10 +333,11 @@ fn dispatch(cli: Cli) -> Result<()> {
                 None => generate::read_stdin_prompt()?,
             };
             let a = generate::RunArgs {
-                session: engine.session(),
+                session: engine.session(base),
                 flash_attn: engine.flash_attn,
                 sampler: sample.sampler()?,
                 n_predict: sample.n_predict,
+                ignore_eos: sample.ignore_eos,
                 system: sample.system.clone(),
                 raw,
                 json,
@@ -307,13 +349,14 @@ fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Chat { model, engine, sample } => {
             let model = match model {
                 Some(m) => m,
-                None => generate::default_model()?,
+                None => generate::default_model(&base.env)?,
             };
             let a = generate::RunArgs {
-                session: engine.session(),
+                session: engine.session(base),
                 flash_attn: engine.flash_attn,
                 sampler: sample.sampler()?,
                 n_predict: sample.n_predict,
+                ignore_eos: sample.ignore_eos,
                 system: sample.system.clone(),
                 raw: false,
                 json: false,
@@ -352,20 +395,24 @@ fn dispatch(cli: Cli) -> Result<()> {
                 tokenizer: tok,
             } = minfer::load::open(&model)?;
             let m = Arc::new(m);
+            let b = base.session();
             let opts = SessionOptions {
                 n_ctx: ctx,
                 n_batch: batch,
                 threads,
                 backend,
-                kv_type: cache_type,
+                kv_type: cache_type.or(b.kv_type),
                 gpu: None,
+                ..b
             };
             let mut session = Session::new(m, &opts)?;
             session.set_flash_attn(flash_attn);
             for line in &session.log {
                 eprintln!("{line}");
             }
-            perplexity::run(&mut session, &tok, &text, ctx, chunks)
+            perplexity::run(&mut session, &tok, &text, ctx, chunks)?;
+            print_profile(&session);
+            Ok(())
         }
         Cmd::Bench {
             model,
@@ -394,8 +441,9 @@ fn dispatch(cli: Cli) -> Result<()> {
                     threads,
                     backends,
                     gpu,
-                    kv_type: cache_type,
+                    kv_type: cache_type.or(base.env.cache_type),
                     json,
+                    base: base.session(),
                 },
             )
         }

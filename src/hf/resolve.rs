@@ -151,7 +151,7 @@ fn only_snapshot(dir: &Path) -> Option<String> {
 
 /// Resolves `name` in the cache the environment points at.
 pub fn resolve_name(name: &HubName) -> Result<PathBuf> {
-    let root = hub_cache_root(|k| std::env::var_os(k)).ok_or_else(|| {
+    let root = hub_cache_root(crate::env::var_os).ok_or_else(|| {
         Error::InvalidArgument(format!(
             "model '{name}': no Hugging Face cache (HF_HUB_CACHE, HF_HOME and HOME are unset)"
         ))

@@ -47,6 +47,7 @@ fn opts(n_ctx: usize) -> SessionOptions {
         backend: BackendChoice::Cpu,
         kv_type: Some(KvType::F32),
         gpu: None,
+        ..SessionOptions::default()
     }
 }
 
@@ -293,6 +294,7 @@ fn engine_runs_an_hf_directory() {
                 ..Default::default()
             },
             stop: vec![],
+            ignore_eos: false,
         };
         let out = e.generate(&prompt, &g, |_| minfer::engine::Flow::Continue).unwrap();
         (text.ok(), prompt, out.tokens, out.text)

@@ -27,6 +27,7 @@ pub fn session(path: &Path, n_ctx: usize, kv: KvType) -> Session {
         backend: BackendChoice::Cpu,
         kv_type: Some(kv),
         gpu: None,
+        ..SessionOptions::default()
     };
     Session::new(model, &opts).unwrap()
 }
@@ -362,6 +363,7 @@ fn smollm2_chat_reply_matches_llama_cpp() {
         backend: BackendChoice::Cpu,
         kv_type: Some(KvType::F16),
         gpu: None,
+        ..SessionOptions::default()
     };
     let mut engine = Engine::load(&path, &opts).unwrap();
     let msgs: Vec<ChatMessage> = serde_json::from_value(r["chat"]["messages"].clone()).unwrap();
@@ -377,6 +379,7 @@ fn smollm2_chat_reply_matches_llama_cpp() {
         max_tokens: 48,
         sampler: SamplerConfig::greedy(),
         stop: vec![],
+        ignore_eos: false,
     };
     let mut streamed = String::new();
     let out = engine

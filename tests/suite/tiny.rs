@@ -137,6 +137,7 @@ fn session(path: &Path, kv: KvType, threads: usize) -> Session {
         backend: BackendChoice::Cpu,
         kv_type: Some(kv),
         gpu: None,
+        ..SessionOptions::default()
     };
     Session::new(model, &opts).unwrap()
 }
@@ -171,6 +172,7 @@ fn prefill_equals_decode_steps_for_every_architecture() {
                 backend: BackendChoice::Cpu,
                 kv_type: Some(KvType::F32),
                 gpu: None,
+                ..SessionOptions::default()
             };
             let mut c = Session::new(model, &opts).unwrap();
             let batched = c.eval(&PROMPT, true).unwrap();

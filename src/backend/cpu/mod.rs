@@ -39,12 +39,12 @@ impl CpuBackend {
         }
         Ok(CpuBackend {
             pool: Arc::new(Pool::new(n)),
-            kernels: Isa::from_env()?,
+            kernels: Isa::best(),
         })
     }
 
-    /// A backend on one ISA's kernels (`scalar`, `avx2`, `avx512`, `neon`) whatever
-    /// `MINFER_CPU_ISA` says; an error if this CPU lacks it.
+    /// A backend on one ISA's kernels (`scalar`, `avx2`, `avx512`, `neon`); an error if this
+    /// CPU lacks it. `new` takes the best this CPU runs.
     pub fn with_isa(threads: Option<usize>, isa: &str) -> Result<CpuBackend> {
         Ok(CpuBackend {
             kernels: Isa::for_isa(isa)?,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::device::{DevBuf, Device, Func, Params, Replay};
 use crate::backend::gpu::schedule::{self, rope_table, Res, Stage, WeightParts};
-use crate::backend::{Context, KvLayout, KvType};
+use crate::backend::{Context, KvLayout, KvType, Progress};
 use crate::error::{Error, Result};
 use crate::model::{Graph, GraphKey, Model, NodeId, Rope};
 
@@ -30,11 +30,18 @@ pub struct Registry {
 const PAD: usize = 16;
 
 impl Registry {
-    pub fn upload(dev: &dyn Device, model: &Model) -> std::result::Result<Registry, String> {
+    /// Uploads every weight of the model, once each (in name order), reporting the bytes done.
+    pub fn upload(
+        dev: &dyn Device,
+        model: &Model,
+        progress: Option<&Progress>,
+    ) -> std::result::Result<Registry, String> {
         let mut names: Vec<&String> = model.weights.keys().collect();
         names.sort_unstable();
         let total: u64 = model.weights.values().map(|t| t.data.len() as u64).sum();
-        let bar = crate::backend::upload_progress(total);
+        if let Some(p) = progress {
+            p.report(0, total);
+        }
         let mut reg = Registry {
             weights: HashMap::new(),
             resident: 0,
@@ -53,12 +60,9 @@ impl Registry {
                 parts: vec![(0, rows)],
             };
             reg.register(dev, layout, bytes)?;
-            if let Some(b) = &bar {
-                b.inc(bytes.len() as u64);
+            if let Some(p) = progress {
+                p.report(reg.resident, total);
             }
-        }
-        if let Some(b) = bar {
-            b.finish_and_clear();
         }
         Ok(reg)
     }
@@ -138,7 +142,15 @@ pub struct CudaContext {
 const MAX_GRID: u32 = 65_535;
 
 impl CudaContext {
-    pub fn new(dev: Arc<dyn Device>, model: &Arc<Model>, n_ctx: usize, kv: KvType) -> Result<CudaContext> {
+    /// `graphs`: capture decode steps as CUDA graphs (`BackendOptions::cuda_graphs`).
+    pub fn new(
+        dev: Arc<dyn Device>,
+        model: &Arc<Model>,
+        n_ctx: usize,
+        kv: KvType,
+        graphs: bool,
+        progress: Option<&Progress>,
+    ) -> Result<CudaContext> {
         let l = KvLayout::new(model, n_ctx, kv)?;
         let (kb, vb) = (l.k_layer_bytes(), l.v_layer_bytes());
         let (mut kc, mut vc) = (Vec::new(), Vec::new());
@@ -146,9 +158,8 @@ impl CudaContext {
             kc.push(dev.alloc(kb).map_err(err)?);
             vc.push(dev.alloc(vb).map_err(err)?);
         }
-        let weights = Registry::upload(dev.as_ref(), model).map_err(err)?;
+        let weights = Registry::upload(dev.as_ref(), model, progress).map_err(err)?;
         let step = dev.alloc(16).map_err(err)?;
-        let graphs = !std::env::var("MINFER_CUDA_GRAPHS").is_ok_and(|v| v == "0");
         Ok(CudaContext {
             plans: HashMap::new(),
             dev,

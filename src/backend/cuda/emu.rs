@@ -153,8 +153,9 @@ impl Device for Emulator {
 pub fn build(cuda_dir: &Path, dir: &Path) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let out = dir.join(format!("libminfer_cuda_emu{}", std::env::consts::DLL_SUFFIX));
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
-    let mut cmd = std::process::Command::new(&cxx);
+    let cxx_path = crate::env::cxx();
+    let cxx = cxx_path.to_string_lossy();
+    let mut cmd = std::process::Command::new(&cxx_path);
     cmd.args(["-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-w"]);
     cmd.arg("-include").arg(cuda_dir.join("emu/emu.h"));
     // The qtype lists NVRTC programs start with, generated from the qtype table.

@@ -25,7 +25,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{Backend, Context, KvType, Refusal};
+use super::{Backend, Context, KvType, Progress, Refusal};
 use crate::error::{Error, Result};
 use crate::model::{Graph, Model};
 use context::CudaContext;
@@ -34,32 +34,45 @@ use device::Device;
 pub struct CudaBackend {
     dev: Arc<dyn Device>,
     uploaded: AtomicU64,
+    /// Contexts capture decode steps as CUDA graphs.
+    graphs: bool,
+    progress: Option<Progress>,
 }
 
 impl CudaBackend {
-    /// CUDA device `ordinal` (`--gpu N`), or why not: `MINFER_DISABLE_CUDA`, no driver, no
-    /// NVRTC, no such device. `MINFER_CUDA_EMULATOR=LIB` puts the CPU emulation (a library
-    /// built by [`emu::build`]) in the device's place, for work on the kernels without a GPU.
+    /// CUDA device `ordinal` (`--gpu N`), or why not: no driver, no NVRTC, no such device.
+    /// (`backend::candidates` also honours `BackendOptions::disable_cuda` and puts
+    /// `cuda_emulator` in the device's place.)
     pub fn new(ordinal: usize) -> std::result::Result<CudaBackend, Refusal> {
-        if std::env::var("MINFER_DISABLE_CUDA").is_ok_and(|v| !v.is_empty() && v != "0") {
-            return Err(Refusal("disabled by MINFER_DISABLE_CUDA".into()));
-        }
-        if let Some(lib) = std::env::var_os("MINFER_CUDA_EMULATOR").filter(|v| !v.is_empty()) {
-            return CudaBackend::emulated(Path::new(&lib));
-        }
         let d = driver::Driver::open(ordinal)?;
-        Ok(CudaBackend {
-            dev: Arc::new(d),
-            uploaded: AtomicU64::new(0),
-        })
+        Ok(CudaBackend::on(Arc::new(d)))
     }
 
-    /// The backend on the CPU emulation of CUDA (a library built by [`emu::build`]).
+    /// The backend on the CPU emulation of CUDA (a library built by [`emu::build`]), for work
+    /// on the kernels without a GPU.
     pub fn emulated(lib: &Path) -> std::result::Result<CudaBackend, Refusal> {
-        Ok(CudaBackend {
-            dev: Arc::new(emu::Emulator::load(lib).map_err(Refusal)?),
+        Ok(CudaBackend::on(Arc::new(emu::Emulator::load(lib).map_err(Refusal)?)))
+    }
+
+    fn on(dev: Arc<dyn Device>) -> CudaBackend {
+        CudaBackend {
+            dev,
             uploaded: AtomicU64::new(0),
-        })
+            graphs: true,
+            progress: None,
+        }
+    }
+
+    /// Whether contexts made from now on replay decode steps as CUDA graphs (default on).
+    pub fn with_graphs(mut self, on: bool) -> CudaBackend {
+        self.graphs = on;
+        self
+    }
+
+    /// Contexts made from now on report their weight upload to `progress`.
+    pub fn with_progress(mut self, progress: Option<Progress>) -> CudaBackend {
+        self.progress = progress;
+        self
     }
 
     /// Bytes of weights uploaded by this backend's contexts so far.
@@ -96,7 +109,7 @@ impl Backend for CudaBackend {
         if n_ctx == 0 {
             return Err(Error::InvalidArgument("context size 0".into()));
         }
-        let ctx = CudaContext::new(self.dev.clone(), model, n_ctx, kv)?;
+        let ctx = CudaContext::new(self.dev.clone(), model, n_ctx, kv, self.graphs, self.progress.as_ref())?;
         self.uploaded.fetch_add(ctx.resident_bytes(), Ordering::Relaxed);
         Ok(Box::new(ctx))
     }

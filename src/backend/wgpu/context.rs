@@ -31,6 +31,8 @@ pub struct WgpuContext {
     /// Bytes per binding: the adapter's limit, or the smaller one the backend was given.
     pub(super) max_binding: u64,
     pub(super) profiler: Option<Profiler>,
+    /// Why a profile was asked for but not taken (`profile_report` says so).
+    pub(super) profile_note: Option<String>,
 }
 
 fn err(what: impl Into<String>) -> Error {
@@ -361,12 +363,11 @@ impl Context for WgpuContext {
     fn resident_bytes(&self) -> u64 {
         self.weights.resident
     }
-}
 
-impl Drop for WgpuContext {
-    fn drop(&mut self) {
-        if let Some(p) = &self.profiler {
-            eprint!("{}", p.report(&self.gpu.describe()));
+    fn profile_report(&self) -> Option<String> {
+        match &self.profiler {
+            Some(p) => Some(p.report(&self.gpu.describe())),
+            None => self.profile_note.clone(),
         }
     }
 }

@@ -28,7 +28,7 @@ struct Probe {
 fn probe() -> &'static Result<Probe, String> {
     static PROBE: OnceLock<Result<Probe, String>> = OnceLock::new();
     PROBE.get_or_init(|| {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let instance = super::instance::instance();
         let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
         let rank = |t: wgpu::DeviceType| match t {
             wgpu::DeviceType::DiscreteGpu => 0,

@@ -1,12 +1,13 @@
 //! The wgpu backend: WGSL kernels (`shaders/`) that read the raw GGUF blocks, on any adapter
 //! wgpu reaches (Vulkan, Metal, DX12).
 //!
+//! - `instance` — the wgpu instance, without window-system extensions (no presentation noise)
 //! - `device`   — adapter choice, the shared device, error scopes, pipelines (+ disk cache)
 //! - `shaders`  — the WGSL sources and how kernel variants are assembled from them
 //! - `registry` — weights uploaded once, raw, split by rows past the binding limit
 //! - `plan`     — a schedule made concrete once per shape: buffers, params, bind groups
 //! - `context`  — the KV cache and the forward (one command buffer, one submit)
-//! - `profile`  — per-op GPU time from timestamp queries (`MINFER_PROFILE=1`)
+//! - `profile`  — per-op GPU time from timestamp queries (`BackendOptions::profile`)
 //!
 //! Numerics: a matmul over quantized weights first rounds its input to the 8-bit format the
 //! CPU pairs with the weight type (`quantize_act`: q8_0, q8_1 or q8_K, bit for bit as the CPU
@@ -30,6 +31,7 @@
 
 mod context;
 pub mod device;
+mod instance;
 mod plan;
 mod profile;
 pub mod registry;
@@ -39,7 +41,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{Backend, Context, KvType, Refusal};
+use super::{Backend, Context, KvType, Progress, Refusal};
 use crate::error::{Error, Result};
 use crate::model::{Graph, Model};
 use context::WgpuContext;
@@ -58,11 +60,11 @@ pub struct WgpuOptions {
 }
 
 impl WgpuOptions {
-    /// Under `--backend auto`: hardware adapters only, unless `MINFER_WGPU_ALLOW_CPU=1`.
+    /// Under `--backend auto`: hardware adapters only (`BackendOptions::wgpu_allow_software`,
+    /// `MINFER_WGPU_ALLOW_CPU=1`, lets `candidates` allow software ones).
     pub fn auto() -> WgpuOptions {
-        let allow = std::env::var("MINFER_WGPU_ALLOW_CPU").is_ok_and(|v| v == "1" || v == "true");
         WgpuOptions {
-            allow_software: allow,
+            allow_software: false,
             subgroups: true,
             max_binding: None,
         }
@@ -81,15 +83,15 @@ pub struct WgpuBackend {
     gpu: Arc<Gpu>,
     opts: WgpuOptions,
     uploaded: AtomicU64,
+    /// Contexts time each op with timestamp queries (`Context::profile_report`).
+    profile: bool,
+    progress: Option<Progress>,
 }
 
 impl WgpuBackend {
-    /// The backend on this machine's best adapter, or why not: `MINFER_DISABLE_WGPU`, no
-    /// adapter, or a software adapter that `opts` does not allow.
+    /// The backend on this machine's best adapter, or why not: no adapter, or a software
+    /// adapter that `opts` does not allow.
     pub fn new(opts: WgpuOptions) -> std::result::Result<WgpuBackend, Refusal> {
-        if std::env::var("MINFER_DISABLE_WGPU").is_ok_and(|v| !v.is_empty() && v != "0") {
-            return Err(Refusal("disabled by MINFER_DISABLE_WGPU".into()));
-        }
         let a = device::adapter().map_err(Refusal)?;
         if a.software && !opts.allow_software {
             return Err(Refusal(format!(
@@ -102,7 +104,21 @@ impl WgpuBackend {
             gpu,
             opts,
             uploaded: AtomicU64::new(0),
+            profile: false,
+            progress: None,
         })
+    }
+
+    /// Contexts made from now on time each op (where the adapter has timestamp queries).
+    pub fn with_profile(mut self, on: bool) -> WgpuBackend {
+        self.profile = on;
+        self
+    }
+
+    /// Contexts made from now on report their weight upload to `progress`.
+    pub fn with_progress(mut self, progress: Option<Progress>) -> WgpuBackend {
+        self.progress = progress;
+        self
     }
 
     /// Bytes of weights uploaded by this backend's contexts so far.
@@ -162,7 +178,7 @@ impl Backend for WgpuBackend {
         let gpu = self.gpu.clone();
         let err = |what: String| Error::Backend { backend: "wgpu", what };
         let (kc, vc, kv_bytes) = WgpuContext::alloc_kv(&gpu, model, n_ctx, kv)?;
-        let weights = Registry::upload(&gpu, model, self.max_binding()).map_err(err)?;
+        let weights = Registry::upload(&gpu, model, self.max_binding(), self.progress.as_ref()).map_err(err)?;
         self.uploaded.fetch_add(weights.resident, Ordering::Relaxed);
         let step = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("step"),
@@ -170,7 +186,11 @@ impl Backend for WgpuBackend {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let profiler = profile::Profiler::from_env(&gpu);
+        let (profiler, profile_note) = match self.profile.then(|| profile::Profiler::new(&gpu)) {
+            Some(Ok(p)) => (Some(p), None),
+            Some(Err(why)) => (None, Some(why)),
+            None => (None, None),
+        };
         Ok(Box::new(WgpuContext {
             gpu,
             model: model.clone(),
@@ -186,6 +206,7 @@ impl Backend for WgpuBackend {
             subgroups: self.uses_subgroups(),
             max_binding: self.max_binding(),
             profiler,
+            profile_note,
         }))
     }
 }

@@ -1,6 +1,7 @@
-//! Per-op GPU time from timestamp queries (`MINFER_PROFILE=1`, where the adapter has
+//! Per-op GPU time from timestamp queries (`BackendOptions::profile`, where the adapter has
 //! TIMESTAMP_QUERY): each node's compute pass writes a begin and an end timestamp; the times are
-//! summed per op kind (`matmul/q4_1`, `attention`, …) and printed when the context is dropped.
+//! summed per op kind (`matmul/q4_1`, `attention`, …) into the table that
+//! `Context::profile_report` returns.
 
 use std::collections::BTreeMap;
 
@@ -22,15 +23,13 @@ pub struct Profiler {
 }
 
 impl Profiler {
-    /// `None` without the feature or without `MINFER_PROFILE`.
-    pub fn from_env(gpu: &Gpu) -> Option<Profiler> {
-        let on = std::env::var("MINFER_PROFILE").is_ok_and(|v| !v.is_empty() && v != "0");
-        if !on {
-            return None;
-        }
+    /// A profiler, or the line saying why there is none (no timestamp queries).
+    pub fn new(gpu: &Gpu) -> Result<Profiler, String> {
         if !gpu.has(wgpu::Features::TIMESTAMP_QUERY) {
-            eprintln!("wgpu: MINFER_PROFILE ignored: the adapter has no timestamp queries");
-            return None;
+            return Err(format!(
+                "wgpu profile ({}): unavailable, the adapter has no timestamp queries\n",
+                gpu.describe()
+            ));
         }
         let set = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
             label: Some("profile"),
@@ -50,7 +49,7 @@ impl Profiler {
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        Some(Profiler {
+        Ok(Profiler {
             set,
             resolve,
             readback,

@@ -62,12 +62,19 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Uploads every weight of the model, once each (in name order).
-    pub fn upload(gpu: &Gpu, model: &Model, max_binding: u64) -> Result<Registry, String> {
+    /// Uploads every weight of the model, once each (in name order), reporting the bytes done.
+    pub fn upload(
+        gpu: &Gpu,
+        model: &Model,
+        max_binding: u64,
+        progress: Option<&crate::backend::Progress>,
+    ) -> Result<Registry, String> {
         let mut tensors: Vec<&Tensor> = model.weights.values().collect();
         tensors.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         let total: u64 = tensors.iter().map(|t| t.data.len() as u64).sum();
-        let bar = crate::backend::upload_progress(total);
+        if let Some(p) = progress {
+            p.report(0, total);
+        }
         let mut reg = Registry {
             weights: HashMap::new(),
             resident: 0,
@@ -82,17 +89,14 @@ impl Registry {
             reg.resident += n;
             since_flush += n;
             reg.weights.insert(t.name.clone(), Arc::new(w));
-            if let Some(b) = &bar {
-                b.inc(n);
+            if let Some(p) = progress {
+                p.report(reg.resident, total);
             }
             if since_flush >= FLUSH_BYTES {
                 gpu.queue.submit([]);
                 let _ = gpu.device.poll(wgpu::PollType::wait_indefinitely());
                 since_flush = 0;
             }
-        }
-        if let Some(b) = bar {
-            b.finish_and_clear();
         }
         Ok(reg)
     }

@@ -67,6 +67,7 @@ fn opts(n_ctx: usize, choice: BackendChoice, kv: KvType) -> SessionOptions {
         backend: choice,
         kv_type: Some(kv),
         gpu: None,
+        ..SessionOptions::default()
     }
 }
 

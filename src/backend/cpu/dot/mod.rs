@@ -334,26 +334,13 @@ static SCALAR: Isa = Isa {
 };
 
 impl Isa {
-    /// The kernels `MINFER_CPU_ISA` asks for, or the best this CPU runs when it is unset. An
-    /// unknown or unsupported value is an error naming it; the backend calls this at startup.
-    pub fn from_env() -> Result<&'static Isa> {
-        match std::env::var("MINFER_CPU_ISA") {
-            Ok(s) => Isa::for_isa(&s).map_err(|e| Error::InvalidArgument(format!("MINFER_CPU_ISA: {e}"))),
-            Err(_) => Ok(Isa::best()),
+    /// The kernels of `isa` (by name, as [`Isa::for_isa`]), or the best this CPU runs when
+    /// `None` (`BackendOptions::cpu_isa`, `MINFER_CPU_ISA`).
+    pub fn select(isa: Option<&str>) -> Result<&'static Isa> {
+        match isa {
+            Some(s) => Isa::for_isa(s),
+            None => Ok(Isa::best()),
         }
-    }
-
-    /// [`Isa::from_env`], resolved once. A bad `MINFER_CPU_ISA` is reported on stderr and
-    /// the best ISA used; call `from_env` to get it as an error instead.
-    pub fn detect() -> &'static Isa {
-        static K: OnceLock<&'static Isa> = OnceLock::new();
-        K.get_or_init(|| {
-            Isa::from_env().unwrap_or_else(|e| {
-                let best = Isa::best();
-                eprintln!("warning: {e}; using {}", best.isa);
-                best
-            })
-        })
     }
 
     /// The best kernels this CPU runs: avx512 (F, BW, VL, VNNI) > avx2 (+FMA, F16C) > scalar

@@ -1,0 +1,216 @@
+//! The process environment: the one module that reads it.
+//!
+//! [`Overrides::from_env`] reads every `MINFER_*` override in one pass and parses each strictly;
+//! the values then travel as fields ([`crate::SessionOptions`], [`crate::backend::BackendOptions`]),
+//! so nothing below the top level looks at the environment and an embedding program can set
+//! the same fields without touching it. Locations that are not engine switches (`HOME`,
+//! `XDG_CACHE_HOME`, the Hugging Face cache variables, `CXX`) are looked up through [`var_os`].
+//!
+//! One rule for every variable: unset and empty mean the same thing, the default. Flags are
+//! `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off` (any case); any other value is an error
+//! naming the variable and the value, never a silent guess.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use crate::backend::KvType;
+use crate::error::{Error, Result};
+
+/// The variables [`Overrides`] reads, in the README's order.
+pub const VARS: [&str; 10] = [
+    "MINFER_CACHE_TYPE",
+    "MINFER_CPU_ISA",
+    "MINFER_DISABLE_WGPU",
+    "MINFER_WGPU_ALLOW_CPU",
+    "MINFER_PROFILE",
+    "MINFER_DISABLE_CUDA",
+    "MINFER_CUDA_EMULATOR",
+    "MINFER_CUDA_GRAPHS",
+    "MINFER_MODEL",
+    "MINFER_MODELS_DIR",
+];
+
+/// Every `MINFER_*` override, parsed. `Default` is "nothing set": the built-in behaviour.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `MINFER_CACHE_TYPE`: the KV cache type (`f32`, `f16`, `q8_0`) instead of the auto policy.
+    pub cache_type: Option<KvType>,
+    /// `MINFER_CPU_ISA`: the CPU kernels by ISA name (`scalar`, `avx2`, `avx512`, `neon`).
+    pub cpu_isa: Option<String>,
+    /// `MINFER_DISABLE_WGPU`: leave the wgpu backend out.
+    pub disable_wgpu: bool,
+    /// `MINFER_WGPU_ALLOW_CPU`: `auto` may pick a software wgpu adapter (llvmpipe, WARP).
+    pub wgpu_allow_cpu: bool,
+    /// `MINFER_PROFILE`: per-op GPU time from wgpu timestamp queries.
+    pub profile: bool,
+    /// `MINFER_DISABLE_CUDA`: leave the CUDA backend out.
+    pub disable_cuda: bool,
+    /// `MINFER_CUDA_EMULATOR`: the CPU emulation library that stands in for a CUDA device.
+    pub cuda_emulator: Option<PathBuf>,
+    /// `MINFER_CUDA_GRAPHS`: `Some(false)` replays no CUDA graphs (each launch goes alone).
+    pub cuda_graphs: Option<bool>,
+    /// `MINFER_MODEL`: the CLI's default model file.
+    pub model: Option<PathBuf>,
+    /// `MINFER_MODELS_DIR`: where the CLI looks for its default model first.
+    pub models_dir: Option<PathBuf>,
+}
+
+impl Overrides {
+    /// Reads the process environment, once per call, every variable of [`VARS`].
+    pub fn from_env() -> Result<Overrides> {
+        Overrides::from_lookup(var_os)
+    }
+
+    /// [`Overrides::from_env`] over any lookup (tests, or a program's own configuration).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Result<Overrides> {
+        let get = |name: &str| -> Result<Option<String>> {
+            match lookup(name) {
+                None => Ok(None),
+                Some(v) if v.is_empty() => Ok(None),
+                Some(v) => v
+                    .into_string()
+                    .map(Some)
+                    .map_err(|v| Error::InvalidArgument(format!("{name}={}: not valid UTF-8", v.to_string_lossy()))),
+            }
+        };
+        let flag = |name: &str| -> Result<Option<bool>> { get(name)?.map(|v| parse_flag(name, &v)).transpose() };
+        let path = |name: &str| get(name).map(|v| v.map(PathBuf::from));
+        let cache_type = get("MINFER_CACHE_TYPE")?
+            .map(|v| KvType::parse(&v).map_err(|e| bad("MINFER_CACHE_TYPE", &v, &e.to_string())))
+            .transpose()?;
+        let cpu_isa = get("MINFER_CPU_ISA")?;
+        if let Some(v) = &cpu_isa {
+            crate::backend::cpu::dot::Isa::for_isa(v).map_err(|e| bad("MINFER_CPU_ISA", v, &e.to_string()))?;
+        }
+        Ok(Overrides {
+            cache_type,
+            cpu_isa,
+            disable_wgpu: flag("MINFER_DISABLE_WGPU")?.unwrap_or(false),
+            wgpu_allow_cpu: flag("MINFER_WGPU_ALLOW_CPU")?.unwrap_or(false),
+            profile: flag("MINFER_PROFILE")?.unwrap_or(false),
+            disable_cuda: flag("MINFER_DISABLE_CUDA")?.unwrap_or(false),
+            cuda_emulator: path("MINFER_CUDA_EMULATOR")?,
+            cuda_graphs: flag("MINFER_CUDA_GRAPHS")?,
+            model: path("MINFER_MODEL")?,
+            models_dir: path("MINFER_MODELS_DIR")?,
+        })
+    }
+}
+
+fn bad(name: &str, value: &str, why: &str) -> Error {
+    Error::InvalidArgument(format!("{name}={value:?}: {why}"))
+}
+
+/// The one truthiness rule: `1`/`true`/`yes`/`on` and `0`/`false`/`no`/`off`, any case.
+pub fn parse_flag(name: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(bad(name, value, "expected 1, true, yes, on or 0, false, no, off")),
+    }
+}
+
+/// One variable of the process environment. Every read of the environment in the crate goes
+/// through here (the overrides above, and locations such as `HOME` or `HF_HOME`).
+pub fn var_os(name: &str) -> Option<OsString> {
+    std::env::var_os(name)
+}
+
+/// The user's cache directory: `$XDG_CACHE_HOME`, else `$HOME/.cache` (empty counts as unset).
+pub fn user_cache_dir() -> Option<PathBuf> {
+    let var = |k: &str| var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    var("XDG_CACHE_HOME").or_else(|| var("HOME").map(|h| h.join(".cache")))
+}
+
+/// The C++ compiler for the CUDA emulator: `$CXX`, else `g++`.
+pub fn cxx() -> OsString {
+    var_os("CXX").filter(|v| !v.is_empty()).unwrap_or_else(|| "g++".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let pairs: Vec<(String, OsString)> = pairs.iter().map(|(k, v)| (k.to_string(), v.into())).collect();
+        move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn nothing_set_is_the_default() {
+        assert_eq!(Overrides::from_lookup(lookup(&[])).unwrap(), Overrides::default());
+        let empty: Vec<(&str, &str)> = VARS.iter().map(|&v| (v, "")).collect();
+        assert_eq!(Overrides::from_lookup(lookup(&empty)).unwrap(), Overrides::default());
+    }
+
+    #[test]
+    fn flags_follow_one_rule() {
+        for on in ["1", "true", "TRUE", "yes", "On", " on "] {
+            assert!(parse_flag("X", on).unwrap(), "{on:?}");
+        }
+        for off in ["0", "false", "False", "no", "OFF"] {
+            assert!(!parse_flag("X", off).unwrap(), "{off:?}");
+        }
+        let o = Overrides::from_lookup(lookup(&[
+            ("MINFER_DISABLE_WGPU", "yes"),
+            ("MINFER_WGPU_ALLOW_CPU", "true"),
+            ("MINFER_PROFILE", "1"),
+            ("MINFER_DISABLE_CUDA", "off"),
+            ("MINFER_CUDA_GRAPHS", "0"),
+        ]))
+        .unwrap();
+        assert!(o.disable_wgpu && o.wgpu_allow_cpu && o.profile && !o.disable_cuda);
+        assert_eq!(o.cuda_graphs, Some(false));
+    }
+
+    #[test]
+    fn a_bad_value_names_the_variable_and_the_value() {
+        let e = Overrides::from_lookup(lookup(&[("MINFER_DISABLE_CUDA", "maybe")]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "invalid argument: MINFER_DISABLE_CUDA=\"maybe\": expected 1, true, yes, on or 0, false, no, off"
+        );
+        let e = Overrides::from_lookup(lookup(&[("MINFER_CACHE_TYPE", "q4_0")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("MINFER_CACHE_TYPE=\"q4_0\"") && e.contains("expected f32, f16 or q8_0"),
+            "{e}"
+        );
+        let e = Overrides::from_lookup(lookup(&[("MINFER_CPU_ISA", "sse9")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MINFER_CPU_ISA=\"sse9\""), "{e}");
+    }
+
+    #[test]
+    fn values_are_parsed() {
+        let o = Overrides::from_lookup(lookup(&[
+            ("MINFER_CACHE_TYPE", "Q8_0"),
+            ("MINFER_CPU_ISA", "scalar"),
+            ("MINFER_CUDA_EMULATOR", "/x/libemu.so"),
+            ("MINFER_MODEL", "m.gguf"),
+            ("MINFER_MODELS_DIR", "/models"),
+        ]))
+        .unwrap();
+        assert_eq!(o.cache_type, Some(KvType::Q8_0));
+        assert_eq!(o.cpu_isa.as_deref(), Some("scalar"));
+        assert_eq!(o.cuda_emulator, Some(PathBuf::from("/x/libemu.so")));
+        assert_eq!(o.model, Some(PathBuf::from("m.gguf")));
+        assert_eq!(o.models_dir, Some(PathBuf::from("/models")));
+        assert_eq!(o.cuda_graphs, None);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn non_utf8_is_an_error() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = OsString::from_vec(vec![0x66, 0xff]);
+        let e = Overrides::from_lookup(move |k| (k == "MINFER_CPU_ISA").then(|| bad.clone()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MINFER_CPU_ISA") && e.contains("UTF-8"), "{e}");
+    }
+}
