@@ -25,7 +25,7 @@ use minfer::gguf::Metadata;
 use minfer::model::{Arch, Graph, HParams, Node, Op, Rope, RopeMode};
 use minfer::quant::QType;
 use minfer::tensor::{Bytes, Tensor};
-use minfer::Model;
+use minfer::{load, Model};
 
 use crate::common;
 
@@ -634,7 +634,7 @@ fn gate_refusal_falls_back_to_cpu_before_upload() {
         return;
     };
     let b = Arc::new(b);
-    let mdl = minfer::load::open_model(root.join("random/gguf/llama-Q4_0.gguf")).unwrap();
+    let mdl = load::open_model(root.join("random/gguf/llama-Q4_0.gguf")).unwrap();
     let cands: Vec<Arc<dyn Backend>> = vec![b.clone(), Arc::new(cpu())];
     let (chosen, log) = backend::select(cands, &mdl, KvType::F16).unwrap();
     assert_eq!(chosen.name(), "cpu");

@@ -12,7 +12,7 @@ use serde_json::{json, Value as J};
 use minfer::backend::{BackendChoice, KvType};
 use minfer::engine::{Engine, GenerateOptions};
 use minfer::hf::{resolve_in, HfDir, HubName, SafetensorsFile};
-use minfer::load::Source;
+use minfer::load::{self, Source};
 use minfer::model::RopeMode;
 use minfer::sampling::SamplerConfig;
 use minfer::tokenizer::Tokenizer;
@@ -52,7 +52,7 @@ fn opts(n_ctx: usize) -> SessionOptions {
 }
 
 fn open(path: &Path) -> Arc<Model> {
-    Arc::new(minfer::load::open_model(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+    Arc::new(load::open_model(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
 }
 
 fn session(path: &Path, n_ctx: usize) -> Session {
@@ -205,7 +205,7 @@ fn hf_hparams_equal_gguf_hparams() {
         );
         assert_eq!(a, b, "{arch}: HF hparams {a:#} vs GGUF {b:#}");
         assert_eq!(hf.arch, gguf.arch);
-        let source = |p: String| minfer::load::resolve(r.join(p)).unwrap();
+        let source = |p: String| load::resolve(r.join(p)).unwrap();
         assert!(matches!(source(format!("hf/{arch}")), Source::HfDir(_)));
         assert!(matches!(source(format!("gguf/{arch}-f32.gguf")), Source::Gguf(_)));
         // Same canonical weights, same shapes.
@@ -236,10 +236,8 @@ fn hf_tokenizer_matches_gguf_tokenizer() {
         "",
     ];
     for arch in ARCHS {
-        let hf = minfer::load::open_tokenizer(r.join(format!("hf/{arch}"))).unwrap();
-        let gguf = minfer::load::open(r.join(format!("gguf/{arch}-f32.gguf")))
-            .unwrap()
-            .tokenizer;
+        let hf = load::open_tokenizer(r.join(format!("hf/{arch}"))).unwrap();
+        let gguf = load::open(r.join(format!("gguf/{arch}-f32.gguf"))).unwrap().tokenizer;
         assert_eq!(hf.n_vocab(), gguf.n_vocab(), "{arch}");
         for t in texts {
             let a = hf.encode(t, false, true).unwrap();
@@ -424,7 +422,7 @@ fn sharded_wrapped_checkpoint_equals_the_plain_one() {
         json!({"weight_map": bad}).to_string(),
     )
     .unwrap();
-    let e = minfer::load::open_model(dir).err().unwrap().to_string();
+    let e = load::open_model(dir).err().unwrap().to_string();
     assert!(e.contains(&tensors[0].0) && e.contains("model-00003-of-00003"), "{e}");
 }
 
@@ -513,7 +511,7 @@ fn unexpected_tensors_are_refused() {
         let mut t = base.clone();
         t.push(extra);
         write_safetensors(&tmp.0.join("model.safetensors"), &t);
-        let e = minfer::load::open_model(&tmp.0).err().unwrap().to_string();
+        let e = load::open_model(&tmp.0).err().unwrap().to_string();
         assert!(e.contains(want), "{e}");
     }
 }
@@ -555,15 +553,9 @@ fn resolves_names_in_a_fake_hf_cache() {
     assert_eq!(r("acme/tiny@v1").unwrap(), snap(OLD));
     assert_eq!(r("acme/tiny@refs/pr/1").unwrap(), snap(OLD));
     assert_eq!(r(&format!("acme/tiny@{OLD}")).unwrap(), snap(OLD));
-    assert_eq!(
-        minfer::load::classify_dir(&snap(MAIN)).unwrap(),
-        Source::HfDir(snap(MAIN))
-    );
+    assert_eq!(load::classify_dir(&snap(MAIN)).unwrap(), Source::HfDir(snap(MAIN)));
     let g = resolve_in(root, &HubName::parse("acme/tiny-GGUF").unwrap()).unwrap();
-    assert_eq!(
-        minfer::load::classify_dir(&g).unwrap(),
-        Source::Gguf(g.join("tiny-Q4_0.gguf"))
-    );
+    assert_eq!(load::classify_dir(&g).unwrap(), Source::Gguf(g.join("tiny-Q4_0.gguf")));
 
     // Names that resolve nowhere list what was tried.
     let tried = r("acme/tiny@v2").unwrap_err();
@@ -607,10 +599,10 @@ fn runs_a_model_from_a_symlinked_snapshot() {
     let dir = resolve_in(&tmp.0, &HubName::parse("acme/qwen2-random").unwrap()).unwrap();
     let prompt = [571u32, 886, 130, 408];
     assert_eq!(logits(&dir, &prompt), logits(&src, &prompt));
-    let t: Tokenizer = minfer::load::open(&dir).unwrap().tokenizer;
+    let t: Tokenizer = load::open(&dir).unwrap().tokenizer;
     assert_eq!(
         t.encode("hello", false, true).unwrap(),
-        minfer::load::open_tokenizer(&src)
+        load::open_tokenizer(&src)
             .unwrap()
             .encode("hello", false, true)
             .unwrap()
@@ -747,27 +739,27 @@ fn hostile_model_directories_are_clear_errors() {
     let tmp = TempDir::new("hostile-dir");
     let dir = &tmp.0;
     std::fs::write(dir.join("config.json"), "{\"model_type\": \"llama\"").unwrap();
-    let e = minfer::load::open_model(dir).err().unwrap().to_string();
+    let e = load::open_model(dir).err().unwrap().to_string();
     assert!(e.contains("config.json") && e.contains("invalid JSON"), "{e}");
     std::fs::write(dir.join("config.json"), r#"{"model_type": "mamba"}"#).unwrap();
-    let e = minfer::load::open_model(dir).err().unwrap().to_string();
+    let e = load::open_model(dir).err().unwrap().to_string();
     assert!(e.contains("'mamba' is not supported"), "{e}");
     std::fs::write(
         dir.join("config.json"),
         r#"{"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1, "intermediate_size": 8, "num_attention_heads": 2}"#,
     )
     .unwrap();
-    let e = minfer::load::open_model(dir).err().unwrap().to_string();
+    let e = load::open_model(dir).err().unwrap().to_string();
     assert!(e.contains("no *.safetensors"), "{e}");
     std::fs::write(dir.join("model.safetensors"), image("{\"x\": 1}", 0)).unwrap();
-    let e = minfer::load::open_model(dir).err().unwrap().to_string();
+    let e = load::open_model(dir).err().unwrap().to_string();
     assert!(e.contains("model.safetensors") && e.contains("tensor 'x'"), "{e}");
     std::fs::write(
         dir.join("model.safetensors.index.json"),
         r#"{"weight_map": {"a": "../../etc/passwd.safetensors"}}"#,
     )
     .unwrap();
-    let e = minfer::load::open_model(dir).err().unwrap().to_string();
+    let e = load::open_model(dir).err().unwrap().to_string();
     assert!(e.contains("../../etc/passwd.safetensors"), "{e}");
 }
 

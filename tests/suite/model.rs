@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use minfer::backend::{BackendChoice, KvType};
-use minfer::{Session, SessionOptions};
+use minfer::{load, Session, SessionOptions};
 
 use crate::common;
 
@@ -19,7 +19,7 @@ tests![
 ];
 
 pub fn session(path: &Path, n_ctx: usize, kv: KvType) -> Session {
-    let model = Arc::new(minfer::load::open_model(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())));
+    let model = Arc::new(load::open_model(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())));
     let opts = SessionOptions {
         n_ctx,
         n_batch: 512,

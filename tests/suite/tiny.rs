@@ -10,7 +10,7 @@ use minfer::backend::{BackendChoice, KvType};
 use minfer::gguf::{GgufWriter, Value, ValueType};
 use minfer::model::Arch;
 use minfer::quant::QType;
-use minfer::{Session, SessionOptions};
+use minfer::{load, Session, SessionOptions};
 
 use crate::model::diff;
 
@@ -129,7 +129,7 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
 }
 
 fn session(path: &Path, kv: KvType, threads: usize) -> Session {
-    let model = Arc::new(minfer::load::open_model(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())));
+    let model = Arc::new(load::open_model(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())));
     let opts = SessionOptions {
         n_ctx: 64,
         n_batch: 512,
@@ -164,7 +164,7 @@ fn prefill_equals_decode_steps_for_every_architecture() {
                 "{} {qtype}: prefill vs decode max |Δ| {maxd}",
                 arch.name()
             );
-            let model = Arc::new(minfer::load::open_model(&path).unwrap());
+            let model = Arc::new(load::open_model(&path).unwrap());
             let opts = SessionOptions {
                 n_ctx: 64,
                 n_batch: 4,
@@ -210,15 +210,12 @@ fn hostile_shapes_are_named() {
     let p = write_tiny(&dir, Arch::Llama, QType::F32, |m| {
         m.iter_mut().find(|(n, _)| n == "blk.1.ffn_up.weight").unwrap().1 = vec![N_EMBD as u64, 100];
     });
-    let e = minfer::load::open_model(&p)
-        .err()
-        .expect("accepted a wrong shape")
-        .to_string();
+    let e = load::open_model(&p).err().expect("accepted a wrong shape").to_string();
     assert!(e.contains("blk.1.ffn_up.weight") && e.contains("[64, 100]"), "{e}");
     let p = write_tiny(&dir, Arch::Qwen3, QType::F32, |m| {
         m.retain(|(n, _)| n != "blk.2.attn_v.weight")
     });
-    let e = minfer::load::open_model(&p)
+    let e = load::open_model(&p)
         .err()
         .expect("accepted a missing tensor")
         .to_string();
@@ -226,7 +223,7 @@ fn hostile_shapes_are_named() {
     let p = write_tiny(&dir, Arch::Gemma3, QType::F32, |m| {
         m.iter_mut().find(|(n, _)| n == "blk.0.attn_k.weight").unwrap().1 = vec![N_EMBD as u64, 3 * HEAD_DIM as u64];
     });
-    let e = minfer::load::open_model(&p)
+    let e = load::open_model(&p)
         .err()
         .expect("accepted a K width that contradicts head_count_kv")
         .to_string();
@@ -241,10 +238,7 @@ fn unknown_architecture_and_bad_steps_are_errors() {
     w.set("general.architecture", Value::String("mamba9".into()));
     let p = dir.join("m.gguf");
     w.write(&p).unwrap();
-    let e = minfer::load::open_model(&p)
-        .err()
-        .expect("unknown arch accepted")
-        .to_string();
+    let e = load::open_model(&p).err().expect("unknown arch accepted").to_string();
     assert!(e.contains("'mamba9'"), "{e}");
 
     let path = write_tiny(&dir, Arch::Llama, QType::F32, |_| {});

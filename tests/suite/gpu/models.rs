@@ -8,7 +8,7 @@ use minfer::backend::cpu::CpuBackend;
 use minfer::backend::{Backend, BackendChoice, KvType};
 use minfer::quant::QType;
 use minfer::tensor::Bytes;
-use minfer::{Model, Session, SessionOptions};
+use minfer::{load, Model, Session, SessionOptions};
 
 use super::{gpu, gpus, nmse, Gpu};
 use crate::common;
@@ -117,7 +117,7 @@ fn random_models_match_cpu() {
             };
             let prompt = prompt_ids(&common::read_json(&root.join(format!("random/refs/{refs}.json"))));
             let path = root.join(format!("random/gguf/{name}.gguf"));
-            let model = minfer::load::open_model(&path).unwrap();
+            let model = load::open_model(&path).unwrap();
             let n_ctx = prompt.len() + 8;
             let mut exact = session_of(dequantized(&model), n_ctx, BackendChoice::Cpu, kv);
             let mut c = session_of(model, n_ctx, BackendChoice::Cpu, kv);
@@ -143,15 +143,11 @@ fn random_models_match_cpu() {
                 let exact_steps: Vec<(u32, Vec<f32>)> = steps.iter().map(|(t, e, _)| (*t, e.clone())).collect();
                 let cpu_steps: Vec<(u32, Vec<f32>)> = steps.iter().map(|(t, _, c)| (*t, c.clone())).collect();
                 let e_exact = run(
-                    Arc::new(dequantized(&minfer::load::open_model(&path).unwrap())),
+                    Arc::new(dequantized(&load::open_model(&path).unwrap())),
                     &want_exact,
                     &exact_steps,
                 );
-                let e_cpu = run(
-                    Arc::new(minfer::load::open_model(&path).unwrap()),
-                    &want_cpu,
-                    &cpu_steps,
-                );
+                let e_cpu = run(Arc::new(load::open_model(&path).unwrap()), &want_cpu, &cpu_steps);
                 let name = format!("{name} kv {}", kv.name());
                 eprintln!(
                     "{name:<24} {:<10} NMSE {e_exact:.2e} vs cpu on f32 weights, {e_cpu:.2e} vs cpu",
@@ -181,7 +177,7 @@ fn split_weights_and_batches_change_nothing() {
     };
     for name in ["llama-Q4_K_M", "gemma3-Q8_0", "qwen2-Q5_0"] {
         let prompt = prompt_ids(&common::read_json(&root.join(format!("random/refs/{name}.json"))));
-        let model = Arc::new(minfer::load::open_model(root.join(format!("random/gguf/{name}.gguf"))).unwrap());
+        let model = Arc::new(load::open_model(root.join(format!("random/gguf/{name}.gguf"))).unwrap());
         let mut logits = Vec::new();
         for b in [&whole, &split] {
             let mut ctx = b.new_context(&model, prompt.len() + 2, KvType::F16).unwrap();
@@ -265,7 +261,7 @@ fn real_case(t: &str, g: &Gpu, case: &str, file: &str) -> Option<(Gap, Gap)> {
     let path = common::real_model(t, file)?;
     let r = common::read_json(&root.join(format!("real/{case}.json")));
     let ids = prompt_ids(&r);
-    let model = Arc::new(minfer::load::open_model(&path).unwrap());
+    let model = Arc::new(load::open_model(&path).unwrap());
     let scalar: Arc<dyn Backend> = Arc::new(CpuBackend::with_isa(Some(2), "scalar").unwrap());
     let eval = |b: Option<Arc<dyn Backend>>, kv| {
         let n_ctx = ids.len() + 8;
@@ -381,7 +377,7 @@ fn greedy_runs_match_cpu() {
     let Some(path) = common::real_model(t, "SmolLM2-135M-Instruct.Q4_1.gguf") else {
         return;
     };
-    let model = Arc::new(minfer::load::open_model(&path).unwrap());
+    let model = Arc::new(load::open_model(&path).unwrap());
     let gs: Vec<Gpu> = gpus(t, None).into_iter().filter(|g| !g.alt && !g.emulated).collect();
     let mut failures = Vec::new();
     for g in &gs {
