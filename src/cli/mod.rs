@@ -5,6 +5,7 @@ mod generate;
 mod info;
 mod perplexity;
 mod progress;
+mod trace;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -244,6 +245,27 @@ enum Cmd {
         #[arg(long = "flash-attn")]
         flash_attn: bool,
     },
+    /// One named intermediate (a node of `--dump-graph`, e.g. blk.3.attn_out) of PROMPT's
+    /// forward on each backend, against the first backend's
+    Trace {
+        model: PathBuf,
+        /// The node's name
+        node: String,
+        /// The raw prompt (special tokens parsed, BOS as the model adds it)
+        prompt: String,
+        /// Comma-separated backends, the first the reference
+        #[arg(long, default_value = "cpu,wgpu")]
+        backend: String,
+        #[arg(short = 't', long)]
+        threads: Option<usize>,
+        #[arg(long = "cache-type", value_parser = parse_kv)]
+        cache_type: Option<KvType>,
+        #[arg(long = "flash-attn")]
+        flash_attn: bool,
+        /// One JSON object per backend, with every value
+        #[arg(long)]
+        json: bool,
+    },
     /// Prompt (pp) and generation (tg) speed per backend, llama-bench style
     Bench {
         model: PathBuf,
@@ -413,6 +435,34 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             perplexity::run(&mut session, &tok, &text, ctx, chunks)?;
             print_profile(&session);
             Ok(())
+        }
+        Cmd::Trace {
+            model,
+            node,
+            prompt,
+            backend,
+            threads,
+            cache_type,
+            flash_attn,
+            json,
+        } => {
+            let backends = backend
+                .split(',')
+                .map(BackendChoice::parse)
+                .collect::<minfer::Result<Vec<_>>>()?;
+            trace::run(
+                &model,
+                &node,
+                &prompt,
+                &trace::Args {
+                    backends,
+                    threads,
+                    kv_type: cache_type.or(base.env.cache_type),
+                    flash_attn,
+                    json,
+                    base: base.session(),
+                },
+            )
         }
         Cmd::Bench {
             model,

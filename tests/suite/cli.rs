@@ -13,6 +13,7 @@ tests![
     greedy_run_matches_llama_cpp_on_every_isa,
     chat_over_a_pipe_answers_and_resets,
     bad_input_is_a_clear_error,
+    trace_holds_one_node_against_the_first_backend,
 ];
 
 const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -241,4 +242,41 @@ fn bad_input_is_a_clear_error() {
     let mut c = bin();
     c.arg("run").arg("--chat-template-file").arg(&tpl).arg(&model).arg("hi");
     expect_failure(&run(c, None), "no system role");
+}
+
+/// `trace MODEL NODE PROMPT --backend cpu,cpu --json`: the node's shape, identical values on the
+/// two CPU sessions (NMSE 0); an unknown node is an error naming it.
+fn trace_holds_one_node_against_the_first_backend() {
+    let t = "trace_holds_one_node_against_the_first_backend";
+    let Some(model) = common::real_model(t, SMOL) else {
+        return;
+    };
+    let mut c = bin();
+    c.args(["trace"]).arg(&model).args([
+        "blk.3.ffn_out",
+        "The capital of France is",
+        "--backend",
+        "cpu,cpu",
+        "--json",
+    ]);
+    let o = run(c, None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for j in &lines {
+        assert_eq!(
+            (j["node"].as_str(), j["rows"].as_u64(), j["width"].as_u64()),
+            (Some("blk.3.ffn_out"), Some(5), Some(576))
+        );
+        assert_eq!(j["values"].as_array().unwrap().len(), 5 * 576);
+        assert_eq!(j["nmse_vs_first"].as_f64(), Some(0.0));
+    }
+    let mut c = bin();
+    c.args(["trace"])
+        .arg(&model)
+        .args(["blk.3.nope", "Hi", "--backend", "cpu"]);
+    expect_failure(&run(c, None), "blk.3.nope");
 }
