@@ -36,34 +36,19 @@ impl Registry {
         model: &Model,
         progress: Option<&Progress>,
     ) -> std::result::Result<Registry, String> {
-        let mut names: Vec<&String> = model.weights.keys().collect();
-        names.sort_unstable();
-        let total: u64 = model.weights.values().map(|t| t.data.len() as u64).sum();
-        if let Some(p) = progress {
-            p.report(0, total);
-        }
         let mut reg = Registry {
             weights: HashMap::new(),
             resident: 0,
         };
-        for name in names {
-            let t = &model.weights[name];
-            let bytes = t.bytes();
-            let (rb, rows) = (t.row_bytes(), t.n_rows());
-            if rb * rows != bytes.len() {
-                return Err(format!("{name}: {} bytes for {rows} rows of {rb}", bytes.len()));
-            }
+        crate::backend::gpu::upload_each(model, progress, |t| {
             let layout = WeightParts {
-                name: name.as_str().into(),
+                name: t.name.as_str().into(),
                 qtype: t.qtype,
                 row_len: t.row_len(),
-                parts: vec![(0, rows)],
+                parts: vec![(0, t.n_rows())],
             };
-            reg.register(dev, layout, bytes)?;
-            if let Some(p) = progress {
-                p.report(reg.resident, total);
-            }
-        }
+            reg.register(dev, layout, t.bytes())
+        })?;
         Ok(reg)
     }
 

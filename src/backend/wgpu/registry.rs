@@ -69,35 +69,27 @@ impl Registry {
         max_binding: u64,
         progress: Option<&crate::backend::Progress>,
     ) -> Result<Registry, String> {
-        let mut tensors: Vec<&Tensor> = model.weights.values().collect();
-        tensors.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-        let total: u64 = tensors.iter().map(|t| t.data.len() as u64).sum();
-        if let Some(p) = progress {
-            p.report(0, total);
-        }
         let mut reg = Registry {
             weights: HashMap::new(),
             resident: 0,
         };
         let mut since_flush = 0u64;
-        for t in tensors {
+        crate::backend::gpu::upload_each(model, progress, |t| {
             if reg.weights.contains_key(&t.name) {
-                continue; // re-registration of a name is a no-op
+                return Ok(()); // re-registration of a name is a no-op
             }
             let w = gpu.scoped(&t.name, || upload_one(gpu, t, max_binding))??;
             let n = t.data.len() as u64;
             reg.resident += n;
             since_flush += n;
             reg.weights.insert(t.name.clone(), Arc::new(w));
-            if let Some(p) = progress {
-                p.report(reg.resident, total);
-            }
             if since_flush >= FLUSH_BYTES {
                 gpu.queue.submit([]);
                 let _ = gpu.device.poll(wgpu::PollType::wait_indefinitely());
                 since_flush = 0;
             }
-        }
+            Ok(())
+        })?;
         Ok(reg)
     }
 
