@@ -165,6 +165,18 @@ impl Session {
         self.flash_attn
     }
 
+    /// The position after `n` more tokens, or the overflow it would be.
+    fn room_for(&self, n: usize) -> Result<usize> {
+        let end = self.n_past + n;
+        if end > self.n_ctx() {
+            return Err(Error::ContextOverflow {
+                pos: end - 1,
+                n_ctx: self.n_ctx(),
+            });
+        }
+        Ok(end)
+    }
+
     /// The graph for `n_tokens` inputs and `n_outputs` logit rows under the session's options.
     fn graph(&mut self, n_tokens: usize, n_outputs: usize) -> Arc<Graph> {
         self.graph_for(GraphKey::new(n_tokens, n_outputs).flash(self.flash_attn))
@@ -185,13 +197,7 @@ impl Session {
         if tokens.is_empty() {
             return Err(Error::InvalidArgument("no tokens to evaluate".into()));
         }
-        let end = self.n_past + tokens.len();
-        if end > self.n_ctx() {
-            return Err(Error::ContextOverflow {
-                pos: end - 1,
-                n_ctx: self.n_ctx(),
-            });
-        }
+        let end = self.room_for(tokens.len())?;
         let key = GraphKey::new(tokens.len(), 1).flash(self.flash_attn);
         let node = self
             .graph_for(key)
@@ -223,13 +229,7 @@ impl Session {
         if !head.is_empty() {
             self.eval(head, false)?;
         }
-        let end = self.n_past + last.len();
-        if end > self.n_ctx() {
-            return Err(Error::ContextOverflow {
-                pos: end - 1,
-                n_ctx: self.n_ctx(),
-            });
-        }
+        self.room_for(last.len())?;
         let g = self.graph(last.len(), 1);
         let id = self.ctx.forward_argmax(&g, last, self.n_past)?;
         self.n_past += last.len();
@@ -242,13 +242,7 @@ impl Session {
         if tokens.is_empty() {
             return Err(Error::InvalidArgument("no tokens to evaluate".into()));
         }
-        let end = self.n_past + tokens.len();
-        if end > self.n_ctx() {
-            return Err(Error::ContextOverflow {
-                pos: end - 1,
-                n_ctx: self.n_ctx(),
-            });
-        }
+        self.room_for(tokens.len())?;
         let mut result = Vec::new();
         let mut logits = Vec::new();
         for chunk in tokens.chunks(self.n_batch) {
