@@ -3,7 +3,7 @@
 //! Layout per layer: K `(n_ctx, n_head_kv * head_dim)` and V `(n_ctx, n_head_kv * head_dim_v)`,
 //! one row per position, stored as f32, f16 or q8_0 rows.
 //! Numerics follow llama.cpp's non-flash path bit for bit with an f32 or f16 cache (see
-//! [`ggml_order`](super::ggml_order)): q rounded to the cache's type, KQ and P·V in the lane
+//! [`super::ggml_order`]): q rounded to the cache's type, KQ and P·V in the lane
 //! order of tinyBLAS (a batch) or `ggml_vec_dot_f16` (one token), `ggml_v_expf` softmax with
 //! chunked f64 sums, and with an f16 cache the probabilities rounded to f16 before they weight
 //! V. A q8_0 cache takes the plain f32 path. Flash attention (`--flash-attn`) follows ggml's
