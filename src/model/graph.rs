@@ -51,18 +51,8 @@ pub enum Op {
         q: NodeId,
         k: NodeId,
         v: NodeId,
-        layer: usize,
-        n_head: usize,
-        n_head_kv: usize,
-        head_dim: usize,
-        head_dim_v: usize,
-        scale: f32,
-        window: Option<usize>,
-        softcap: Option<f32>,
-        /// llama.cpp's CPU flash-attention numerics (`--flash-attn`): its tiled kernel for
-        /// batches of 64 or more, else one pass with an online softmax and the V accumulator
-        /// kept in the cache's type.
-        flash: bool,
+        #[serde(flatten)]
+        attn: Attn,
     },
     Add {
         a: NodeId,
@@ -95,6 +85,23 @@ pub enum Op {
     Output {
         x: NodeId,
     },
+}
+
+/// One attention node's heads and numerics, as every backend's attention reads them.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Attn {
+    pub layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub head_dim_v: usize,
+    pub scale: f32,
+    pub window: Option<usize>,
+    pub softcap: Option<f32>,
+    /// llama.cpp's CPU flash-attention numerics (`--flash-attn`): its tiled kernel for
+    /// batches of 64 or more, else one pass with an online softmax and the V accumulator
+    /// kept in the cache's type.
+    pub flash: bool,
 }
 
 impl Op {
@@ -415,15 +422,17 @@ impl<'a> Builder<'a> {
             q,
             k,
             v,
-            layer: il,
-            n_head: hp.n_head,
-            n_head_kv: hp.n_head_kv,
-            head_dim: hp.head_dim,
-            head_dim_v: hp.head_dim_v,
-            scale,
-            window: if swa { hp.sliding_window } else { None },
-            softcap: hp.attn_softcap,
-            flash: self.key.flash,
+            attn: Attn {
+                layer: il,
+                n_head: hp.n_head,
+                n_head_kv: hp.n_head_kv,
+                head_dim: hp.head_dim,
+                head_dim_v: hp.head_dim_v,
+                scale,
+                window: if swa { hp.sliding_window } else { None },
+                softcap: hp.attn_softcap,
+                flash: self.key.flash,
+            },
         };
         let a = self.push(format!("{p}.attn"), attn, hp.n_head * hp.head_dim_v);
         self.matmul(

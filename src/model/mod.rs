@@ -8,7 +8,7 @@ pub mod hparams;
 use std::collections::HashMap;
 
 pub use arch::Arch;
-pub use graph::{Graph, GraphKey, Node, NodeId, Op};
+pub use graph::{Attn, Graph, GraphKey, Node, NodeId, Op};
 pub use hparams::{HParams, Rope, RopeMode};
 
 use crate::error::{Error, Result};

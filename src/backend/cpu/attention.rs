@@ -30,18 +30,8 @@ pub struct KvCache {
     v_width: Vec<usize>,
 }
 
-#[derive(Clone, Copy)]
-pub struct AttnParams {
-    pub layer: usize,
-    pub n_head: usize,
-    pub n_head_kv: usize,
-    pub head_dim: usize,
-    pub head_dim_v: usize,
-    pub scale: f32,
-    pub window: Option<usize>,
-    pub softcap: Option<f32>,
-    pub flash: bool,
-}
+/// The attention node's heads and numerics (the graph's own struct).
+pub type AttnParams = crate::model::Attn;
 
 fn row_bytes(t: KvType, width: usize) -> usize {
     t.row_bytes(width)

@@ -11,13 +11,13 @@ pub mod pool;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use attention::{AttnParams, KvCache};
+use attention::KvCache;
 use dot::Isa;
 use pool::{Pool, SyncPtr};
 
 use super::{Backend, Context, KvLayout, KvType, Refusal};
 use crate::error::{Error, Result};
-use crate::model::{Graph, GraphKey, Model, NodeId, Op, Rope};
+use crate::model::{Attn, Graph, GraphKey, Model, NodeId, Op, Rope};
 use crate::quant::QType;
 use crate::tensor::Tensor;
 
@@ -78,7 +78,10 @@ impl Backend for CpuBackend {
                 }
             }
             if let Op::Attention {
-                head_dim, head_dim_v, ..
+                attn: Attn {
+                    head_dim, head_dim_v, ..
+                },
+                ..
             } = node.op
             {
                 let be = kv.qtype().block_elems();
@@ -274,31 +277,9 @@ impl CpuContext {
                         ops::rope_row(row, *head_dim, rope, &table[t * half..(t + 1) * half]);
                     }
                 }
-                Op::Attention {
-                    layer,
-                    n_head,
-                    n_head_kv,
-                    head_dim,
-                    head_dim_v,
-                    scale,
-                    window,
-                    softcap,
-                    flash,
-                    ..
-                } => {
-                    let p = AttnParams {
-                        layer: *layer,
-                        n_head: *n_head,
-                        n_head_kv: *n_head_kv,
-                        head_dim: *head_dim,
-                        head_dim_v: *head_dim_v,
-                        scale: *scale,
-                        window: *window,
-                        softcap: *softcap,
-                        flash: *flash,
-                    };
+                Op::Attention { attn, .. } => {
                     let (q, k, v) = (&bufs[s.inputs[0]], &bufs[s.inputs[1]], &bufs[s.inputs[2]]);
-                    attention::attention(&pool, &mut self.kv, &p, q, k, v, pos0, n, &mut y[..size])?;
+                    attention::attention(&pool, &mut self.kv, attn, q, k, v, pos0, n, &mut y[..size])?;
                 }
                 Op::Add { .. } | Op::Mul { .. } | Op::Swiglu { .. } | Op::Geglu { .. } => {
                     let (a, b) = (&bufs[s.inputs[0]][..size], &bufs[s.inputs[1]][..size]);

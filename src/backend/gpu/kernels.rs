@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 
 use crate::backend::{KvType, Refusal};
-use crate::model::{Graph, Model, Op};
+use crate::model::{Attn, Graph, Model, Op};
 use crate::quant::{qtype_list, QType, Role};
 
 qtype_list! {
@@ -181,10 +181,14 @@ pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> R
         }
         match node.op {
             Op::Attention {
-                n_head,
-                n_head_kv,
-                head_dim,
-                head_dim_v,
+                attn:
+                    Attn {
+                        n_head,
+                        n_head_kv,
+                        head_dim,
+                        head_dim_v,
+                        ..
+                    },
                 ..
             } => {
                 // q8_0 rows are stored two blocks (17 words) per invocation.

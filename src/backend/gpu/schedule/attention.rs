@@ -5,7 +5,7 @@ use super::{fold, Builder, Launch, Res, Stage};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{AttentionParams, KernelParams, KvStoreParams, RopeParams};
 use crate::backend::KvType;
-use crate::model::{Node, Op, RopeMode};
+use crate::model::{Attn, Node, Op, RopeMode};
 
 impl Builder<'_> {
     pub(super) fn attention(&mut self, node: &Node, out: usize) -> Result<Stage, String> {
@@ -42,15 +42,18 @@ impl Builder<'_> {
                 }]
             }
             &Op::Attention {
-                layer,
-                n_head,
-                n_head_kv,
-                head_dim,
-                head_dim_v,
-                scale,
-                window,
-                softcap,
-                flash,
+                attn:
+                    Attn {
+                        layer,
+                        n_head,
+                        n_head_kv,
+                        head_dim,
+                        head_dim_v,
+                        scale,
+                        window,
+                        softcap,
+                        flash,
+                    },
                 ..
             } => {
                 let (kw, vw) = ((n_head_kv * head_dim) as u32, (n_head_kv * head_dim_v) as u32);
