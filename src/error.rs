@@ -38,6 +38,8 @@ pub enum Error {
     // --- running -----------------------------------------------------------------------------
     #[error("context overflow: position {pos} is past the context size {n_ctx}")]
     ContextOverflow { pos: usize, n_ctx: usize },
+    #[error("KV cache full: {need} more cells wanted, {free} of {n_ctx} free")]
+    KvFull { need: usize, free: usize, n_ctx: usize },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     #[error("backend {backend}: {what}")]

@@ -12,6 +12,7 @@ pub mod env;
 pub mod error;
 pub mod gguf;
 pub mod hf;
+pub mod kv;
 pub mod load;
 pub mod model;
 pub mod perplexity;
@@ -23,4 +24,4 @@ pub mod tokenizer;
 
 pub use error::{Error, Result};
 pub use model::Model;
-pub use session::{Session, SessionOptions};
+pub use session::{Batch, Session, SessionOptions};

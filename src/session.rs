@@ -1,11 +1,13 @@
-//! A session: one model on one backend, a KV cache and the graph cache.
-//! `eval` appends tokens at the current position and returns logits.
+//! A session: one model on one backend, its KV pool and the graph cache.
+//! `eval` appends tokens to the main sequence and returns logits; `decode` runs a batch of
+//! tokens of many sequences in one forward.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::backend::{self, BackendChoice, BackendOptions, Context, KvType};
+use crate::backend::{self, BackendChoice, BackendOptions, Context, KvLayout, KvType, Step};
 use crate::error::{Error, Result};
+use crate::kv::{KvPool, SeqId};
 use crate::model::{Graph, GraphKey, Model};
 
 /// How a session is set up. `Default` is the built-in behaviour and reads nothing from the
@@ -70,13 +72,61 @@ pub struct Session {
     pub model: Arc<Model>,
     ctx: Box<dyn Context>,
     graphs: HashMap<GraphKey, Arc<Graph>>,
-    n_past: usize,
+    pool: KvPool,
+    /// The sequence `eval`, `eval_argmax`, `trace`, `truncate` and `reset` work on.
+    main: SeqId,
     n_batch: usize,
     pub kv_type: KvType,
     pub backend_name: &'static str,
     flash_attn: bool,
     /// What was decided at start-up and why (backend, KV type and size).
     pub log: Vec<String>,
+}
+
+/// Cells of KV storage a session starts with; it grows (doubling) as they fill.
+const INITIAL_CELLS: usize = 256;
+
+/// Tokens for one forward of many sequences ([`Session::decode`]): each token names its
+/// sequence, its position there (the next after the sequence's cells and the batch's earlier
+/// tokens of it) and whether its logits are wanted.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    pub items: Vec<BatchToken>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchToken {
+    pub seq: SeqId,
+    pub token: u32,
+    pub pos: usize,
+    pub logits: bool,
+}
+
+impl Batch {
+    pub fn new() -> Batch {
+        Batch::default()
+    }
+
+    pub fn push(&mut self, seq: SeqId, token: u32, pos: usize, logits: bool) {
+        self.items.push(BatchToken {
+            seq,
+            token,
+            pos,
+            logits,
+        });
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.items.clear();
+    }
 }
 
 impl Session {
@@ -104,19 +154,26 @@ impl Session {
         if opts.n_batch == 0 {
             return Err(Error::InvalidArgument("batch size 0".into()));
         }
+        let full = KvLayout::new(&model, n_ctx, kv_type)?;
         let (backend, mut log) = backend::select(cands, &model, kv_type)?;
-        let ctx = backend.new_context(&model, n_ctx, kv_type)?;
+        let cells = n_ctx.min(INITIAL_CELLS);
+        let ctx = backend.new_context(&model, cells, kv_type)?;
         log.push(format!(
-            "kv cache: {} × {} positions, {:.1} MB",
+            "kv cache: {} × up to {} cells ({:.1} MB), {} allocated now ({:.1} MB), growing with use",
             kv_type.name(),
             n_ctx,
+            full.bytes() as f64 / 1e6,
+            cells,
             ctx.kv_bytes() as f64 / 1e6
         ));
+        let mut pool = KvPool::new(n_ctx, cells);
+        let main = pool.add();
         Ok(Session {
             model,
             ctx,
             graphs: HashMap::new(),
-            n_past: 0,
+            pool,
+            main,
             n_batch: opts.n_batch,
             kv_type,
             backend_name: backend.name(),
@@ -125,16 +182,32 @@ impl Session {
         })
     }
 
+    /// Tokens in the main sequence.
     pub fn n_past(&self) -> usize {
-        self.n_past
+        self.pool.len(self.main).unwrap_or(0)
     }
 
+    /// Most cells the session's sequences may hold together.
     pub fn n_ctx(&self) -> usize {
-        self.ctx.n_ctx()
+        self.pool.n_ctx()
     }
 
     pub fn n_vocab(&self) -> usize {
         self.model.hparams.n_vocab
+    }
+
+    pub fn n_batch(&self) -> usize {
+        self.n_batch
+    }
+
+    /// Bytes of KV storage allocated now (it grows with use, up to `n_ctx` cells).
+    pub fn kv_bytes(&self) -> usize {
+        self.ctx.kv_bytes()
+    }
+
+    /// The pool's bookkeeping: cells used, free, allocated.
+    pub fn kv(&self) -> &KvPool {
+        &self.pool
     }
 
     /// The backend's per-op time table, where profiling was asked for
@@ -143,14 +216,47 @@ impl Session {
         self.ctx.profile_report()
     }
 
-    /// Forgets the conversation (the cache is overwritten from position 0).
+    /// Forgets the main conversation (its cells return to the pool).
     pub fn reset(&mut self) {
-        self.n_past = 0;
+        self.truncate(0);
     }
 
-    /// Rewinds to `n` tokens (keeps the cache for positions < n).
+    /// Rewinds the main sequence to `n` tokens (keeps its cells for positions < n).
     pub fn truncate(&mut self, n: usize) {
-        self.n_past = self.n_past.min(n);
+        let _ = self.pool.truncate(self.main, n);
+    }
+
+    /// The main sequence's id (the one `eval` appends to).
+    pub fn main_seq(&self) -> SeqId {
+        self.main
+    }
+
+    /// A new, empty sequence sharing the session's KV pool.
+    pub fn seq_new(&mut self) -> SeqId {
+        self.pool.add()
+    }
+
+    /// A new sequence whose first `n` positions are `src`'s (the same cells: nothing is
+    /// copied or evaluated again).
+    pub fn seq_fork(&mut self, src: SeqId, n: usize) -> Result<SeqId> {
+        self.pool.fork(src, n)
+    }
+
+    /// Drops a sequence; its cells are free at once unless another sequence shares them.
+    pub fn seq_remove(&mut self, seq: SeqId) -> Result<()> {
+        if seq == self.main {
+            return self.pool.truncate(seq, 0);
+        }
+        self.pool.remove(seq)
+    }
+
+    /// Keeps the first `n` positions of `seq`.
+    pub fn seq_truncate(&mut self, seq: SeqId, n: usize) -> Result<()> {
+        self.pool.truncate(seq, n)
+    }
+
+    pub fn seq_len(&self, seq: SeqId) -> Result<usize> {
+        self.pool.len(seq)
     }
 
     /// Switches attention to llama.cpp's flash-attention numerics (`--flash-attn`), which
@@ -165,29 +271,180 @@ impl Session {
         self.flash_attn
     }
 
-    /// The position after `n` more tokens, or the overflow it would be.
-    fn room_for(&self, n: usize) -> Result<usize> {
-        let end = self.n_past + n;
-        if end > self.n_ctx() {
-            return Err(Error::ContextOverflow {
-                pos: end - 1,
-                n_ctx: self.n_ctx(),
-            });
-        }
-        Ok(end)
-    }
-
-    /// The graph for `n_tokens` inputs and `n_outputs` logit rows under the session's options.
-    fn graph(&mut self, n_tokens: usize, n_outputs: usize) -> Arc<Graph> {
-        self.graph_for(GraphKey::new(n_tokens, n_outputs).flash(self.flash_attn))
-    }
-
     fn graph_for(&mut self, key: GraphKey) -> Arc<Graph> {
         let model = &self.model;
         self.graphs
             .entry(key)
             .or_insert_with(|| Arc::new(model.graph(key)))
             .clone()
+    }
+
+    /// Checks `batch` and takes its cells: each sequence exists, its tokens follow on from its
+    /// cells in batch order, it stays within the context, and the pool holds them all (the
+    /// storage grows when it must). On error nothing has changed.
+    fn take_cells(&mut self, batch: &[BatchToken]) -> Result<Vec<(SeqId, usize)>> {
+        let mut counts: Vec<(SeqId, usize)> = Vec::new();
+        for (i, b) in batch.iter().enumerate() {
+            let have = self.pool.len(b.seq)?;
+            let k = match counts.iter_mut().find(|(s, _)| *s == b.seq) {
+                Some((_, k)) => k,
+                None => {
+                    counts.push((b.seq, 0));
+                    &mut counts.last_mut().expect("just pushed").1
+                }
+            };
+            if b.pos != have + *k {
+                return Err(Error::InvalidArgument(format!(
+                    "batch token {i} at position {} of sequence {}, which is at {}",
+                    b.pos,
+                    b.seq,
+                    have + *k
+                )));
+            }
+            *k += 1;
+            if b.pos >= self.pool.n_ctx() {
+                return Err(Error::ContextOverflow {
+                    pos: b.pos,
+                    n_ctx: self.pool.n_ctx(),
+                });
+            }
+            if b.token as usize >= self.n_vocab() {
+                return Err(Error::InvalidArgument(format!(
+                    "token id {} is outside the vocabulary of {}",
+                    b.token,
+                    self.n_vocab()
+                )));
+            }
+        }
+        if let Some(cap) = self.pool.room(batch.len())? {
+            self.ctx.grow_kv(cap)?;
+            self.pool.grow(cap);
+        }
+        for &(s, k) in &counts {
+            self.pool.append(s, k)?;
+        }
+        Ok(counts)
+    }
+
+    /// Lays `batch` (whose cells are taken) out as a step: tokens whose logits are wanted go
+    /// last, in batch order, so the graph's last rows are theirs; a sequence's tokens after
+    /// its first wanted one go with it, so each sequence keeps its order. Returns the step, its
+    /// output count, and for each wanted token of `batch` its output row.
+    fn lay_out(&self, batch: &[BatchToken]) -> (Step, usize, Vec<usize>) {
+        let mut tail = vec![false; batch.len()];
+        let mut seen: Vec<SeqId> = Vec::new();
+        for (i, b) in batch.iter().enumerate() {
+            if b.logits && !seen.contains(&b.seq) {
+                seen.push(b.seq);
+            }
+            tail[i] = seen.contains(&b.seq);
+        }
+        let order: Vec<usize> = (0..batch.len())
+            .filter(|&i| !tail[i])
+            .chain((0..batch.len()).filter(|&i| tail[i]))
+            .collect();
+        let n_out = tail.iter().filter(|&&t| t).count();
+        let first_out = batch.len() - n_out;
+        let mut rows = Vec::new();
+        for (r, &i) in order[first_out..].iter().enumerate() {
+            if batch[i].logits {
+                rows.push(r);
+            }
+        }
+        let mut step = Step::default();
+        let mut offs: Vec<(SeqId, u32, u32)> = Vec::new(); // seq, off, tokens in the step
+        for &i in &order {
+            let b = &batch[i];
+            let off = match offs.iter_mut().find(|(s, _, _)| *s == b.seq) {
+                Some(e) => {
+                    e.2 += 1;
+                    e.1
+                }
+                None => {
+                    let off = step.cells.len() as u32;
+                    step.cells.extend_from_slice(self.pool.cells(b.seq).unwrap_or(&[]));
+                    offs.push((b.seq, off, 1));
+                    off
+                }
+            };
+            step.tokens.push(b.token);
+            step.pos.push(b.pos as u32);
+            step.off.push(off);
+        }
+        step.run = order
+            .iter()
+            .map(|&i| offs.iter().find(|e| e.0 == batch[i].seq).map_or(1, |e| e.2))
+            .collect();
+        (step, n_out, rows)
+    }
+
+    /// One forward of `batch` (≤ `n_batch` tokens, cells taken). Returns the logits of its
+    /// wanted tokens in batch order (`[n_wanted, n_vocab]`), or with `keep` the kept node too.
+    fn forward_batch(&mut self, batch: &[BatchToken]) -> Result<Vec<f32>> {
+        let (step, n_out, rows) = self.lay_out(batch);
+        if n_out == 0 {
+            // Nothing wanted: one logits row is still computed (the graph's shape).
+            let g = self.graph_for(GraphKey::new(step.len(), 1).flash(self.flash_attn));
+            let mut scratch = Vec::new();
+            self.ctx.forward(&g, &step, &mut scratch)?;
+            return Ok(Vec::new());
+        }
+        let g = self.graph_for(GraphKey::new(step.len(), n_out).flash(self.flash_attn));
+        let mut logits = Vec::new();
+        self.ctx.forward(&g, &step, &mut logits)?;
+        if rows.len() == n_out {
+            return Ok(logits);
+        }
+        let nv = self.n_vocab();
+        let mut out = Vec::with_capacity(rows.len() * nv);
+        for r in rows {
+            out.extend_from_slice(&logits[r * nv..(r + 1) * nv]);
+        }
+        Ok(out)
+    }
+
+    /// Runs `batch`: every token of every sequence in it, in forwards of up to `n_batch`
+    /// tokens, with each weight read once per forward for all of them. Returns the logits of
+    /// the tokens whose `logits` is set, in batch order (`[n_wanted, n_vocab]`).
+    /// On error the sequences are as they were.
+    pub fn decode(&mut self, batch: &Batch) -> Result<Vec<f32>> {
+        if batch.is_empty() {
+            return Err(Error::InvalidArgument("no tokens to evaluate".into()));
+        }
+        let before: Vec<(SeqId, usize)> = batch
+            .items
+            .iter()
+            .filter_map(|b| self.pool.len(b.seq).ok().map(|n| (b.seq, n)))
+            .collect();
+        let r = (|| {
+            let mut out = Vec::new();
+            for chunk in batch.items.chunks(self.n_batch) {
+                self.take_cells(chunk)?;
+                out.extend(self.forward_batch(chunk)?);
+            }
+            Ok(out)
+        })();
+        if r.is_err() {
+            for (s, n) in before {
+                let _ = self.pool.truncate(s, n);
+            }
+        }
+        r
+    }
+
+    /// The main sequence's next `tokens` as batch entries, logits wanted for the last or all.
+    fn main_batch(&self, tokens: &[u32], all_logits: bool) -> Vec<BatchToken> {
+        let p0 = self.n_past();
+        tokens
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| BatchToken {
+                seq: self.main,
+                token: t,
+                pos: p0 + i,
+                logits: all_logits || i + 1 == tokens.len(),
+            })
+            .collect()
     }
 
     /// Appends `tokens` in one forward, as `eval` does, and returns the value of the node named
@@ -197,7 +454,6 @@ impl Session {
         if tokens.is_empty() {
             return Err(Error::InvalidArgument("no tokens to evaluate".into()));
         }
-        let end = self.room_for(tokens.len())?;
         let key = GraphKey::new(tokens.len(), 1).flash(self.flash_attn);
         let node = self
             .graph_for(key)
@@ -206,10 +462,22 @@ impl Session {
             .position(|n| n.name == name)
             .ok_or_else(|| Error::InvalidArgument(format!("no node named '{name}' in the graph (see --dump-graph)")))?;
         let g = self.graph_for(key.keep(Some(node)));
+        let batch = self.main_batch(tokens, false);
+        let before = self.n_past();
+        self.take_cells(&batch)?;
+        let (step, _, _) = self.lay_out(&batch);
         let mut logits = Vec::new();
-        self.ctx.forward(&g, tokens, self.n_past, &mut logits)?;
-        self.n_past = end;
-        let values = self.ctx.read_node(&g, node)?;
+        let r = self
+            .ctx
+            .forward(&g, &step, &mut logits)
+            .and_then(|()| self.ctx.read_node(&g, node));
+        let values = match r {
+            Ok(v) => v,
+            Err(e) => {
+                self.truncate(before);
+                return Err(e);
+            }
+        };
         let n = &g.nodes[node];
         Ok(Trace {
             name: n.name.clone(),
@@ -226,34 +494,43 @@ impl Session {
             0 => return Err(Error::InvalidArgument("no tokens to evaluate".into())),
             n => tokens.split_at(n - n.min(self.n_batch)),
         };
+        if self.n_past() + tokens.len() > self.n_ctx() {
+            return Err(Error::ContextOverflow {
+                pos: self.n_past() + tokens.len() - 1,
+                n_ctx: self.n_ctx(),
+            });
+        }
+        let before = self.n_past();
         if !head.is_empty() {
             self.eval(head, false)?;
         }
-        self.room_for(last.len())?;
-        let g = self.graph(last.len(), 1);
-        let id = self.ctx.forward_argmax(&g, last, self.n_past)?;
-        self.n_past += last.len();
-        Ok(id)
+        let batch = self.main_batch(last, false);
+        let r = self.take_cells(&batch).and_then(|_| {
+            let (step, _, _) = self.lay_out(&batch);
+            let g = self.graph_for(GraphKey::new(step.len(), 1).flash(self.flash_attn));
+            self.ctx.forward_argmax(&g, &step)
+        });
+        if r.is_err() {
+            self.truncate(before);
+        }
+        r
     }
 
-    /// Appends `tokens` at the current position, in batches of `n_batch`. Returns the logits
-    /// of the last token (`[n_vocab]`), or of every token (`[n, n_vocab]`) when `all_logits`.
+    /// Appends `tokens` to the main sequence, in batches of `n_batch`. Returns the logits of
+    /// the last token (`[n_vocab]`), or of every token (`[n, n_vocab]`) when `all_logits`.
     pub fn eval(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
         if tokens.is_empty() {
             return Err(Error::InvalidArgument("no tokens to evaluate".into()));
         }
-        self.room_for(tokens.len())?;
-        let mut result = Vec::new();
-        let mut logits = Vec::new();
-        for chunk in tokens.chunks(self.n_batch) {
-            let n_out = if all_logits { chunk.len() } else { 1 };
-            let g = self.graph(chunk.len(), n_out);
-            self.ctx.forward(&g, chunk, self.n_past, &mut logits)?;
-            self.n_past += chunk.len();
-            if all_logits {
-                result.extend_from_slice(&logits);
-            }
+        if self.n_past() + tokens.len() > self.n_ctx() {
+            return Err(Error::ContextOverflow {
+                pos: self.n_past() + tokens.len() - 1,
+                n_ctx: self.n_ctx(),
+            });
         }
-        Ok(if all_logits { result } else { logits })
+        let batch = Batch {
+            items: self.main_batch(tokens, all_logits),
+        };
+        self.decode(&batch)
     }
 }

@@ -94,14 +94,15 @@ impl KvType {
     }
 }
 
-/// The KV cache every backend allocates for a model: per layer, `n_ctx` rows of K and `n_ctx`
-/// rows of V in the cache type's blocks. Sized and checked once, here, for every backend.
+/// The KV storage every backend allocates for a model: per layer, `n_cells` rows of K and
+/// `n_cells` rows of V in the cache type's blocks, one row per cell of the session's
+/// [`crate::kv::KvPool`]. Sized and checked once, here, for every backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvLayout {
     pub kv: KvType,
-    pub n_ctx: usize,
+    pub n_cells: usize,
     pub n_layer: usize,
-    /// Elements per position: n_kv_heads × head_dim (K) and × head_dim_v (V).
+    /// Elements per cell: n_kv_heads × head_dim (K) and × head_dim_v (V).
     pub k_width: usize,
     pub v_width: usize,
 }
@@ -110,11 +111,11 @@ impl KvLayout {
     /// Caches beyond this are a mistake, not a model (1 TiB).
     const MAX_BYTES: u64 = 1 << 40;
 
-    pub fn new(model: &Model, n_ctx: usize, kv: KvType) -> Result<KvLayout> {
+    pub fn new(model: &Model, n_cells: usize, kv: KvType) -> Result<KvLayout> {
         let hp = &model.hparams;
         let l = KvLayout {
             kv,
-            n_ctx,
+            n_cells,
             n_layer: hp.n_layer,
             k_width: hp.n_embd_k(),
             v_width: hp.n_embd_v(),
@@ -129,12 +130,12 @@ impl KvLayout {
             )));
         }
         let total = (l.k_row() as u64 + l.v_row() as u64)
-            .checked_mul(n_ctx as u64)
+            .checked_mul(n_cells as u64)
             .and_then(|b| b.checked_mul(l.n_layer as u64));
         match total {
             Some(t) if t <= Self::MAX_BYTES => Ok(l),
             _ => Err(Error::InvalidArgument(format!(
-                "a {} KV cache of {n_ctx} positions × {} layers × {} + {} elements is too large",
+                "a {} KV cache of {n_cells} positions × {} layers × {} + {} elements is too large",
                 kv.name(),
                 l.n_layer,
                 l.k_width,
@@ -143,7 +144,7 @@ impl KvLayout {
         }
     }
 
-    /// Bytes of one position's K (V) row.
+    /// Bytes of one cell's K (V) row.
     pub fn k_row(&self) -> usize {
         self.kv.row_bytes(self.k_width)
     }
@@ -154,16 +155,74 @@ impl KvLayout {
 
     /// Bytes of one layer's K (V) cache.
     pub fn k_layer_bytes(&self) -> usize {
-        self.n_ctx * self.k_row()
+        self.n_cells * self.k_row()
     }
 
     pub fn v_layer_bytes(&self) -> usize {
-        self.n_ctx * self.v_row()
+        self.n_cells * self.v_row()
     }
 
     /// Bytes of the whole cache.
     pub fn bytes(&self) -> usize {
         self.n_layer * (self.k_layer_bytes() + self.v_layer_bytes())
+    }
+}
+
+/// One forward's tokens and where each sits in the KV pool, as the session lays them out.
+///
+/// Token `t` is at position `pos[t]` of its sequence, whose cells are listed from
+/// `cells[off[t]]` on in position order: the token writes its K and V to
+/// `cells[off[t] + pos[t]]` and attends `cells[off[t] + lo ..= off[t] + pos[t]]` (`lo` from
+/// the layer's window). Every token's K and V are written before any token attends, so a
+/// token sees the earlier tokens of its own sequence in the same step; never another
+/// sequence's. The last `n_outputs` tokens (the graph's key) are the ones whose logits come
+/// back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Step {
+    pub tokens: Vec<u32>,
+    pub pos: Vec<u32>,
+    pub off: Vec<u32>,
+    pub cells: Vec<u32>,
+    /// Per token, how many tokens of its own sequence the step carries: the CPU chooses its
+    /// attention numerics by it, as llama.cpp chooses them by the size of a one-sequence batch,
+    /// so what else shares the step never changes a sequence's numbers.
+    pub run: Vec<u32>,
+}
+
+impl Step {
+    /// One sequence whose position `p` is cell `p`: `tokens` at `pos0..`.
+    pub fn contiguous(tokens: &[u32], pos0: usize) -> Step {
+        let n = tokens.len();
+        Step {
+            tokens: tokens.to_vec(),
+            pos: (pos0..pos0 + n).map(|p| p as u32).collect(),
+            off: vec![0; n],
+            cells: (0..(pos0 + n) as u32).collect(),
+            run: vec![n as u32; n],
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The step as GPU kernels read it: `[n, 0, 0, 0]`, then `(pos, 4 + 2n + off)` per token,
+    /// then `cells` — so token `t`'s position `j` is cell `words[words[5 + 2t] + j]`.
+    pub fn words(&self) -> Vec<u32> {
+        let n = self.len();
+        let base = (4 + 2 * n) as u32;
+        let mut w = Vec::with_capacity(4 + 2 * n + self.cells.len());
+        w.extend_from_slice(&[n as u32, 0, 0, 0]);
+        for (&p, &o) in self.pos.iter().zip(&self.off) {
+            w.push(p);
+            w.push(base + o);
+        }
+        w.extend_from_slice(&self.cells);
+        w
     }
 }
 
@@ -184,24 +243,28 @@ pub trait Backend: Send + Sync {
     fn describe(&self) -> String;
     /// The gate: Ok, or the first weight/op/limit this backend cannot handle.
     fn check(&self, model: &Model, graph: &Graph, kv: KvType) -> std::result::Result<(), Refusal>;
-    /// Registers (uploads) the weights and allocates a KV cache of `n_ctx` positions.
-    fn new_context(&self, model: &Arc<Model>, n_ctx: usize, kv: KvType) -> Result<Box<dyn Context>>;
+    /// Registers (uploads) the weights and allocates KV storage of `n_cells` cells.
+    fn new_context(&self, model: &Arc<Model>, n_cells: usize, kv: KvType) -> Result<Box<dyn Context>>;
 }
 
-/// A model resident on a backend, with its KV cache.
+/// A model resident on a backend, with its KV storage.
 pub trait Context: Send {
-    /// Runs `graph` on `tokens` at positions `pos0..pos0 + tokens.len()`; `out` is replaced by
-    /// the logits of the graph's output rows (`[n_outputs, n_vocab]`).
-    fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()>;
-    fn n_ctx(&self) -> usize;
+    /// Runs `graph` on `step`'s tokens; `out` is replaced by the logits of the graph's output
+    /// rows (`[n_outputs, n_vocab]`, the step's last tokens).
+    fn forward(&mut self, graph: &Graph, step: &Step, out: &mut Vec<f32>) -> Result<()>;
+    /// Cells of KV storage allocated now.
+    fn kv_cells(&self) -> usize;
+    /// Grows the KV storage to `n_cells` cells, keeping every cell's contents.
+    fn grow_kv(&mut self, n_cells: usize) -> Result<()>;
+    /// Bytes of KV storage allocated now.
     fn kv_bytes(&self) -> usize;
     /// Bytes of weights this backend copied into its own memory (0 for zero-copy).
     fn resident_bytes(&self) -> u64;
     /// `forward`, then the argmax of the last output row (lowest id on ties, as
     /// `sampling::argmax`). A GPU backend reads back only the id.
-    fn forward_argmax(&mut self, graph: &Graph, tokens: &[u32], pos0: usize) -> Result<u32> {
+    fn forward_argmax(&mut self, graph: &Graph, step: &Step) -> Result<u32> {
         let mut logits = Vec::new();
-        self.forward(graph, tokens, pos0, &mut logits)?;
+        self.forward(graph, step, &mut logits)?;
         let n_vocab = logits.len() / graph.key.n_outputs.max(1);
         Ok(crate::sampling::argmax(&logits[logits.len() - n_vocab..]))
     }
@@ -235,23 +298,42 @@ pub(crate) fn no_forward_yet() -> Error {
     Error::InvalidArgument("read_node before any forward of this graph".into())
 }
 
-/// The checks every backend's forward makes before touching its device: `tokens` fills the
-/// graph, stays within the context, and names tokens of the vocabulary.
-pub fn check_forward(graph: &Graph, tokens: &[u32], pos0: usize, n_ctx: usize, n_vocab: usize) -> Result<()> {
-    let n = tokens.len();
+/// The checks every backend's forward makes before touching its device: the step fills the
+/// graph, every token's cells lie within the `n_cells` allocated, and its tokens are of the
+/// vocabulary.
+pub fn check_forward(graph: &Graph, step: &Step, n_cells: usize, n_vocab: usize) -> Result<()> {
+    let n = step.len();
     if n == 0 || n != graph.key.n_tokens {
         return Err(Error::InvalidArgument(format!(
             "{n} tokens for a graph of {}",
             graph.key.n_tokens
         )));
     }
-    if pos0 + n > n_ctx {
+    if [step.pos.len(), step.off.len(), step.run.len()] != [n; 3] {
+        return Err(Error::InvalidArgument(format!(
+            "a step of {n} tokens with {} positions, {} offsets and {} run lengths",
+            step.pos.len(),
+            step.off.len(),
+            step.run.len()
+        )));
+    }
+    for t in 0..n {
+        let last = step.off[t] as usize + step.pos[t] as usize;
+        if last >= step.cells.len() {
+            return Err(Error::InvalidArgument(format!(
+                "token {t} at position {} reads cell list entry {last} of {}",
+                step.pos[t],
+                step.cells.len()
+            )));
+        }
+    }
+    if let Some(&bad) = step.cells.iter().find(|&&c| c as usize >= n_cells) {
         return Err(Error::ContextOverflow {
-            pos: pos0 + n - 1,
-            n_ctx,
+            pos: bad as usize,
+            n_ctx: n_cells,
         });
     }
-    if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+    if let Some(&bad) = step.tokens.iter().find(|&&t| t as usize >= n_vocab) {
         return Err(Error::InvalidArgument(format!(
             "token id {bad} is outside the vocabulary of {n_vocab}"
         )));

@@ -1,7 +1,8 @@
 //! The KV cache and attention on the CPU.
 //!
-//! Layout per layer: K `(n_ctx, n_head_kv * head_dim)` and V `(n_ctx, n_head_kv * head_dim_v)`,
-//! one row per position, stored as f32, f16 or q8_0 rows.
+//! Layout per layer: K `(n_cells, n_head_kv * head_dim)` and V `(n_cells, n_head_kv * head_dim_v)`,
+//! one row per cell of the session's pool, stored as f32, f16 or q8_0 rows. A token reads its
+//! own sequence's cells through the step's cell list, in position order.
 //! Numerics follow llama.cpp's non-flash path bit for bit with an f32 or f16 cache (see
 //! [`super::ggml_order`]): q rounded to the cache's type, KQ and P·V in the lane
 //! order of tinyBLAS (a batch) or `ggml_vec_dot_f16` (one token), `ggml_v_expf` softmax with
@@ -17,13 +18,13 @@ use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use super::ggml_order::{self, Kind, Order};
 use super::ops::{axpy, dot_f32, softmax};
 use super::pool::{Pool, SyncPtr};
-use crate::backend::{KvLayout, KvType};
+use crate::backend::{KvLayout, KvType, Step};
 use crate::error::{Error, Result};
 use crate::quant::QType;
 
 pub struct KvCache {
     pub kv_type: KvType,
-    pub n_ctx: usize,
+    pub n_cells: usize,
     k: Vec<Vec<u8>>,
     v: Vec<Vec<u8>>,
     k_width: Vec<usize>,
@@ -41,7 +42,7 @@ impl KvCache {
     pub fn new(l: &KvLayout) -> KvCache {
         KvCache {
             kv_type: l.kv,
-            n_ctx: l.n_ctx,
+            n_cells: l.n_cells,
             k: (0..l.n_layer).map(|_| vec![0u8; l.k_layer_bytes()]).collect(),
             v: (0..l.n_layer).map(|_| vec![0u8; l.v_layer_bytes()]).collect(),
             k_width: vec![l.k_width; l.n_layer],
@@ -51,6 +52,20 @@ impl KvCache {
 
     pub fn bytes(&self) -> usize {
         self.k.iter().chain(&self.v).map(Vec::len).sum()
+    }
+
+    /// Grows every layer to `n_cells` cells, keeping what they hold.
+    pub fn grow(&mut self, n_cells: usize) {
+        if n_cells <= self.n_cells {
+            return;
+        }
+        for (k, &w) in self.k.iter_mut().zip(&self.k_width) {
+            k.resize(n_cells * row_bytes(self.kv_type, w), 0);
+        }
+        for (v, &w) in self.v.iter_mut().zip(&self.v_width) {
+            v.resize(n_cells * row_bytes(self.kv_type, w), 0);
+        }
+        self.n_cells = n_cells;
     }
 
     fn store(t: KvType, src: &[f32], dst: &mut [u8]) {
@@ -113,7 +128,8 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// Writes K/V of `n` tokens at positions `pos0..pos0+n` into layer `p.layer`, then attends.
+/// Writes the step's K/V into layer `p.layer` at each token's cell, then attends each token
+/// over its own sequence's cells.
 /// q: (n, n_head*head_dim), k: (n, n_head_kv*head_dim), v: (n, n_head_kv*head_dim_v),
 /// out: (n, n_head*head_dim_v).
 #[allow(clippy::too_many_arguments)]
@@ -124,25 +140,29 @@ pub fn attention(
     q: &[f32],
     k: &[f32],
     v: &[f32],
-    pos0: usize,
-    n: usize,
+    step: &Step,
     out: &mut [f32],
 ) -> Result<()> {
     let l = p.layer;
-    if pos0 + n > kv.n_ctx {
-        return Err(Error::ContextOverflow {
-            pos: pos0 + n - 1,
-            n_ctx: kv.n_ctx,
-        });
+    let n = step.len();
+    let cell = |t: usize, j: usize| step.cells[step.off[t] as usize + j] as usize;
+    for t in 0..n {
+        let c = cell(t, step.pos[t] as usize);
+        if c >= kv.n_cells {
+            return Err(Error::ContextOverflow {
+                pos: c,
+                n_ctx: kv.n_cells,
+            });
+        }
     }
     let (kw, vw) = (kv.k_width[l], kv.v_width[l]);
     debug_assert_eq!(kw, p.n_head_kv * p.head_dim);
     let t = kv.kv_type;
     let (krb, vrb) = (row_bytes(t, kw), row_bytes(t, vw));
     for i in 0..n {
-        let pos = pos0 + i;
-        KvCache::store(t, &k[i * kw..(i + 1) * kw], &mut kv.k[l][pos * krb..(pos + 1) * krb]);
-        KvCache::store(t, &v[i * vw..(i + 1) * vw], &mut kv.v[l][pos * vrb..(pos + 1) * vrb]);
+        let c = cell(i, step.pos[i] as usize);
+        KvCache::store(t, &k[i * kw..(i + 1) * kw], &mut kv.k[l][c * krb..(c + 1) * krb]);
+        KvCache::store(t, &v[i * vw..(i + 1) * vw], &mut kv.v[l][c * vrb..(c + 1) * vrb]);
     }
 
     let (kc, vc) = (&kv.k[l], &kv.v[l]);
@@ -150,17 +170,32 @@ pub fn attention(
     let (hd, hdv) = (p.head_dim, p.head_dim_v);
     let qw = p.n_head * hd;
     let ow = p.n_head * hdv;
-    // Tasks: (kv head, chunk of tokens); each decodes its K/V slice once for all its q heads.
-    let chunk = if n >= 32 { 16 } else { n.max(1) };
-    let order = Order::for_batch(n);
-    let n_chunks = n.div_ceil(chunk);
+    // Chunks: runs of consecutive tokens of one sequence at consecutive positions, cut into
+    // pieces of 16 when long; each task (kv head, chunk) decodes its K/V slice once for all
+    // its q heads and tokens.
+    let mut chunks: Vec<(usize, usize)> = Vec::new();
+    let mut i = 0;
+    while i < n {
+        let mut j = i + 1;
+        while j < n && step.off[j] == step.off[i] && step.pos[j] == step.pos[j - 1] + 1 {
+            j += 1;
+        }
+        let len = j - i;
+        let piece = if len >= 32 { 16 } else { len };
+        for s0 in (i..j).step_by(piece) {
+            chunks.push((s0, (s0 + piece).min(j)));
+        }
+        i = j;
+    }
+    let n_chunks = chunks.len();
     let outp = SyncPtr::new(out);
     pool.for_chunks(p.n_head_kv * n_chunks, 1, |_, r| {
         for task in r {
             let (g, c) = (task / n_chunks, task % n_chunks);
-            let (t0, t1) = (c * chunk, ((c + 1) * chunk).min(n));
-            let hi = pos0 + t1; // exclusive
-            let lo = p.window.map_or(0, |w| (pos0 + t0 + 1).saturating_sub(w));
+            let (t0, t1) = chunks[c];
+            let pos_first = step.pos[t0] as usize;
+            let hi = step.pos[t1 - 1] as usize + 1; // exclusive
+            let lo = p.window.map_or(0, |w| (pos_first + 1).saturating_sub(w));
             SCRATCH.with(|s| {
                 let Scratch {
                     k: ks,
@@ -173,21 +208,24 @@ pub fn attention(
                 vs.resize((hi - lo) * hdv, 0.0);
                 qs.resize(hd, 0.0);
                 for j in lo..hi {
+                    let cj = cell(t0, j);
                     KvCache::load(
                         t,
-                        &kc[j * krb..(j + 1) * krb],
+                        &kc[cj * krb..(cj + 1) * krb],
                         g * hd,
                         &mut ks[(j - lo) * hd..(j - lo + 1) * hd],
                     );
                     KvCache::load(
                         t,
-                        &vc[j * vrb..(j + 1) * vrb],
+                        &vc[cj * vrb..(cj + 1) * vrb],
                         g * hdv,
                         &mut vs[(j - lo) * hdv..(j - lo + 1) * hdv],
                     );
                 }
                 for i in t0..t1 {
-                    let pos = pos0 + i;
+                    let pos = step.pos[i] as usize;
+                    let run = step.run[i] as usize;
+                    let order = Order::for_batch(run);
                     let first = p.window.map_or(0, |w| (pos + 1).saturating_sub(w)).max(lo);
                     for h in g * group..(g + 1) * group {
                         qs.copy_from_slice(&q[i * qw + h * hd..i * qw + (h + 1) * hd]);
@@ -197,7 +235,7 @@ pub fn attention(
                             (false, KvType::Q8_0) => None,
                             (false, _) => Some(Kind::Plain),
                             (true, KvType::Q8_0) => Some(Kind::FlashChunk),
-                            (true, _) if n >= ggml_order::FLASH_TILED_MIN_TOKENS => Some(Kind::FlashTiled),
+                            (true, _) if run >= ggml_order::FLASH_TILED_MIN_TOKENS => Some(Kind::FlashTiled),
                             (true, _) => Some(Kind::FlashChunk),
                         };
                         // The tiled kernel keeps q in f32; the others convert it like the cache.

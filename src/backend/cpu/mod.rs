@@ -15,7 +15,7 @@ use attention::KvCache;
 use dot::Isa;
 use pool::{Pool, SyncPtr};
 
-use super::{Backend, Context, KvLayout, KvType, Refusal};
+use super::{Backend, Context, KvLayout, KvType, Refusal, Step};
 use crate::error::{Error, Result};
 use crate::model::{Attn, Graph, GraphKey, Model, NodeId, Op, Rope};
 use crate::quant::QType;
@@ -97,12 +97,12 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn new_context(&self, model: &Arc<Model>, n_ctx: usize, kv: KvType) -> Result<Box<dyn Context>> {
+    fn new_context(&self, model: &Arc<Model>, n_cells: usize, kv: KvType) -> Result<Box<dyn Context>> {
         Ok(Box::new(CpuContext {
             model: model.clone(),
             pool: self.pool.clone(),
             kernels: self.kernels,
-            kv: KvCache::new(&KvLayout::new(model, n_ctx, kv)?),
+            kv: KvCache::new(&KvLayout::new(model, n_cells, kv)?),
             plans: HashMap::new(),
             act: Vec::new(),
             rope: HashMap::new(),
@@ -137,7 +137,7 @@ struct CpuContext {
     kv: KvCache,
     plans: HashMap<GraphKey, Program>,
     act: Vec<u8>,
-    /// cos/sin tables of the current step, per RoPE configuration.
+    /// cos/sin tables of the current step's positions, per RoPE configuration.
     rope: HashMap<(u32, u32, usize), Vec<(f32, f32)>>,
 }
 
@@ -173,37 +173,37 @@ fn compile(model: &Model, g: &Graph) -> Result<Program> {
 }
 
 impl CpuContext {
-    fn rope_table(&mut self, rope: &Rope, pos0: usize, n: usize) -> &Vec<(f32, f32)> {
+    fn rope_table(&mut self, rope: &Rope, pos: &[u32]) -> &Vec<(f32, f32)> {
         let key = (rope.base.to_bits(), rope.freq_scale.to_bits(), rope.n_rot);
         self.rope.entry(key).or_insert_with(|| {
-            let mut all = Vec::with_capacity(n * rope.n_rot / 2);
+            let mut all = Vec::with_capacity(pos.len() * rope.n_rot / 2);
             let mut c = Vec::new();
-            for i in 0..n {
-                ops::rope_cache(pos0 + i, rope, &mut c);
+            for &p in pos {
+                ops::rope_cache(p as usize, rope, &mut c);
                 all.extend_from_slice(&c);
             }
             all
         })
     }
 
-    fn run_plan(&mut self, key: GraphKey, tokens: &[u32], pos0: usize) -> Result<()> {
+    fn run_plan(&mut self, key: GraphKey, step: &Step) -> Result<()> {
         let mut plan = self
             .plans
             .remove(&key)
             .ok_or_else(|| Error::InvalidArgument("no plan".into()))?;
-        let r = self.exec(&mut plan, tokens, pos0);
+        let r = self.exec(&mut plan, step);
         self.plans.insert(key, plan);
         r
     }
 
-    fn exec(&mut self, plan: &mut Program, tokens: &[u32], pos0: usize) -> Result<()> {
+    fn exec(&mut self, plan: &mut Program, step: &Step) -> Result<()> {
         self.rope.clear();
         for s in &plan.steps {
             // The planner never gives a node a live input's buffer; the output leaves the pool
             // for the step, so it and the inputs are distinct borrows.
             debug_assert!(!s.inputs.contains(&s.out));
             let mut y = std::mem::take(&mut plan.buffers[s.out]);
-            let r = self.step(s, &plan.buffers, &mut y, tokens, pos0);
+            let r = self.step(s, &plan.buffers, &mut y, step);
             plan.buffers[s.out] = y;
             r?;
         }
@@ -211,8 +211,8 @@ impl CpuContext {
     }
 
     /// Runs one instruction: `bufs` holds its inputs, `y` is its output buffer.
-    fn step(&mut self, s: &Instr, bufs: &[Vec<f32>], y: &mut [f32], tokens: &[u32], pos0: usize) -> Result<()> {
-        let n = tokens.len();
+    fn step(&mut self, s: &Instr, bufs: &[Vec<f32>], y: &mut [f32], step: &Step) -> Result<()> {
+        let tokens = &step.tokens;
         let pool = self.pool.clone();
         {
             let size = s.rows * s.width;
@@ -269,7 +269,7 @@ impl CpuContext {
                     ops::head_norm(&mut y[..size], &s.vector, *eps, *head_dim);
                 }
                 Op::Rope { head_dim, rope, .. } => {
-                    let table = self.rope_table(rope, pos0, n).clone();
+                    let table = self.rope_table(rope, &step.pos).clone();
                     let x = &bufs[s.inputs[0]];
                     y[..size].copy_from_slice(&x[..size]);
                     let half = rope.n_rot / 2;
@@ -279,7 +279,7 @@ impl CpuContext {
                 }
                 Op::Attention { attn, .. } => {
                     let (q, k, v) = (&bufs[s.inputs[0]], &bufs[s.inputs[1]], &bufs[s.inputs[2]]);
-                    attention::attention(&pool, &mut self.kv, attn, q, k, v, pos0, n, &mut y[..size])?;
+                    attention::attention(&pool, &mut self.kv, attn, q, k, v, step, &mut y[..size])?;
                 }
                 Op::Add { .. } | Op::Mul { .. } | Op::Swiglu { .. } | Op::Geglu { .. } => {
                     let (a, b) = (&bufs[s.inputs[0]][..size], &bufs[s.inputs[1]][..size]);
@@ -327,15 +327,15 @@ impl Context for CpuContext {
         Ok(plan.buffers[plan.steps[node].out][..rows * width].to_vec())
     }
 
-    fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()> {
+    fn forward(&mut self, graph: &Graph, step: &Step, out: &mut Vec<f32>) -> Result<()> {
         let n_vocab = self.model.hparams.n_vocab;
-        crate::backend::check_forward(graph, tokens, pos0, self.kv.n_ctx, n_vocab)?;
+        crate::backend::check_forward(graph, step, self.kv.n_cells, n_vocab)?;
         let key = graph.key;
         if !self.plans.contains_key(&key) {
             let plan = compile(&self.model, graph)?;
             self.plans.insert(key, plan);
         }
-        self.run_plan(key, tokens, pos0)?;
+        self.run_plan(key, step)?;
         let plan = &self.plans[&key];
         let len = graph.key.n_outputs * n_vocab;
         out.clear();
@@ -343,8 +343,14 @@ impl Context for CpuContext {
         Ok(())
     }
 
-    fn n_ctx(&self) -> usize {
-        self.kv.n_ctx
+    fn kv_cells(&self) -> usize {
+        self.kv.n_cells
+    }
+
+    fn grow_kv(&mut self, n_cells: usize) -> Result<()> {
+        KvLayout::new(&self.model, n_cells, self.kv.kv_type)?;
+        self.kv.grow(n_cells);
+        Ok(())
     }
 
     fn kv_bytes(&self) -> usize {
