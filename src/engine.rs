@@ -40,7 +40,7 @@ use crate::load::{self, Loaded};
 use crate::model::Model;
 use crate::sampling::{Sampler, SamplerConfig};
 use crate::session::{Session, SessionOptions};
-use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::tokenizer::{Tokenizer, Utf8Stream};
 
 /// What the streaming callback wants next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -202,8 +202,7 @@ impl Engine {
         let t1 = Instant::now();
         let mut tokens = Vec::new();
         let mut text = String::new();
-        let mut decoder = StreamDecoder::new(&self.tokenizer);
-        let mut held = String::new(); // text that might begin a stop string
+        let mut stream = TextStream::new(&opts.stop);
         let mut reason = StopReason::MaxTokens;
         // Plain greedy needs only the argmax: a GPU backend then reads back one id, not logits.
         // Masking end tokens needs the logits.
@@ -239,25 +238,17 @@ impl Engine {
                 break;
             }
             tokens.push(next);
-            held.push_str(&decoder.push(next));
-            if let Some((cut, _)) = opts
-                .stop
-                .iter()
-                .filter_map(|s| held.find(s.as_str()).map(|i| (i, s)))
-                .min()
-            {
-                held.truncate(cut);
-                reason = StopReason::StopString;
-                break;
-            }
-            let safe = safe_prefix(&held, &opts.stop);
-            if safe > 0 {
-                let piece: String = held.drain(..safe).collect();
+            let (piece, stopped) = stream.push(&self.tokenizer, next);
+            if !piece.is_empty() {
                 text.push_str(&piece);
                 if on_text(&piece) == Flow::Stop {
                     reason = StopReason::Callback;
                     break;
                 }
+            }
+            if stopped {
+                reason = StopReason::StopString;
+                break;
             }
             if self.session.n_past() >= n_ctx {
                 reason = StopReason::ContextFull;
@@ -271,15 +262,10 @@ impl Engine {
             self.cached.push(next);
         }
         if reason != StopReason::Callback {
-            held.push_str(&decoder.flush());
-            if reason != StopReason::StopString {
-                if let Some(cut) = opts.stop.iter().filter_map(|s| held.find(s.as_str())).min() {
-                    held.truncate(cut);
-                }
-            }
-            if !held.is_empty() {
-                text.push_str(&held);
-                on_text(&held);
+            let rest = stream.finish();
+            if !rest.is_empty() {
+                text.push_str(&rest);
+                on_text(&rest);
             }
         }
         Ok(Generation {
@@ -291,6 +277,53 @@ impl Engine {
             prefill_secs,
             decode_secs: t1.elapsed().as_secs_f64(),
         })
+    }
+}
+
+/// Generated tokens to text: complete UTF-8 pieces, holding back any tail that might begin a
+/// stop string; a stop string ends the text and is not part of it.
+#[derive(Clone, Debug, Default)]
+pub struct TextStream {
+    utf8: Utf8Stream,
+    /// Text that might begin a stop string.
+    held: String,
+    stop: Vec<String>,
+    stopped: bool,
+}
+
+impl TextStream {
+    pub fn new(stop: &[String]) -> TextStream {
+        TextStream {
+            stop: stop.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            ..TextStream::default()
+        }
+    }
+
+    /// The text `id` makes safe to show, and whether a stop string has now ended the text
+    /// (that piece is the last).
+    pub fn push(&mut self, tok: &Tokenizer, id: u32) -> (String, bool) {
+        if self.stopped {
+            return (String::new(), true);
+        }
+        self.held.push_str(&self.utf8.push(&tok.piece(id, true)));
+        if let Some(cut) = self.stop.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+            self.held.truncate(cut);
+            self.stopped = true;
+            return (std::mem::take(&mut self.held), true);
+        }
+        let safe = safe_prefix(&self.held, &self.stop);
+        (self.held.drain(..safe).collect(), false)
+    }
+
+    /// What is still held back at the end of generation (a stop string cut off).
+    pub fn finish(&mut self) -> String {
+        if !self.stopped {
+            self.held.push_str(&self.utf8.flush());
+            if let Some(cut) = self.stop.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+                self.held.truncate(cut);
+            }
+        }
+        std::mem::take(&mut self.held)
     }
 }
 

@@ -125,7 +125,11 @@ impl KvPool {
     /// Keeps the first `n` positions of `seq` (a no-op when it holds no more).
     pub fn truncate(&mut self, seq: SeqId, n: usize) -> Result<()> {
         self.seq(seq)?;
-        let cells = self.seqs.get_mut(&seq).map(|v| v.split_off(n.min(v.len()))).unwrap_or_default();
+        let cells = self
+            .seqs
+            .get_mut(&seq)
+            .map(|v| v.split_off(n.min(v.len())))
+            .unwrap_or_default();
         for c in cells {
             let r = &mut self.refs[c as usize];
             *r -= 1;

@@ -18,6 +18,7 @@ pub mod model;
 pub mod perplexity;
 pub mod quant;
 pub mod sampling;
+pub mod sched;
 pub mod session;
 pub mod tensor;
 pub mod tokenizer;

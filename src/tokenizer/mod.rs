@@ -24,7 +24,7 @@ mod unicode_data;
 mod vocab;
 
 pub use hf::HfSpecials;
-pub use stream::StreamDecoder;
+pub use stream::{StreamDecoder, Utf8Stream};
 
 use std::borrow::Cow;
 
@@ -319,7 +319,7 @@ impl Tokenizer {
     }
 
     /// llama.cpp `token_to_piece` without lstrip: `special` renders control/unknown tokens as text.
-    fn piece(&self, id: u32, special: bool) -> Cow<'_, [u8]> {
+    pub(crate) fn piece(&self, id: u32, special: bool) -> Cow<'_, [u8]> {
         let Some(text) = self.vocab.token_str(id) else {
             return Cow::Borrowed(&[]);
         };

@@ -8,8 +8,28 @@ use super::Tokenizer;
 /// `decode(ids, skip_special)` (for a tokenizer without a leading-space strip, or a continuation).
 pub struct StreamDecoder<'a> {
     tok: &'a Tokenizer,
-    pending: Vec<u8>,
+    utf8: Utf8Stream,
     skip_special: bool,
+}
+
+/// Bytes in, complete UTF-8 out: the part of [`StreamDecoder`] that holds no tokenizer, for
+/// owners that outlive a borrow of one (a scheduler's requests).
+#[derive(Clone, Debug, Default)]
+pub struct Utf8Stream {
+    pending: Vec<u8>,
+}
+
+impl Utf8Stream {
+    /// The text `bytes` complete (a character split across calls is held back).
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        self.take(false)
+    }
+
+    /// Whatever is held back, with an incomplete trailing character replaced by U+FFFD.
+    pub fn flush(&mut self) -> String {
+        self.take(true)
+    }
 }
 
 impl<'a> StreamDecoder<'a> {
@@ -17,7 +37,7 @@ impl<'a> StreamDecoder<'a> {
     pub fn new(tok: &'a Tokenizer) -> Self {
         StreamDecoder {
             tok,
-            pending: Vec::new(),
+            utf8: Utf8Stream::default(),
             skip_special: false,
         }
     }
@@ -29,15 +49,16 @@ impl<'a> StreamDecoder<'a> {
     }
 
     pub fn push(&mut self, id: u32) -> String {
-        self.pending.extend_from_slice(&self.tok.piece(id, !self.skip_special));
-        self.take(false)
+        self.utf8.push(&self.tok.piece(id, !self.skip_special))
     }
 
     /// Whatever is held back, with an incomplete trailing character replaced by U+FFFD.
     pub fn flush(&mut self) -> String {
-        self.take(true)
+        self.utf8.flush()
     }
+}
 
+impl Utf8Stream {
     fn take(&mut self, last: bool) -> String {
         let mut out = String::new();
         let mut rest: &[u8] = &self.pending;

@@ -5,6 +5,8 @@
 //! whose data or device is missing calls `common::skip` and returns: it is counted as ignored,
 //! with the reason (in CI, a failure). Runner and list syntax: `harness`.
 //!
+//! - `batch`     — many sequences: batch invariance, fork, truncate, a full pool, growth, the
+//!   scheduler (continuous batching, cancellation, prefix reuse)
 //! - `cli`       — the binary: info --json, tokenize, greedy run per ISA, chat over a pipe, bad input
 //! - `common`    — fixtures: tests/data, $MINFER_REF_DIR, the fetched real models; `skip`
 //! - `harness`   — the runner (libtest-mimic): registration, run-time ignores with their reason,
@@ -28,6 +30,7 @@
 #[macro_use]
 mod harness;
 
+mod batch;
 mod chat;
 mod cli;
 mod common;
@@ -43,6 +46,7 @@ mod tokenize;
 fn main() {
     let mut tests = Vec::new();
     tests.extend(harness::tests());
+    tests.extend(batch::tests());
     tests.extend(chat::tests());
     tests.extend(cli::tests());
     tests.extend(gguf::tests());
