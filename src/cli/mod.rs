@@ -287,11 +287,36 @@ enum Cmd {
         cache_type: Option<KvType>,
         #[arg(long)]
         json: bool,
+        /// llama-batched-bench mode: parallel sequence counts (`-npl 1,2,4,8`)
+        #[arg(long = "npl", value_delimiter = ',')]
+        npl: Vec<usize>,
+        /// Batched mode: prompt lengths per sequence
+        #[arg(long = "npp", value_delimiter = ',', default_values_t = [128])]
+        npp: Vec<usize>,
+        /// Batched mode: tokens generated per sequence
+        #[arg(long = "ntg", value_delimiter = ',', default_values_t = [128])]
+        ntg: Vec<usize>,
+        /// Batched mode: one prompt shared by every sequence (evaluated once, forked)
+        #[arg(long = "pps")]
+        pp_shared: bool,
+        /// Tokens per forward
+        #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+        n_batch: usize,
     },
 }
 
+/// llama.cpp spells some flags with one dash and several letters (`-npl`); they are taken
+/// as the long flags they are here.
+fn llama_style_args(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args.map(|a| match a.to_str() {
+        Some(f @ ("-npl" | "-npp" | "-ntg" | "-pps")) => format!("-{f}").into(),
+        _ => a,
+    })
+    .collect()
+}
+
 pub fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(llama_style_args(std::env::args_os()));
     let run = Overrides::from_env().map_err(anyhow::Error::from).and_then(|env| {
         let base = Base {
             env,
@@ -474,7 +499,15 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             gpu,
             cache_type,
             json,
+            npl,
+            npp,
+            ntg,
+            pp_shared,
+            n_batch,
         } => {
+            if n_batch == 0 {
+                bail!("--batch-size must be at least 1");
+            }
             if reps == 0 {
                 bail!("--repetitions must be at least 1");
             }
@@ -494,6 +527,11 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                     kv_type: cache_type.or(base.env.cache_type),
                     json,
                     base: base.session(),
+                    npl,
+                    npp,
+                    ntg,
+                    pp_shared,
+                    n_batch,
                 },
             )
         }
