@@ -55,7 +55,7 @@ fn bench_matmul(c: &mut Criterion) {
             let mut y = vec![0f32; n * m];
             let mut act = Vec::new();
             g.bench_function(BenchmarkId::new("batch", n), |b| {
-                b.iter(|| matmul(&pool, kernels, &w, &x, n, &mut y, &mut act))
+                b.iter(|| matmul(&pool, kernels, &w, &x, n, &mut y, &mut act, None))
             });
             g.finish();
         }

@@ -30,6 +30,7 @@
 //! # }
 //! ```
 
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,6 +41,7 @@ use crate::load::{self, Loaded};
 use crate::model::Model;
 use crate::sampling::{Sampler, SamplerConfig};
 use crate::session::{Session, SessionOptions};
+use crate::spec::ModelDraft;
 use crate::tokenizer::{Tokenizer, Utf8Stream};
 
 /// What the streaming callback wants next.
@@ -59,6 +61,10 @@ pub struct GenerateOptions {
     /// `max_tokens` (or a stop string, the callback, a full context): llama.cpp's
     /// `--ignore-eos`, which biases every EOG token to -inf.
     pub ignore_eos: bool,
+    /// Speculative decoding: where drafts come from (greedy output is the same without).
+    pub speculation: Speculation,
+    /// Most tokens drafted per verification forward.
+    pub draft_max: usize,
 }
 
 impl Default for GenerateOptions {
@@ -68,6 +74,34 @@ impl Default for GenerateOptions {
             sampler: SamplerConfig::default(),
             stop: Vec::new(),
             ignore_eos: false,
+            speculation: Speculation::Off,
+            draft_max: 8,
+        }
+    }
+}
+
+/// Where speculative drafts come from (see [`crate::spec`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Speculation {
+    #[default]
+    Off,
+    /// Prompt lookup: what followed the context's last `min_n..=max_n` tokens earlier in it.
+    Ngram { min_n: usize, max_n: usize },
+    /// The engine's draft model (`Engine::set_draft`).
+    Draft,
+}
+
+impl Speculation {
+    /// `ngram` (lookup of 1 to 3 tokens) or `draft`; `off`/`none` for none.
+    pub fn parse(s: &str) -> Result<Speculation> {
+        match s.to_ascii_lowercase().as_str() {
+            "off" | "none" => Ok(Speculation::Off),
+            "ngram" => Ok(Speculation::Ngram { min_n: 1, max_n: 3 }),
+            "draft" => Ok(Speculation::Draft),
+            _ => Err(Error::InvalidArgument(format!(
+                "speculation '{s}' (expected ngram, draft or off)"
+            ))),
         }
     }
 }
@@ -94,6 +128,9 @@ pub struct Generation {
     pub prompt_evaluated: usize,
     pub prefill_secs: f64,
     pub decode_secs: f64,
+    /// Speculation: tokens drafted, and of those, accepted.
+    pub drafted: usize,
+    pub accepted: usize,
 }
 
 pub struct Engine {
@@ -102,6 +139,8 @@ pub struct Engine {
     pub template: Option<ChatTemplate>,
     /// The tokens whose K/V the cache holds, in order.
     cached: Vec<u32>,
+    /// The draft model of `Speculation::Draft`.
+    draft: Option<ModelDraft>,
 }
 
 impl Engine {
@@ -132,7 +171,15 @@ impl Engine {
             tokenizer,
             template,
             cached: Vec::new(),
+            draft: None,
         })
+    }
+
+    /// Sets the draft model of `Speculation::Draft` (`--draft MODEL`): a smaller model of the
+    /// same vocabulary, on its own session.
+    pub fn set_draft(&mut self, session: Session) -> Result<()> {
+        self.draft = Some(ModelDraft::new(session, self.session.n_vocab())?);
+        Ok(())
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -195,7 +242,7 @@ impl Engine {
         self.session.truncate(keep);
         self.cached.truncate(keep);
         let t0 = Instant::now();
-        let mut logits = self.session.eval(&prompt[keep..], false)?;
+        let logits = self.session.eval(&prompt[keep..], false)?;
         self.cached.extend_from_slice(&prompt[keep..]);
         let prefill_secs = t0.elapsed().as_secs_f64();
 
@@ -217,12 +264,23 @@ impl Engine {
         } else {
             Vec::new()
         };
+        if opts.speculation == Speculation::Draft && self.draft.is_none() {
+            return Err(Error::InvalidArgument(
+                "draft speculation without a draft model (Engine::set_draft, --draft)".into(),
+            ));
+        }
         let mut next_id: Option<u32> = None;
+        // Logits rows not yet sampled (a verification forward gives one per draft token and
+        // one after), and the drafts still to be checked against the samples.
+        let mut rows: VecDeque<Vec<f32>> = VecDeque::from([logits]);
+        let mut drafts: VecDeque<u32> = VecDeque::new();
+        let (mut drafted, mut accepted) = (0, 0);
         while tokens.len() < opts.max_tokens {
             // The prompt is the penalty history; `accept` appends each generated token to it.
             let next = match next_id.take() {
                 Some(id) => id,
                 None => {
+                    let mut logits = rows.pop_front().unwrap_or_default();
                     for &id in &masked {
                         if let Some(l) = logits.get_mut(id as usize) {
                             *l = f32::NEG_INFINITY;
@@ -232,6 +290,19 @@ impl Engine {
                 }
             };
             sampler.accept(next);
+            if let Some(d) = drafts.pop_front() {
+                if d == next {
+                    accepted += 1;
+                } else {
+                    // The rest of the draft is wrong: its cells go.
+                    let wrong = 1 + drafts.len();
+                    let n = self.session.n_past() - wrong;
+                    self.session.truncate(n);
+                    self.cached.truncate(n);
+                    drafts.clear();
+                    rows.clear();
+                }
+            }
             if self.tokenizer.is_eog(next) {
                 tokens.push(next);
                 reason = StopReason::EndOfText;
@@ -250,14 +321,47 @@ impl Engine {
                 reason = StopReason::StopString;
                 break;
             }
+            if !rows.is_empty() {
+                // A drafted token was right: the logits after it are already here.
+                continue;
+            }
             if self.session.n_past() >= n_ctx {
                 reason = StopReason::ContextFull;
                 break;
             }
+            // Drafts are limited by the tokens still wanted and the context's room.
+            let room = (opts.max_tokens - tokens.len()).min(n_ctx - self.session.n_past() - 1);
+            let k = opts.draft_max.min(room);
+            let guess = match opts.speculation {
+                _ if k == 0 => Vec::new(),
+                Speculation::Off => Vec::new(),
+                Speculation::Ngram { min_n, max_n } => {
+                    let ctx: Vec<u32> = prompt.iter().chain(&tokens).copied().collect();
+                    crate::spec::ngram_draft(&ctx, min_n, max_n, k)
+                }
+                Speculation::Draft => {
+                    let ctx: Vec<u32> = prompt.iter().chain(&tokens).copied().collect();
+                    match self.draft.as_mut() {
+                        Some(d) => d.draft(&ctx, k)?,
+                        None => Vec::new(),
+                    }
+                }
+            };
+            if !guess.is_empty() {
+                let mut ids = vec![next];
+                ids.extend_from_slice(&guess);
+                let all = self.session.eval_verify(&ids)?;
+                let nv = self.session.n_vocab();
+                rows.extend(all.chunks_exact(nv).map(<[f32]>::to_vec));
+                drafts.extend(&guess);
+                drafted += guess.len();
+                self.cached.extend_from_slice(&ids);
+                continue;
+            }
             if argmax_only {
                 next_id = Some(self.session.eval_argmax(&[next])?);
             } else {
-                logits = self.session.eval(&[next], false)?;
+                rows.push_back(self.session.eval(&[next], false)?);
             }
             self.cached.push(next);
         }
@@ -276,6 +380,8 @@ impl Engine {
             prompt_evaluated: prompt.len() - keep,
             prefill_secs,
             decode_secs: t1.elapsed().as_secs_f64(),
+            drafted,
+            accepted,
         })
     }
 }

@@ -20,6 +20,7 @@ pub mod quant;
 pub mod sampling;
 pub mod sched;
 pub mod session;
+pub mod spec;
 pub mod tensor;
 pub mod tokenizer;
 

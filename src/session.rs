@@ -92,6 +92,9 @@ const INITIAL_CELLS: usize = 256;
 #[derive(Clone, Debug, Default)]
 pub struct Batch {
     pub items: Vec<BatchToken>,
+    /// Every token takes the attention numerics of a one-token forward, so its logits are
+    /// the bits plain decoding gives it on the CPU (speculative verification).
+    pub decode_numerics: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -330,7 +333,7 @@ impl Session {
     /// last, in batch order, so the graph's last rows are theirs; a sequence's tokens after
     /// its first wanted one go with it, so each sequence keeps its order. Returns the step, its
     /// output count, and for each wanted token of `batch` its output row.
-    fn lay_out(&self, batch: &[BatchToken]) -> (Step, usize, Vec<usize>) {
+    fn lay_out(&self, batch: &[BatchToken], single: bool) -> (Step, usize, Vec<usize>) {
         let mut tail = vec![false; batch.len()];
         let mut seen: Vec<SeqId> = Vec::new();
         for (i, b) in batch.iter().enumerate() {
@@ -373,15 +376,18 @@ impl Session {
         }
         step.run = order
             .iter()
-            .map(|&i| offs.iter().find(|e| e.0 == batch[i].seq).map_or(1, |e| e.2))
+            .map(|&i| match single {
+                true => 1,
+                false => offs.iter().find(|e| e.0 == batch[i].seq).map_or(1, |e| e.2),
+            })
             .collect();
         (step, n_out, rows)
     }
 
     /// One forward of `batch` (≤ `n_batch` tokens, cells taken). Returns the logits of its
     /// wanted tokens in batch order (`[n_wanted, n_vocab]`), or with `keep` the kept node too.
-    fn forward_batch(&mut self, batch: &[BatchToken]) -> Result<Vec<f32>> {
-        let (step, n_out, rows) = self.lay_out(batch);
+    fn forward_batch(&mut self, batch: &[BatchToken], single: bool) -> Result<Vec<f32>> {
+        let (step, n_out, rows) = self.lay_out(batch, single);
         if n_out == 0 {
             // Nothing wanted: one logits row is still computed (the graph's shape).
             let g = self.graph_for(GraphKey::new(step.len(), 1).flash(self.flash_attn));
@@ -420,7 +426,7 @@ impl Session {
             let mut out = Vec::new();
             for chunk in batch.items.chunks(self.n_batch) {
                 self.take_cells(chunk)?;
-                out.extend(self.forward_batch(chunk)?);
+                out.extend(self.forward_batch(chunk, batch.decode_numerics)?);
             }
             Ok(out)
         })();
@@ -465,7 +471,7 @@ impl Session {
         let batch = self.main_batch(tokens, false);
         let before = self.n_past();
         self.take_cells(&batch)?;
-        let (step, _, _) = self.lay_out(&batch);
+        let (step, _, _) = self.lay_out(&batch, false);
         let mut logits = Vec::new();
         let r = self
             .ctx
@@ -506,7 +512,7 @@ impl Session {
         }
         let batch = self.main_batch(last, false);
         let r = self.take_cells(&batch).and_then(|_| {
-            let (step, _, _) = self.lay_out(&batch);
+            let (step, _, _) = self.lay_out(&batch, false);
             let g = self.graph_for(GraphKey::new(step.len(), 1).flash(self.flash_attn));
             self.ctx.forward_argmax(&g, &step)
         });
@@ -514,6 +520,20 @@ impl Session {
             self.truncate(before);
         }
         r
+    }
+
+    /// Appends `tokens` to the main sequence in one forward with every token's logits, each
+    /// with the numerics it would get decoded alone: a speculative draft's verification, whose
+    /// accepted tokens are then the bits plain decoding gives (`[n, n_vocab]`).
+    pub fn eval_verify(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(Error::InvalidArgument("no tokens to evaluate".into()));
+        }
+        let batch = Batch {
+            items: self.main_batch(tokens, true),
+            decode_numerics: true,
+        };
+        self.decode(&batch)
     }
 
     /// Appends `tokens` to the main sequence, in batches of `n_batch`. Returns the logits of
@@ -530,6 +550,7 @@ impl Session {
         }
         let batch = Batch {
             items: self.main_batch(tokens, all_logits),
+            decode_numerics: false,
         };
         self.decode(&batch)
     }

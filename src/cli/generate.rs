@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _, Result};
 
 use minfer::chat::ChatMessage;
-use minfer::engine::{Engine, Flow, GenerateOptions, StopReason};
+use minfer::engine::{Engine, Flow, GenerateOptions, Speculation, StopReason};
 use minfer::env::Overrides;
 use minfer::sampling::SamplerConfig;
 use minfer::SessionOptions;
@@ -98,6 +98,10 @@ pub struct RunArgs {
     /// A Jinja chat template to use instead of the model's own.
     pub chat_template: Option<String>,
     pub flash_attn: bool,
+    pub speculation: Speculation,
+    /// The draft model of `--spec draft`.
+    pub draft: Option<PathBuf>,
+    pub draft_max: usize,
 }
 
 fn load(model: &Path, a: &RunArgs) -> Result<Engine> {
@@ -107,6 +111,17 @@ fn load(model: &Path, a: &RunArgs) -> Result<Engine> {
     prefault_with_progress(engine.model());
     if let Some(src) = &a.chat_template {
         engine.set_chat_template(src)?;
+    }
+    match (&a.draft, a.speculation) {
+        (Some(d), _) => {
+            let m =
+                Arc::new(minfer::load::open_model(d).with_context(|| format!("loading the draft {}", d.display()))?);
+            let s = minfer::Session::new(m, &a.session)?;
+            eprintln!("draft: {} on {}", d.display(), s.backend_name);
+            engine.set_draft(s)?;
+        }
+        (None, Speculation::Draft) => bail!("--spec draft needs a draft model (--draft MODEL)"),
+        _ => {}
     }
     let m = engine.model();
     eprintln!(
@@ -162,6 +177,8 @@ pub fn run(model: &Path, prompt: &str, a: &RunArgs) -> Result<()> {
         sampler: a.sampler.clone(),
         stop: a.stop.clone(),
         ignore_eos: a.ignore_eos,
+        speculation: a.speculation,
+        draft_max: a.draft_max,
     };
     let mut out = std::io::stdout();
     let json = a.json;
@@ -173,7 +190,13 @@ pub fn run(model: &Path, prompt: &str, a: &RunArgs) -> Result<()> {
         Flow::Continue
     })?;
     if json {
-        let v = serde_json::json!({"prompt_tokens": g.prompt_tokens, "tokens": g.tokens, "text": g.text});
+        let v = serde_json::json!({
+            "prompt_tokens": g.prompt_tokens,
+            "tokens": g.tokens,
+            "text": g.text,
+            "drafted": g.drafted,
+            "accepted": g.accepted,
+        });
         println!("{v}");
     } else {
         println!();
@@ -186,6 +209,14 @@ pub fn run(model: &Path, prompt: &str, a: &RunArgs) -> Result<()> {
         n_gen.saturating_sub(1) as f64 / g.decode_secs.max(1e-9),
         g.stop_reason
     );
+    if g.drafted > 0 {
+        eprintln!(
+            "speculation: {} of {} drafted tokens accepted ({:.1} %)",
+            g.accepted,
+            g.drafted,
+            100.0 * g.accepted as f64 / g.drafted as f64
+        );
+    }
     super::print_profile(&engine.session);
     Ok(())
 }
@@ -245,6 +276,8 @@ pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
             sampler: a.sampler.clone(),
             stop: a.stop.clone(),
             ignore_eos: a.ignore_eos,
+            speculation: a.speculation,
+            draft_max: a.draft_max,
         };
         let mut out = std::io::stdout();
         let g = engine.generate(&ids, &opts, |piece| {

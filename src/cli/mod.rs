@@ -14,6 +14,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::{Args, Parser, Subcommand};
 
 use minfer::backend::{BackendChoice, BackendOptions, KvType};
+use minfer::engine::Speculation;
 use minfer::env::Overrides;
 use minfer::sampling::SamplerConfig;
 use minfer::{Session, SessionOptions};
@@ -100,6 +101,10 @@ impl EngineFlags {
     }
 }
 
+fn parse_spec(s: &str) -> std::result::Result<Speculation, String> {
+    Speculation::parse(s).map_err(|e| e.to_string())
+}
+
 #[derive(Args, Clone)]
 struct SampleFlags {
     /// Tokens to generate
@@ -133,6 +138,16 @@ struct SampleFlags {
     /// flag, end tokens are masked out of sampling; stop strings still stop)
     #[arg(long = "ignore-eos")]
     ignore_eos: bool,
+    /// Speculative decoding: `ngram` (prompt lookup) or `draft` (with --draft); greedy output
+    /// is the same as without
+    #[arg(long = "spec", value_parser = parse_spec)]
+    spec: Option<Speculation>,
+    /// A draft model of the same vocabulary for speculative decoding (implies --spec draft)
+    #[arg(long = "draft")]
+    draft: Option<PathBuf>,
+    /// Most tokens drafted per verification
+    #[arg(long = "draft-max", default_value_t = 8)]
+    draft_max: usize,
     /// A system message for the chat template
     #[arg(long)]
     system: Option<String>,
@@ -142,6 +157,15 @@ struct SampleFlags {
 }
 
 impl SampleFlags {
+    /// `--spec`, or `draft` when only `--draft` is given.
+    fn speculation(&self) -> Speculation {
+        match (self.spec, &self.draft) {
+            (Some(s), _) => s,
+            (None, Some(_)) => Speculation::Draft,
+            (None, None) => Speculation::Off,
+        }
+    }
+
     fn chat_template(&self) -> Result<Option<String>> {
         self.chat_template_file
             .as_ref()
@@ -390,6 +414,9 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 json,
                 stop: sample.stop.clone(),
                 chat_template: sample.chat_template()?,
+                speculation: sample.speculation(),
+                draft: sample.draft.clone(),
+                draft_max: sample.draft_max,
             };
             generate::run(&model, &prompt, &a)
         }
@@ -409,6 +436,9 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 json: false,
                 stop: sample.stop.clone(),
                 chat_template: sample.chat_template()?,
+                speculation: sample.speculation(),
+                draft: sample.draft.clone(),
+                draft_max: sample.draft_max,
             };
             generate::chat(&model, &a)
         }

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use minfer::backend::{BackendChoice, KvType};
-use minfer::engine::{GenerateOptions, StopReason};
+use minfer::engine::{GenerateOptions, Speculation, StopReason};
 use minfer::kv::SeqId;
 use minfer::model::Arch;
 use minfer::quant::QType;
@@ -20,13 +20,14 @@ use crate::tiny::write_tiny;
 
 tests![
     joining_and_leaving_changes_no_bits_for_every_architecture,
-    smollm2_batched_equals_alone,
+    real_models_batched_equal_alone,
     fork_shares_a_prefix_evaluated_once,
     truncate_then_continue_equals_a_fresh_run,
     full_pool_is_an_error_that_hurts_nothing,
     storage_grows_with_use,
     scheduler_equals_alone_and_reuses_prefixes,
     cancel_frees_cells_at_once_and_changes_no_other_output,
+    speculation_changes_no_token,
 ];
 
 fn session_of(path: &Path, n_ctx: usize, kv: KvType) -> Session {
@@ -147,31 +148,38 @@ fn joining_and_leaving_changes_no_bits_for_every_architecture() {
 
 const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
-/// The same on SmolLM2 with real prompts.
-fn smollm2_batched_equals_alone() {
-    let t = "smollm2_batched_equals_alone";
-    let Some(path) = common::real_model(t, SMOL) else {
-        return;
-    };
-    let tok = load::open_tokenizer(&path).unwrap();
-    let texts = [
-        "The capital of France is",
-        "def fibonacci(n):\n    if n < 2:\n        return n\n",
-        "Once upon a time, in a small village by the sea, there lived",
-        "1, 2, 3, 4,",
-    ];
-    let ps: Vec<Vec<u32>> = texts.iter().map(|x| tok.encode(x, true, false).unwrap()).collect();
-    let (join, steps) = ([0, 2, 2, 5], [12, 8, 4, 6]);
-    let mut s = session_of(&path, 256, KvType::F16);
-    let want: Vec<_> = ps.iter().zip(steps).map(|(p, k)| alone(&mut s, p, k)).collect();
-    let mut s = session_of(&path, 256, KvType::F16);
-    let got = together(&mut s, &ps, &join, &steps);
-    for i in 0..ps.len() {
-        let gt: Vec<u32> = got[i].iter().map(|l| argmax(l)).collect();
-        let wt: Vec<u32> = want[i].iter().map(|l| argmax(l)).collect();
-        assert_eq!(gt, wt, "prompt {i}: greedy tokens");
-        for (k, (g, w)) in got[i].iter().zip(&want[i]).enumerate() {
-            assert!(g == w, "prompt {i} step {k}: max |Δ| {}", crate::model::diff(g, w).0);
+/// The same on the real models with real prompts: their K-quant, q5_0 and q8_0 matmuls take
+/// sequences of 1 to 20 tokens per forward alongside others.
+fn real_models_batched_equal_alone() {
+    let t = "real_models_batched_equal_alone";
+    for file in [SMOL, "gemma-3-270m-Q4_K_M.gguf", "qwen2.5-coder-0.5b-instruct.gguf"] {
+        let Some(path) = common::real_model(t, file) else {
+            continue;
+        };
+        let tok = load::open_tokenizer(&path).unwrap();
+        let texts = [
+            "The capital of France is",
+            "def fibonacci(n):\n    if n < 2:\n        return n\n",
+            "Once upon a time, in a small village by the sea, there lived",
+            "1, 2, 3, 4,",
+        ];
+        let ps: Vec<Vec<u32>> = texts.iter().map(|x| tok.encode(x, true, false).unwrap()).collect();
+        let (join, steps) = ([0, 2, 2, 5], [12, 8, 4, 6]);
+        let mut s = session_of(&path, 256, KvType::F16);
+        let want: Vec<_> = ps.iter().zip(steps).map(|(p, k)| alone(&mut s, p, k)).collect();
+        let mut s = session_of(&path, 256, KvType::F16);
+        let got = together(&mut s, &ps, &join, &steps);
+        for i in 0..ps.len() {
+            let gt: Vec<u32> = got[i].iter().map(|l| argmax(l)).collect();
+            let wt: Vec<u32> = want[i].iter().map(|l| argmax(l)).collect();
+            assert_eq!(gt, wt, "{file} prompt {i}: greedy tokens");
+            for (k, (g, w)) in got[i].iter().zip(&want[i]).enumerate() {
+                assert!(
+                    g == w,
+                    "{file} prompt {i} step {k}: max |Δ| {}",
+                    crate::model::diff(g, w).0
+                );
+            }
         }
     }
 }
@@ -334,13 +342,17 @@ fn greedy(max_tokens: usize) -> GenerateOptions {
 }
 
 /// The tiny models' vocabulary (`t0` … `t95`) as a SentencePiece tokenizer.
-fn tiny_tokenizer() -> Arc<Tokenizer> {
+fn tiny_tokenizer_owned() -> Tokenizer {
     let spec = TokenizerSpec {
         model: "llama".into(),
         tokens: (0..96).map(|i| format!("t{i}")).collect(),
         ..TokenizerSpec::default()
     };
-    Arc::new(Tokenizer::from_parts(spec).unwrap())
+    Tokenizer::from_parts(spec).unwrap()
+}
+
+fn tiny_tokenizer() -> Arc<Tokenizer> {
+    Arc::new(tiny_tokenizer_owned())
 }
 
 /// Greedy tokens of `prompt` alone, through the session, end-of-generation tokens masked.
@@ -487,4 +499,91 @@ fn cancel_frees_cells_at_once_and_changes_no_other_output() {
         !events.iter().any(|e| matches!(e, Event::Done(_))),
         "the cancelled request got no Done"
     );
+}
+
+/// Generation of `prompt` under `spec` (and a draft session for `Speculation::Draft`).
+fn generate(path: &Path, prompt: &[u32], opts: &GenerateOptions, draft: Option<&Path>) -> minfer::engine::Generation {
+    let sopts = SessionOptions {
+        n_ctx: 512,
+        threads: Some(2),
+        backend: BackendChoice::Cpu,
+        ..SessionOptions::default()
+    };
+    let model = Arc::new(load::open_model(path).unwrap());
+    let tok = match load::open_tokenizer(path) {
+        Ok(t) => t,
+        Err(_) => tiny_tokenizer_owned(),
+    };
+    let mut e = minfer::engine::Engine::from_model(model, tok, &sopts).unwrap();
+    if let Some(d) = draft {
+        let m = Arc::new(load::open_model(d).unwrap());
+        e.set_draft(Session::new(m, &sopts).unwrap()).unwrap();
+    }
+    e.generate(prompt, opts, |_| minfer::engine::Flow::Continue).unwrap()
+}
+
+/// Speculative decoding changes no token: greedy, and sampled with a seed (each draft token is
+/// checked by sampling the model's own distribution with the same random stream), with prompt
+/// lookup and with a draft model (here the model itself, which drafts what it would say).
+fn speculation_changes_no_token() {
+    let t = "speculation_changes_no_token";
+    let mut cases: Vec<(String, std::path::PathBuf, Vec<u32>)> = Vec::new();
+    for (file, n) in [
+        (SMOL, 40),
+        ("gemma-3-270m-Q4_K_M.gguf", 24),
+        ("qwen2.5-coder-0.5b-instruct.gguf", 24),
+    ] {
+        let Some(path) = common::real_model(t, file) else {
+            continue;
+        };
+        let tok = load::open_tokenizer(&path).unwrap();
+        let code =
+            "def mean(values):\n    s = 0\n    for v in values:\n        s = s + v\n    return s / len(values)\n";
+        let text = format!("Add a docstring to this function and change nothing else.\n\n{code}\n{code}");
+        let ids = tok.encode(&text, true, false).unwrap();
+        cases.push((format!("{file} ({n} tokens)"), path, ids));
+    }
+    let tiny = tiny_path("spec", Arch::Qwen2);
+    let tiny_prompt: Vec<u32> = [seq_tokens(20, 3), seq_tokens(20, 3)].concat();
+    cases.push(("tiny qwen2".into(), tiny, tiny_prompt));
+    for (name, path, prompt) in &cases {
+        let n = if name.starts_with("tiny") { 32 } else { 24 };
+        for sampler in [
+            SamplerConfig::greedy(),
+            SamplerConfig {
+                seed: Some(42),
+                ..SamplerConfig::default()
+            },
+        ] {
+            let base = GenerateOptions {
+                max_tokens: n,
+                sampler: sampler.clone(),
+                ignore_eos: true,
+                ..GenerateOptions::default()
+            };
+            let plain = generate(path, prompt, &base, None);
+            for (spec, draft) in [
+                (Speculation::Ngram { min_n: 1, max_n: 3 }, None),
+                (Speculation::Draft, Some(path.as_path())),
+            ] {
+                let opts = GenerateOptions {
+                    speculation: spec,
+                    draft_max: 5,
+                    ..base.clone()
+                };
+                let g = generate(path, prompt, &opts, draft);
+                assert_eq!(
+                    g.tokens, plain.tokens,
+                    "{name}: {spec:?} at temperature {}",
+                    sampler.temperature
+                );
+                assert!(g.drafted > 0, "{name}: {spec:?} drafted nothing");
+                // (The draft does not mask end tokens, and the tiny vocabulary's EOS is often
+                // its argmax: there the masked target rejects it.)
+                if spec == Speculation::Draft && sampler.temperature == 0.0 && !name.starts_with("tiny") {
+                    assert_eq!(g.accepted, g.drafted, "{name}: the model drafting for itself");
+                }
+            }
+        }
+    }
 }

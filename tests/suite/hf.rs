@@ -293,6 +293,7 @@ fn engine_runs_an_hf_directory() {
             },
             stop: vec![],
             ignore_eos: false,
+            ..GenerateOptions::default()
         };
         let out = e.generate(&prompt, &g, |_| minfer::engine::Flow::Continue).unwrap();
         (text.ok(), prompt, out.tokens, out.text)

@@ -380,6 +380,7 @@ fn smollm2_chat_reply_matches_llama_cpp() {
         sampler: SamplerConfig::greedy(),
         stop: vec![],
         ignore_eos: false,
+        ..GenerateOptions::default()
     };
     let mut streamed = String::new();
     let out = engine

@@ -33,8 +33,54 @@ thread_local! {
     static PANEL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The tokens of a matmul grouped as their kernels see them: rows whose kernel order depends
+/// on how many tokens share a forward (the K-quants' 4-token and tiled dots, llama.cpp's
+/// prefill orders) are grouped by sequence, so that a token's bits depend on its own
+/// sequence's tokens only; a group of one takes the single-token dot.
+#[derive(Clone, Debug, Default)]
+pub struct Groups {
+    /// Each group's token rows, in order.
+    pub groups: Vec<Vec<usize>>,
+}
+
+impl Groups {
+    /// All `n` rows as one group: a one-sequence batch.
+    pub fn one(n: usize) -> Groups {
+        Groups {
+            groups: vec![(0..n).collect()],
+        }
+    }
+
+    /// Rows grouped by `key` (equal keys, one group), in first-seen order.
+    pub fn by_key(keys: impl Iterator<Item = u64>) -> Groups {
+        let mut seen: Vec<(u64, usize)> = Vec::new();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (t, k) in keys.enumerate() {
+            match seen.iter().find(|e| e.0 == k) {
+                Some(&(_, g)) => groups[g].push(t),
+                None => {
+                    seen.push((k, groups.len()));
+                    groups.push(vec![t]);
+                }
+            }
+        }
+        Groups { groups }
+    }
+}
+
 /// x: (n, k) f32; y: (n, m) f32 with m = w.n_rows(); `act` is scratch for quantized x.
-pub fn matmul(pool: &Pool, kernels: &Isa, w: &Tensor, x: &[f32], n: usize, y: &mut [f32], act: &mut Vec<u8>) {
+/// `groups` (None: one group of all n) says which rows belong together.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul(
+    pool: &Pool,
+    kernels: &Isa,
+    w: &Tensor,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    act: &mut Vec<u8>,
+    groups: Option<&Groups>,
+) {
     let (k, m) = (w.row_len(), w.n_rows());
     debug_assert_eq!(x.len(), n * k);
     debug_assert_eq!(y.len(), n * m);
@@ -69,12 +115,36 @@ pub fn matmul(pool: &Pool, kernels: &Isa, w: &Tensor, x: &[f32], n: usize, y: &m
     let wb = w.bytes();
     let wrb = w.row_bytes();
     // With a Gemm, the rows outside panels (all of them below MIN_GEMM_TOKENS) take `Gemm::row`,
-    // which matches the panels bit for bit.
-    let (dot, dot4) = match (gemm, kernels.tiled(w.qtype)) {
-        (Some(g), _) => (g.row, None),
-        (None, Some((dot, dot4))) if n >= TILED_MIN_TOKENS => (dot, Some(dot4)),
-        (None, _) => (kernels.dot(w.qtype), kernels.dot_x4(w.qtype)),
+    // which matches the panels bit for bit, whatever the batch. Otherwise each group of rows
+    // takes its kernels by its own size: 4-token dots for its whole fours, the tiled order
+    // from TILED_MIN_TOKENS on, single dots for the rest.
+    let one;
+    let groups = match groups {
+        Some(g) => g,
+        None => {
+            one = Groups::one(n);
+            &one
+        }
     };
+    let mut work: Vec<Work> = Vec::new();
+    match gemm {
+        Some(g) => work.extend((0..n).map(|t| Work::One(g.row, t))),
+        None => {
+            for rows in &groups.groups {
+                let (dot, dot4) = match kernels.tiled(w.qtype) {
+                    Some((dot, dot4)) if rows.len() >= TILED_MIN_TOKENS => (dot, Some(dot4)),
+                    _ => (kernels.dot(w.qtype), kernels.dot_x4(w.qtype)),
+                };
+                let quads = if dot4.is_some() { rows.len() / 4 * 4 } else { 0 };
+                if let Some(dot4) = dot4 {
+                    for q in rows[..quads].chunks_exact(4) {
+                        work.push(Work::Four(dot4, [q[0], q[1], q[2], q[3]]));
+                    }
+                }
+                work.extend(rows[quads..].iter().map(|&t| Work::One(dot, t)));
+            }
+        }
+    }
     let yp = SyncPtr::new(y);
     // A multiple of the panel height, so that only the matrix's last rows miss a panel.
     let rows_per_task = (m / (pool.n_threads() * TASKS_PER_THREAD))
@@ -101,17 +171,22 @@ pub fn matmul(pool: &Pool, kernels: &Isa, w: &Tensor, x: &[f32], n: usize, y: &m
                 }
             });
         }
-        by_row(dot, dot4, k, n, m, wb, wrb, act, arb, rows, &yp);
+        by_row(&work, k, m, wb, wrb, act, arb, rows, &yp);
     });
 }
 
-/// `rows` of y = x · Wᵀ one weight row at a time: four tokens per call where `dot4` exists.
+/// One unit of `by_row`: a token with its dot, or four with their 4-token dot.
+#[derive(Clone, Copy)]
+enum Work {
+    One(DotFn, usize),
+    Four(DotX4Fn, [usize; 4]),
+}
+
+/// `rows` of y = x · Wᵀ one weight row at a time, for each unit of `work`.
 #[allow(clippy::too_many_arguments)]
 fn by_row(
-    dot: DotFn,
-    dot4: Option<DotX4Fn>,
+    work: &[Work],
     k: usize,
-    n: usize,
     m: usize,
     wb: &[u8],
     wrb: usize,
@@ -120,27 +195,27 @@ fn by_row(
     rows: Range<usize>,
     yp: &SyncPtr<f32>,
 ) {
-    let mut t = 0;
-    if let Some(dot4) = dot4 {
-        // Four tokens at a time: each weight block is decoded once for all four.
-        while t + 4 <= n {
-            let a = [0, 1, 2, 3].map(|i| &act[(t + i) * arb..(t + i + 1) * arb]);
-            for r in rows.clone() {
-                let s = dot4(k, &wb[r * wrb..(r + 1) * wrb], a);
-                for (i, v) in s.into_iter().enumerate() {
-                    // SAFETY: rows are disjoint between tasks, so are these outputs.
-                    unsafe { *yp.0.add((t + i) * m + r) = v };
+    for w in work {
+        match *w {
+            Work::Four(dot4, ts) => {
+                // Each weight block is decoded once for all four.
+                let a = ts.map(|t| &act[t * arb..(t + 1) * arb]);
+                for r in rows.clone() {
+                    let s = dot4(k, &wb[r * wrb..(r + 1) * wrb], a);
+                    for (&t, v) in ts.iter().zip(s) {
+                        // SAFETY: rows are disjoint between tasks, so are these outputs.
+                        unsafe { *yp.0.add(t * m + r) = v };
+                    }
                 }
             }
-            t += 4;
-        }
-    }
-    for t in t..n {
-        let a = &act[t * arb..(t + 1) * arb];
-        // SAFETY: rows are disjoint between tasks, so are these output ranges.
-        let yrow = unsafe { yp.slice(t * m + rows.start, rows.len()) };
-        for (yi, r) in yrow.iter_mut().zip(rows.clone()) {
-            *yi = dot(k, &wb[r * wrb..(r + 1) * wrb], a);
+            Work::One(dot, t) => {
+                let a = &act[t * arb..(t + 1) * arb];
+                // SAFETY: rows are disjoint between tasks, so are these output ranges.
+                let yrow = unsafe { yp.slice(t * m + rows.start, rows.len()) };
+                for (yi, r) in yrow.iter_mut().zip(rows.clone()) {
+                    *yi = dot(k, &wb[r * wrb..(r + 1) * wrb], a);
+                }
+            }
         }
     }
 }
@@ -188,7 +263,7 @@ mod tests {
                     for isa in ["scalar", "avx2", "avx512", "neon"] {
                         let Ok(kernels) = Isa::for_isa(isa) else { continue };
                         let mut y = vec![f32::NAN; n * m];
-                        matmul(&pool, kernels, &w, &x, n, &mut y, &mut Vec::new());
+                        matmul(&pool, kernels, &w, &x, n, &mut y, &mut Vec::new(), None);
                         for t in 0..n {
                             for r in 0..m {
                                 let wr = &w.bytes()[r * w.row_bytes()..(r + 1) * w.row_bytes()];

@@ -234,6 +234,9 @@ impl CpuContext {
                         .ok_or_else(|| Error::InvalidArgument("matmul without weight".into()))?;
                     let k = w.row_len();
                     let x = &bufs[s.inputs[0]];
+                    // Rows after `Output` are the step's last tokens.
+                    let first = step.len() - s.rows;
+                    let groups = matmul::Groups::by_key((first..step.len()).map(|t| row_key(step, t)));
                     matmul::matmul(
                         &pool,
                         self.kernels,
@@ -242,6 +245,7 @@ impl CpuContext {
                         s.rows,
                         &mut y[..size],
                         &mut self.act,
+                        Some(&groups),
                     );
                 }
                 Op::AddBias { .. } => {
@@ -316,6 +320,16 @@ impl CpuContext {
             }
         }
         Ok(())
+    }
+}
+
+/// Which matmul group token `t` of `step` is in: its sequence's (the tokens sharing its cell
+/// list), or its own where it takes one-token numerics (`run` 1).
+fn row_key(step: &Step, t: usize) -> u64 {
+    if step.run[t] == 1 {
+        u64::MAX - t as u64
+    } else {
+        step.off[t] as u64
     }
 }
 

@@ -635,6 +635,16 @@ mod tests {
                                 which == 1,
                                 got4[r]
                             );
+                            if which == 0 && k.gemm(w).is_none() {
+                                // Four tokens at a time give each token the bits of its own
+                                // dot, but for q4_K, whose 4-token kernel sums in the order of
+                                // ggml's repacked GEMM and its single one in its GEMV's (so
+                                // matmul groups rows by sequence: `matmul::Groups`).
+                                let row = k.dot(w)(n, &wb, ab);
+                                if w != QType::Q4K {
+                                    assert_eq!(row.to_bits(), got4[r].to_bits(), "{what} x4 [{r}] vs its dot");
+                                }
+                            }
                             if which == 1 {
                                 // The tiled row kernel is bit-identical to its 4-token one.
                                 let row = tiled.map(|t| t.0(n, &wb, ab)).unwrap_or(f32::NAN);
