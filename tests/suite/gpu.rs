@@ -2,7 +2,8 @@
 //! in a two- or three-node graph, every weight qtype's matmul and get_rows, attention over
 //! several steps, argmax readback, the gate's refusal with its fallback to the CPU; in
 //! `translate`, every shader variant through naga (no GPU); in `cuda`, every CUDA kernel
-//! through NVRTC (no GPU); in `models`, whole models.
+//! through NVRTC (no GPU); in `models`, whole models; in `batch`, many sequences in one step
+//! (interleaved cells, grown KV storage, batch invariance).
 //!
 //! The backends under test: wgpu on whatever adapter there is (llvmpipe in CI), and with the
 //! `cuda` feature the CUDA backend on the CPU emulation of its kernels (`cuda/emu`) and on a
@@ -29,6 +30,7 @@ use minfer::{load, Model};
 
 use crate::common;
 
+pub mod batch;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod models;
