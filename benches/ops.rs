@@ -8,7 +8,7 @@ use minfer::backend::cpu::dot::Isa;
 use minfer::backend::cpu::matmul::matmul;
 use minfer::backend::cpu::ops::rms_norm;
 use minfer::backend::cpu::pool::Pool;
-use minfer::backend::KvType;
+use minfer::backend::{KvType, Step};
 use minfer::quant::QType;
 use minfer::tensor::{Bytes, Tensor};
 
@@ -79,7 +79,7 @@ fn bench_attention(c: &mut Criterion) {
     for n_kv in [128usize, 1024] {
         let mut kv = KvCache::new(&minfer::backend::KvLayout {
             kv: KvType::F16,
-            n_ctx: n_kv + 1,
+            n_cells: n_kv + 1,
             n_layer: 1,
             k_width: n_head_kv * hd,
             v_width: n_head_kv * hd,
@@ -98,7 +98,9 @@ fn bench_attention(c: &mut Criterion) {
             flash: false,
         };
         let q = vec![0.2f32; n_kv * n_head * hd];
-        attention(&pool, &mut kv, &p, &q, &k, &k, 0, n_kv, &mut out).expect("fill");
+        let fill = Step::contiguous(&vec![0; n_kv], 0);
+        attention(&pool, &mut kv, &p, &q, &k, &k, &fill, &mut out).expect("fill");
+        let decode = Step::contiguous(&[0], n_kv);
         let mut g = c.benchmark_group("attention/f16/cpu");
         g.throughput(Throughput::Bytes((2 * n_kv * n_head_kv * hd * 2) as u64));
         g.bench_function(BenchmarkId::new("decode_at", n_kv), |b| {
@@ -110,8 +112,7 @@ fn bench_attention(c: &mut Criterion) {
                     &q[..n_head * hd],
                     &k[..n_head_kv * hd],
                     &k[..n_head_kv * hd],
-                    n_kv,
-                    1,
+                    &decode,
                     &mut out[..n_head * hd],
                 )
             })

@@ -1,6 +1,7 @@
-// attention (second half of the op; kv_store ran first): one block per (q head, token) attends
-// over cache positions [lo, pos], lo = pos + 1 − window for sliding-window layers. GQA: q head h
-// reads kv head h / (n_head / n_head_kv). Two numerics, as the CPU has them:
+// attention (second half of the op; kv_store ran first): one block per (q head, token t) attends
+// over its sequence's positions [lo, pos], lo = pos + 1 − window for sliding-window layers;
+// position j is cache row step[step[5 + 2t] + j]. GQA: q head h reads kv head
+// h / (n_head / n_head_kv). Two numerics, as the CPU has them:
 // - default (ggml's non-flash path: mul_mat KQ, soft_max_ext, mul_mat KQV): pass 1 finds the
 //   softmax max and sum (online per thread, then reduced across the block); pass 2 recomputes each
 //   score, forms p = e^(s − max) / sum once, rounds it like the CPU (kv_round) and accumulates p·V
@@ -14,7 +15,8 @@
 //
 // Params: n_head, n_head_kv, head_dim (even, ≤ 512), head_dim_v (≤ 512), scale (f32), window
 // (0 = none), softcap (f32, 0 = none), n (tokens), flash (0 / 1).
-// Bindings: 1 step {pos0, n, 0, 0}, 2 q [n][n_head · head_dim], 3 kc, 4 vc (cache words),
+// Bindings: 1 step (Step::words: [n, 0, 0, 0], (pos, 4 + 2n + off) per token, the cell lists),
+// 2 q [n][n_head · head_dim], 3 kc, 4 vc (cache words, one row per cell),
 // 5 o [n][n_head · head_dim_v]. Grid: (n_head, n). Block: 64.
 
 struct AttentionParams {
@@ -51,7 +53,8 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
     const u32 t = blockIdx.y;
     const u32 tid = threadIdx.x;
     const u32 g = h / (n_head / n_head_kv);
-    const u32 pos = step[0] + t;
+    const u32 pos = step[4 + 2 * t];
+    const u32* __restrict__ cells = step + step[5 + 2 * t]; // cache row of position j: cells[j]
     u32 lo = 0;
     if (window > 0 && pos + 1 > window) {
         lo = pos + 1 - window;
@@ -81,9 +84,9 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
     __syncthreads();
 
     const u32 kw = n_head_kv * hd;
-    // Score of position j: q · K[j, head g], scaled and soft-capped.
+    // Score of position j: q · K[cells[j], head g], scaled and soft-capped.
     auto score = [&](u32 j) -> float {
-        float s = KV::k_dot(kc, (j * kw + g * hd) / 2, qs, hd);
+        float s = KV::k_dot(kc, (cells[j] * kw + g * hd) / 2, qs, hd);
         s *= scale;
         if (softcap > 0.0f) {
             s = tanhf(fminf(fmaxf(s / softcap, -15.0f), 15.0f)) * softcap;
@@ -139,7 +142,7 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
                 } else {
                     vs = expf(s - fm);
                 }
-                const u32 vb = (base + jj) * vw + g * hdv;
+                const u32 vb = cells[base + jj] * vw + g * hdv;
                 MF_UNROLL
                 for (u32 a = 0; a < 8; a++) {
                     const u32 d = tid + a * WG;
@@ -152,13 +155,14 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
         } else {
             // acc[a] += Σ_jj p[jj]·V[base + jj, d], each acc[a] summed in jj order as attention.wgsl
             // sums it (the loops are swapped so the 8 V loads of one position are independent).
-            const u32 vb = base * vw + g * hdv + tid;
+            const u32 vd = g * hdv + tid;
             for (u32 jj = 0; jj < cnt; jj++) {
                 const float pj2 = ps[jj];
+                const u32 vb = cells[base + jj] * vw + vd;
                 MF_UNROLL
                 for (u32 a = 0; a < 8; a++) {
                     if (tid + a * WG < hdv) {
-                        acc[a] += pj2 * KV::v_at(vc, vb + jj * vw + a * WG);
+                        acc[a] += pj2 * KV::v_at(vc, vb + a * WG);
                     }
                 }
             }

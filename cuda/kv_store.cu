@@ -1,12 +1,13 @@
-// kv_store (first half of the attention op): writes the step's K and V rows into the layer's
-// cache at positions pos0 .. pos0 + n.
+// kv_store (first half of the attention op): writes token t's K and V rows into the layer's
+// cache at the token's cell, step[step[5 + 2t] + step[4 + 2t]] (the layout of Step::words).
 // - f32 / f16 caches: one thread per cache word (EPW elements), K words first, then V words.
 // - q8_0 cache: one thread per pair of q8_0 blocks (64 elements, 68 bytes = 17 whole words, so no
 //   two threads share a word; the host requires K and V widths that are multiples of 64), K pairs
 //   first, then V pairs; each block quantized as ggml's quantize_row_q8_0_ref, the CPU's bytes.
 //
 // Params: kw (K row width, n_head_kv · head_dim), vw (V row width), n (tokens).
-// Bindings: 1 step {pos0, n, 0, 0}, 2 k [n][kw], 3 v [n][vw], 4 kc, 5 vc (cache words).
+// Bindings: 1 step (Step::words: [n, 0, 0, 0], (pos, 4 + 2n + off) per token, the cell lists),
+// 2 k [n][kw], 3 v [n][vw], 4 kc, 5 vc (cache words, one row per cell).
 // Grid: ceil(n · (kw + vw) / EPW / 64) blocks (EPW = 64 for q8_0) folded into (x, y). Block: 64.
 
 struct KvStoreParams {
@@ -15,6 +16,11 @@ struct KvStoreParams {
     u32 n;  // tokens
     u32 _pad0;
 };
+
+// The cell token t writes.
+static __device__ __forceinline__ u32 store_cell(const u32* __restrict__ step, u32 t) {
+    return step[step[5 + 2 * t] + step[4 + 2 * t]];
+}
 
 template <class KV>
 static __device__ __forceinline__ void kv_store_body(const Params& p) {
@@ -27,17 +33,18 @@ static __device__ __forceinline__ void kv_store_body(const Params& p) {
     u32* __restrict__ vc = binding<u32>(p, 5);
     const KvStoreParams& prm = params<KvStoreParams>(p);
     const u32 kw = prm.kw, vw = prm.vw, n = prm.n;
-    const u32 pos0 = step[0];
     const u32 i = linear_id<WG>();
     const u32 nk = n * kw / EPW;
     const u32 nv = n * vw / EPW;
     if (i < nk) {
         const u32 e = i * EPW;
-        kc[pos0 * kw / EPW + i] = KV::encode(k[e], k[umin32(e + 1, n * kw - 1)]);
+        const u32 t = e / kw;
+        kc[(store_cell(step, t) * kw + e - t * kw) / EPW] = KV::encode(k[e], k[umin32(e + 1, n * kw - 1)]);
     } else if (i < nk + nv) {
         const u32 j = i - nk;
         const u32 e = j * EPW;
-        vc[pos0 * vw / EPW + j] = KV::encode(v[e], v[umin32(e + 1, n * vw - 1)]);
+        const u32 t = e / vw;
+        vc[(store_cell(step, t) * vw + e - t * vw) / EPW] = KV::encode(v[e], v[umin32(e + 1, n * vw - 1)]);
     }
 }
 
@@ -92,15 +99,16 @@ static __device__ __forceinline__ void kv_store_q8_0_body(const Params& p) {
     u32* __restrict__ vc = binding<u32>(p, 5);
     const KvStoreParams& prm = params<KvStoreParams>(p);
     const u32 kw = prm.kw, vw = prm.vw, n = prm.n;
-    const u32 pos0 = step[0];
     const u32 i = linear_id<WG>();
     const u32 nk = n * kw / 64;
     const u32 nv = n * vw / 64;
     if (i < nk) {
-        quant_pair_q8_0(k + 64 * i, kc + pos0 * (kw * 17 / 64) + 17 * i);
+        const u32 t = 64 * i / kw;
+        quant_pair_q8_0(k + 64 * i, kc + store_cell(step, t) * (kw * 17 / 64) + 17 * (i - t * (kw / 64)));
     } else if (i < nk + nv) {
         const u32 j = i - nk;
-        quant_pair_q8_0(v + 64 * j, vc + pos0 * (vw * 17 / 64) + 17 * j);
+        const u32 t = 64 * j / vw;
+        quant_pair_q8_0(v + 64 * j, vc + store_cell(step, t) * (vw * 17 / 64) + 17 * (j - t * (vw / 64)));
     }
 }
 

@@ -1,5 +1,6 @@
-// attention (second half of the op; kv_store ran first): one workgroup per (q head, token)
-// attends over cache positions [lo, pos], lo = pos + 1 − window for sliding-window layers.
+// attention (second half of the op; kv_store ran first): one workgroup per (q head, token t)
+// attends over its sequence's positions [lo, pos], lo = pos + 1 − window for sliding-window
+// layers; position j is cache row step[step[5 + 2t] + j] (common.wgsl: the step's layout).
 // GQA: q head h reads kv head h / (n_head / n_head_kv). Two numerics, as the CPU has them:
 // - default (ggml's non-flash path: mul_mat KQ, soft_max_ext, mul_mat KQV): pass 1 finds the
 //   softmax max and sum (online per invocation, then reduced); pass 2 recomputes each score,
@@ -30,7 +31,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<uniform> step: Step;
+@group(0) @binding(1) var<storage, read> step: array<u32>;
 @group(0) @binding(2) var<storage, read> q: array<f32>;
 @group(0) @binding(3) var<storage, read> kc: array<KV>;
 @group(0) @binding(4) var<storage, read> vc: array<KV>;
@@ -39,9 +40,10 @@ struct Params {
 var<workgroup> qs: array<f32, MAX_HD>;
 var<workgroup> ps: array<f32, 256>;
 
-fn score(j: u32, g: u32) -> f32 {
+// Score of the key in cache row c: q · K[c, head g], scaled and soft-capped.
+fn score(c: u32, g: u32) -> f32 {
     let kw = p.n_head_kv * p.head_dim;
-    let kb = (j * kw + g * p.head_dim) / 2u;
+    let kb = (c * kw + g * p.head_dim) / 2u;
     var s = 0.0;
     for (var d = 0u; d < p.head_dim / 2u; d++) {
         let kp = k_pair(kb + d);
@@ -60,7 +62,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
     let t = wid.y;
     let lid = ln.lid;
     let g = h / (p.n_head / p.n_head_kv);
-    let pos = step.pos0 + t;
+    let pos = step[4u + 2u * t];
+    let cells = step[5u + 2u * t]; // the sequence's row of position j is step[cells + j]
     var lo = 0u;
     if (p.window > 0u && pos + 1u > p.window) {
         lo = pos + 1u - p.window;
@@ -102,7 +105,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
         var m = -3.0e38;
         var l = 0.0;
         for (var j = lo + lid; j <= pos; j += WG) {
-            let s = score(j, g);
+            let s = score(step[cells + j], g);
             let mn = max(m, s);
             l = l * exp(m - mn) + exp(s - mn);
             m = mn;
@@ -119,7 +122,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
         let j = base + lid;
         var pj = 0.0;
         if (j <= pos) {
-            let s = score(j, g);
+            let s = score(step[cells + j], g);
             pj = select(kv_round(exp(s - mx) * inv), s, p.flash != 0u);
         }
         ps[lid] = pj;
@@ -139,7 +142,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
                 } else {
                     vs = exp(s - fm);
                 }
-                let vb = (base + jj) * vw + g * hdv;
+                let vb = step[cells + base + jj] * vw + g * hdv;
                 for (var a = 0u; a < 8u; a++) {
                     let d = lid + a * WG;
                     if (d < hdv) {
@@ -152,10 +155,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
             for (var a = 0u; a < 8u; a++) {
                 let d = lid + a * WG;
                 if (d < hdv) {
-                    let vb = base * vw + g * hdv + d;
+                    let vb = g * hdv + d;
                     var s = acc[a];
                     for (var jj = 0u; jj < cnt; jj++) {
-                        s += ps[jj] * v_at(vb + jj * vw);
+                        s += ps[jj] * v_at(step[cells + base + jj] * vw + vb);
                     }
                     acc[a] = s;
                 }

@@ -1,12 +1,8 @@
 // Helpers every op may use.
 
-// The step uniform (binding `step` of the ops that need positions), written per forward.
-struct Step {
-    pos0: u32,
-    n: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
+// The step (binding `step: array<u32>` of the ops that need positions), written per forward as
+// `Step::words()`: [n, 0, 0, 0], then (pos, 4 + 2n + off) per token, then the cell lists, so
+// token t's position j lives in cell step[step[5 + 2t] + j].
 
 // f32 -> IEEE half bits, round to nearest even: the CPU's `f32_to_fp16` (ggml's
 // GGML_FP32_TO_FP16) in integer arithmetic, so the result does not depend on how a driver

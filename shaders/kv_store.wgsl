@@ -1,5 +1,6 @@
-// kv_store (first half of the attention op): writes the step's K and V rows into the layer's
-// cache at positions pos0 .. pos0 + n. One invocation per cache word.
+// kv_store (first half of the attention op): writes token t's K and V rows into the layer's
+// cache at the token's cell (`store_cell`). One invocation per cache word; rows are whole
+// words (K and V widths are multiples of EPW).
 
 override WG: u32 = 256u;
 
@@ -12,10 +13,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let nv = p.n * p.vw / EPW;
     if (i < nk) {
         let e = i * EPW;
-        kc[step.pos0 * p.kw / EPW + i] = kv_encode(k[e], k[min(e + 1u, p.n * p.kw - 1u)]);
+        let t = e / p.kw;
+        kc[(store_cell(t) * p.kw + e - t * p.kw) / EPW] = kv_encode(k[e], k[min(e + 1u, p.n * p.kw - 1u)]);
     } else if (i < nk + nv) {
         let j = i - nk;
         let e = j * EPW;
-        vc[step.pos0 * p.vw / EPW + j] = kv_encode(v[e], v[min(e + 1u, p.n * p.vw - 1u)]);
+        let t = e / p.vw;
+        vc[(store_cell(t) * p.vw + e - t * p.vw) / EPW] = kv_encode(v[e], v[min(e + 1u, p.n * p.vw - 1u)]);
     }
 }

@@ -1,6 +1,7 @@
-// kv_store for a q8_0 cache (first half of the attention op): writes the step's K and V rows
-// as q8_0 blocks, each invocation a pair of blocks (68 bytes = 17 whole words, so no two
-// invocations share a word; the gate requires K and V widths that are multiples of 64).
+// kv_store for a q8_0 cache (first half of the attention op): writes token t's K and V rows at
+// the token's cell (`store_cell`) as q8_0 blocks, each invocation a pair of blocks (68 bytes =
+// 17 whole words, so no two invocations share a word; the gate requires K and V widths that are
+// multiples of 64).
 // ggml: quantize_row_q8_0_ref.
 
 override WG: u32 = 64u;
@@ -42,7 +43,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             x[e] = k[64u * i + e];
         }
         let w = quant_pair(x);
-        let base = step.pos0 * (p.kw * 17u / 64u) + 17u * i;
+        let t = 64u * i / p.kw;
+        let base = store_cell(t) * (p.kw * 17u / 64u) + 17u * (i - t * (p.kw / 64u));
         for (var j = 0u; j < 17u; j++) {
             kc[base + j] = w[j];
         }
@@ -52,7 +54,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             x[e] = v[64u * j0 + e];
         }
         let w = quant_pair(x);
-        let base = step.pos0 * (p.vw * 17u / 64u) + 17u * j0;
+        let t = 64u * j0 / p.vw;
+        let base = store_cell(t) * (p.vw * 17u / 64u) + 17u * (j0 - t * (p.vw / 64u));
         for (var j = 0u; j < 17u; j++) {
             vc[base + j] = w[j];
         }

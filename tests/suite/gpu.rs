@@ -2,7 +2,8 @@
 //! in a two- or three-node graph, every weight qtype's matmul and get_rows, attention over
 //! several steps, argmax readback, the gate's refusal with its fallback to the CPU; in
 //! `translate`, every shader variant through naga (no GPU); in `cuda`, every CUDA kernel
-//! through NVRTC (no GPU); in `models`, whole models.
+//! through NVRTC (no GPU); in `models`, whole models; in `batch`, many sequences in one step
+//! (interleaved cells, grown KV storage, batch invariance).
 //!
 //! The backends under test: wgpu on whatever adapter there is (llvmpipe in CI), and with the
 //! `cuda` feature the CUDA backend on the CPU emulation of its kernels (`cuda/emu`) and on a
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use minfer::backend::cpu::CpuBackend;
 use minfer::backend::gpu::kernels::{act_qtype, WEIGHT_QTYPES};
 use minfer::backend::wgpu::{WgpuBackend, WgpuOptions};
-use minfer::backend::{self, Backend, KvType};
+use minfer::backend::{self, Backend, KvType, Step};
 use minfer::gguf::Metadata;
 use minfer::model::{Arch, Graph, HParams, Node, Op, Rope, RopeMode};
 use minfer::quant::QType;
@@ -29,6 +30,7 @@ use minfer::{load, Model};
 
 use crate::common;
 
+pub mod batch;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod models;
@@ -215,7 +217,7 @@ fn graph(nodes: Vec<Node>) -> Graph {
 fn run_at(b: &dyn Backend, m: &Arc<Model>, g: &Graph, ids: &[u32], pos0: usize) -> Vec<f32> {
     let mut ctx = b.new_context(m, 64, KvType::F32).unwrap();
     let mut out = Vec::new();
-    ctx.forward(g, ids, pos0, &mut out)
+    ctx.forward(g, &Step::contiguous(ids, pos0), &mut out)
         .unwrap_or_else(|e| panic!("{}: {e}", b.name()));
     out
 }
@@ -489,10 +491,10 @@ fn attention_matches_cpu_over_steps() {
             for (pos0, ids) in &steps {
                 let g = attn(ids.len(), flash);
                 let mut want = Vec::new();
-                c.forward(&g, ids, *pos0, &mut want).unwrap();
+                c.forward(&g, &Step::contiguous(ids, *pos0), &mut want).unwrap();
                 for (b, ctx) in gs.iter().zip(&mut gctx) {
                     let mut got = Vec::new();
-                    ctx.forward(&g, ids, *pos0, &mut got).unwrap();
+                    ctx.forward(&g, &Step::contiguous(ids, *pos0), &mut got).unwrap();
                     let e = nmse(&got, &want);
                     let what =
                         format!("{n_head}/{n_kv}×{hd} window {window:?} softcap {softcap:?} kv {kv:?} flash {flash}");
@@ -586,8 +588,9 @@ fn argmax_readback_matches_logits() {
     for b in &gs {
         let mut ctx = b.backend.new_context(&mdl, 16, KvType::F32).unwrap();
         let mut logits = Vec::new();
-        ctx.forward(&g, &[0, 1, 2], 0, &mut logits).unwrap();
-        let id = ctx.forward_argmax(&g, &[0, 1, 2], 0).unwrap();
+        let step = Step::contiguous(&[0, 1, 2], 0);
+        ctx.forward(&g, &step, &mut logits).unwrap();
+        let id = ctx.forward_argmax(&g, &step).unwrap();
         assert_eq!(id, minfer::sampling::argmax(&logits[2 * m..]), "{}", b.label);
     }
     // Rows made to be hard: NaNs early in a thread's slice and in the reduction's partner slots,
@@ -619,7 +622,7 @@ fn argmax_readback_matches_logits() {
     for b in &gs {
         let mut ctx = b.backend.new_context(&mdl, 16, KvType::F32).unwrap();
         for (i, row) in rows.iter().enumerate() {
-            let id = ctx.forward_argmax(&g, &[i as u32], 0).unwrap();
+            let id = ctx.forward_argmax(&g, &Step::contiguous(&[i as u32], 0)).unwrap();
             assert_eq!(id, minfer::sampling::argmax(row), "{}: crafted row {i}", b.label);
         }
     }

@@ -21,8 +21,8 @@
 //! - `gpu`       — the GPU backends (wgpu; with the `cuda` feature, CUDA on its CPU emulation
 //!   and on a device where there is one) against the CPU, op by op and qtype by qtype; with
 //!   `gpu/translate` (every shader through naga, no GPU), `gpu/cuda` (every CUDA kernel through
-//!   NVRTC, no GPU) and `gpu/models` (whole models); built without the `wgpu` feature, one
-//!   ignored entry says so
+//!   NVRTC, no GPU), `gpu/models` (whole models) and `gpu/batch` (many sequences per step);
+//!   built without the `wgpu` feature, one ignored entry says so
 
 // An unlisted test fn is dead code: a compile error, not a test that silently never runs.
 #![deny(dead_code)]
@@ -59,6 +59,7 @@ fn main() {
     {
         tests.extend(gpu::tests());
         tests.extend(gpu::models::tests());
+        tests.extend(gpu::batch::tests());
         tests.extend(gpu::translate::tests());
         #[cfg(feature = "cuda")]
         tests.extend(gpu::cuda::tests());

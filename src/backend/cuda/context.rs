@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::device::{DevBuf, Device, Func, Params, Replay};
 use crate::backend::gpu::schedule::{self, rope_table, Res, Stage, WeightParts};
-use crate::backend::{Context, KvLayout, KvType, Progress};
+use crate::backend::{Context, KvLayout, KvType, Progress, Step};
 use crate::error::{Error, Result};
 use crate::model::{Graph, GraphKey, Model, NodeId, Rope};
 
@@ -114,11 +114,15 @@ pub struct CudaContext {
     dev: Arc<dyn Device>,
     model: Arc<Model>,
     kv: KvType,
-    n_ctx: usize,
+    /// Cells of K/V storage per layer (rows of `kc[l]` and `vc[l]`).
+    n_cells: usize,
     weights: Registry,
     kc: Vec<DevBuf>,
     vc: Vec<DevBuf>,
     kv_bytes: usize,
+    /// `Step::words()`, written per forward. Its address is fixed while plans live (a
+    /// captured graph reads it); a step that needs more words gets a bigger buffer and drops
+    /// the plans.
     step: DevBuf,
     graphs: bool,
 }
@@ -131,33 +135,57 @@ impl CudaContext {
     pub fn new(
         dev: Arc<dyn Device>,
         model: &Arc<Model>,
-        n_ctx: usize,
+        n_cells: usize,
         kv: KvType,
         graphs: bool,
         progress: Option<&Progress>,
     ) -> Result<CudaContext> {
-        let l = KvLayout::new(model, n_ctx, kv)?;
+        let (kc, vc, kv_bytes) = Self::alloc_kv(dev.as_ref(), model, n_cells, kv)?;
+        let weights = Registry::upload(dev.as_ref(), model, progress).map_err(err)?;
+        // A one-sequence step of the whole context: the header, (pos, off) per token, the cells.
+        let step = dev.alloc((4 + 2 + n_cells) * 4).map_err(err)?;
+        Ok(CudaContext {
+            plans: HashMap::new(),
+            dev,
+            model: model.clone(),
+            kv,
+            n_cells,
+            weights,
+            kc,
+            vc,
+            kv_bytes,
+            step,
+            graphs,
+        })
+    }
+
+    /// `n_cells` cells of K and V per layer (zeroed), and their bytes in all.
+    fn alloc_kv(
+        dev: &dyn Device,
+        model: &Model,
+        n_cells: usize,
+        kv: KvType,
+    ) -> Result<(Vec<DevBuf>, Vec<DevBuf>, usize)> {
+        let l = KvLayout::new(model, n_cells, kv)?;
         let (kb, vb) = (l.k_layer_bytes(), l.v_layer_bytes());
         let (mut kc, mut vc) = (Vec::new(), Vec::new());
         for _ in 0..l.n_layer {
             kc.push(dev.alloc(kb).map_err(err)?);
             vc.push(dev.alloc(vb).map_err(err)?);
         }
-        let weights = Registry::upload(dev.as_ref(), model, progress).map_err(err)?;
-        let step = dev.alloc(16).map_err(err)?;
-        Ok(CudaContext {
-            plans: HashMap::new(),
-            dev,
-            model: model.clone(),
-            kv,
-            n_ctx,
-            weights,
-            kc,
-            vc,
-            kv_bytes: l.bytes(),
-            step,
-            graphs,
-        })
+        Ok((kc, vc, l.bytes()))
+    }
+
+    /// Makes the step buffer hold `words` words: a bigger one (at least double) when it does
+    /// not, after dropping the plans (their launches and graphs hold the old address).
+    fn reserve_step(&mut self, words: usize) -> Result<()> {
+        let have = self.step.bytes / 4;
+        if words <= have {
+            return Ok(());
+        }
+        self.plans.clear();
+        self.step = self.dev.alloc(words.max(2 * have) * 4).map_err(err)?;
+        Ok(())
     }
 
     fn plan(&self, g: &Graph) -> std::result::Result<Prepared, String> {
@@ -262,8 +290,10 @@ impl CudaContext {
     }
 
     /// One forward; returns the logits rows, or the argmax id's 4 bytes when `argmax`.
-    fn run(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, argmax: bool) -> Result<Vec<u8>> {
-        crate::backend::check_forward(graph, tokens, pos0, self.n_ctx, self.model.hparams.n_vocab)?;
+    fn run(&mut self, graph: &Graph, step: &Step, argmax: bool) -> Result<Vec<u8>> {
+        crate::backend::check_forward(graph, step, self.n_cells, self.model.hparams.n_vocab)?;
+        let words = step.words();
+        self.reserve_step(words.len())?;
         let key = graph.key;
         if !self.plans.contains_key(&key) {
             let p = self.plan(graph).map_err(err)?;
@@ -271,15 +301,15 @@ impl CudaContext {
         }
         let dev = self.dev.clone();
         let dev = dev.as_ref();
-        let n = tokens.len();
-        let step = self.step.ptr;
+        let n = step.len();
+        let step_ptr = self.step.ptr;
         let graphs = self.graphs;
         let plan = self.plans.get_mut(&key).ok_or_else(|| err("no plan"))?;
         let mut go = || -> std::result::Result<Vec<u8>, String> {
-            dev.write(step, bytemuck::cast_slice(&[pos0 as u32, n as u32, 0, 0]))?;
-            dev.write(plan.ids.ptr, bytemuck::cast_slice(tokens))?;
+            dev.write(step_ptr, bytemuck::cast_slice(&words))?;
+            dev.write(plan.ids.ptr, bytemuck::cast_slice(&step.tokens))?;
             for (rope, buf) in &plan.ropes {
-                dev.write(buf.ptr, bytemuck::cast_slice(&rope_table(rope, pos0, n)))?;
+                dev.write(buf.ptr, bytemuck::cast_slice(&rope_table(rope, &step.pos)))?;
             }
             // Decode shapes repeat every step: from the second run on, one graph launch.
             if graphs && plan.graph.is_none() && plan.runs >= 1 && n == 1 {
@@ -327,19 +357,41 @@ impl Context for CudaContext {
         Ok(out)
     }
 
-    fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()> {
-        let bytes = self.run(graph, tokens, pos0, false)?;
+    fn forward(&mut self, graph: &Graph, step: &Step, out: &mut Vec<f32>) -> Result<()> {
+        let bytes = self.run(graph, step, false)?;
         crate::backend::f32s_into(&bytes, out);
         Ok(())
     }
 
-    fn forward_argmax(&mut self, graph: &Graph, tokens: &[u32], pos0: usize) -> Result<u32> {
-        let b = self.run(graph, tokens, pos0, true)?;
+    fn forward_argmax(&mut self, graph: &Graph, step: &Step) -> Result<u32> {
+        let b = self.run(graph, step, true)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    fn n_ctx(&self) -> usize {
-        self.n_ctx
+    fn kv_cells(&self) -> usize {
+        self.n_cells
+    }
+
+    /// Bigger buffers with the old cells copied in (device to device); the plans go first,
+    /// since their launches and graphs hold the old addresses.
+    fn grow_kv(&mut self, n_cells: usize) -> Result<()> {
+        if n_cells <= self.n_cells {
+            return Ok(());
+        }
+        let (kc, vc, kv_bytes) = Self::alloc_kv(self.dev.as_ref(), &self.model, n_cells, self.kv)?;
+        for (old, new) in self.kc.iter().zip(&kc).chain(self.vc.iter().zip(&vc)) {
+            self.dev.copy(new.ptr, old.ptr, old.bytes).map_err(err)?;
+        }
+        // A read waits for the stream: the copies are done before the old buffers are freed.
+        if let Some(b) = kc.first() {
+            self.dev.read(b.ptr, &mut [0u8; 4]).map_err(err)?;
+        }
+        self.plans.clear();
+        self.kc = kc;
+        self.vc = vc;
+        self.kv_bytes = kv_bytes;
+        self.n_cells = n_cells;
+        Ok(())
     }
 
     fn kv_bytes(&self) -> usize {

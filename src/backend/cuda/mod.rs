@@ -105,11 +105,18 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    fn new_context(&self, model: &Arc<Model>, n_ctx: usize, kv: KvType) -> Result<Box<dyn Context>> {
-        if n_ctx == 0 {
-            return Err(Error::InvalidArgument("context size 0".into()));
+    fn new_context(&self, model: &Arc<Model>, n_cells: usize, kv: KvType) -> Result<Box<dyn Context>> {
+        if n_cells == 0 {
+            return Err(Error::InvalidArgument("KV storage of 0 cells".into()));
         }
-        let ctx = CudaContext::new(self.dev.clone(), model, n_ctx, kv, self.graphs, self.progress.as_ref())?;
+        let ctx = CudaContext::new(
+            self.dev.clone(),
+            model,
+            n_cells,
+            kv,
+            self.graphs,
+            self.progress.as_ref(),
+        )?;
         self.uploaded.fetch_add(ctx.resident_bytes(), Ordering::Relaxed);
         Ok(Box::new(ctx))
     }

@@ -255,7 +255,7 @@ pub static KERNELS: [KernelInfo; 16] = [
     KernelInfo {
         kernel: Kernel::KvStore,
         name: "kv_store",
-        bindings: &[U, U, R, R, RW, RW],
+        bindings: &[U, R, R, R, RW, RW],
         spec: Spec::Kv,
         reduces: false,
         act_input: false,
@@ -273,7 +273,7 @@ pub static KERNELS: [KernelInfo; 16] = [
     KernelInfo {
         kernel: Kernel::Attention,
         name: "attention",
-        bindings: &[U, U, R, R, R, RW],
+        bindings: &[U, R, R, R, R, RW],
         spec: Spec::Kv,
         reduces: true,
         act_input: false,

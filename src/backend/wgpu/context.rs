@@ -9,7 +9,7 @@ use super::plan::{self, Pass, Plan, Targets};
 use super::profile::Profiler;
 use super::registry::Registry;
 use crate::backend::gpu::schedule::{self, rope_table};
-use crate::backend::{Context, KvLayout, KvType};
+use crate::backend::{Context, KvLayout, KvType, Step};
 use crate::error::{Error, Result};
 use crate::model::{Graph, GraphKey, Model, Node, NodeId, Op};
 
@@ -17,13 +17,16 @@ pub struct WgpuContext {
     pub(super) gpu: Arc<Gpu>,
     pub(super) model: Arc<Model>,
     pub(super) kv: KvType,
-    pub(super) n_ctx: usize,
+    /// Cells of K/V storage per layer (rows of `kc[l]` and `vc[l]`).
+    pub(super) n_cells: usize,
     pub(super) weights: Registry,
     pub(super) kc: Vec<wgpu::Buffer>,
     pub(super) vc: Vec<wgpu::Buffer>,
     pub(super) kv_bytes: usize,
-    /// `Step { pos0, n }`, written per forward.
+    /// `Step::words()`, written per forward; `step_words` words long. Grown (doubled) when a
+    /// step needs more, which drops the plans (their bind groups name this buffer).
     pub(super) step: wgpu::Buffer,
+    pub(super) step_words: usize,
     pub(super) plans: HashMap<GraphKey, Plan>,
     /// Graphs of the sub-batches a too-wide forward is split into.
     pub(super) graphs: HashMap<GraphKey, Arc<Graph>>,
@@ -50,27 +53,28 @@ enum Readback {
 }
 
 impl WgpuContext {
-    /// Allocates `n_ctx` positions of K and V per layer (zeroed).
+    /// Allocates `n_cells` cells of K and V per layer (zeroed).
     pub(super) fn alloc_kv(
         gpu: &Gpu,
         model: &Model,
-        n_ctx: usize,
+        n_cells: usize,
         kv: KvType,
     ) -> Result<(Vec<wgpu::Buffer>, Vec<wgpu::Buffer>, usize)> {
-        let l = KvLayout::new(model, n_ctx, kv)?;
+        let l = KvLayout::new(model, n_cells, kv)?;
         let (kb, vb) = (l.k_layer_bytes() as u64, l.v_layer_bytes() as u64);
         let max = gpu.max_binding();
         if kb.max(vb) > max {
             return Err(err(format!(
-                "a KV cache layer of {} bytes for n_ctx {n_ctx} exceeds the {max}-byte binding limit",
+                "a KV cache layer of {} bytes for {n_cells} cells exceeds the {max}-byte binding limit",
                 kb.max(vb)
             )));
         }
+        // COPY_SRC / COPY_DST: `grow_kv` copies the cells into bigger buffers.
         let make = |label: String, size: u64| {
             gpu.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(&label),
                 size: size.div_ceil(16).max(1) * 16,
-                usage: wgpu::BufferUsages::STORAGE,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             })
         };
@@ -85,9 +89,41 @@ impl WgpuContext {
         Ok((kc, vc, l.bytes()))
     }
 
-    fn check_step(&self, graph: &Graph, tokens: &[u32], pos0: usize) -> Result<()> {
-        crate::backend::check_forward(graph, tokens, pos0, self.n_ctx, self.model.hparams.n_vocab)?;
-        let n = tokens.len();
+    /// The step buffer, `words` words long (zeroed); storage, written per forward.
+    pub(super) fn alloc_step(gpu: &Gpu, words: usize) -> wgpu::Buffer {
+        gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("step"),
+            size: (words as u64 * 4).div_ceil(16).max(1) * 16,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Makes the step buffer hold `words` words: a bigger buffer (at least double) when it does
+    /// not, and no plans, whose bind groups name the old one.
+    fn reserve_step(&mut self, words: usize) -> Result<()> {
+        if words <= self.step_words {
+            return Ok(());
+        }
+        let want = words.max(2 * self.step_words);
+        let max = self.gpu.max_binding();
+        if want as u64 * 4 > max {
+            return Err(err(format!(
+                "a step of {words} words exceeds the {max}-byte binding limit"
+            )));
+        }
+        let gpu = self.gpu.clone();
+        self.step = gpu
+            .scoped("step buffer", || Self::alloc_step(&gpu, want))
+            .map_err(err)?;
+        self.step_words = want;
+        self.plans.clear();
+        Ok(())
+    }
+
+    fn check_step(&self, graph: &Graph, step: &Step) -> Result<()> {
+        crate::backend::check_forward(graph, step, self.n_cells, self.model.hparams.n_vocab)?;
+        let n = step.len();
         let maxg = self.gpu.limits.max_compute_workgroups_per_dimension as usize;
         if n > maxg {
             return Err(err(format!("{n} tokens in one forward (at most {maxg})")));
@@ -116,17 +152,11 @@ impl WgpuContext {
         ((max / per_token) as usize).max(1)
     }
 
-    /// `forward` in sub-batches of `m` tokens, in order (the KV cache carries the context);
+    /// `forward` in sub-batches of `m` tokens, in order (the KV cache carries the context; each
+    /// sub-step keeps its tokens' positions, offsets and run lengths and the whole cell list);
     /// logits are kept for the tokens among the graph's last `n_outputs`.
-    fn forward_split(
-        &mut self,
-        graph: &Graph,
-        tokens: &[u32],
-        pos0: usize,
-        m: usize,
-        out: &mut Vec<f32>,
-    ) -> Result<()> {
-        let n = tokens.len();
+    fn forward_split(&mut self, graph: &Graph, step: &Step, m: usize, out: &mut Vec<f32>) -> Result<()> {
+        let n = step.len();
         if n != graph.key.n_tokens {
             return Err(Error::InvalidArgument(format!(
                 "{n} tokens for a graph of {}",
@@ -148,7 +178,14 @@ impl WgpuContext {
                 .entry(key)
                 .or_insert_with(|| Arc::new(sub_graph(graph, key)))
                 .clone();
-            let bytes = self.run(&g, &tokens[start..end], pos0 + start, Readback::Logits)?;
+            let sub = Step {
+                tokens: step.tokens[start..end].to_vec(),
+                pos: step.pos[start..end].to_vec(),
+                off: step.off[start..end].to_vec(),
+                cells: step.cells.clone(),
+                run: step.run[start..end].to_vec(),
+            };
+            let bytes = self.run(&g, &sub, Readback::Logits)?;
             if outs > 0 {
                 out.extend(
                     bytes
@@ -160,8 +197,10 @@ impl WgpuContext {
         Ok(())
     }
 
-    fn run(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, what: Readback) -> Result<Vec<u8>> {
-        self.check_step(graph, tokens, pos0)?;
+    fn run(&mut self, graph: &Graph, step: &Step, what: Readback) -> Result<Vec<u8>> {
+        self.check_step(graph, step)?;
+        let words = step.words();
+        self.reserve_step(words.len())?;
         let key = graph.key;
         if !self.plans.contains_key(&key) {
             let t = Targets {
@@ -183,16 +222,15 @@ impl WgpuContext {
         }
         let gpu = self.gpu.clone();
         let plan = &self.plans[&key];
-        let n = tokens.len();
         let profiler = &mut self.profiler;
-        let step = &self.step;
+        let step_buf = &self.step;
         let bytes = gpu
             .scoped("forward", || -> Result<Vec<u8>> {
                 let q = &gpu.queue;
-                q.write_buffer(step, 0, bytemuck::cast_slice(&[pos0 as u32, n as u32, 0, 0]));
-                q.write_buffer(&plan.ids, 0, bytemuck::cast_slice(tokens));
+                q.write_buffer(step_buf, 0, bytemuck::cast_slice(&words));
+                q.write_buffer(&plan.ids, 0, bytemuck::cast_slice(&step.tokens));
                 for (rope, buf) in &plan.ropes {
-                    q.write_buffer(buf, 0, bytemuck::cast_slice(&rope_table(rope, pos0, n)));
+                    q.write_buffer(buf, 0, bytemuck::cast_slice(&rope_table(rope, &step.pos)));
                 }
                 let mut enc = gpu
                     .device
@@ -232,15 +270,15 @@ impl WgpuContext {
     }
 
     /// The argmax of the last output row, with only 4 bytes read back (greedy decoding).
-    pub fn forward_argmax(&mut self, graph: &Graph, tokens: &[u32], pos0: usize) -> Result<u32> {
+    pub fn forward_argmax(&mut self, graph: &Graph, step: &Step) -> Result<u32> {
         let m = self.split_tokens(graph);
-        if m < tokens.len() {
+        if m < step.len() {
             let mut logits = Vec::new();
-            self.forward_split(graph, tokens, pos0, m, &mut logits)?;
+            self.forward_split(graph, step, m, &mut logits)?;
             let width = graph.nodes[graph.result].width;
             return Ok(crate::sampling::argmax(&logits[logits.len() - width..]));
         }
-        let b = self.run(graph, tokens, pos0, Readback::Argmax)?;
+        let b = self.run(graph, step, Readback::Argmax)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 }
@@ -338,22 +376,51 @@ impl Context for WgpuContext {
         Ok(out)
     }
 
-    fn forward(&mut self, graph: &Graph, tokens: &[u32], pos0: usize, out: &mut Vec<f32>) -> Result<()> {
+    fn forward(&mut self, graph: &Graph, step: &Step, out: &mut Vec<f32>) -> Result<()> {
         let m = self.split_tokens(graph);
-        if m < tokens.len() {
-            return self.forward_split(graph, tokens, pos0, m, out);
+        if m < step.len() {
+            return self.forward_split(graph, step, m, out);
         }
-        let bytes = self.run(graph, tokens, pos0, Readback::Logits)?;
+        let bytes = self.run(graph, step, Readback::Logits)?;
         crate::backend::f32s_into(&bytes, out);
         Ok(())
     }
 
-    fn forward_argmax(&mut self, graph: &Graph, tokens: &[u32], pos0: usize) -> Result<u32> {
-        WgpuContext::forward_argmax(self, graph, tokens, pos0)
+    fn forward_argmax(&mut self, graph: &Graph, step: &Step) -> Result<u32> {
+        WgpuContext::forward_argmax(self, graph, step)
     }
 
-    fn n_ctx(&self) -> usize {
-        self.n_ctx
+    fn kv_cells(&self) -> usize {
+        self.n_cells
+    }
+
+    /// Bigger buffers, the old cells copied in (one submit), then no plans: their bind groups
+    /// name the old buffers.
+    fn grow_kv(&mut self, n_cells: usize) -> Result<()> {
+        if n_cells <= self.n_cells {
+            return Ok(());
+        }
+        let (kc, vc, kv_bytes) = Self::alloc_kv(&self.gpu, &self.model, n_cells, self.kv)?;
+        let gpu = self.gpu.clone();
+        gpu.scoped("grow kv", || {
+            let mut enc = gpu
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("grow kv") });
+            for (old, new) in self.kc.iter().zip(&kc).chain(self.vc.iter().zip(&vc)) {
+                enc.copy_buffer_to_buffer(old, 0, new, 0, old.size());
+            }
+            gpu.queue.submit([enc.finish()]);
+        })
+        .map_err(err)?;
+        if let Some(e) = self.gpu.take_uncaptured() {
+            return Err(err(e));
+        }
+        self.plans.clear();
+        self.kc = kc;
+        self.vc = vc;
+        self.kv_bytes = kv_bytes;
+        self.n_cells = n_cells;
+        Ok(())
     }
 
     fn kv_bytes(&self) -> usize {

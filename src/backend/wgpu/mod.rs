@@ -174,18 +174,17 @@ impl Backend for WgpuBackend {
         Ok(())
     }
 
-    fn new_context(&self, model: &Arc<Model>, n_ctx: usize, kv: KvType) -> Result<Box<dyn Context>> {
+    fn new_context(&self, model: &Arc<Model>, n_cells: usize, kv: KvType) -> Result<Box<dyn Context>> {
         let gpu = self.gpu.clone();
         let err = |what: String| Error::Backend { backend: "wgpu", what };
-        let (kc, vc, kv_bytes) = WgpuContext::alloc_kv(&gpu, model, n_ctx, kv)?;
+        let (kc, vc, kv_bytes) = WgpuContext::alloc_kv(&gpu, model, n_cells, kv)?;
         let weights = Registry::upload(&gpu, model, self.max_binding(), self.progress.as_ref()).map_err(err)?;
         self.uploaded.fetch_add(weights.resident, Ordering::Relaxed);
-        let step = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("step"),
-            size: 16,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        // A one-sequence step of the whole context: the header, (pos, off) per token, the cells.
+        let step_words = 4 + 2 + n_cells;
+        let step = gpu
+            .scoped("step buffer", || WgpuContext::alloc_step(&gpu, step_words))
+            .map_err(err)?;
         let (profiler, profile_note) = match self.profile.then(|| profile::Profiler::new(&gpu)) {
             Some(Ok(p)) => (Some(p), None),
             Some(Err(why)) => (None, Some(why)),
@@ -195,12 +194,13 @@ impl Backend for WgpuBackend {
             gpu,
             model: model.clone(),
             kv,
-            n_ctx,
+            n_cells,
             weights,
             kc,
             vc,
             kv_bytes,
             step,
+            step_words,
             plans: HashMap::new(),
             graphs: HashMap::new(),
             subgroups: self.uses_subgroups(),

@@ -1,6 +1,6 @@
 //! A schedule (`backend::gpu::schedule`) made concrete on the device, once per graph shape: the
 //! activation buffers, every launch's parameters in one uniform buffer, and every bind group.
-//! A forward then only writes the step uniform, the token ids and the RoPE tables, and encodes
+//! A forward then only writes the step words, the token ids and the RoPE tables, and encodes
 //! the recorded passes.
 
 use std::sync::Arc;

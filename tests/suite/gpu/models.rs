@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use minfer::backend::cpu::CpuBackend;
-use minfer::backend::{Backend, BackendChoice, KvType};
+use minfer::backend::{Backend, BackendChoice, KvType, Step};
 use minfer::quant::QType;
 use minfer::tensor::Bytes;
 use minfer::{load, Model, Session, SessionOptions};
@@ -184,16 +184,14 @@ fn split_weights_and_batches_change_nothing() {
             let mut all = Vec::new();
             ctx.forward(
                 &model.graph(minfer::model::GraphKey::new(prompt.len(), prompt.len())),
-                &prompt,
-                0,
+                &Step::contiguous(&prompt, 0),
                 &mut all,
             )
             .unwrap();
             let id = ctx
                 .forward_argmax(
                     &model.graph(minfer::model::GraphKey::new(1, 1)),
-                    &[prompt[0]],
-                    prompt.len(),
+                    &Step::contiguous(&[prompt[0]], prompt.len()),
                 )
                 .unwrap();
             logits.push((all, id));

@@ -218,14 +218,14 @@ pub fn schedule(
     })
 }
 
-/// The cos/sin table a `RopeTable` binding holds for tokens at `pos0..pos0 + n`:
-/// `[n][n_rot / 2]` (cos, sin) pairs, computed by the CPU backend's own code so every backend
-/// rotates by the same values.
-pub fn rope_table(rope: &Rope, pos0: usize, n: usize) -> Vec<f32> {
-    let mut table: Vec<f32> = Vec::with_capacity(n * rope.n_rot);
+/// The cos/sin table a `RopeTable` binding holds for tokens at positions `pos` (one per token,
+/// `Step::pos`): `[n][n_rot / 2]` (cos, sin) pairs, computed by the CPU backend's own code so
+/// every backend rotates by the same values.
+pub fn rope_table(rope: &Rope, pos: &[u32]) -> Vec<f32> {
+    let mut table: Vec<f32> = Vec::with_capacity(pos.len() * rope.n_rot);
     let mut cs = Vec::new();
-    for i in 0..n {
-        crate::backend::cpu::ops::rope_cache(pos0 + i, rope, &mut cs);
+    for &p in pos {
+        crate::backend::cpu::ops::rope_cache(p as usize, rope, &mut cs);
         table.extend(cs.iter().flat_map(|&(c, s)| [c, s]));
     }
     table
