@@ -43,7 +43,7 @@ fn session_of(path: &Path, n_ctx: usize, kv: KvType) -> Session {
 }
 
 /// A sequence alone: the prompt's last logits, then `steps` greedy steps' logits.
-fn alone(s: &mut Session, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
+pub fn alone(s: &mut Session, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
     s.reset();
     let mut out = vec![s.eval(prompt, false).unwrap()];
     for _ in 0..steps {
@@ -56,7 +56,7 @@ fn alone(s: &mut Session, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
 /// Sequence `i` joins at step `join[i]` (its prompt whole, or for sequence 0 in two chunks
 /// over two steps), decodes greedily for `steps[i]` steps and leaves; every step is one
 /// `decode` of whatever sequences are active. Returns each sequence's logits as `alone` does.
-fn together(s: &mut Session, prompts: &[Vec<u32>], join: &[usize], steps: &[usize]) -> Vec<Vec<Vec<f32>>> {
+pub fn together(s: &mut Session, prompts: &[Vec<u32>], join: &[usize], steps: &[usize]) -> Vec<Vec<Vec<f32>>> {
     let n = prompts.len();
     let mut seqs: Vec<Option<SeqId>> = vec![None; n];
     let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); n];
@@ -106,7 +106,7 @@ fn together(s: &mut Session, prompts: &[Vec<u32>], join: &[usize], steps: &[usiz
     got
 }
 
-fn prompts() -> Vec<Vec<u32>> {
+pub fn prompts() -> Vec<Vec<u32>> {
     vec![
         vec![1, 17, 5, 93, 42, 42, 8, 61, 3, 77, 20],
         vec![4, 9, 33, 2, 71],
