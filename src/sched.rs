@@ -21,7 +21,8 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::engine::{GenerateOptions, StopReason, TextStream};
+use crate::chat::{ChatMessage, ChatTemplate};
+use crate::engine::{Engine, GenerateOptions, StopReason, TextStream};
 use crate::error::{Error, Result};
 use crate::kv::SeqId;
 use crate::sampling::Sampler;
@@ -30,12 +31,20 @@ use crate::tokenizer::Tokenizer;
 
 pub type RequestId = u64;
 
-/// A prompt (token ids; see `Engine::apply_chat_template` and `tokenize` for messages) and
-/// how to continue it: max tokens, sampling with its own seed, stop strings.
+/// A prompt and how to continue it: max tokens, sampling with its own seed, stop strings.
 #[derive(Clone, Debug)]
 pub struct Request {
-    pub prompt: Vec<u32>,
+    pub prompt: Prompt,
     pub opts: GenerateOptions,
+}
+
+/// What a request continues: token ids, raw text (tokenized with the model's special
+/// tokens), or a conversation rendered by the model's chat template.
+#[derive(Clone, Debug)]
+pub enum Prompt {
+    Ids(Vec<u32>),
+    Text(String),
+    Messages(Vec<ChatMessage>),
 }
 
 /// What a request hears, in order: `Started`, a `Token` per generated token, then `Done`
@@ -132,6 +141,8 @@ impl Slot {
 
 struct Waiting {
     id: RequestId,
+    /// The prompt as ids.
+    prompt: Vec<u32>,
     req: Request,
     sink: Sink,
     cancel: Arc<AtomicBool>,
@@ -155,6 +166,7 @@ pub struct StepReport {
 pub struct Scheduler {
     session: Session,
     tokenizer: Arc<Tokenizer>,
+    template: Option<ChatTemplate>,
     opts: SchedulerOptions,
     waiting: VecDeque<Waiting>,
     running: Vec<Slot>,
@@ -170,12 +182,43 @@ impl Scheduler {
         Ok(Scheduler {
             session,
             tokenizer,
+            template: None,
             opts,
             waiting: VecDeque::new(),
             running: Vec::new(),
             kept: VecDeque::new(),
             next_id: 1,
         })
+    }
+
+    /// An engine's session, tokenizer and chat template under a scheduler (the engine's
+    /// cached conversation is let go).
+    pub fn from_engine(engine: Engine, opts: SchedulerOptions) -> Result<Scheduler> {
+        let Engine {
+            mut session,
+            tokenizer,
+            template,
+            ..
+        } = engine;
+        session.reset();
+        let mut s = Scheduler::new(session, Arc::new(tokenizer), opts)?;
+        s.template = template;
+        Ok(s)
+    }
+
+    /// The token ids of `p`.
+    pub fn prompt_ids(&self, p: &Prompt) -> Result<Vec<u32>> {
+        match p {
+            Prompt::Ids(ids) => Ok(ids.clone()),
+            Prompt::Text(t) => self.tokenizer.encode(t, true, true),
+            Prompt::Messages(m) => {
+                let t = self
+                    .template
+                    .as_ref()
+                    .ok_or_else(|| Error::Template("this model has no chat template (send text or ids)".into()))?;
+                self.tokenizer.encode(&t.render(m, true)?, true, true)
+            }
+        }
     }
 
     pub fn session(&self) -> &Session {
@@ -217,14 +260,21 @@ impl Scheduler {
         let id = self.next_id;
         self.next_id += 1;
         let n_ctx = self.session.n_ctx();
-        let bad = if req.prompt.is_empty() {
+        let prompt = match self.prompt_ids(&req.prompt) {
+            Ok(p) => p,
+            Err(e) => {
+                sink(Event::Error(e.to_string()));
+                return id;
+            }
+        };
+        let bad = if prompt.is_empty() {
             Some("empty prompt".to_string())
-        } else if req.prompt.len() >= n_ctx {
+        } else if prompt.len() >= n_ctx {
             Some(format!(
                 "the prompt is {} tokens, the context holds {n_ctx}",
-                req.prompt.len()
+                prompt.len()
             ))
-        } else if let Some(&t) = req.prompt.iter().find(|&&t| t as usize >= self.session.n_vocab()) {
+        } else if let Some(&t) = prompt.iter().find(|&&t| t as usize >= self.session.n_vocab()) {
             Some(format!(
                 "token id {t} is outside the vocabulary of {}",
                 self.session.n_vocab()
@@ -236,7 +286,13 @@ impl Scheduler {
             Some(why) => {
                 sink(Event::Error(why));
             }
-            None => self.waiting.push_back(Waiting { id, req, sink, cancel }),
+            None => self.waiting.push_back(Waiting {
+                id,
+                prompt,
+                req,
+                sink,
+                cancel,
+            }),
         }
         id
     }
@@ -303,8 +359,8 @@ impl Scheduler {
         let n_ctx = self.session.n_ctx();
         while self.running.len() < self.opts.max_seqs {
             let Some(w) = self.waiting.front() else { break };
-            let (n, run_i, kept_i) = self.best_prefix(&w.req.prompt);
-            let need = (w.req.prompt.len() + w.req.opts.max_tokens).min(n_ctx) - n;
+            let (n, run_i, kept_i) = self.best_prefix(&w.prompt);
+            let need = (w.prompt.len() + w.req.opts.max_tokens).min(n_ctx) - n;
             // Kept sequences give way when cells are short, oldest first (not the one reused).
             while self.unreserved() < need && self.kept.len() > usize::from(kept_i.is_some()) {
                 let victim = if kept_i == Some(0) { 1 } else { 0 };
@@ -319,7 +375,7 @@ impl Scheduler {
             let (kept_i, n) = match kept_i {
                 // The reused entry may have moved while others were evicted: find it again.
                 Some(_) => {
-                    let (n2, _, k2) = self.best_prefix(&w.req.prompt);
+                    let (n2, _, k2) = self.best_prefix(&w.prompt);
                     (k2, n2)
                 }
                 None => (None, n),
@@ -354,15 +410,15 @@ impl Scheduler {
                 Vec::new()
             };
             let alive = (w.sink)(Event::Started {
-                prompt_tokens: w.req.prompt.len(),
+                prompt_tokens: w.prompt.len(),
                 cached: n,
             });
             let slot = Slot {
                 id: w.id,
                 seq,
-                cached: w.req.prompt[..n].to_vec(),
+                cached: w.prompt[..n].to_vec(),
                 reused: n,
-                prompt: w.req.prompt,
+                prompt: w.prompt,
                 generated: Vec::new(),
                 pending: None,
                 sampler,
@@ -547,7 +603,7 @@ impl Scheduler {
             if let Some(mut w) = self.waiting.pop_front() {
                 (w.sink)(Event::Error(
                     Error::KvFull {
-                        need: w.req.prompt.len(),
+                        need: w.prompt.len(),
                         free: self.session.kv().available(),
                         n_ctx: self.session.n_ctx(),
                     }

@@ -11,7 +11,7 @@ use minfer::kv::SeqId;
 use minfer::model::Arch;
 use minfer::quant::QType;
 use minfer::sampling::{argmax, SamplerConfig};
-use minfer::sched::{Event, Request, Scheduler, SchedulerOptions};
+use minfer::sched::{Event, Prompt, Request, Scheduler, SchedulerOptions};
 use minfer::tokenizer::{Tokenizer, TokenizerSpec};
 use minfer::{load, Batch, Error, Session, SessionOptions};
 
@@ -28,6 +28,7 @@ tests![
     scheduler_equals_alone_and_reuses_prefixes,
     cancel_frees_cells_at_once_and_changes_no_other_output,
     speculation_changes_no_token,
+    scheduler_thread_answers_chats_as_the_engine_alone,
 ];
 
 fn session_of(path: &Path, n_ctx: usize, kv: KvType) -> Session {
@@ -406,7 +407,7 @@ fn scheduler_equals_alone_and_reuses_prefixes() {
             .zip(lens)
             .map(|(p, n)| {
                 sc.submit_channel(Request {
-                    prompt: p.clone(),
+                    prompt: Prompt::Ids(p.clone()),
                     opts: greedy(n),
                 })
             })
@@ -423,7 +424,7 @@ fn scheduler_equals_alone_and_reuses_prefixes() {
         turn.extend([11, 12, 13]);
         let want2 = alone_tokens(&mut s, &turn, 4);
         let h = sc.submit_channel(Request {
-            prompt: turn.clone(),
+            prompt: Prompt::Ids(turn.clone()),
             opts: greedy(4),
         });
         sc.run_until_idle();
@@ -466,7 +467,7 @@ fn cancel_frees_cells_at_once_and_changes_no_other_output() {
         .iter()
         .map(|p| {
             sc.submit_channel(Request {
-                prompt: p.clone(),
+                prompt: Prompt::Ids(p.clone()),
                 opts: greedy(8),
             })
         })
@@ -586,4 +587,66 @@ fn speculation_changes_no_token() {
             }
         }
     }
+}
+
+/// The desktop path: an engine turned into a scheduler on its own thread, three chat requests
+/// submitted at once as messages; each greedy reply (tokens and text) is the engine's alone.
+fn scheduler_thread_answers_chats_as_the_engine_alone() {
+    use minfer::chat::ChatMessage;
+    use minfer::engine::{Engine, Flow};
+
+    let t = "scheduler_thread_answers_chats_as_the_engine_alone";
+    let Some(path) = common::real_model(t, SMOL) else {
+        return;
+    };
+    let sopts = SessionOptions {
+        n_ctx: 1024,
+        threads: Some(2),
+        backend: BackendChoice::Cpu,
+        ..SessionOptions::default()
+    };
+    let questions = [
+        "What is the capital of France?",
+        "Name three colours.",
+        "Write a haiku about rain.",
+    ];
+    let opts = GenerateOptions {
+        max_tokens: 24,
+        sampler: SamplerConfig::greedy(),
+        ..GenerateOptions::default()
+    };
+    let mut engine = Engine::load(&path, &sopts).unwrap();
+    let mut want = Vec::new();
+    for q in questions {
+        let text = engine
+            .apply_chat_template(&[ChatMessage::new("user", q)], true)
+            .unwrap();
+        let ids = engine.tokenize(&text, true, true).unwrap();
+        engine.reset();
+        want.push(engine.generate(&ids, &opts, |_| Flow::Continue).unwrap());
+    }
+    let sched = Scheduler::from_engine(engine, SchedulerOptions::default()).unwrap();
+    let runner = sched.spawn();
+    let handles: Vec<_> = questions
+        .iter()
+        .map(|q| {
+            runner.submit(Request {
+                prompt: Prompt::Messages(vec![ChatMessage::new("user", *q)]),
+                opts: opts.clone(),
+            })
+        })
+        .collect();
+    for (h, w) in handles.into_iter().zip(&want) {
+        let (fin, text) = h.wait().unwrap();
+        assert_eq!(fin.tokens, w.tokens, "{:?}", w.text);
+        assert_eq!(text, w.text);
+        assert_eq!(fin.usage.prompt_tokens, w.prompt_tokens.len());
+    }
+    // A prompt that cannot fit is an error for that request alone.
+    let h = runner.submit(Request {
+        prompt: Prompt::Ids(vec![1; 2000]),
+        opts: opts.clone(),
+    });
+    let e = h.wait().unwrap_err().to_string();
+    assert!(e.contains("2000") && e.contains("1024"), "{e}");
 }
