@@ -24,7 +24,7 @@ const MIN_ROWS_PER_TASK: usize = 16;
 const TASKS_PER_THREAD: usize = 16;
 /// Tokens from which a batch goes through the `Gemm` panels: decoding 8 rows into a panel
 /// costs about as much as running it against a few tokens.
-const MIN_GEMM_TOKENS: usize = 4;
+const MIN_GEMM_TOKENS: usize = 2;
 /// Tokens per `Gemm::tile` call (its output buffer is on the stack).
 const TILE_TOKENS: usize = 64;
 
@@ -33,10 +33,10 @@ thread_local! {
     static PANEL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The tokens of a matmul grouped as their kernels see them: rows whose kernel order depends
-/// on how many tokens share a forward (the K-quants' 4-token and tiled dots, llama.cpp's
-/// prefill orders) are grouped by sequence, so that a token's bits depend on its own
-/// sequence's tokens only; a group of one takes the single-token dot.
+/// The tokens of a matmul grouped by sequence. A kernel whose sums depend on how many tokens
+/// share it (the K-quants' tiled dots, llama.cpp's prefill order, from TILED_MIN_TOKENS; q4_K's
+/// 4-token dot) takes a group's rows only, so a token's bits depend on its own sequence's tokens
+/// alone; the kernels that give every token the bits of its single dot take rows of any groups.
 #[derive(Clone, Debug, Default)]
 pub struct Groups {
     /// Each group's token rows, in order.
@@ -130,19 +130,22 @@ pub fn matmul(
     match gemm {
         Some(g) => work.extend((0..n).map(|t| Work::One(g.row, t))),
         None => {
+            // Rows whose kernels are the same bits in any company, gathered across groups.
+            let mut shared: Vec<usize> = Vec::new();
+            let exact = kernels.x4_is_exact(w.qtype);
             for rows in &groups.groups {
                 let (dot, dot4) = match kernels.tiled(w.qtype) {
                     Some((dot, dot4)) if rows.len() >= TILED_MIN_TOKENS => (dot, Some(dot4)),
+                    _ if exact => {
+                        shared.extend_from_slice(rows);
+                        continue;
+                    }
                     _ => (kernels.dot(w.qtype), kernels.dot_x4(w.qtype)),
                 };
-                let quads = if dot4.is_some() { rows.len() / 4 * 4 } else { 0 };
-                if let Some(dot4) = dot4 {
-                    for q in rows[..quads].chunks_exact(4) {
-                        work.push(Work::Four(dot4, [q[0], q[1], q[2], q[3]]));
-                    }
-                }
-                work.extend(rows[quads..].iter().map(|&t| Work::One(dot, t)));
+                quads_then_singles(&mut work, rows, dot, dot4);
             }
+            shared.sort_unstable();
+            quads_then_singles(&mut work, &shared, kernels.dot(w.qtype), kernels.dot_x4(w.qtype));
         }
     }
     let yp = SyncPtr::new(y);
@@ -173,6 +176,17 @@ pub fn matmul(
         }
         by_row(&work, k, m, wb, wrb, act, arb, rows, &yp);
     });
+}
+
+/// `rows` as work: their whole fours through `dot4` (where there is one), the rest one by one.
+fn quads_then_singles(work: &mut Vec<Work>, rows: &[usize], dot: DotFn, dot4: Option<DotX4Fn>) {
+    let quads = if dot4.is_some() { rows.len() / 4 * 4 } else { 0 };
+    if let Some(dot4) = dot4 {
+        for q in rows[..quads].chunks_exact(4) {
+            work.push(Work::Four(dot4, [q[0], q[1], q[2], q[3]]));
+        }
+    }
+    work.extend(rows[quads..].iter().map(|&t| Work::One(dot, t)));
 }
 
 /// One unit of `by_row`: a token with its dot, or four with their 4-token dot.

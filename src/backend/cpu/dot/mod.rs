@@ -394,6 +394,13 @@ impl Isa {
         self.dot_x4[w as usize]
     }
 
+    /// Whether `dot_x4` gives each token the bits of `dot` (all but q4_K, whose 4-token kernel
+    /// sums in the order of ggml's repacked GEMM and its single one in its GEMV's), so that
+    /// any four tokens may share it.
+    pub fn x4_is_exact(&self, w: QType) -> bool {
+        w != QType::Q4K
+    }
+
     /// For batches of at least [`TILED_MIN_TOKENS`]: the single and 4-token kernels of `w` in the
     /// summation order llama.cpp's tiled K-quant GEMM has there (for q6_K, per block
     /// `fma(Σ as f32 · d, dy, acc)`), where this ISA has them.
@@ -637,11 +644,10 @@ mod tests {
                             );
                             if which == 0 && k.gemm(w).is_none() {
                                 // Four tokens at a time give each token the bits of its own
-                                // dot, but for q4_K, whose 4-token kernel sums in the order of
-                                // ggml's repacked GEMM and its single one in its GEMV's (so
-                                // matmul groups rows by sequence: `matmul::Groups`).
+                                // dot where `x4_is_exact` says so (matmul then shares it between
+                                // sequences; the others' rows are grouped by sequence).
                                 let row = k.dot(w)(n, &wb, ab);
-                                if w != QType::Q4K {
+                                if k.x4_is_exact(w) {
                                     assert_eq!(row.to_bits(), got4[r].to_bits(), "{what} x4 [{r}] vs its dot");
                                 }
                             }
