@@ -275,6 +275,10 @@ impl Engine {
         let mut rows: VecDeque<Vec<f32>> = VecDeque::from([logits]);
         let mut drafts: VecDeque<u32> = VecDeque::new();
         let (mut drafted, mut accepted) = (0, 0);
+        // The draft length adapts: doubled after a draft taken whole, cut to one past what was
+        // taken after a miss (long drafts pay off only while the model keeps agreeing).
+        let mut k_cur = opts.draft_max.clamp(1, 4);
+        let mut taken = 0;
         while tokens.len() < opts.max_tokens {
             // The prompt is the penalty history; `accept` appends each generated token to it.
             let next = match next_id.take() {
@@ -293,7 +297,12 @@ impl Engine {
             if let Some(d) = drafts.pop_front() {
                 if d == next {
                     accepted += 1;
+                    taken += 1;
+                    if drafts.is_empty() {
+                        k_cur = (k_cur * 2).min(opts.draft_max.max(1));
+                    }
                 } else {
+                    k_cur = (taken + 1).clamp(1, opts.draft_max.max(1));
                     // The rest of the draft is wrong: its cells go.
                     let wrong = 1 + drafts.len();
                     let n = self.session.n_past() - wrong;
@@ -331,7 +340,7 @@ impl Engine {
             }
             // Drafts are limited by the tokens still wanted and the context's room.
             let room = (opts.max_tokens - tokens.len()).min(n_ctx - self.session.n_past() - 1);
-            let k = opts.draft_max.min(room);
+            let k = k_cur.min(opts.draft_max).min(room);
             let guess = match opts.speculation {
                 _ if k == 0 => Vec::new(),
                 Speculation::Off => Vec::new(),
@@ -355,6 +364,7 @@ impl Engine {
                 rows.extend(all.chunks_exact(nv).map(<[f32]>::to_vec));
                 drafts.extend(&guess);
                 drafted += guess.len();
+                taken = 0;
                 self.cached.extend_from_slice(&ids);
                 continue;
             }
