@@ -16,7 +16,7 @@
 //! (desktop apps, the server); [`Handle`] streams a request's events and cancels it on drop.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;
@@ -172,6 +172,7 @@ pub struct Scheduler {
     running: Vec<Slot>,
     kept: VecDeque<Kept>,
     next_id: RequestId,
+    stats: Arc<Stats>,
 }
 
 impl Scheduler {
@@ -188,6 +189,7 @@ impl Scheduler {
             running: Vec::new(),
             kept: VecDeque::new(),
             next_id: 1,
+            stats: Arc::new(Stats::default()),
         })
     }
 
@@ -219,6 +221,20 @@ impl Scheduler {
                 self.tokenizer.encode(&t.render(m, true)?, true, true)
             }
         }
+    }
+
+    /// The counters `step` keeps.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    fn publish(&self) {
+        let st = &self.stats;
+        st.running.store(self.running.len() as u64, Ordering::Relaxed);
+        st.waiting.store(self.waiting.len() as u64, Ordering::Relaxed);
+        st.kv_cells_used
+            .store(self.session.kv().used() as u64, Ordering::Relaxed);
+        st.kv_cells_max.store(self.session.n_ctx() as u64, Ordering::Relaxed);
     }
 
     pub fn session(&self) -> &Session {
@@ -259,6 +275,7 @@ impl Scheduler {
     fn submit_with(&mut self, req: Request, mut sink: Sink, cancel: Arc<AtomicBool>) -> RequestId {
         let id = self.next_id;
         self.next_id += 1;
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let n_ctx = self.session.n_ctx();
         let prompt = match self.prompt_ids(&req.prompt) {
             Ok(p) => p,
@@ -306,6 +323,8 @@ impl Scheduler {
         if let Some(i) = self.running.iter().position(|s| s.id == id) {
             let s = self.running.remove(i);
             let _ = self.session.seq_remove(s.seq);
+            self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+            self.publish();
             return true;
         }
         false
@@ -409,6 +428,7 @@ impl Scheduler {
             } else {
                 Vec::new()
             };
+            self.stats.cached_tokens.fetch_add(n as u64, Ordering::Relaxed);
             let alive = (w.sink)(Event::Started {
                 prompt_tokens: w.prompt.len(),
                 cached: n,
@@ -477,6 +497,7 @@ impl Scheduler {
         }
         let decoded = batch.len() - prefilled;
         if batch.is_empty() {
+            self.publish();
             return StepReport {
                 running: self.running.len(),
                 waiting: self.waiting.len(),
@@ -497,6 +518,10 @@ impl Scheduler {
                 }
             }
         }
+        let st = &self.stats;
+        st.steps.fetch_add(1, Ordering::Relaxed);
+        st.prompt_tokens.fetch_add(prefilled as u64, Ordering::Relaxed);
+        self.publish();
         StepReport {
             decoded,
             prefilled,
@@ -538,6 +563,7 @@ impl Scheduler {
             s.sampler.accept(t);
             s.first_token.get_or_insert_with(Instant::now);
             s.generated.push(t);
+            self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
             if self.tokenizer.is_eog(t) {
                 done.push((i, StopReason::EndOfText));
                 continue;
@@ -624,6 +650,7 @@ impl Scheduler {
     /// Runs the scheduler on its own thread; submit from anywhere through the runner.
     pub fn spawn(mut self) -> Runner {
         let (tx, rx) = mpsc::channel::<Cmd>();
+        let stats = self.stats.clone();
         let thread = std::thread::spawn(move || loop {
             let cmd = if self.is_idle() {
                 match rx.recv() {
@@ -649,6 +676,7 @@ impl Scheduler {
         Runner {
             tx,
             thread: Some(thread),
+            stats,
         }
     }
 }
@@ -697,9 +725,61 @@ impl Drop for Handle {
 pub struct Runner {
     tx: Sender<Cmd>,
     thread: Option<std::thread::JoinHandle<()>>,
+    stats: Arc<Stats>,
+}
+
+/// A request's cancel switch from [`Runner::submit_sink`]: dropping it cancels the request at
+/// the next step (a server drops it when the client goes away).
+pub struct Ticket {
+    cancel: Arc<AtomicBool>,
+}
+
+impl Ticket {
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+/// What a scheduler is doing, for metrics: gauges as of the last step, counters since start.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub running: AtomicU64,
+    pub waiting: AtomicU64,
+    pub kv_cells_used: AtomicU64,
+    pub kv_cells_max: AtomicU64,
+    pub requests: AtomicU64,
+    pub cancelled: AtomicU64,
+    /// Prompt tokens evaluated, and those reused from cached cells instead.
+    pub prompt_tokens: AtomicU64,
+    pub cached_tokens: AtomicU64,
+    pub generated_tokens: AtomicU64,
+    pub steps: AtomicU64,
 }
 
 impl Runner {
+    /// The scheduler's counters, updated every step.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// Queues a request whose events go to `sink` (on the scheduler's thread: it must not
+    /// block); `false` back, or dropping the ticket, cancels it at the next step.
+    pub fn submit_sink(&self, req: Request, sink: impl FnMut(Event) -> bool + Send + 'static) -> Ticket {
+        let cancel = Arc::new(AtomicBool::new(false));
+        if let Err(mpsc::SendError(Cmd::Submit(_, mut sink, _))) =
+            self.tx.send(Cmd::Submit(req, Box::new(sink), cancel.clone()))
+        {
+            sink(Event::Error("the scheduler stopped".into()));
+        }
+        Ticket { cancel }
+    }
+
     pub fn submit(&self, req: Request) -> Handle {
         let (etx, rx) = mpsc::channel();
         let cancel = Arc::new(AtomicBool::new(false));

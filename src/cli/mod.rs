@@ -5,6 +5,8 @@ mod generate;
 mod info;
 mod perplexity;
 mod progress;
+#[cfg(feature = "server")]
+mod serve;
 mod trace;
 
 use std::path::PathBuf;
@@ -290,6 +292,30 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// An OpenAI-compatible HTTP server (chat and text completions, streaming) on continuous
+    /// batching
+    #[cfg(feature = "server")]
+    Serve {
+        model: Option<PathBuf>,
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// Sequences decoding together; each may use the whole context
+        #[arg(long, default_value_t = 4)]
+        parallel: usize,
+        /// Requests may carry `Authorization: Bearer KEY`; others are refused with 401
+        #[arg(long = "api-key")]
+        api_key: Option<String>,
+        /// An origin allowed to call the server from a browser (repeatable)
+        #[arg(long)]
+        cors: Vec<String>,
+        /// Requests waiting beyond the running ones before 429
+        #[arg(long = "max-queue", default_value_t = 64)]
+        max_queue: usize,
+        #[command(flatten)]
+        engine: EngineFlags,
+    },
     /// Prompt (pp) and generation (tg) speed per backend, llama-bench style
     Bench {
         model: PathBuf,
@@ -518,6 +544,36 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                     base: base.session(),
                 },
             )
+        }
+        #[cfg(feature = "server")]
+        Cmd::Serve {
+            model,
+            host,
+            port,
+            parallel,
+            api_key,
+            cors,
+            max_queue,
+            engine,
+        } => {
+            if parallel == 0 {
+                bail!("--parallel must be at least 1");
+            }
+            let model = match model {
+                Some(m) => m,
+                None => generate::default_model(&base.env)?,
+            };
+            serve::run(serve::ServeArgs {
+                model,
+                host,
+                port,
+                parallel,
+                api_key,
+                cors,
+                max_queue,
+                session: engine.session(base),
+                flash_attn: engine.flash_attn,
+            })
         }
         Cmd::Bench {
             model,

@@ -14,6 +14,7 @@
 //! - `gguf`      — the container: round trips, split files, real models, hostile files
 //! - `hf`        — safetensors directories vs transformers and GGUF; HF cache resolution; hostile files
 //! - `model`     — whole-model logits against llama.cpp and transformers (CPU backend)
+//! - `serve`     — the HTTP server: answers as `run`, streaming, concurrency, hang-ups, errors
 //! - `tiny`      — tiny random models per architecture: prefill/decode, caches, threads, bad shapes
 //! - `quant`     — every qtype's codecs against ggml's recorded bytes and floats
 //! - `chat`      — chat templates against jinja2's renders (SmolLM2's recorded, ChatML, Qwen2)
@@ -40,6 +41,8 @@ mod gpu;
 mod hf;
 mod model;
 mod quant;
+#[cfg(feature = "server")]
+mod serve;
 mod tiny;
 mod tokenize;
 
@@ -53,6 +56,8 @@ fn main() {
     tests.extend(hf::tests());
     tests.extend(model::tests());
     tests.extend(quant::tests());
+    #[cfg(feature = "server")]
+    tests.extend(serve::tests());
     tests.extend(tiny::tests());
     tests.extend(tokenize::tests());
     #[cfg(feature = "wgpu")]

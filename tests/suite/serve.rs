@@ -1,0 +1,414 @@
+//! `minfer-wgpu serve`: the real binary on 127.0.0.1:0 with SmolLM2, spoken to over plain
+//! HTTP/1.1: answers equal `run`'s, streaming equals non-streaming, concurrent requests equal
+//! sequential ones, a client that hangs up frees its sequence, and every error has its status
+//! and OpenAI's shape.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common;
+
+tests![
+    serve_answers_as_run_does_streamed_or_not,
+    serve_concurrent_requests_equal_sequential_ones,
+    serve_errors_have_their_status_and_shape,
+    serve_hang_up_frees_the_sequence,
+];
+
+const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// A server process, killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(model: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"))
+            .args([
+                "serve",
+                &model.display().to_string(),
+                "--port",
+                "0",
+                "-t",
+                "2",
+                "--backend",
+                "cpu",
+            ])
+            .args(extra)
+            .env_remove("MINFER_MODEL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn minfer-wgpu serve");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let port = loop {
+            let line = lines.next().expect("the server said nothing").unwrap();
+            if let Some(a) = line.strip_prefix("listening on http://") {
+                break a.rsplit(':').next().unwrap().parse().unwrap();
+            }
+        };
+        // Keep draining stderr so the server never blocks on it.
+        std::thread::spawn(move || for _ in lines {});
+        let s = Server { child, port };
+        let t0 = Instant::now();
+        while s.get("/health").0 != 200 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "the server did not become ready"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        s
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let (st, _, body) = http(self.port, "GET", path, &[], b"");
+        (st, body)
+    }
+
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let (st, _, b) = http(self.port, "POST", path, &[], body.to_string().as_bytes());
+        (
+            st,
+            serde_json::from_str(&b).unwrap_or_else(|e| panic!("{path}: {e}: {b}")),
+        )
+    }
+
+    fn metric(&self, name: &str) -> u64 {
+        let (_, m) = self.get("/metrics");
+        m.lines()
+            .find_map(|l| l.strip_prefix(&format!("minfer_{name} ")))
+            .unwrap_or_else(|| panic!("no metric {name} in {m}"))
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One request, `Connection: close`: (status, headers, body with chunked encoding undone).
+fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    // A body over 1 MiB is only announced: the server refuses it by its length.
+    if body.len() <= 1 << 20 {
+        s.write_all(body).unwrap();
+    }
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    (status, head.to_string(), body)
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// The `data:` payloads of an SSE body.
+fn sse_data(body: &str) -> Vec<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(str::to_string)
+        .collect()
+}
+
+fn run_greedy(model: &Path, prompt: &str, n: usize, raw: bool) -> String {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"));
+    c.args([
+        "run",
+        &model.display().to_string(),
+        prompt,
+        "--temp",
+        "0",
+        "-t",
+        "2",
+        "--backend",
+        "cpu",
+        "--json",
+    ])
+    .args(["-n", &n.to_string()])
+    .env_remove("MINFER_MODEL");
+    if raw {
+        c.arg("--raw");
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["text"].as_str().unwrap().to_string()
+}
+
+fn chat_body(q: &str, n: usize) -> Value {
+    json!({"model": "x", "messages": [{"role": "user", "content": q}], "temperature": 0, "max_tokens": n})
+}
+
+/// Chat and text completions answer what `run` answers (greedy, same messages or raw prompt);
+/// the streamed chat carries the role first, the same text in deltas, the finish reason, the
+/// usage asked for and `[DONE]`; a second turn reuses the first's cells.
+fn serve_answers_as_run_does_streamed_or_not() {
+    let Some(model) = common::real_model("serve_answers_as_run_does_streamed_or_not", SMOL) else {
+        return;
+    };
+    let s = Server::start(&model, &[]);
+    let q = "What is the capital of France?";
+    let want = run_greedy(&model, q, 24, false);
+    let (st, v) = s.post("/v1/chat/completions", &chat_body(q, 24));
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["content"].as_str().unwrap(), want);
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 24);
+
+    // Content as parts is the same message.
+    let parts = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": q}]}], "temperature": 0, "max_tokens": 24});
+    let (_, v2) = s.post("/v1/chat/completions", &parts);
+    assert_eq!(
+        v2["choices"][0]["message"]["content"],
+        v["choices"][0]["message"]["content"]
+    );
+    assert!(
+        v2["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0,
+        "{v2}"
+    );
+
+    let mut body = chat_body(q, 24);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let (st, head, raw) = http(s.port, "POST", "/v1/chat/completions", &[], body.to_string().as_bytes());
+    assert_eq!(st, 200);
+    assert!(head.to_ascii_lowercase().contains("text/event-stream"), "{head}");
+    let data = sse_data(&raw);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let ids: Vec<&Value> = chunks.iter().map(|c| &c["id"]).filter(|i| !i.is_null()).collect();
+    assert!(ids.windows(2).all(|w| w[0] == w[1]), "one id per stream");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, want, "streamed text");
+    let fin = &chunks[chunks.len() - 2];
+    assert_eq!(fin["choices"][0]["finish_reason"], "length");
+    let usage = &chunks[chunks.len() - 1];
+    assert_eq!(usage["usage"]["completion_tokens"], 24, "{usage}");
+
+    let p = "The three primary colours are";
+    let want = run_greedy(&model, p, 16, true);
+    let (st, v) = s.post(
+        "/v1/completions",
+        &json!({"prompt": p, "temperature": 0, "max_tokens": 16}),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["choices"][0]["text"].as_str().unwrap(), want);
+    let (_, models) = s.get("/v1/models");
+    assert!(models.contains("SmolLM2"), "{models}");
+    let (st, v) = s.post("/tokenize", &json!({"content": "Hello world"}));
+    assert_eq!(st, 200);
+    let (_, back) = s.post("/detokenize", &json!({"tokens": v["tokens"]}));
+    assert!(back["content"].as_str().unwrap().ends_with("Hello world"), "{back}");
+}
+
+const QUESTIONS: [&str; 8] = [
+    "What is the capital of France?",
+    "Name three colours.",
+    "Write a haiku about rain.",
+    "What is 2 + 2?",
+    "Who wrote Hamlet?",
+    "Give me a synonym for happy.",
+    "What is the largest planet?",
+    "Translate 'thank you' into Spanish.",
+];
+
+/// Eight greedy requests at once, four sequences decoding together and the rest queued, each
+/// answer equal to the same request sent alone.
+fn serve_concurrent_requests_equal_sequential_ones() {
+    let Some(model) = common::real_model("serve_concurrent_requests_equal_sequential_ones", SMOL) else {
+        return;
+    };
+    let s = Server::start(&model, &["--parallel", "4"]);
+    let alone: Vec<Value> = QUESTIONS
+        .iter()
+        .map(|q| s.post("/v1/chat/completions", &chat_body(q, 20)).1["choices"][0]["message"]["content"].clone())
+        .collect();
+    let port = s.port;
+    let threads: Vec<_> = QUESTIONS
+        .iter()
+        .map(|q| {
+            let body = chat_body(q, 20).to_string();
+            std::thread::spawn(move || {
+                let (st, _, b) = http(port, "POST", "/v1/chat/completions", &[], body.as_bytes());
+                assert_eq!(st, 200, "{b}");
+                let v: Value = serde_json::from_str(&b).unwrap();
+                v["choices"][0]["message"]["content"].clone()
+            })
+        })
+        .collect();
+    for (i, t) in threads.into_iter().enumerate() {
+        assert_eq!(t.join().unwrap(), alone[i], "request {i}: {}", QUESTIONS[i]);
+    }
+    let t0 = Instant::now();
+    while s.metric("sequences_running") + s.metric("requests_in_flight") > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "sequences still running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every refusal has its status and `{"error": {"message", "type", "param", "code"}}`, and the
+/// server answers the next request as if nothing happened.
+fn serve_errors_have_their_status_and_shape() {
+    let Some(model) = common::real_model("serve_errors_have_their_status_and_shape", SMOL) else {
+        return;
+    };
+    let s = Server::start(&model, &["-c", "64", "--api-key", "sesame"]);
+    let auth = [("Authorization", "Bearer sesame")];
+    let call = |path: &str, body: &[u8], headers: &[(&str, &str)]| {
+        let (st, _, b) = http(s.port, "POST", path, headers, body);
+        let v: Value = serde_json::from_str(&b).unwrap_or_else(|e| panic!("{path} (status {st}): {e}: {b}"));
+        let e = &v["error"];
+        assert!(
+            e["message"].is_string() && e["type"].is_string() && e["code"] == st,
+            "{path}: {v}"
+        );
+        (st, e["message"].as_str().unwrap().to_string())
+    };
+    let ok = chat_body("Hi", 4).to_string();
+    let (st, m) = call("/v1/chat/completions", ok.as_bytes(), &[]);
+    assert_eq!(st, 401, "{m}");
+    let (st, _) = call(
+        "/v1/chat/completions",
+        ok.as_bytes(),
+        &[("Authorization", "Bearer wrong")],
+    );
+    assert_eq!(st, 401);
+    let (st, m) = call("/v1/chat/completions", b"{\"messages\": [", &auth);
+    assert_eq!((st, m.contains("JSON")), (400, true), "{m}");
+    let (st, m) = call("/v1/chat/completions", br#"{"messages": "hello"}"#, &auth);
+    assert_eq!(st, 400, "{m}");
+    let (st, m) = call(
+        "/v1/chat/completions",
+        br#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": "many"}"#,
+        &auth,
+    );
+    assert_eq!(st, 400, "{m}");
+    let long = json!({"messages": [{"role": "user", "content": "word ".repeat(200)}], "max_tokens": 4}).to_string();
+    let (st, m) = call("/v1/chat/completions", long.as_bytes(), &auth);
+    assert!(st == 400 && m.contains("64"), "{st}: {m}");
+    for (field, body) in [
+        ("response_format", json!({"type": "json_object"})),
+        ("n", json!(2)),
+        ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
+    ] {
+        let mut b = chat_body("Hi", 4);
+        b[field] = body;
+        let (st, m) = call("/v1/chat/completions", b.to_string().as_bytes(), &auth);
+        assert!(st == 400 && m.contains(field), "{field}: {st} {m}");
+    }
+    let big = vec![b' '; 9 << 20];
+    let (st, _) = call("/v1/chat/completions", &big, &auth);
+    assert_eq!(st, 413);
+    let (st, _) = call("/v1/nothing", b"{}", &auth);
+    assert_eq!(st, 404);
+    let (st, _) = call("/v1/embeddings", b"{}", &auth);
+    assert_eq!(st, 501);
+    // And the server is unharmed.
+    let (st, _, b) = http(s.port, "POST", "/v1/chat/completions", &auth, ok.as_bytes());
+    assert_eq!(st, 200, "{b}");
+}
+
+/// A streaming client that hangs up mid-answer has its sequence cancelled within a step (the
+/// metrics say so), and a request running beside it answers as it would alone.
+fn serve_hang_up_frees_the_sequence() {
+    let Some(model) = common::real_model("serve_hang_up_frees_the_sequence", SMOL) else {
+        return;
+    };
+    let s = Server::start(&model, &[]);
+    let q = QUESTIONS[4];
+    let alone = s.post("/v1/chat/completions", &chat_body(q, 48)).1;
+    let port = s.port;
+    let other = std::thread::spawn(move || {
+        let (_, _, b) = http(
+            port,
+            "POST",
+            "/v1/chat/completions",
+            &[],
+            chat_body(q, 48).to_string().as_bytes(),
+        );
+        serde_json::from_str::<Value>(&b).unwrap()
+    });
+    let body = json!({"messages": [{"role": "user", "content": "Tell me a long story."}], "stream": true, "max_tokens": 2000, "ignore_eos": true}).to_string();
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    write!(
+        c,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.windows(6).filter(|w| w == b"data: ").count() < 5 {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(s.metric("sequences_running") >= 1);
+    drop(c);
+    let t0 = Instant::now();
+    while s.metric("requests_cancelled_total") < 1 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the hung-up request was not cancelled"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let v = other.join().unwrap();
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        alone["choices"][0]["message"]["content"]
+    );
+    // The gauges are published at the end of the step that answered.
+    let t0 = Instant::now();
+    while s.metric("sequences_running") + s.metric("requests_in_flight") > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "sequences still running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
