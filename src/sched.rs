@@ -380,10 +380,13 @@ impl Scheduler {
             let Some(w) = self.waiting.front() else { break };
             let (n, run_i, kept_i) = self.best_prefix(&w.prompt);
             let need = (w.prompt.len() + w.req.opts.max_tokens).min(n_ctx) - n;
-            // Kept sequences give way when cells are short, oldest first (not the one reused).
-            while self.unreserved() < need && self.kept.len() > usize::from(kept_i.is_some()) {
-                let victim = if kept_i == Some(0) { 1 } else { 0 };
-                if let Some(k) = self.kept.remove(victim) {
+            // Kept sequences give way when cells are short, oldest first, but not the one reused.
+            let reused = kept_i.map(|i| self.kept[i].seq);
+            while self.unreserved() < need {
+                let Some(v) = self.kept.iter().position(|k| Some(k.seq) != reused) else {
+                    break;
+                };
+                if let Some(k) = self.kept.remove(v) {
                     let _ = self.session.seq_remove(k.seq);
                 }
             }
@@ -391,18 +394,11 @@ impl Scheduler {
                 break;
             }
             let w = self.waiting.pop_front().expect("front above");
-            let (kept_i, n) = match kept_i {
-                // The reused entry may have moved while others were evicted: find it again.
-                Some(_) => {
-                    let (n2, _, k2) = self.best_prefix(&w.prompt);
-                    (k2, n2)
-                }
-                None => (None, n),
-            };
-            let seq = match (run_i, kept_i) {
+            let seq = match (run_i, reused) {
                 (Some(i), _) if n > 0 => self.session.seq_fork(self.running[i].seq, n),
-                (_, Some(i)) if n > 0 => {
-                    let k = self.kept.remove(i).expect("index from best_prefix");
+                (_, Some(r)) if n > 0 => {
+                    let i = self.kept.iter().position(|k| k.seq == r).expect("kept above");
+                    let k = self.kept.remove(i).expect("index just found");
                     self.session.seq_truncate(k.seq, n).map(|()| k.seq)
                 }
                 _ => Ok(self.session.seq_new()),

@@ -385,7 +385,7 @@ impl Session {
     }
 
     /// One forward of `batch` (≤ `n_batch` tokens, cells taken). Returns the logits of its
-    /// wanted tokens in batch order (`[n_wanted, n_vocab]`), or with `keep` the kept node too.
+    /// wanted tokens in batch order (`[n_wanted, n_vocab]`).
     fn forward_batch(&mut self, batch: &[BatchToken], single: bool) -> Result<Vec<f32>> {
         let (step, n_out, rows) = self.lay_out(batch, single);
         if n_out == 0 {

@@ -108,6 +108,38 @@ fn time_tg(s: &mut Session, n: usize, tok: u32) -> Result<u64> {
     Ok(t.elapsed().as_nanos() as u64)
 }
 
+/// A session on backend `b` for the run, its log on stderr. With several backends, one that is
+/// absent is a row less (None), not the end of the run.
+fn session(
+    model: &Arc<minfer::Model>,
+    args: &Args,
+    b: BackendChoice,
+    n_ctx: usize,
+    n_batch: usize,
+) -> Result<Option<Session>> {
+    let opts = SessionOptions {
+        n_ctx,
+        n_batch,
+        threads: args.threads,
+        backend: b,
+        kv_type: args.kv_type,
+        gpu: args.gpu,
+        ..args.base.clone()
+    };
+    let s = match Session::new(model.clone(), &opts) {
+        Ok(s) => s,
+        Err(e) if args.backends.len() > 1 => {
+            eprintln!("bench: {} skipped — {e}", format!("{b:?}").to_lowercase());
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for line in &s.log {
+        eprintln!("{line}");
+    }
+    Ok(Some(s))
+}
+
 pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
     if !args.npl.is_empty() {
         return batched(path, args);
@@ -119,27 +151,9 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
         .unwrap_or_default();
     let mut records = Vec::new();
     for &b in &args.backends {
-        let opts = SessionOptions {
-            n_ctx: args.n_prompt.max(args.n_gen) + 16,
-            n_batch: 512,
-            threads: args.threads,
-            backend: b,
-            kv_type: args.kv_type,
-            gpu: args.gpu,
-            ..args.base.clone()
+        let Some(mut s) = session(&model, args, b, args.n_prompt.max(args.n_gen) + 16, 512)? else {
+            continue;
         };
-        // With several backends, one that is absent is a row less, not the end of the run.
-        let mut s = match Session::new(model.clone(), &opts) {
-            Ok(s) => s,
-            Err(e) if args.backends.len() > 1 => {
-                eprintln!("bench: {} skipped — {e}", format!("{b:?}").to_lowercase());
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        for line in &s.log {
-            eprintln!("{line}");
-        }
         let describe = s.log.first().cloned().unwrap_or_default();
         let n_threads = args.threads.unwrap_or_else(minfer::backend::cpu::default_threads);
         let toks = prompt_tokens(args.n_prompt.max(1), s.n_vocab());
@@ -256,26 +270,9 @@ fn batched(path: &std::path::Path, args: &Args) -> Result<()> {
         .unwrap_or(16)
         .max(16);
     for &b in &args.backends {
-        let opts = SessionOptions {
-            n_ctx,
-            n_batch: args.n_batch,
-            threads: args.threads,
-            backend: b,
-            kv_type: args.kv_type,
-            gpu: args.gpu,
-            ..args.base.clone()
+        let Some(mut s) = session(&model, args, b, n_ctx, args.n_batch)? else {
+            continue;
         };
-        let mut s = match Session::new(model.clone(), &opts) {
-            Ok(s) => s,
-            Err(e) if args.backends.len() > 1 => {
-                eprintln!("bench: {} skipped — {e}", format!("{b:?}").to_lowercase());
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        for line in &s.log {
-            eprintln!("{line}");
-        }
         let n_threads = args.threads.unwrap_or_else(minfer::backend::cpu::default_threads);
         let mut rng = prompt_tokens(1 << 16, s.n_vocab()).into_iter().cycle();
         // Warm-up: 16 tokens, as llama-batched-bench.

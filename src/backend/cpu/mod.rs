@@ -106,6 +106,7 @@ impl Backend for CpuBackend {
             plans: HashMap::new(),
             act: Vec::new(),
             rope: HashMap::new(),
+            groups: Vec::new(),
         }))
     }
 }
@@ -139,6 +140,8 @@ struct CpuContext {
     act: Vec<u8>,
     /// cos/sin tables of the current step's positions, per RoPE configuration.
     rope: HashMap<(u32, u32, usize), Vec<(f32, f32)>>,
+    /// The current step's matmul groups, per row count.
+    groups: Vec<(usize, matmul::Groups)>,
 }
 
 fn compile(model: &Model, g: &Graph) -> Result<Program> {
@@ -198,6 +201,7 @@ impl CpuContext {
 
     fn exec(&mut self, plan: &mut Program, step: &Step) -> Result<()> {
         self.rope.clear();
+        self.groups.clear();
         for s in &plan.steps {
             // The planner never gives a node a live input's buffer; the output leaves the pool
             // for the step, so it and the inputs are distinct borrows.
@@ -234,9 +238,8 @@ impl CpuContext {
                         .ok_or_else(|| Error::InvalidArgument("matmul without weight".into()))?;
                     let k = w.row_len();
                     let x = &bufs[s.inputs[0]];
-                    // Rows after `Output` are the step's last tokens.
-                    let first = step.len() - s.rows;
-                    let groups = matmul::Groups::by_key((first..step.len()).map(|t| row_key(step, t)));
+                    let mut cache = std::mem::take(&mut self.groups);
+                    let groups = groups_of(&mut cache, step, s.rows);
                     matmul::matmul(
                         &pool,
                         self.kernels,
@@ -245,8 +248,9 @@ impl CpuContext {
                         s.rows,
                         &mut y[..size],
                         &mut self.act,
-                        Some(&groups),
+                        Some(groups),
                     );
+                    self.groups = cache;
                 }
                 Op::AddBias { .. } => {
                     let x = &bufs[s.inputs[0]];
@@ -321,6 +325,23 @@ impl CpuContext {
         }
         Ok(())
     }
+}
+
+/// The matmul groups of the step's last `rows` tokens (all of them, or the rows after
+/// `Output`), worked out once per forward into `cache`.
+fn groups_of<'a>(cache: &'a mut Vec<(usize, matmul::Groups)>, step: &Step, rows: usize) -> &'a matmul::Groups {
+    let i = match cache.iter().position(|(r, _)| *r == rows) {
+        Some(i) => i,
+        None => {
+            let first = step.len() - rows;
+            cache.push((
+                rows,
+                matmul::Groups::by_key((first..step.len()).map(|t| row_key(step, t))),
+            ));
+            cache.len() - 1
+        }
+    };
+    &cache[i].1
 }
 
 /// Which matmul group token `t` of `step` is in: its sequence's (the tokens sharing its cell
