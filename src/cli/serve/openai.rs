@@ -1,330 +1,26 @@
-//! `minfer-wgpu serve`: an OpenAI-compatible HTTP server on the library's scheduler.
-//!
-//! The model runs on the scheduler's own thread (continuous batching over `--parallel`
-//! sequences that share one KV pool, so any sequence may use the whole context); HTTP runs on
-//! a small tokio runtime. Each request holds a ticket whose drop — the client gone, for a
-//! streaming or a plain request — cancels it at the next step. Bad input gets OpenAI's error
-//! shape (`{"error":{"message","type","param","code"}}`) with its status, never a 500.
-//!
-//! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions` (both streaming as SSE),
-//! `GET /v1/models`, `GET /health` (503 while loading), `GET /metrics` (Prometheus text),
-//! `POST /tokenize`, `POST /detokenize`.
+//! The OpenAI API: chat and text completions (streaming as SSE), models, and llama.cpp's
+//! tokenize/detokenize.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::{Context as _, Result};
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use minfer::chat::ChatMessage;
-use minfer::engine::{Engine, GenerateOptions, StopReason};
+use minfer::engine::{GenerateOptions, StopReason};
 use minfer::sampling::SamplerConfig;
-use minfer::sched::{Event, Finished, Prompt, Request, Runner, Scheduler, SchedulerOptions, Stats};
-use minfer::tokenizer::Tokenizer;
-use minfer::SessionOptions;
+use minfer::sched::{Event, Finished, Prompt, Request};
 
-pub struct ServeArgs {
-    pub model: PathBuf,
-    pub host: String,
-    pub port: u16,
-    pub parallel: usize,
-    pub api_key: Option<String>,
-    pub cors: Vec<String>,
-    pub max_queue: usize,
-    pub session: SessionOptions,
-    pub flash_attn: bool,
-}
+use super::{authorize, bad, error, now, prelude, reject, App, Place, Reject, Served};
 
-/// Request bodies beyond this are refused with 413.
-const MAX_BODY: usize = 8 << 20;
-
-/// What the handlers share. `served` is set once the model is loaded.
-struct App {
-    served: OnceLock<Served>,
-    api_key: Option<String>,
-    model_id: String,
-    /// Requests admitted and not finished (running or queued), against `capacity`.
-    in_flight: AtomicUsize,
-    capacity: usize,
-    next_id: AtomicUsize,
-}
-
-struct Served {
-    runner: Runner,
-    stats: Arc<Stats>,
-    tokenizer: Arc<Tokenizer>,
-    n_ctx: usize,
-}
-
-pub fn run(a: ServeArgs) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the HTTP runtime")?;
-    rt.block_on(serve(a))
-}
-
-async fn serve(a: ServeArgs) -> Result<()> {
-    let addr: SocketAddr = format!("{}:{}", a.host, a.port)
-        .parse()
-        .with_context(|| format!("--host {} --port {}: not an address", a.host, a.port))?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding {addr}"))?;
-    let model_id = a
-        .model
-        .file_stem()
-        .map(|s| s.to_string_lossy().to_string())
-        .unwrap_or_else(|| "model".into());
-    let app = Arc::new(App {
-        served: OnceLock::new(),
-        api_key: a.api_key.clone(),
-        model_id,
-        in_flight: AtomicUsize::new(0),
-        capacity: a.parallel + a.max_queue,
-        next_id: AtomicUsize::new(1),
-    });
-    // Listening first, so that /health says 503 while the model loads.
-    eprintln!("listening on http://{}", listener.local_addr()?);
-    {
-        let app = app.clone();
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = load(&app, a.model, &a.session, a.flash_attn, a.parallel) {
-                eprintln!("error: {e:#}");
-                std::process::exit(1);
-            }
-        });
-    }
-    let mut router = Router::new()
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
-        .route("/v1/models", get(models))
-        .route("/v1/chat/completions", post(chat))
-        .route("/v1/completions", post(completions))
-        .route("/v1/embeddings", post(embeddings))
-        .route("/tokenize", post(tokenize))
-        .route("/detokenize", post(detokenize))
-        .fallback(not_found)
-        .with_state(app.clone());
-    if !a.cors.is_empty() {
-        let origins: Vec<HeaderValue> = a
-            .cors
-            .iter()
-            .map(|o| HeaderValue::from_str(o).with_context(|| format!("--cors {o}: not a header value")))
-            .collect::<Result<_>>()?;
-        router = router.layer(
-            tower_http::cors::CorsLayer::new()
-                .allow_origin(origins)
-                .allow_methods([Method::GET, Method::POST])
-                .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]),
-        );
-    }
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .context("serving")
-}
-
-/// Loads the model and starts its scheduler; from then on the handlers serve.
-fn load(app: &App, model: PathBuf, session: &SessionOptions, flash_attn: bool, parallel: usize) -> Result<()> {
-    let mut engine = Engine::load(&model, session).with_context(|| format!("loading {}", model.display()))?;
-    engine.session.set_flash_attn(flash_attn);
-    for line in &engine.session.log {
-        eprintln!("{line}");
-    }
-    let n_ctx = engine.session.n_ctx();
-    let sched = Scheduler::from_engine(
-        engine,
-        SchedulerOptions {
-            max_seqs: parallel,
-            step_tokens: 0,
-            keep_finished: parallel,
-        },
-    )?;
-    let tokenizer = sched.tokenizer().clone();
-    let stats = sched.stats();
-    let runner = sched.spawn();
-    let _ = app.served.set(Served {
-        runner,
-        stats,
-        tokenizer,
-        n_ctx,
-    });
-    eprintln!("ready: {parallel} sequences, context {n_ctx}");
-    Ok(())
-}
-
-/// An error in OpenAI's shape.
-fn error(status: StatusCode, message: impl Into<String>, param: Option<&str>) -> Response {
-    let kind = match status {
-        StatusCode::UNAUTHORIZED => "authentication_error",
-        StatusCode::NOT_FOUND => "not_found_error",
-        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::BAD_REQUEST => "invalid_request_error",
-        StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
-        StatusCode::SERVICE_UNAVAILABLE => "unavailable_error",
-        StatusCode::NOT_IMPLEMENTED => "not_implemented_error",
-        _ => "server_error",
-    };
-    let body = json!({"error": {"message": message.into(), "type": kind, "param": param, "code": status.as_u16()}});
-    (status, axum::Json(body)).into_response()
-}
-
-/// A refusal on its way out of a helper (boxed: a response is large).
-type Reject = Box<Response>;
-
-fn reject(message: impl Into<String>, param: &str) -> Reject {
-    Box::new(bad(message, param))
-}
-
-fn bad(message: impl Into<String>, param: &str) -> Response {
-    error(StatusCode::BAD_REQUEST, message, Some(param))
-}
-
-async fn not_found(uri: axum::http::Uri) -> Response {
-    error(StatusCode::NOT_FOUND, format!("no route {}", uri.path()), None)
-}
-
-/// The loaded model, or 503.
-fn served(app: &App) -> Result<&Served, Reject> {
-    app.served
-        .get()
-        .ok_or_else(|| Box::new(error(StatusCode::SERVICE_UNAVAILABLE, "the model is loading", None)))
-}
-
-/// Checks `Authorization: Bearer KEY` where the server has a key.
-fn authorize(app: &App, headers: &HeaderMap) -> Result<(), Reject> {
-    let Some(key) = &app.api_key else { return Ok(()) };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(g) if g == key => Ok(()),
-        Some(_) => Err(Box::new(error(StatusCode::UNAUTHORIZED, "invalid API key", None))),
-        None => Err(Box::new(error(
-            StatusCode::UNAUTHORIZED,
-            "missing API key (Authorization: Bearer …)",
-            None,
-        ))),
-    }
-}
-
-/// The body as `T`: 413 beyond `MAX_BODY` (announced by its length, or found reading it),
-/// 400 naming what does not parse.
-async fn body_json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T, Reject> {
-    let too_large = || {
-        error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("request body over {MAX_BODY} bytes"),
-            None,
-        )
-    };
-    let announced = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if announced.is_some_and(|n| n > MAX_BODY as u64) {
-        return Err(Box::new(too_large()));
-    }
-    let bytes = axum::body::to_bytes(body, MAX_BODY)
-        .await
-        .map_err(|_| Box::new(too_large()))?;
-    serde_json::from_slice(&bytes).map_err(|e| Box::new(bad(format!("invalid JSON body: {e}"), "body")))
-}
-
-async fn health(State(app): State<Arc<App>>) -> Response {
-    match app.served.get() {
-        Some(_) => axum::Json(json!({"status": "ok"})).into_response(),
-        None => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({"status": "loading"})),
-        )
-            .into_response(),
-    }
-}
-
-async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let mut rows: Vec<(&str, &str, &str, u64)> = vec![(
-        "requests_in_flight",
-        "gauge",
-        "Requests running or queued.",
-        app.in_flight.load(Ordering::Relaxed) as u64,
-    )];
-    if let Some(s) = app.served.get() {
-        let st = &s.stats;
-        let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        rows.extend([
-            ("requests_total", "counter", "Requests submitted.", g(&st.requests)),
-            (
-                "requests_cancelled_total",
-                "counter",
-                "Requests cancelled while running.",
-                g(&st.cancelled),
-            ),
-            ("sequences_running", "gauge", "Sequences decoding.", g(&st.running)),
-            (
-                "requests_waiting",
-                "gauge",
-                "Requests waiting for a sequence.",
-                g(&st.waiting),
-            ),
-            (
-                "kv_cells_used",
-                "gauge",
-                "KV cells held by sequences (running and kept).",
-                g(&st.kv_cells_used),
-            ),
-            (
-                "kv_cells_max",
-                "gauge",
-                "KV cells the pool may hold.",
-                g(&st.kv_cells_max),
-            ),
-            (
-                "prompt_tokens_total",
-                "counter",
-                "Prompt tokens evaluated.",
-                g(&st.prompt_tokens),
-            ),
-            (
-                "prompt_tokens_cached_total",
-                "counter",
-                "Prompt tokens reused from cached cells.",
-                g(&st.cached_tokens),
-            ),
-            (
-                "generated_tokens_total",
-                "counter",
-                "Tokens generated.",
-                g(&st.generated_tokens),
-            ),
-            ("steps_total", "counter", "Scheduler steps (forwards).", g(&st.steps)),
-        ]);
-    }
-    let out: String = rows
-        .iter()
-        .map(|(name, kind, help, v)| {
-            format!("# HELP minfer_{name} {help}\n# TYPE minfer_{name} {kind}\nminfer_{name} {v}\n")
-        })
-        .collect();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
-}
-
-async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+pub(super) async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     if let Err(r) = authorize(&app, &headers) {
         return *r;
     }
@@ -335,7 +31,7 @@ async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     .into_response()
 }
 
-async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+pub(super) async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     if let Err(r) = authorize(&app, &headers) {
         return *r;
     }
@@ -357,7 +53,7 @@ fn yes() -> bool {
     true
 }
 
-async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+pub(super) async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let (s, r) = match prelude::<TokenizeReq>(&app, &headers, body).await {
         Ok(v) => v,
         Err(r) => return *r,
@@ -373,7 +69,7 @@ struct DetokenizeReq {
     tokens: Vec<u32>,
 }
 
-async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+pub(super) async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let (s, r) = match prelude::<DetokenizeReq>(&app, &headers, body).await {
         Ok(v) => v,
         Err(r) => return *r,
@@ -388,17 +84,6 @@ async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body)
         Ok(t) => axum::Json(json!({"content": t})).into_response(),
         Err(e) => bad(e.to_string(), "tokens"),
     }
-}
-
-/// Authorization, the loaded model and the parsed body, or the response that says why not.
-async fn prelude<'a, T: serde::de::DeserializeOwned>(
-    app: &'a App,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<(&'a Served, T), Reject> {
-    authorize(app, headers)?;
-    let s = served(app)?;
-    Ok((s, body_json(headers, body).await?))
 }
 
 /// A string or a list of strings (`stop`).
@@ -574,33 +259,6 @@ fn messages(ms: &[Message]) -> Result<Vec<ChatMessage>, Reject> {
         .collect()
 }
 
-/// Holds a place among the server's requests; the place is given back on drop.
-struct Place(Arc<App>);
-
-impl Place {
-    fn take(app: &Arc<App>) -> Result<Place, Reject> {
-        let n = app.in_flight.fetch_add(1, Ordering::SeqCst);
-        if n >= app.capacity {
-            app.in_flight.fetch_sub(1, Ordering::SeqCst);
-            let mut r = error(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!("{} requests are running or queued; try again shortly", app.capacity),
-                None,
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return Err(Box::new(r));
-        }
-        Ok(Place(app.clone()))
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
     Chat,
@@ -624,14 +282,7 @@ fn usage(f: &Finished) -> Value {
     })
 }
 
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+pub(super) async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let (s, r) = match prelude::<ChatReq>(&app, &headers, body).await {
         Ok(v) => v,
         Err(r) => return *r,
@@ -643,7 +294,7 @@ async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Re
     generate(&app, s, Prompt::Messages(msgs), &r.p, Kind::Chat).await
 }
 
-async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+pub(super) async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let (s, r) = match prelude::<CompletionReq>(&app, &headers, body).await {
         Ok(v) => v,
         Err(r) => return *r,
