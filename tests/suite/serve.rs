@@ -20,16 +20,16 @@ tests![
     serve_hang_up_frees_the_sequence,
 ];
 
-const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub(crate) const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// A server process, killed on drop.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl Server {
-    fn start(model: &Path, extra: &[&str]) -> Server {
+    pub(crate) fn start(model: &Path, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"))
             .args([
                 "serve",
@@ -68,12 +68,12 @@ impl Server {
         s
     }
 
-    fn get(&self, path: &str) -> (u16, String) {
+    pub(crate) fn get(&self, path: &str) -> (u16, String) {
         let (st, _, body) = http(self.port, "GET", path, &[], b"");
         (st, body)
     }
 
-    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+    pub(crate) fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         let (st, _, b) = http(self.port, "POST", path, &[], body.to_string().as_bytes());
         (
             st,
@@ -81,7 +81,7 @@ impl Server {
         )
     }
 
-    fn metric(&self, name: &str) -> u64 {
+    pub(crate) fn metric(&self, name: &str) -> u64 {
         let (_, m) = self.get("/metrics");
         m.lines()
             .find_map(|l| l.strip_prefix(&format!("minfer_{name} ")))
@@ -99,7 +99,7 @@ impl Drop for Server {
 }
 
 /// One request, `Connection: close`: (status, headers, body with chunked encoding undone).
-fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, String) {
+pub(crate) fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
     let mut req = format!(
@@ -142,14 +142,14 @@ fn dechunk(mut s: &str) -> String {
 }
 
 /// The `data:` payloads of an SSE body.
-fn sse_data(body: &str) -> Vec<String> {
+pub(crate) fn sse_data(body: &str) -> Vec<String> {
     body.lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .map(str::to_string)
         .collect()
 }
 
-fn run_greedy(model: &Path, prompt: &str, n: usize, raw: bool) -> String {
+pub(crate) fn run_greedy(model: &Path, prompt: &str, n: usize, raw: bool) -> String {
     let mut c = Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"));
     c.args([
         "run",
@@ -174,7 +174,7 @@ fn run_greedy(model: &Path, prompt: &str, n: usize, raw: bool) -> String {
     v["text"].as_str().unwrap().to_string()
 }
 
-fn chat_body(q: &str, n: usize) -> Value {
+pub(crate) fn chat_body(q: &str, n: usize) -> Value {
     json!({"model": "x", "messages": [{"role": "user", "content": q}], "temperature": 0, "max_tokens": n})
 }
 
