@@ -99,7 +99,13 @@ impl Drop for Server {
 }
 
 /// One request, `Connection: close`: (status, headers, body with chunked encoding undone).
-pub(crate) fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, String) {
+pub(crate) fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
     let mut req = format!(

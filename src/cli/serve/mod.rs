@@ -11,6 +11,7 @@
 //! `POST /tokenize`, `POST /detokenize`.
 
 mod openai;
+mod telemetry;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -56,6 +57,7 @@ pub(crate) struct App {
     pub(crate) in_flight: AtomicUsize,
     pub(crate) capacity: usize,
     pub(crate) next_id: AtomicUsize,
+    pub(crate) telemetry: telemetry::Telemetry,
 }
 
 pub(crate) struct Served {
@@ -93,6 +95,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         in_flight: AtomicUsize::new(0),
         capacity: a.parallel + a.max_queue,
         next_id: AtomicUsize::new(1),
+        telemetry: telemetry::Telemetry::install()?,
     });
     // Listening first, so that /health says 503 while the model loads.
     eprintln!("listening on http://{}", listener.local_addr()?);
@@ -115,6 +118,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         .route("/tokenize", post(openai::tokenize))
         .route("/detokenize", post(openai::detokenize))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(telemetry::count_responses))
         .with_state(app.clone());
     if !a.cors.is_empty() {
         let origins: Vec<HeaderValue> = a
@@ -256,70 +260,9 @@ async fn health(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
-    let mut rows: Vec<(&str, &str, &str, u64)> = vec![(
-        "requests_in_flight",
-        "gauge",
-        "Requests running or queued.",
-        app.in_flight.load(Ordering::Relaxed) as u64,
-    )];
-    if let Some(s) = app.served.get() {
-        let st = &s.stats;
-        let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        rows.extend([
-            ("requests_total", "counter", "Requests submitted.", g(&st.requests)),
-            (
-                "requests_cancelled_total",
-                "counter",
-                "Requests cancelled while running.",
-                g(&st.cancelled),
-            ),
-            ("sequences_running", "gauge", "Sequences decoding.", g(&st.running)),
-            (
-                "requests_waiting",
-                "gauge",
-                "Requests waiting for a sequence.",
-                g(&st.waiting),
-            ),
-            (
-                "kv_cells_used",
-                "gauge",
-                "KV cells held by sequences (running and kept).",
-                g(&st.kv_cells_used),
-            ),
-            (
-                "kv_cells_max",
-                "gauge",
-                "KV cells the pool may hold.",
-                g(&st.kv_cells_max),
-            ),
-            (
-                "prompt_tokens_total",
-                "counter",
-                "Prompt tokens evaluated.",
-                g(&st.prompt_tokens),
-            ),
-            (
-                "prompt_tokens_cached_total",
-                "counter",
-                "Prompt tokens reused from cached cells.",
-                g(&st.cached_tokens),
-            ),
-            (
-                "generated_tokens_total",
-                "counter",
-                "Tokens generated.",
-                g(&st.generated_tokens),
-            ),
-            ("steps_total", "counter", "Scheduler steps (forwards).", g(&st.steps)),
-        ]);
-    }
-    let out: String = rows
-        .iter()
-        .map(|(name, kind, help, v)| {
-            format!("# HELP minfer_{name} {help}\n# TYPE minfer_{name} {kind}\nminfer_{name} {v}\n")
-        })
-        .collect();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+    let stats = app.served.get().map(|s| &*s.stats);
+    let page = app.telemetry.render(app.in_flight.load(Ordering::Relaxed), stats);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], page).into_response()
 }
 
 /// Authorization, the loaded model and the parsed body, or the response that says why not.

@@ -18,6 +18,7 @@ use minfer::engine::{GenerateOptions, StopReason};
 use minfer::sampling::SamplerConfig;
 use minfer::sched::{Event, Finished, Prompt, Request};
 
+use super::telemetry::Clock;
 use super::{authorize, bad, error, now, prelude, reject, App, Place, Reject, Served};
 
 pub(super) async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
@@ -318,9 +319,11 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
         Err(r) => return *r,
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
-    let ticket = s
-        .runner
-        .submit_sink(Request { prompt, opts }, move |e| tx.send(e).is_ok());
+    let mut clock = Clock::start();
+    let ticket = s.runner.submit_sink(Request { prompt, opts }, move |e| {
+        clock.observe(&e);
+        tx.send(e).is_ok()
+    });
     let n = app.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match kind {
         Kind::Chat => format!("chatcmpl-{n}"),
