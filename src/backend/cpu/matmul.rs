@@ -10,7 +10,8 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::dot::{
-    act_type, block_sums, DotFn, DotX4Fn, Isa, BLOCK_SUM_BYTES, PANEL_BLOCK_BYTES, PANEL_ROWS, TILED_MIN_TOKENS,
+    act_type, block_sums, DotFn, DotR2Fn, DotX4Fn, Isa, BLOCK_SUM_BYTES, PANEL_BLOCK_BYTES, PANEL_ROWS,
+    TILED_MIN_TOKENS,
 };
 use super::pool::{Pool, SyncPtr};
 use crate::tensor::Tensor;
@@ -128,24 +129,30 @@ pub fn matmul(
     };
     let mut work: Vec<Work> = Vec::new();
     match gemm {
-        Some(g) => work.extend((0..n).map(|t| Work::One(g.row, t))),
+        Some(g) => work.extend((0..n).map(|t| Work::One(g.row, g.row2, t))),
         None => {
             // Rows whose kernels are the same bits in any company, gathered across groups.
             let mut shared: Vec<usize> = Vec::new();
             let exact = kernels.x4_is_exact(w.qtype);
             for rows in &groups.groups {
-                let (dot, dot4) = match kernels.tiled(w.qtype) {
-                    Some((dot, dot4)) if rows.len() >= TILED_MIN_TOKENS => (dot, Some(dot4)),
+                let (dot, dot2, dot4) = match kernels.tiled(w.qtype) {
+                    Some((dot, dot4)) if rows.len() >= TILED_MIN_TOKENS => (dot, None, Some(dot4)),
                     _ if exact => {
                         shared.extend_from_slice(rows);
                         continue;
                     }
-                    _ => (kernels.dot(w.qtype), kernels.dot_x4(w.qtype)),
+                    _ => (kernels.dot(w.qtype), kernels.dot_r2(w.qtype), kernels.dot_x4(w.qtype)),
                 };
-                quads_then_singles(&mut work, rows, dot, dot4);
+                quads_then_singles(&mut work, rows, dot, dot2, dot4);
             }
             shared.sort_unstable();
-            quads_then_singles(&mut work, &shared, kernels.dot(w.qtype), kernels.dot_x4(w.qtype));
+            quads_then_singles(
+                &mut work,
+                &shared,
+                kernels.dot(w.qtype),
+                kernels.dot_r2(w.qtype),
+                kernels.dot_x4(w.qtype),
+            );
         }
     }
     let yp = SyncPtr::new(y);
@@ -178,21 +185,23 @@ pub fn matmul(
     });
 }
 
-/// `rows` as work: their whole fours through `dot4` (where there is one), the rest one by one.
-fn quads_then_singles(work: &mut Vec<Work>, rows: &[usize], dot: DotFn, dot4: Option<DotX4Fn>) {
+/// `rows` as work: their whole fours through `dot4` (where there is one), the rest one by one
+/// (two weight rows at a time through `dot2`, where there is one).
+fn quads_then_singles(work: &mut Vec<Work>, rows: &[usize], dot: DotFn, dot2: Option<DotR2Fn>, dot4: Option<DotX4Fn>) {
     let quads = if dot4.is_some() { rows.len() / 4 * 4 } else { 0 };
     if let Some(dot4) = dot4 {
         for q in rows[..quads].chunks_exact(4) {
             work.push(Work::Four(dot4, [q[0], q[1], q[2], q[3]]));
         }
     }
-    work.extend(rows[quads..].iter().map(|&t| Work::One(dot, t)));
+    work.extend(rows[quads..].iter().map(|&t| Work::One(dot, dot2, t)));
 }
 
-/// One unit of `by_row`: a token with its dot, or four with their 4-token dot.
+/// One unit of `by_row`: a token with its dot (and the same dot of two weight rows at once,
+/// where there is one), or four with their 4-token dot.
 #[derive(Clone, Copy)]
 enum Work {
-    One(DotFn, usize),
+    One(DotFn, Option<DotR2Fn>, usize),
     Four(DotX4Fn, [usize; 4]),
 }
 
@@ -222,12 +231,20 @@ fn by_row(
                     }
                 }
             }
-            Work::One(dot, t) => {
+            Work::One(dot, dot2, t) => {
                 let a = &act[t * arb..(t + 1) * arb];
                 // SAFETY: rows are disjoint between tasks, so are these output ranges.
                 let yrow = unsafe { yp.slice(t * m + rows.start, rows.len()) };
-                for (yi, r) in yrow.iter_mut().zip(rows.clone()) {
-                    *yi = dot(k, &wb[r * wrb..(r + 1) * wrb], a);
+                let w_row = |r: usize| &wb[r * wrb..(r + 1) * wrb];
+                let mut done = 0;
+                if let Some(dot2) = dot2 {
+                    for (y2, r) in yrow.chunks_exact_mut(2).zip(rows.clone().step_by(2)) {
+                        y2.copy_from_slice(&dot2(k, [w_row(r), w_row(r + 1)], a));
+                        done += 2;
+                    }
+                }
+                for (yi, r) in yrow[done..].iter_mut().zip(rows.start + done..rows.end) {
+                    *yi = dot(k, w_row(r), a);
                 }
             }
         }

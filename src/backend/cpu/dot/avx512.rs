@@ -10,7 +10,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{hsum_ps, ld128, ld256, signed_step};
-use super::{avx2, dot_fn, dot_table, gemm_table, scalar, tiled_table, x4_table, DotFn, Isa, N_TYPES};
+use super::{avx2, dot_fn, dot_table, gemm_table, r2_table, scalar, tiled_table, x4_table, DotFn, Isa, N_TYPES};
 use crate::quant::QType;
 
 pub(super) fn supported() -> bool {
@@ -25,6 +25,7 @@ pub(super) static KERNELS: Isa = Isa {
     isa: "avx512",
     dot: dot_table(dot_table(dot_table([None; N_TYPES], &scalar::DOT), inst::DOT), WIDE),
     dot_x4: x4_table([None; N_TYPES], inst::DOT_X4),
+    dot_r2: r2_table(inst::DOT_R2),
     tiled: tiled_table(inst::TILED),
     gemm: gemm_table(inst::GEMM, true),
     // SAFETY (these and every kernel below): the table is handed out only where `supported()`.
@@ -35,7 +36,7 @@ pub(super) static KERNELS: Isa = Isa {
 
 mod inst {
     use super::super::avx2::*;
-    use super::super::{dot_fn, dot_x4_fn, gemm_fn, DotFn, DotX4Fn, Gemm, PANEL_ROWS};
+    use super::super::{dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn, DotFn, DotR2Fn, DotX4Fn, Gemm, PANEL_ROWS};
     use crate::quant::QType;
 
     instantiate!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", true);

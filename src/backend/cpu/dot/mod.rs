@@ -36,6 +36,11 @@ pub type DotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
 /// micro-kernel. Same contract as [`DotFn`] for each of the four rows.
 pub type DotX4Fn = fn(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4];
 
+/// Two weight rows against one activation row (the activation block is loaded once and the
+/// two rows' accumulator chains interleave): the decode micro-kernel. Each row's result has
+/// the bits of the single-row kernel it stands for ([`Isa::dot_r2`], [`Gemm::row2`]).
+pub type DotR2Fn = fn(n: usize, w: [&[u8]; 2], a: &[u8]) -> [f32; 2];
+
 /// Weight rows per packed panel of a [`Gemm`].
 pub const PANEL_ROWS: usize = 8;
 
@@ -80,6 +85,8 @@ pub struct Gemm {
     /// for packing and for rows outside whole panels. Bit-identical to `tile`, so
     /// that a prompt's logits do not depend on how it is batched.
     pub row: DotFn,
+    /// `row` for two weight rows at once, bit-identical to it, where there is one.
+    pub row2: Option<DotR2Fn>,
 }
 
 /// Quantizes one f32 row into an activation format (`x.len()` a multiple of its block).
@@ -154,6 +161,24 @@ macro_rules! dot_fn {
     }};
 }
 
+/// Same as [`dot_fn!`] for two weight rows.
+macro_rules! dot_r2_fn {
+    ($wq:ident, $k:path) => {{
+        fn f(n: usize, w: [&[u8]; 2], a: &[u8]) -> [f32; 2] {
+            use $crate::backend::cpu::dot::{act_type, check};
+            use $crate::quant::QType;
+            check(n, w[0], a, QType::$wq, act_type(QType::$wq));
+            check(n, w[1], a, QType::$wq, act_type(QType::$wq));
+            #[allow(unused_unsafe)]
+            // SAFETY: as in `dot_fn!`.
+            unsafe {
+                $k(n, w, a)
+            }
+        }
+        ($crate::quant::QType::$wq, f as $crate::backend::cpu::dot::DotR2Fn)
+    }};
+}
+
 /// Same as [`dot_fn!`] for four activation rows.
 macro_rules! dot_x4_fn {
     ($wq:ident, $k:path) => {{
@@ -172,7 +197,14 @@ macro_rules! dot_x4_fn {
 }
 /// [`Gemm`] entry for `$wq` from the unsafe `pack` / `tile` / `row` kernels, offset `$off`.
 macro_rules! gemm_fn {
-    ($wq:ident, $off:expr, $pack:path, $tile:path, $row:path) => {{
+    ($wq:ident, $off:expr, $pack:path, $tile:path, $row:path) => {
+        $crate::backend::cpu::dot::gemm_fn!(@ $wq, $off, $pack, $tile, $row, None)
+    };
+    ($wq:ident, $off:expr, $pack:path, $tile:path, $row:path, $row2:path) => {
+        $crate::backend::cpu::dot::gemm_fn!(@ $wq, $off, $pack, $tile, $row,
+            Some($crate::backend::cpu::dot::dot_r2_fn!($wq, $row2).1))
+    };
+    (@ $wq:ident, $off:expr, $pack:path, $tile:path, $row:path, $row2:expr) => {{
         fn pack(n: usize, w: &[u8], stride: usize, panel: &mut [u8]) {
             $crate::backend::cpu::dot::check_rows(n, w, stride, $crate::quant::QType::$wq);
             $crate::backend::cpu::dot::check_panel(n, panel);
@@ -199,11 +231,12 @@ macro_rules! gemm_fn {
                 pack,
                 tile,
                 row: $crate::backend::cpu::dot::dot_fn!($wq, $row).1,
+                row2: $row2,
             },
         )
     }};
 }
-pub(crate) use {dot_fn, dot_x4_fn, gemm_fn};
+pub(crate) use {dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn};
 
 /// Bounds of [`PANEL_ROWS`] weight rows `stride` bytes apart.
 #[inline(always)]
@@ -283,6 +316,16 @@ const fn tiled_table(over: &[(QType, DotFn, DotX4Fn)]) -> [Option<(DotFn, DotX4F
     t
 }
 
+const fn r2_table(over: &[(QType, DotR2Fn)]) -> [Option<DotR2Fn>; N_TYPES] {
+    let mut t = [None; N_TYPES];
+    let mut i = 0;
+    while i < over.len() {
+        t[over[i].0 as usize] = Some(over[i].1);
+        i += 1;
+    }
+    t
+}
+
 const fn x4_table(base: [Option<DotX4Fn>; N_TYPES], over: &[(QType, DotX4Fn)]) -> [Option<DotX4Fn>; N_TYPES] {
     let mut t = base;
     let mut i = 0;
@@ -313,6 +356,7 @@ pub struct Isa {
     isa: &'static str,
     dot: [Option<DotFn>; N_TYPES],
     dot_x4: [Option<DotX4Fn>; N_TYPES],
+    dot_r2: [Option<DotR2Fn>; N_TYPES],
     gemm: [Option<Gemm>; N_TYPES],
     /// Batch kernels summing in the order of llama.cpp's tiled K-quant GEMM, which it runs
     /// from [`TILED_MIN_TOKENS`] tokens on ([`Isa::tiled`]).
@@ -326,6 +370,7 @@ static SCALAR: Isa = Isa {
     isa: "scalar",
     dot: dot_table([None; N_TYPES], &scalar::DOT),
     dot_x4: [None; N_TYPES],
+    dot_r2: [None; N_TYPES],
     gemm: [None; N_TYPES],
     tiled: [None; N_TYPES],
     q8_0: scalar::quantize_q8_0,
@@ -392,6 +437,12 @@ impl Isa {
     /// The 1-weight-row × 4-activation-row kernel for `w`, where this ISA has one.
     pub fn dot_x4(&self, w: QType) -> Option<DotX4Fn> {
         self.dot_x4[w as usize]
+    }
+
+    /// The 2-weight-row × 1-activation-row kernel for `w`, bit-identical to `dot(w)` on each
+    /// row, where this ISA has one.
+    pub fn dot_r2(&self, w: QType) -> Option<DotR2Fn> {
+        self.dot_r2[w as usize]
     }
 
     /// Whether `dot_x4` gives each token the bits of `dot` (all but q4_K, whose 4-token kernel
@@ -628,6 +679,19 @@ mod tests {
                         (got as f64 - oracle as f64).abs() <= tol,
                         "{what}: {got} vs scalar {oracle}"
                     );
+                    // Two weight rows at once: each row the bits of its own dot (and of the
+                    // Gemm's row kernel, which the matmul pairs it with).
+                    let wb2 = w.quantize_to_vec(&rng.row(n, 0.05)).unwrap();
+                    let pairs = [
+                        (k.dot_r2(w), k.dot(w)),
+                        (k.gemm(w).and_then(|g| g.row2), k.gemm(w).map_or(k.dot(w), |g| g.row)),
+                    ];
+                    for (r2, one) in pairs {
+                        let Some(r2) = r2 else { continue };
+                        let got2 = r2(n, [&wb, &wb2], &abs[1]);
+                        assert_eq!(got2[0].to_bits(), one(n, &wb, &abs[1]).to_bits(), "{what} r2 [0]");
+                        assert_eq!(got2[1].to_bits(), one(n, &wb2, &abs[1]).to_bits(), "{what} r2 [1]");
+                    }
                     let tiled = k.tiled(w);
                     let x4s = [k.dot_x4(w), tiled.map(|t| t.1)];
                     for (which, x4) in x4s.into_iter().enumerate() {
@@ -788,6 +852,14 @@ mod tests {
                     (0..iters).map(|i| f(n, &rows[i % 16], &acts[i % 4])).sum()
                 });
                 line += &format!("  {}: {r:6.2}", k.isa());
+                if let Some(r2) = k.dot_r2(w).or(k.gemm(w).and_then(|g| g.row2)) {
+                    let r = gbs(15, bytes, || {
+                        (0..iters / 2)
+                            .map(|i| r2(n, [&rows[(2 * i) % 16], &rows[(2 * i + 1) % 16]], &acts[i % 4])[i % 2])
+                            .sum()
+                    });
+                    line += &format!(" (r2 {r:6.2})");
+                }
                 if let Some(x4) = k.dot_x4(w) {
                     let a4 = [&acts[0][..], &acts[1], &acts[2], &acts[3]];
                     let r = gbs(15, bytes, || {

@@ -10,8 +10,8 @@
 use std::arch::x86_64::*;
 
 use super::{
-    dot_fn, dot_table, dot_x4_fn, gemm_fn, gemm_table, scalar, tiled_table, x4_table, DotFn, DotX4Fn, Gemm, Isa,
-    BLOCK_SUM_BYTES, N_TYPES, PANEL_BLOCK_BYTES, PANEL_ROWS,
+    dot_fn, dot_r2_fn, dot_table, dot_x4_fn, gemm_fn, gemm_table, r2_table, scalar, tiled_table, x4_table, DotFn,
+    DotR2Fn, DotX4Fn, Gemm, Isa, BLOCK_SUM_BYTES, N_TYPES, PANEL_BLOCK_BYTES, PANEL_ROWS,
 };
 use crate::quant::{e8m0_to_f32_half, QType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
@@ -28,6 +28,7 @@ pub(super) static KERNELS: Isa = Isa {
     isa: "avx2",
     dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), DOT),
     dot_x4: x4_table([None; N_TYPES], DOT_X4),
+    dot_r2: r2_table(DOT_R2),
     tiled: tiled_table(TILED),
     gemm: gemm_table(GEMM, false),
     // SAFETY (these and every kernel in `DOT`): the table is handed out only where `supported()`.
@@ -52,6 +53,9 @@ macro_rules! instantiate {
             q8_0x4 = dot_signed_x4<Q8_0>, iq4_nlx4 = dot_signed_x4<IQ4NL>,
             q4_1x4 = dot_unsigned_x4<Q4_1>, q5_1x4 = dot_unsigned_x4<Q5_1>,
             q4_kx4 = q4_k_x4, q5_kx4 = q5_k_x4, q6_kx4 = q6_k_x4<false>);
+        instantiate!(@r2 $feat, $v;
+            q5_0r2 = dot_signed_r2<Q5_0>, q8_0r2 = dot_signed_r2<Q8_0>,
+            q4_1r2 = dot_unsigned_r2<Q4_1>, q5_1r2 = dot_unsigned_r2<Q5_1>);
         #[target_feature(enable = $feat)]
         unsafe fn q6_k_tiled(n: usize, w: &[u8], a: &[u8]) -> f32 {
             q6_k::<$v, true>(n, w, a)
@@ -108,12 +112,21 @@ macro_rules! instantiate {
             dot_x4_fn!(Q6K, q6_kx4),
         ];
 
+        // Types whose single-row dot is `dot_signed` / `dot_unsigned` (and so is `Gemm::row`
+        // for q5_0 and q8_0).
+        pub(in crate::backend::cpu::dot) static DOT_R2: &[(QType, DotR2Fn)] = &[
+            dot_r2_fn!(Q4_1, q4_1r2),
+            dot_r2_fn!(Q5_0, q5_0r2),
+            dot_r2_fn!(Q5_1, q5_1r2),
+            dot_r2_fn!(Q8_0, q8_0r2),
+        ];
+
         // q5_0 and q8_0 (which ggml does not repack on x86) sum in ggml's lane order, the
         // others as ggml's repacked GEMMs do: one i32 per block.
         pub(in crate::backend::cpu::dot) static GEMM: &[(QType, Gemm)] = &[
             gemm_fn!(Q4_0, <Q4_0 as Signed>::OFF as i32, q4_0p, tile_, q4_0p::row),
-            gemm_fn!(Q5_0, <Q5_0 as Signed>::OFF as i32, q5_0l, lanes_, q5_0l::row),
-            gemm_fn!(Q8_0, <Q8_0 as Signed>::OFF as i32, q8_0l, lanes_, q8_0l::row),
+            gemm_fn!(Q5_0, <Q5_0 as Signed>::OFF as i32, q5_0l, lanes_, q5_0l::row, q5_0r2),
+            gemm_fn!(Q8_0, <Q8_0 as Signed>::OFF as i32, q8_0l, lanes_, q8_0l::row, q8_0r2),
             gemm_fn!(IQ4NL, <IQ4NL as Signed>::OFF as i32, iq4_nlp, tile_, iq4_nlp::row),
             gemm_fn!(MXFP4, <MXFP4 as Signed>::OFF as i32, mxfp4p, tile_, mxfp4p::row),
         ];
@@ -141,6 +154,14 @@ macro_rules! instantiate {
             }
         )*
     };
+    (@r2 $feat:literal, $v:literal; $($name:ident = $body:ident $(<$t:tt>)?),* $(,)?) => {
+        $(
+            #[target_feature(enable = $feat)]
+            unsafe fn $name(n: usize, w: [&[u8]; 2], a: &[u8]) -> [f32; 2] {
+                $body::<$v $(, $t)?>(n, w, a)
+            }
+        )*
+    };
     (@x4 $feat:literal, $v:literal; $($name:ident = $body:ident $(<$t:tt>)?),* $(,)?) => {
         $(
             #[target_feature(enable = $feat)]
@@ -156,7 +177,7 @@ mod inst {
     use super::*;
     instantiate!("avx2,fma,f16c", false);
 }
-pub(super) use inst::{DOT, DOT_X4, GEMM, TILED};
+pub(super) use inst::{DOT, DOT_R2, DOT_X4, GEMM, TILED};
 
 // --- helpers (ggml's names in comments) -----------------------------------------------------
 
@@ -433,6 +454,26 @@ pub(super) unsafe fn dot_signed<const V: bool, B: Signed>(n: usize, w: &[u8], a:
     hsum_ps(acc)
 }
 
+/// `dot_signed` of two weight rows at once, each row's operations those of `dot_signed` in
+/// the same order (so the same bits): the activation block is loaded and its scale converted
+/// once, and the two accumulator chains hide each other's FMA latency.
+#[inline(always)]
+pub(super) unsafe fn dot_signed_r2<const V: bool, B: Signed>(n: usize, w: [&[u8]; 2], a: &[u8]) -> [f32; 2] {
+    let (x0, x1, y) = (w[0].as_ptr(), w[1].as_ptr(), a.as_ptr());
+    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for i in 0..n / 32 {
+        let yb = y.add(34 * i);
+        let (qy, dy) = (ld256(yb.add(2)), f16(yb));
+        let (d0, q0) = B::decode(x0.add(B::BYTES * i));
+        let (d1, q1) = B::decode(x1.add(B::BYTES * i));
+        let p0 = dot_us8::<V>(_mm256_sign_epi8(q0, q0), _mm256_sign_epi8(qy, q0));
+        let p1 = dot_us8::<V>(_mm256_sign_epi8(q1, q1), _mm256_sign_epi8(qy, q1));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * dy), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1 * dy), _mm256_cvtepi32_ps(p1), acc1);
+    }
+    [hsum_ps(acc0), hsum_ps(acc1)]
+}
+
 #[inline(always)]
 pub(super) unsafe fn dot_signed_x4<const V: bool, B: Signed>(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
     let (x, y) = (w.as_ptr(), a.map(|r| r.as_ptr()));
@@ -464,6 +505,28 @@ pub(super) unsafe fn dot_unsigned<const V: bool, B: Unsigned>(n: usize, w: &[u8]
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(p), acc);
     }
     hsum_ps(acc) + summs
+}
+
+/// `dot_unsigned` of two weight rows at once, as [`dot_signed_r2`] is of `dot_signed`.
+#[inline(always)]
+pub(super) unsafe fn dot_unsigned_r2<const V: bool, B: Unsigned>(n: usize, w: [&[u8]; 2], a: &[u8]) -> [f32; 2] {
+    let (x0, x1, y) = (w[0].as_ptr(), w[1].as_ptr(), a.as_ptr());
+    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let (mut summs0, mut summs1) = (0f32, 0f32);
+    for i in 0..n / 32 {
+        let yb = y.add(36 * i);
+        let (dy, sy) = f16x2(yb);
+        let qy = ld256(yb.add(4));
+        let (d0, m0, q0) = B::decode(x0.add(B::BYTES * i));
+        let (d1, m1, q1) = B::decode(x1.add(B::BYTES * i));
+        summs0 += m0 * sy;
+        summs1 += m1 * sy;
+        let p0 = dot_us8::<V>(q0, qy);
+        let p1 = dot_us8::<V>(q1, qy);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * dy), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1 * dy), _mm256_cvtepi32_ps(p1), acc1);
+    }
+    [hsum_ps(acc0) + summs0, hsum_ps(acc1) + summs1]
 }
 
 #[inline(always)]
