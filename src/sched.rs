@@ -235,6 +235,9 @@ impl Scheduler {
         st.kv_cells_used
             .store(self.session.kv().used() as u64, Ordering::Relaxed);
         st.kv_cells_max.store(self.session.n_ctx() as u64, Ordering::Relaxed);
+        st.kept.store(self.kept.len() as u64, Ordering::Relaxed);
+        let kept_tokens: usize = self.kept.iter().map(|k| k.tokens.len()).sum();
+        st.kept_tokens.store(kept_tokens as u64, Ordering::Relaxed);
     }
 
     pub fn session(&self) -> &Session {
@@ -749,6 +752,10 @@ pub struct Stats {
     pub waiting: AtomicU64,
     pub kv_cells_used: AtomicU64,
     pub kv_cells_max: AtomicU64,
+    /// Finished sequences kept for prefix reuse, and their tokens: with nothing running, the
+    /// cells in use are at most `kept_tokens` (they may share cells).
+    pub kept: AtomicU64,
+    pub kept_tokens: AtomicU64,
     pub requests: AtomicU64,
     pub cancelled: AtomicU64,
     /// Prompt tokens evaluated, and those reused from cached cells instead.

@@ -13,6 +13,9 @@ use serde_json::{json, Value};
 
 use crate::common;
 
+pub mod load;
+pub mod openai_client;
+
 tests![
     serve_answers_as_run_does_streamed_or_not,
     serve_concurrent_requests_equal_sequential_ones,
@@ -24,7 +27,7 @@ pub(crate) const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// A server process, killed on drop.
 pub(crate) struct Server {
-    child: Child,
+    pub(crate) child: Child,
     pub(crate) port: u16,
 }
 
@@ -254,7 +257,7 @@ fn serve_answers_as_run_does_streamed_or_not() {
     assert!(back["content"].as_str().unwrap().ends_with("Hello world"), "{back}");
 }
 
-const QUESTIONS: [&str; 8] = [
+pub(crate) const QUESTIONS: [&str; 8] = [
     "What is the capital of France?",
     "Name three colours.",
     "Write a haiku about rain.",

@@ -333,7 +333,10 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
     let created = now();
     // The first event decides the status: an error before any token is the request's fault.
     let first = match rx.recv().await {
-        Some(Event::Error(e)) => return bad(e, "messages"),
+        Some(Event::Error(e)) => {
+            let param = if kind == Kind::Chat { "messages" } else { "prompt" };
+            return bad(e, param);
+        }
         Some(e) => e,
         None => return error(StatusCode::SERVICE_UNAVAILABLE, "the scheduler stopped", None),
     };

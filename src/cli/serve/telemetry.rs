@@ -56,6 +56,8 @@ impl Telemetry {
             gauge!("minfer_requests_waiting").set(g(&st.waiting) as f64);
             gauge!("minfer_kv_cells_used").set(g(&st.kv_cells_used) as f64);
             gauge!("minfer_kv_cells_max").set(g(&st.kv_cells_max) as f64);
+            gauge!("minfer_sequences_kept").set(g(&st.kept) as f64);
+            gauge!("minfer_kept_tokens").set(g(&st.kept_tokens) as f64);
         }
         self.handle.render()
     }
@@ -77,6 +79,11 @@ fn describe() {
     describe_gauge!("minfer_requests_waiting", "Requests waiting for a sequence.");
     describe_gauge!("minfer_kv_cells_used", "KV cells held by sequences (running and kept).");
     describe_gauge!("minfer_kv_cells_max", "KV cells the pool may hold.");
+    describe_gauge!("minfer_sequences_kept", "Finished sequences kept for prefix reuse.");
+    describe_gauge!(
+        "minfer_kept_tokens",
+        "Tokens of the kept sequences (cells they may hold)."
+    );
     describe_counter!("minfer_http_responses_total", "HTTP responses, by status code.");
     describe_histogram!(
         "minfer_queue_wait_seconds",
