@@ -25,7 +25,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use serde_json::json;
 
@@ -125,6 +125,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         .route("/api/show", post(ollama::show))
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
+        .route("/api/{*rest}", any(ollama::not_found))
         .fallback(not_found)
         .with_state(app.clone());
     if !a.cors.is_empty() {

@@ -325,6 +325,10 @@ fn text_field(m: &Map<String, Value>, name: &str) -> Result<Option<String>, Reje
     Ok(field::<String>(m, name)?.filter(|s| !s.is_empty()))
 }
 
+pub(super) async fn not_found(uri: axum::http::Uri) -> Response {
+    oerr(StatusCode::NOT_FOUND, format!("no route {}", uri.path()))
+}
+
 pub(super) async fn root() -> &'static str {
     "Ollama is running"
 }

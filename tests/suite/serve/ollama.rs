@@ -2,6 +2,10 @@
 //! `run` answers (whole and as NDJSON lines), the model endpoints describe the file as
 //! gguf-py recorded it, and bad input gets `{"error": …}` with its status.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
 use serde_json::{json, Value};
 
 use super::{http, run_greedy, Server, SMOL};
@@ -11,6 +15,7 @@ tests![
     ollama_chat_and_generate_answer_as_run_does,
     ollama_model_endpoints_describe_the_file,
     ollama_errors_and_the_load_call,
+    ollama_hang_up_cancels_and_a_full_server_says_429,
 ];
 
 /// The loaded model's Ollama name, whatever a request calls it.
@@ -209,14 +214,33 @@ fn ollama_model_endpoints_describe_the_file() {
     assert_eq!(p["size_vram"], 0, "the CPU backend holds nothing on a GPU");
 }
 
+/// Ollama's error shape: `{"error": "message"}` and nothing else.
+fn error_message(status: u16, body: &str) -> String {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{status}: {e}: {body}"));
+    assert_eq!(v.as_object().map(|o| o.len()), Some(1), "{status}: {v}");
+    v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{status}: not Ollama's shape: {v}"))
+        .to_string()
+}
+
 /// Bad JSON, bad fields and bad option types are 400 with `{"error": message}` naming the
-/// field; `format` is refused, not ignored; an empty prompt (or no messages) is the load call,
+/// field; `format` is refused, not ignored; a missing key is 401, an unknown route 404 and a
+/// huge body 413, all in that shape; an empty prompt (or no messages) is the load call,
 /// answered at once without a request to the scheduler.
 fn ollama_errors_and_the_load_call() {
     let Some(model) = common::real_model("ollama_errors_and_the_load_call", SMOL) else {
         return;
     };
-    let s = Server::start(&model, &[]);
+    let s = Server::start(&model, &["--api-key", "sesame"]);
+    let auth = [("Authorization", "Bearer sesame")];
+    let post = |path: &str, body: &Value| {
+        let (st, _, b) = http(s.port, "POST", path, &auth, body.to_string().as_bytes());
+        (
+            st,
+            serde_json::from_str::<Value>(&b).unwrap_or_else(|e| panic!("{e}: {b}")),
+        )
+    };
     let chat = |extra: Value| {
         let mut b = json!({"model": "x", "messages": [{"role": "user", "content": "hi"}], "stream": false});
         for (k, v) in extra.as_object().unwrap() {
@@ -298,23 +322,35 @@ fn ollama_errors_and_the_load_call() {
         ("/api/generate", json!({"prompt": 5}).to_string().into_bytes(), "prompt"),
     ];
     for (path, body, names) in &cases {
-        let (st, _, b) = http(s.port, "POST", path, &[], body);
+        let (st, _, b) = http(s.port, "POST", path, &auth, body);
         let what = String::from_utf8_lossy(body);
         assert_eq!(st, 400, "{path} {what}: {b}");
-        let v: Value = serde_json::from_str(&b).unwrap_or_else(|e| panic!("{e}: {b}"));
-        let msg = v["error"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{path} {what}: not Ollama's shape: {v}"));
+        let msg = error_message(st, &b);
         assert!(msg.contains(names), "{path} {what}: {msg:?} should name {names}");
     }
-    let (st, _, b) = http(s.port, "POST", "/api/chat", &[], &vec![b' '; 9 << 20]);
+    let (st, _, b) = http(s.port, "POST", "/api/chat", &auth, &vec![b' '; 9 << 20]);
     assert_eq!(st, 413, "{b}");
+    error_message(st, &b);
+    let ok = chat(json!({"options": {"num_predict": 2, "temperature": 0}}));
+    for (path, headers) in [
+        ("/api/chat", &[][..]),
+        ("/api/generate", &[("Authorization", "Bearer wrong")][..]),
+        ("/api/show", &[][..]),
+    ] {
+        let (st, _, b) = http(s.port, "POST", path, headers, ok.to_string().as_bytes());
+        assert_eq!(st, 401, "{path}: {b}");
+        assert!(error_message(st, &b).contains("API key"), "{b}");
+    }
+    let (st, _, b) = http(s.port, "GET", "/api/tags", &[], b"");
+    assert_eq!(st, 401, "{b}");
+    let (st, _, b) = http(s.port, "POST", "/api/pull", &auth, b"{}");
+    assert_eq!(st, 404, "{b}");
+    assert!(error_message(st, &b).contains("/api/pull"), "{b}");
 
     // Go clients send empty strings for fields they do not set: those are no fields.
-    let (st, v) = s.post(
-        "/api/chat",
-        &chat(json!({"format": "", "options": {"num_predict": 2, "temperature": 0}})),
-    );
+    let mut empty = ok.clone();
+    empty["format"] = json!("");
+    let (st, v) = post("/api/chat", &empty);
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["eval_count"], 2);
 
@@ -324,7 +360,7 @@ fn ollama_errors_and_the_load_call() {
         ("/api/generate", json!({"model": "x", "prompt": ""}), "response"),
         ("/api/chat", json!({"model": "x", "messages": []}), "message"),
     ] {
-        let (st, v) = s.post(path, &body);
+        let (st, v) = post(path, &body);
         assert_eq!(st, 200, "{v}");
         assert_eq!(v["done"], true, "{v}");
         assert_eq!(v["done_reason"], "load", "{v}");
@@ -332,4 +368,53 @@ fn ollama_errors_and_the_load_call() {
         assert!(v.get(key).is_some(), "{v}");
     }
     assert_eq!(s.metric("requests_total"), before, "the load call runs nothing");
+}
+
+/// A streaming `/api/chat` whose client hangs up is cancelled within a step and gives its
+/// place back; while it holds the only place, another request is 429 with `Retry-After`.
+fn ollama_hang_up_cancels_and_a_full_server_says_429() {
+    let Some(model) = common::real_model("ollama_hang_up_cancels_and_a_full_server_says_429", SMOL) else {
+        return;
+    };
+    let s = Server::start(&model, &["--parallel", "1", "--max-queue", "0"]);
+    let body = json!({
+        "model": "x",
+        "messages": [{"role": "user", "content": "Count from 1 to 1000, one number per line."}],
+        "options": {"temperature": 0, "num_predict": 2000},
+    })
+    .to_string();
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        c,
+        "POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.windows(12).filter(|w| w == b"\"done\":false").count() < 5 {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let small =
+        json!({"messages": [{"role": "user", "content": "Hi"}], "stream": false, "options": {"num_predict": 2}});
+    let (st, head, b) = http(s.port, "POST", "/api/chat", &[], small.to_string().as_bytes());
+    assert_eq!(st, 429, "{b}");
+    assert!(head.to_ascii_lowercase().contains("retry-after: 1"), "{head}");
+    assert!(error_message(st, &b).contains("try again"), "{b}");
+
+    drop(c);
+    let t0 = Instant::now();
+    while s.metric("requests_cancelled_total") < 1 || s.metric("requests_in_flight") > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the hung-up request was not cancelled"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (st, v) = s.post("/api/chat", &small);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["eval_count"], 2, "{v}");
 }
