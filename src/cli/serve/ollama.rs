@@ -269,6 +269,15 @@ fn stream_flag(m: &Map<String, Value>) -> Result<bool, Reject> {
     Ok(field::<bool>(m, "stream")?.unwrap_or(true))
 }
 
+/// `think` (a thinking mode, `true` or a level) is refused where asked for: these
+/// templates have none; `false` is what every answer does anyway.
+fn no_thinking(m: &Map<String, Value>) -> Result<(), Reject> {
+    match m.get("think") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(()),
+        Some(v) => Err(bad(format!("think: {v}: this model has no thinking mode"))),
+    }
+}
+
 fn no_images(images: Option<Vec<Value>>, name: &str) -> Result<(), Reject> {
     match images {
         Some(v) if !v.is_empty() => Err(bad(format!("{name}: images are not supported (text models only)"))),
@@ -307,6 +316,7 @@ pub(super) async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: 
             return Err(bad("tools are not supported on /api/chat yet"));
         }
         format_constraint(m.get("format"))?;
+        no_thinking(&m)?;
         Ok((out, options(&m, s.n_ctx)?, stream_flag(&m)?))
     })();
     let (msgs, opts, stream) = match parsed {
@@ -335,10 +345,14 @@ pub(super) async fn generate(State(app): State<Arc<App>>, headers: HeaderMap, bo
         if field::<Vec<Value>>(&m, "context")?.is_some_and(|c| !c.is_empty()) {
             return Err(bad("context is not supported; send the conversation to /api/chat"));
         }
+        if text_field(&m, "suffix")?.is_some() {
+            return Err(bad("suffix (fill-in-the-middle) is not supported"));
+        }
         if raw && system.is_some() {
             return Err(bad("system has no effect with raw: true (no template is applied)"));
         }
         format_constraint(m.get("format"))?;
+        no_thinking(&m)?;
         let opts = options(&m, s.n_ctx)?;
         let stream = stream_flag(&m)?;
         let p = if prompt.is_empty() {

@@ -320,6 +320,18 @@ fn ollama_errors_and_the_load_call() {
             "system",
         ),
         ("/api/generate", json!({"prompt": 5}).to_string().into_bytes(), "prompt"),
+        (
+            "/api/generate",
+            json!({"prompt": "def f(", "suffix": "return 1"})
+                .to_string()
+                .into_bytes(),
+            "suffix",
+        ),
+        (
+            "/api/chat",
+            chat(json!({"think": true})).to_string().into_bytes(),
+            "think",
+        ),
     ];
     for (path, body, names) in &cases {
         let (st, _, b) = http(s.port, "POST", path, &auth, body);
@@ -347,10 +359,18 @@ fn ollama_errors_and_the_load_call() {
     assert_eq!(st, 404, "{b}");
     assert!(error_message(st, &b).contains("/api/pull"), "{b}");
 
-    // Go clients send empty strings for fields they do not set: those are no fields.
+    // Go clients send empty strings for fields they do not set: those are no fields; `think:
+    // false`, `keep_alive` and options without a meaning here change nothing.
     let mut empty = ok.clone();
     empty["format"] = json!("");
+    empty["think"] = json!(false);
+    empty["keep_alive"] = json!(-1);
     let (st, v) = post("/api/chat", &empty);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["eval_count"], 2);
+    let g = json!({"prompt": "Hi", "system": "", "template": "", "suffix": "", "format": "", "images": null,
+        "context": [], "raw": false, "stream": false, "options": {"num_predict": 2, "num_gpu": 99}});
+    let (st, v) = post("/api/generate", &g);
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["eval_count"], 2);
 
