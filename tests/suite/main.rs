@@ -14,7 +14,8 @@
 //! - `gguf`      — the container: round trips, split files, real models, hostile files
 //! - `hf`        — safetensors directories vs transformers and GGUF; HF cache resolution; hostile files
 //! - `model`     — whole-model logits against llama.cpp and transformers (CPU backend)
-//! - `serve`     — the HTTP server: answers as `run`, streaming, concurrency, hang-ups, errors
+//! - `serve`     — the HTTP server: answers as `run`, streaming, concurrency, hang-ups, errors;
+//!   `serve/ollama` (Ollama's API)
 //! - `tiny`      — tiny random models per architecture: prefill/decode, caches, threads, bad shapes
 //! - `quant`     — every qtype's codecs against ggml's recorded bytes and floats
 //! - `chat`      — chat templates against jinja2's renders (SmolLM2's recorded, ChatML, Qwen2)
@@ -61,6 +62,7 @@ fn main() {
         tests.extend(serve::tests());
         tests.extend(serve::load::tests());
         tests.extend(serve::openai_client::tests());
+        tests.extend(serve::ollama::tests());
     }
     tests.extend(tiny::tests());
     tests.extend(tokenize::tests());

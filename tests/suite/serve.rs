@@ -15,6 +15,7 @@ use crate::common;
 
 pub mod load;
 pub mod openai_client;
+pub mod ollama;
 
 tests![
     serve_answers_as_run_does_streamed_or_not,

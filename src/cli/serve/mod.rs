@@ -8,13 +8,15 @@
 //!
 //! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions` (both streaming as SSE),
 //! `GET /v1/models`, `GET /health` (503 while loading), `GET /metrics` (Prometheus text),
-//! `POST /tokenize`, `POST /detokenize`.
+//! `POST /tokenize`, `POST /detokenize`; Ollama's API beside it (`ollama`): `GET|HEAD /`,
+//! `GET /api/version`, `/api/tags`, `/api/ps`, `POST /api/show`, `/api/chat`, `/api/generate`.
 
+mod ollama;
 mod openai;
 mod telemetry;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -24,7 +26,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use serde_json::json;
 
@@ -65,6 +67,8 @@ pub(crate) struct Served {
     pub(crate) stats: Arc<Stats>,
     pub(crate) tokenizer: Arc<Tokenizer>,
     pub(crate) n_ctx: usize,
+    /// What the Ollama endpoints report about the model.
+    pub(crate) facts: ollama::ModelFacts,
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
@@ -102,7 +106,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
     {
         let app = app.clone();
         tokio::task::spawn_blocking(move || {
-            if let Err(e) = load(&app, a.model, &a.session, a.flash_attn, a.parallel) {
+            if let Err(e) = load(&app, &a.model, &a.session, a.flash_attn, a.parallel) {
                 eprintln!("error: {e:#}");
                 std::process::exit(1);
             }
@@ -117,6 +121,14 @@ async fn serve(a: ServeArgs) -> Result<()> {
         .route("/v1/embeddings", post(openai::embeddings))
         .route("/tokenize", post(openai::tokenize))
         .route("/detokenize", post(openai::detokenize))
+        .route("/", get(ollama::root))
+        .route("/api/version", get(ollama::version))
+        .route("/api/tags", get(ollama::tags))
+        .route("/api/ps", get(ollama::ps))
+        .route("/api/show", post(ollama::show))
+        .route("/api/chat", post(ollama::chat))
+        .route("/api/generate", post(ollama::generate))
+        .route("/api/{*rest}", any(ollama::not_found))
         .fallback(not_found)
         .layer(axum::middleware::from_fn(telemetry::count_responses))
         .with_state(app.clone());
@@ -142,13 +154,14 @@ async fn serve(a: ServeArgs) -> Result<()> {
 }
 
 /// Loads the model and starts its scheduler; from then on the handlers serve.
-fn load(app: &App, model: PathBuf, session: &SessionOptions, flash_attn: bool, parallel: usize) -> Result<()> {
-    let mut engine = Engine::load(&model, session).with_context(|| format!("loading {}", model.display()))?;
+fn load(app: &App, model: &Path, session: &SessionOptions, flash_attn: bool, parallel: usize) -> Result<()> {
+    let mut engine = Engine::load(model, session).with_context(|| format!("loading {}", model.display()))?;
     engine.session.set_flash_attn(flash_attn);
     for line in &engine.session.log {
         eprintln!("{line}");
     }
     let n_ctx = engine.session.n_ctx();
+    let facts = ollama::ModelFacts::of(&engine, model, &app.model_id);
     let sched = Scheduler::from_engine(
         engine,
         SchedulerOptions {
@@ -165,6 +178,7 @@ fn load(app: &App, model: PathBuf, session: &SessionOptions, flash_attn: bool, p
         stats,
         tokenizer,
         n_ctx,
+        facts,
     });
     eprintln!("ready: {parallel} sequences, context {n_ctx}");
     Ok(())
