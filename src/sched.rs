@@ -216,7 +216,9 @@ impl Scheduler {
             Prompt::Ids(ids) => Ok(ids.clone()),
             Prompt::Text(t) => self.tokenizer.encode(t, true, true),
             Prompt::Messages(m) => self.tokenizer.encode(&self.template()?.render(m, true)?, true, true),
-            Prompt::Chat(c) => self.tokenizer.encode(&self.template()?.render_chat(c, true)?, true, true),
+            Prompt::Chat(c) => self
+                .tokenizer
+                .encode(&self.template()?.render_chat(c, true)?, true, true),
         }
     }
 

@@ -464,7 +464,7 @@ mod tests {
     fn malformed_calls_are_content_unchanged() {
         for text in [
             r#"{"name": "get_weather", "arguments": {"city": "Par"#, // cut off
-            r#"{"name": "get_weather"}"#,                           // bare without arguments
+            r#"{"name": "get_weather"}"#,                            // bare without arguments
             r#"{"name": 3, "arguments": {}}"#,
             r#"{"name": "f", "arguments": [1]}"#,
             "<tool_call>{\"name\": }</tool_call> after",
@@ -504,7 +504,11 @@ mod tests {
         assert_eq!(p.push("Hello"), [content("Hello")]);
         assert_eq!(p.push(" world <tool"), [content(" world ")]);
         assert_eq!(p.push("box>"), [content("<toolbox>")]);
-        assert_eq!(p.push("{\"name\": 1}"), [content("{\"name\": 1}")], "a `{{` mid-reply is text");
+        assert_eq!(
+            p.push("{\"name\": 1}"),
+            [content("{\"name\": 1}")],
+            "a `{{` mid-reply is text"
+        );
         assert!(p.finish().is_empty());
 
         // A JSON reply that is not a call is released as soon as its first key says so.
@@ -526,7 +530,10 @@ mod tests {
     fn held_text_while_a_call_may_follow() {
         let mut p = ToolCallParser::new();
         assert!(p.push("{\"name\": \"get_weather\", ").is_empty());
-        assert!(p.push("\"arguments\": {\"city\": \"Paris}\"").is_empty(), "a brace in a string");
+        assert!(
+            p.push("\"arguments\": {\"city\": \"Paris}\"").is_empty(),
+            "a brace in a string"
+        );
         assert_eq!(
             p.push("}}<tool"),
             [Piece::Call(ParsedCall {
@@ -541,9 +548,6 @@ mod tests {
     #[test]
     fn multibyte_text_around_a_block() {
         let text = format!("Voilà — ☂ <tool_call>{QWEN}</tool_call>é");
-        check(
-            &text,
-            &[content("Voilà — ☂ "), Piece::Call(weather()), content("é")],
-        );
+        check(&text, &[content("Voilà — ☂ "), Piece::Call(weather()), content("é")]);
     }
 }

@@ -210,7 +210,9 @@ fn qwen25coder_tool_call_turn_renders() {
                 {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call><|im_end|>\n\
                 <|im_start|>user\n<tool_response>\n{\"temperature\": 18}\n</tool_response><|im_end|>\n\
                 <|im_start|>assistant\n";
-    let head = first.strip_suffix("<|im_start|>assistant\n").expect("generation prompt");
+    let head = first
+        .strip_suffix("<|im_start|>assistant\n")
+        .expect("generation prompt");
     assert_eq!(got, format!("{head}{turn}"));
     // The same turn deserialized from OpenAI's wire shape (content null, arguments a string).
     let wire: ChatMessage = serde_json::from_value(serde_json::json!({

@@ -11,6 +11,7 @@
 //! `POST /tokenize`, `POST /detokenize`.
 
 mod openai;
+mod tools;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
