@@ -527,6 +527,50 @@ mod tests {
     }
 
     #[test]
+    fn tools_kwargs_and_string_arguments_reach_the_template() {
+        let src = "{{ tools[0].function.name }}|{{ enable_thinking }}|{{ messages | length }}|\
+                   {% for m in messages %}{{ m.tool_calls is defined }}{% endfor %}|\
+                   {{ messages[1].tool_calls[0].function.arguments | tojson }}|\
+                   {{ messages[2].arguments | tojson }}|{{ messages[2].tool_call_id }}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let call = |arguments: serde_json::Value| ToolCall {
+            id: None,
+            kind: "function".into(),
+            function: FunctionCall {
+                name: "f".into(),
+                arguments,
+            },
+        };
+        let mut kwargs = serde_json::Map::new();
+        kwargs.insert("enable_thinking".into(), false.into());
+        // A kwarg never replaces what the renderer passes.
+        kwargs.insert("messages".into(), "shadowed".into());
+        let chat = Chat {
+            messages: vec![
+                ChatMessage::new("user", "hi"),
+                ChatMessage {
+                    tool_calls: vec![call(r#"{"b": 1, "a": [2]}"#.into())],
+                    ..ChatMessage::new("assistant", "")
+                },
+                ChatMessage {
+                    tool_call_id: Some("call_0".into()),
+                    ..ChatMessage::new("tool", "ok")
+                },
+            ],
+            tools: vec![serde_json::json!({"type": "function", "function": {"name": "f"}})],
+            kwargs,
+        };
+        assert_eq!(
+            t.render_chat(&chat, false).unwrap(),
+            r#"f|False|3|FalseTrueFalse|{"b": 1, "a": [2]}|null|call_0"#
+        );
+        // A string that is not a JSON object stays a string.
+        let mut odd = chat.clone();
+        odd.messages[1].tool_calls[0] = call("not json".into());
+        assert!(t.render_chat(&odd, false).unwrap().contains(r#"|"not json"|"#));
+    }
+
+    #[test]
     fn python_methods_and_whitespace_control() {
         let src = "{% for m in messages %}\n  {% if m.role == 'user' %}\n[{{ m.content.upper().strip() }}]\n  {% endif %}\n{% endfor %}";
         assert_eq!(render(src), "[HI]\n");
