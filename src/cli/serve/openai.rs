@@ -507,20 +507,13 @@ async fn generate(
                         if include_usage {
                             st.pending.push(usage_chunk(&f));
                         }
-                        let Some(c) = &mut st.calls else {
-                            st.pending.push(chunk(json!({}), Some(finish_reason(f.reason))));
-                            if !f.rest.is_empty() {
-                                st.pending.push(chunk(json!({"content": f.rest}), None));
-                            }
-                            continue;
+                        let deltas = match &mut st.calls {
+                            Some(c) => c.end(&f.rest),
+                            None if f.rest.is_empty() => Vec::new(),
+                            None => vec![json!({"content": f.rest})],
                         };
-                        let mut deltas = c.push(&f.rest);
-                        deltas.extend(c.finish());
-                        let finish = if c.called() {
-                            "tool_calls"
-                        } else {
-                            finish_reason(f.reason)
-                        };
+                        let called = st.calls.as_ref().is_some_and(CallStream::called);
+                        let finish = if called { "tool_calls" } else { finish_reason(f.reason) };
                         st.pending.push(chunk(json!({}), Some(finish)));
                         for d in deltas.into_iter().rev() {
                             st.pending.push(chunk(d, None));

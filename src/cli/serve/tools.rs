@@ -246,9 +246,10 @@ impl CallStream {
         self.deltas(pieces)
     }
 
-    /// The deltas for what was held back at the end.
-    pub(super) fn finish(&mut self) -> Vec<Value> {
-        let pieces = std::mem::take(&mut self.parser).finish();
+    /// The deltas for the text left at the end (`rest`) and what was held back.
+    pub(super) fn end(&mut self, rest: &str) -> Vec<Value> {
+        let mut pieces = self.parser.push(rest);
+        pieces.extend(std::mem::take(&mut self.parser).finish());
         self.deltas(pieces)
     }
 
@@ -358,8 +359,7 @@ mod tests {
         for ch in qwen.chars() {
             deltas.extend(s.push(&ch.to_string()));
         }
-        deltas.extend(s.push("\n"));
-        deltas.extend(s.finish());
+        deltas.extend(s.end("\n"));
         assert!(s.called());
         assert_eq!(
             deltas,
@@ -367,6 +367,29 @@ mod tests {
                 json!({"tool_calls": [{"index": 0, "id": "call_7_0", "type": "function",
                     "function": {"name": "get_weather", "arguments": ""}}]}),
                 json!({"tool_calls": [{"index": 0, "function": {"arguments": r#"{"city":"Paris","unit":"celsius"}"#}}]}),
+            ]
+        );
+
+        // Text around a Hermes block: content deltas for the text only, indices per call.
+        let mut s = CallStream::new("call_8".into());
+        let mut deltas = s.push("Sure. <tool_");
+        deltas.extend(s.push(&format!("call>{qwen}</tool_call>\n<tool_call>{qwen}")));
+        deltas.extend(s.end("</tool_call> "));
+        let kinds: Vec<String> = deltas
+            .iter()
+            .map(|d| match (&d["content"], &d["tool_calls"][0]) {
+                (Value::String(c), _) => format!("content {c:?}"),
+                (_, t) => format!("call {} {}", t["index"], t["id"]),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                r#"content "Sure. ""#,
+                r#"call 0 "call_8_0""#,
+                "call 0 null",
+                r#"call 1 "call_8_1""#,
+                "call 1 null"
             ]
         );
     }
