@@ -129,6 +129,24 @@ fn serve_tools_qwen_answers_with_tool_calls() {
         .collect();
     assert_eq!(finishes, [&json!("tool_calls")]);
 
+    // A named choice (and template variables this template does not use) renders the same
+    // prompt: the same call, from cached cells.
+    let mut named = body.clone();
+    named["tool_choice"] = json!({"type": "function", "function": {"name": name}});
+    named["chat_template_kwargs"] = json!({"enable_thinking": false});
+    let (st, v) = s.post("/v1/chat/completions", &named);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["usage"]["prompt_tokens"], n_prompt, "{v}");
+    assert!(
+        v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+    assert_eq!(
+        v["choices"][0]["message"]["tool_calls"][0]["function"], call["function"],
+        "{v}"
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+
     // `tool_choice: none` renders without the tools and answers in text.
     let mut none = body.clone();
     none["tool_choice"] = json!("none");
