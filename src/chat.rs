@@ -17,10 +17,20 @@ use crate::error::{Error, Result};
 
 const NAME: &str = "chat_template";
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// One turn, with the optional fields OpenAI messages carry: an assistant's `tool_calls`, a
+/// `tool` message's `tool_call_id`, a participant's `name`. Absent fields are left out of the
+/// template context (as transformers does), so `message.tool_calls is defined` is false.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
     pub role: String,
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub content: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
@@ -28,8 +38,72 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            ..ChatMessage::default()
         }
     }
+}
+
+/// OpenAI sends `"content": null` beside `tool_calls`.
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+}
+
+/// An assistant's call: `{"id", "type": "function", "function": {"name", "arguments"}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", default = "function_type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+fn function_type() -> String {
+    "function".into()
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// A JSON string as OpenAI sends it, or an object. Rendered as an object when the string
+    /// parses (llama.cpp does the same), since templates such as Qwen's write
+    /// `tool_call.arguments | tojson` and would otherwise print a quoted string.
+    pub arguments: serde_json::Value,
+}
+
+/// A conversation with what the template may use besides the messages: the request's tools
+/// (OpenAI's `[{"type": "function", "function": {...}}]`, passed to the template as they
+/// came) and extra template variables (`chat_template_kwargs`, e.g. `enable_thinking`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Chat {
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<serde_json::Value>,
+    pub kwargs: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Chat {
+    pub fn new(messages: Vec<ChatMessage>) -> Self {
+        Chat {
+            messages,
+            ..Chat::default()
+        }
+    }
+}
+
+/// The messages as the template sees them: string arguments that hold JSON become objects.
+fn template_messages(messages: &[ChatMessage]) -> Value {
+    if messages.iter().all(|m| m.tool_calls.is_empty()) {
+        return Value::from_serialize(messages);
+    }
+    let mut ms = messages.to_vec();
+    for call in ms.iter_mut().flat_map(|m| m.tool_calls.iter_mut()) {
+        if let serde_json::Value::String(s) = &call.function.arguments {
+            if let Ok(v @ serde_json::Value::Object(_)) = serde_json::from_str(s) {
+                call.function.arguments = v;
+            }
+        }
+    }
+    Value::from_serialize(&ms)
 }
 
 /// A chat template compiled once; rendering is cheap.
@@ -70,15 +144,38 @@ impl ChatTemplate {
 
     /// Renders the conversation, with the assistant header appended if `add_generation_prompt`.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        self.render_messages(messages, &[], &serde_json::Map::new(), add_generation_prompt)
+    }
+
+    /// Renders a conversation with its tools and extra variables.
+    pub fn render_chat(&self, chat: &Chat, add_generation_prompt: bool) -> Result<String> {
+        self.render_messages(&chat.messages, &chat.tools, &chat.kwargs, add_generation_prompt)
+    }
+
+    fn render_messages(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let tmpl = self.env.get_template(NAME).map_err(template_error)?;
+        // No tools is `none`, as transformers passes it: templates test `{% if tools %}`.
+        let tools = if tools.is_empty() {
+            Value::from(())
+        } else {
+            Value::from_serialize(tools)
+        };
+        // The named variables win over a kwarg of the same name.
         tmpl.render(context! {
-            messages => Value::from_serialize(messages),
+            messages => template_messages(messages),
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
-            tools => Value::from(()),
+            tools => tools,
             // What llama.cpp's common/chat.cpp passes: "%d %b %Y", e.g. "26 Jul 2024".
             date_string => strftime("%d %b %Y", SystemTime::now()),
+            ..Value::from_serialize(kwargs)
         })
         .map_err(template_error)
     }
@@ -427,6 +524,50 @@ mod tests {
             let (y, m, d) = civil_from_days(days);
             assert_eq!(days_from_civil(y, m, d), days);
         }
+    }
+
+    #[test]
+    fn tools_kwargs_and_string_arguments_reach_the_template() {
+        let src = "{{ tools[0].function.name }}|{{ enable_thinking }}|{{ messages | length }}|\
+                   {% for m in messages %}{{ m.tool_calls is defined }}{% endfor %}|\
+                   {{ messages[1].tool_calls[0].function.arguments | tojson }}|\
+                   {{ messages[2].arguments | tojson }}|{{ messages[2].tool_call_id }}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let call = |arguments: serde_json::Value| ToolCall {
+            id: None,
+            kind: "function".into(),
+            function: FunctionCall {
+                name: "f".into(),
+                arguments,
+            },
+        };
+        let mut kwargs = serde_json::Map::new();
+        kwargs.insert("enable_thinking".into(), false.into());
+        // A kwarg never replaces what the renderer passes.
+        kwargs.insert("messages".into(), "shadowed".into());
+        let chat = Chat {
+            messages: vec![
+                ChatMessage::new("user", "hi"),
+                ChatMessage {
+                    tool_calls: vec![call(r#"{"b": 1, "a": [2]}"#.into())],
+                    ..ChatMessage::new("assistant", "")
+                },
+                ChatMessage {
+                    tool_call_id: Some("call_0".into()),
+                    ..ChatMessage::new("tool", "ok")
+                },
+            ],
+            tools: vec![serde_json::json!({"type": "function", "function": {"name": "f"}})],
+            kwargs,
+        };
+        assert_eq!(
+            t.render_chat(&chat, false).unwrap(),
+            r#"f|False|3|FalseTrueFalse|{"b": 1, "a": [2]}|null|call_0"#
+        );
+        // A string that is not a JSON object stays a string.
+        let mut odd = chat.clone();
+        odd.messages[1].tool_calls[0] = call("not json".into());
+        assert!(t.render_chat(&odd, false).unwrap().contains(r#"|"not json"|"#));
     }
 
     #[test]

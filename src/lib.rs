@@ -23,6 +23,7 @@ pub mod session;
 pub mod spec;
 pub mod tensor;
 pub mod tokenizer;
+pub mod toolcall;
 
 pub use error::{Error, Result};
 pub use model::Model;

@@ -21,7 +21,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::chat::{ChatMessage, ChatTemplate};
+use crate::chat::{Chat, ChatMessage, ChatTemplate};
 use crate::engine::{Engine, GenerateOptions, StopReason, TextStream};
 use crate::error::{Error, Result};
 use crate::kv::SeqId;
@@ -39,12 +39,14 @@ pub struct Request {
 }
 
 /// What a request continues: token ids, raw text (tokenized with the model's special
-/// tokens), or a conversation rendered by the model's chat template.
+/// tokens), or a conversation rendered by the model's chat template (`Chat`: with tools and
+/// extra template variables).
 #[derive(Clone, Debug)]
 pub enum Prompt {
     Ids(Vec<u32>),
     Text(String),
     Messages(Vec<ChatMessage>),
+    Chat(Chat),
 }
 
 /// What a request hears, in order: `Started`, a `Token` per generated token, then `Done`
@@ -213,14 +215,17 @@ impl Scheduler {
         match p {
             Prompt::Ids(ids) => Ok(ids.clone()),
             Prompt::Text(t) => self.tokenizer.encode(t, true, true),
-            Prompt::Messages(m) => {
-                let t = self
-                    .template
-                    .as_ref()
-                    .ok_or_else(|| Error::Template("this model has no chat template (send text or ids)".into()))?;
-                self.tokenizer.encode(&t.render(m, true)?, true, true)
-            }
+            Prompt::Messages(m) => self.tokenizer.encode(&self.template()?.render(m, true)?, true, true),
+            Prompt::Chat(c) => self
+                .tokenizer
+                .encode(&self.template()?.render_chat(c, true)?, true, true),
         }
+    }
+
+    fn template(&self) -> Result<&ChatTemplate> {
+        self.template
+            .as_ref()
+            .ok_or_else(|| Error::Template("this model has no chat template (send text or ids)".into()))
     }
 
     /// The counters `step` keeps.

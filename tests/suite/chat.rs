@@ -1,6 +1,6 @@
 //! Chat templates rendered as HF transformers' `apply_chat_template` renders them with jinja2.
 
-use minfer::chat::{ChatMessage, ChatTemplate};
+use minfer::chat::{Chat, ChatMessage, ChatTemplate, FunctionCall, ToolCall};
 use minfer::gguf::GgufFile;
 use minfer::Error;
 
@@ -13,6 +13,8 @@ tests![
     qwen2_template_renders,
     raise_exception_is_a_template_error,
     syntax_and_unknown_filter_errors_are_template_errors,
+    qwen25coder_tools_prompt_matches_jinja2,
+    qwen25coder_tool_call_turn_renders,
 ];
 
 fn template(file: &str) -> String {
@@ -138,4 +140,86 @@ fn syntax_and_unknown_filter_errors_are_template_errors() {
         },
         Err(e) => panic!("expected Error::Template, got {e:?}"),
     }
+}
+
+/// Qwen2.5-Coder's own template (from its GGUF) and the recorded tools render: (template,
+/// the recorded chat with tools, jinja2's text).
+fn qwen25coder_tools_reference(test: &str) -> Option<(ChatTemplate, Chat, String)> {
+    let path = common::real_model(test, "qwen2.5-coder-0.5b-instruct.gguf")?;
+    let rec = common::ref_file(test, "real/qwen25coder.p4_tools_jinja.json")?;
+    let gguf = GgufFile::open(&path).unwrap();
+    let source = gguf
+        .metadata
+        .get_str("tokenizer.chat_template")
+        .unwrap()
+        .expect("chat template")
+        .to_owned();
+    let j = common::read_json(&rec);
+    let chat = &j["chat"];
+    assert_eq!(
+        chat["chat_template"].as_str(),
+        Some(source.as_str()),
+        "the recording was made with another template"
+    );
+    assert_eq!(chat["add_generation_prompt"].as_bool(), Some(true));
+    let c = Chat {
+        messages: serde_json::from_value(chat["messages"].clone()).expect("chat.messages"),
+        tools: serde_json::from_value(chat["tools"].clone()).expect("chat.tools"),
+        kwargs: serde_json::Map::new(),
+    };
+    let want = j["prompt_text"].as_str().expect("prompt_text").to_owned();
+    assert_eq!(chat["rendered_text"].as_str(), Some(want.as_str()));
+    Some((ChatTemplate::new(&source, "", "<|im_end|>").unwrap(), c, want))
+}
+
+fn qwen25coder_tools_prompt_matches_jinja2() {
+    let Some((t, chat, want)) = qwen25coder_tools_reference("qwen25coder_tools_prompt_matches_jinja2") else {
+        return;
+    };
+    assert!(!chat.tools.is_empty());
+    assert_eq!(t.render_chat(&chat, true).unwrap(), want);
+    // Without tools the same messages take the template's other branch.
+    let plain = t.render(&chat.messages, true).unwrap();
+    assert!(!plain.contains("<tools>") && want.contains("<tools>"), "{plain}");
+}
+
+/// The second turn of a call: the assistant's call (arguments as OpenAI's JSON string, which
+/// the template must see as an object) and the tool's answer, in Qwen's format.
+fn qwen25coder_tool_call_turn_renders() {
+    let Some((t, mut chat, first)) = qwen25coder_tools_reference("qwen25coder_tool_call_turn_renders") else {
+        return;
+    };
+    let call = ToolCall {
+        id: Some("call_1".into()),
+        kind: "function".into(),
+        function: FunctionCall {
+            name: "get_weather".into(),
+            arguments: serde_json::Value::String(r#"{"city": "Paris", "unit": "celsius"}"#.into()),
+        },
+    };
+    chat.messages.push(ChatMessage {
+        tool_calls: vec![call],
+        ..ChatMessage::new("assistant", "")
+    });
+    chat.messages.push(ChatMessage {
+        tool_call_id: Some("call_1".into()),
+        ..ChatMessage::new("tool", r#"{"temperature": 18}"#)
+    });
+    let got = t.render_chat(&chat, true).unwrap();
+    let turn = "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \
+                {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call><|im_end|>\n\
+                <|im_start|>user\n<tool_response>\n{\"temperature\": 18}\n</tool_response><|im_end|>\n\
+                <|im_start|>assistant\n";
+    let head = first
+        .strip_suffix("<|im_start|>assistant\n")
+        .expect("generation prompt");
+    assert_eq!(got, format!("{head}{turn}"));
+    // The same turn deserialized from OpenAI's wire shape (content null, arguments a string).
+    let wire: ChatMessage = serde_json::from_value(serde_json::json!({
+        "role": "assistant", "content": null,
+        "tool_calls": [{"id": "call_1", "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}],
+    }))
+    .unwrap();
+    assert_eq!(wire, chat.messages[chat.messages.len() - 2]);
 }

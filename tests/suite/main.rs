@@ -63,6 +63,7 @@ fn main() {
         tests.extend(serve::load::tests());
         tests.extend(serve::openai_client::tests());
         tests.extend(serve::ollama::tests());
+        tests.extend(serve::tools::tests());
     }
     tests.extend(tiny::tests());
     tests.extend(tokenize::tests());

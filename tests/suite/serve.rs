@@ -16,6 +16,7 @@ use crate::common;
 pub mod load;
 pub mod openai_client;
 pub mod ollama;
+pub mod tools;
 
 tests![
     serve_answers_as_run_does_streamed_or_not,
@@ -346,7 +347,7 @@ fn serve_errors_have_their_status_and_shape() {
     for (field, body) in [
         ("response_format", json!({"type": "json_object"})),
         ("n", json!(2)),
-        ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
+        ("tools", json!([{"type": "function"}])),
     ] {
         let mut b = chat_body("Hi", 4);
         b[field] = body;

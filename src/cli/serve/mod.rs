@@ -14,6 +14,7 @@
 mod ollama;
 mod openai;
 mod telemetry;
+mod tools;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -13,12 +13,13 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use minfer::chat::ChatMessage;
+use minfer::chat::{Chat, ChatMessage};
 use minfer::engine::{GenerateOptions, StopReason};
 use minfer::sampling::SamplerConfig;
 use minfer::sched::{Event, Finished, Prompt, Request};
 
 use super::telemetry::Clock;
+use super::tools::{self, CallStream, Tools};
 use super::{authorize, bad, error, now, prelude, reject, App, Place, Reject, Served};
 
 pub(super) async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
@@ -116,6 +117,12 @@ struct Message {
     role: String,
     #[serde(default)]
     content: Option<Content>,
+    #[serde(default)]
+    tool_calls: Option<Value>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -146,7 +153,6 @@ struct Params {
     #[serde(default)]
     ignore_eos: bool,
     response_format: Option<Value>,
-    tools: Option<Vec<Value>>,
     logprobs: Option<bool>,
     logit_bias: Option<serde_json::Map<String, Value>>,
 }
@@ -154,6 +160,9 @@ struct Params {
 #[derive(Deserialize)]
 struct ChatReq {
     messages: Vec<Message>,
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    chat_template_kwargs: Option<Value>,
     #[serde(flatten)]
     p: Params,
 }
@@ -178,9 +187,6 @@ impl Params {
                     "response_format",
                 ));
             }
-        }
-        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-            return Err(reject("tools are not supported by this server yet", "tools"));
         }
         if self.logprobs == Some(true) {
             return Err(reject("logprobs are not supported by this server yet", "logprobs"));
@@ -255,7 +261,12 @@ fn messages(ms: &[Message]) -> Result<Vec<ChatMessage>, Reject> {
                     s
                 }
             };
-            Ok(ChatMessage::new(m.role.as_str(), content))
+            Ok(ChatMessage {
+                tool_calls: tools::history_calls(i, m.tool_calls.as_ref())?,
+                tool_call_id: m.tool_call_id.clone(),
+                name: m.name.clone(),
+                ..ChatMessage::new(m.role.as_str(), content)
+            })
         })
         .collect()
 }
@@ -288,11 +299,21 @@ pub(super) async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: 
         Ok(v) => v,
         Err(r) => return *r,
     };
-    let msgs = match messages(&r.messages) {
-        Ok(m) => m,
+    let prepared = messages(&r.messages).and_then(|m| {
+        let tools = Tools::from_request(r.tools.as_ref(), r.tool_choice.as_ref())?;
+        let kwargs = tools::template_kwargs(r.chat_template_kwargs.as_ref())?;
+        Ok((m, tools, kwargs))
+    });
+    let (messages, tools, kwargs) = match prepared {
+        Ok(v) => v,
         Err(r) => return *r,
     };
-    generate(&app, s, Prompt::Messages(msgs), &r.p, Kind::Chat).await
+    let chat = Chat {
+        messages,
+        tools: tools.as_ref().map(|t| t.list.clone()).unwrap_or_default(),
+        kwargs,
+    };
+    generate(&app, s, Prompt::Chat(chat), &r.p, Kind::Chat, tools).await
 }
 
 pub(super) async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
@@ -305,11 +326,19 @@ pub(super) async fn completions(State(app): State<Arc<App>>, headers: HeaderMap,
         OneOrMany::Many(mut v) if v.len() == 1 => v.remove(0),
         OneOrMany::Many(_) => return bad("prompt as a list of more than one string is not supported", "prompt"),
     };
-    generate(&app, s, Prompt::Text(prompt), &r.p, Kind::Completion).await
+    generate(&app, s, Prompt::Text(prompt), &r.p, Kind::Completion, None).await
 }
 
-/// Submits the request and answers it, streamed or whole.
-async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: Kind) -> Response {
+/// Submits the request and answers it, streamed or whole; with `tools`, the answer's calls
+/// become `tool_calls`.
+async fn generate(
+    app: &Arc<App>,
+    s: &Served,
+    prompt: Prompt,
+    p: &Params,
+    kind: Kind,
+    tools: Option<Tools>,
+) -> Response {
     let opts = match p.options(s.n_ctx) {
         Ok(o) => o,
         Err(r) => return *r,
@@ -331,6 +360,7 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
     };
     let model = app.model_id.clone();
     let created = now();
+    let call_ids = format!("call_{n}");
     // The first event decides the status: an error before any token is the request's fault.
     let first = match rx.recv().await {
         Some(Event::Error(e)) => {
@@ -359,6 +389,11 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
                     text.push_str(&f.rest);
                     drop((ticket, place));
                     let choice = match kind {
+                        Kind::Chat if tools.is_some() => {
+                            let (message, called) = tools::message(&text, &call_ids);
+                            let finish = if called { "tool_calls" } else { finish_reason(f.reason) };
+                            json!({"index": 0, "message": message, "finish_reason": finish})
+                        }
                         Kind::Chat => json!({
                             "index": 0,
                             "message": {"role": "assistant", "content": text},
@@ -415,6 +450,7 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
         pending: Vec<SseEvent>,
         first: Option<Event>,
         done: bool,
+        calls: Option<CallStream>,
         _hold: (minfer::sched::Ticket, Place),
     }
     let st = St {
@@ -422,6 +458,7 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
         pending: Vec::new(),
         first: Some(first),
         done: false,
+        calls: tools.map(|_| CallStream::new(call_ids)),
         _hold: (ticket, place),
     };
     let usage_chunk = |f: &Finished| SseEvent::default().data(json!({"choices": [], "usage": usage(f)}).to_string());
@@ -455,11 +492,15 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
                                 .push(chunk(json!({"role": "assistant", "content": ""}), None));
                         }
                     }
-                    Event::Token { text, .. } => {
-                        if !text.is_empty() {
-                            st.pending.push(chunk(json!({"content": text}), None));
+                    Event::Token { text, .. } => match &mut st.calls {
+                        Some(c) => {
+                            for d in c.push(&text).into_iter().rev() {
+                                st.pending.push(chunk(d, None));
+                            }
                         }
-                    }
+                        None if !text.is_empty() => st.pending.push(chunk(json!({"content": text}), None)),
+                        None => {}
+                    },
                     Event::Error(e) => {
                         st.done = true;
                         st.pending.push(SseEvent::default().data("[DONE]"));
@@ -472,9 +513,16 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
                         if include_usage {
                             st.pending.push(usage_chunk(&f));
                         }
-                        st.pending.push(chunk(json!({}), Some(finish_reason(f.reason))));
-                        if !f.rest.is_empty() {
-                            st.pending.push(chunk(json!({"content": f.rest}), None));
+                        let deltas = match &mut st.calls {
+                            Some(c) => c.end(&f.rest),
+                            None if f.rest.is_empty() => Vec::new(),
+                            None => vec![json!({"content": f.rest})],
+                        };
+                        let called = st.calls.as_ref().is_some_and(CallStream::called);
+                        let finish = if called { "tool_calls" } else { finish_reason(f.reason) };
+                        st.pending.push(chunk(json!({}), Some(finish)));
+                        for d in deltas.into_iter().rev() {
+                            st.pending.push(chunk(d, None));
                         }
                     }
                 }

@@ -1,0 +1,408 @@
+//! Tools on the chat endpoint: the request's `tools` and `tool_choice` checked, the history's
+//! calls read, and the answer's calls (found by `minfer::toolcall`) written as OpenAI's
+//! `tool_calls`, whole or as stream deltas.
+//!
+//! `tool_choice`: `none` renders without tools and parses nothing; `auto`, `required` and a
+//! named function render the tools and parse the answer. Generation is not constrained to a
+//! call yet ([`Tools::forced_call_format`] is the hook), so under `required` or a named choice
+//! an answer without a call comes back as content.
+
+use serde_json::{json, Map, Value};
+
+use minfer::chat::{FunctionCall, ToolCall};
+use minfer::toolcall::{ParsedCall, Piece, ToolCallParser};
+
+use super::{reject, Reject};
+
+#[derive(Clone, Debug, PartialEq)]
+enum Choice {
+    Auto,
+    Required,
+    Named(String),
+}
+
+/// The tools a request renders with and whose calls its answer is parsed for.
+#[derive(Clone, Debug)]
+pub(super) struct Tools {
+    /// As sent (`[{"type": "function", "function": {...}}]`), for the template.
+    pub(super) list: Vec<Value>,
+    choice: Choice,
+}
+
+impl Tools {
+    /// The request's tools, or `None` when it has none or chose `none`; a 400 naming the
+    /// offending `tools[i]` or `tool_choice`.
+    pub(super) fn from_request(tools: Option<&Value>, choice: Option<&Value>) -> Result<Option<Tools>, Reject> {
+        let list = match tools {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(list)) => list.clone(),
+            Some(_) => return Err(reject("tools must be a list of function tools", "tools")),
+        };
+        let names = list
+            .iter()
+            .enumerate()
+            .map(|(i, t)| function_name(i, t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let choice = match choice {
+            None | Some(Value::Null) => Choice::Auto,
+            Some(Value::String(s)) => match s.as_str() {
+                "none" => return Ok(None),
+                "auto" => Choice::Auto,
+                "required" => Choice::Required,
+                other => {
+                    return Err(reject(
+                        format!("tool_choice '{other}' is not one of none, auto, required or a function"),
+                        "tool_choice",
+                    ))
+                }
+            },
+            Some(v) => {
+                let name = (v.get("type").and_then(Value::as_str) == Some("function"))
+                    .then(|| v.pointer("/function/name").and_then(Value::as_str))
+                    .flatten()
+                    .ok_or_else(|| {
+                        reject(
+                            "tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                            "tool_choice",
+                        )
+                    })?;
+                if !names.contains(&name) {
+                    return Err(reject(
+                        format!("tool_choice names '{name}', which is not among tools"),
+                        "tool_choice",
+                    ));
+                }
+                Choice::Named(name.to_owned())
+            }
+        };
+        if list.is_empty() {
+            if choice != Choice::Auto {
+                return Err(reject("tool_choice requires tools", "tool_choice"));
+            }
+            return Ok(None);
+        }
+        Ok(Some(Tools { list, choice }))
+    }
+
+    /// The hook for `required` and named choices: the `response_format` that forces the call
+    /// (a JSON schema of `{"name", "arguments"}` over the allowed tools), to be set on a request
+    /// that has no format of its own once such formats are enforced during generation.
+    #[cfg_attr(not(test), expect(dead_code, reason = "generation takes no grammar constraint yet"))]
+    pub(super) fn forced_call_format(&self) -> Option<Value> {
+        let allowed: Vec<&Value> = match &self.choice {
+            Choice::Auto => return None,
+            Choice::Required => self.list.iter().collect(),
+            Choice::Named(n) => self
+                .list
+                .iter()
+                .filter(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(n))
+                .collect(),
+        };
+        let one = |t: &Value| {
+            let name = t.pointer("/function/name").cloned().unwrap_or(Value::Null);
+            let params = t
+                .pointer("/function/parameters")
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "object"}));
+            json!({
+                "type": "object",
+                "properties": {"name": {"const": name}, "arguments": params},
+                "required": ["name", "arguments"],
+            })
+        };
+        let schema = match allowed.as_slice() {
+            [t] => one(t),
+            ts => json!({"anyOf": ts.iter().map(|t| one(t)).collect::<Vec<_>>()}),
+        };
+        Some(json!({"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}))
+    }
+}
+
+/// `tools[i]`'s function name, or a 400 naming `tools[i]`.
+fn function_name(i: usize, t: &Value) -> Result<&str, Reject> {
+    let param = format!("tools[{i}]");
+    let bad = |why: &str| reject(format!("{param}: {why}"), &param);
+    if t.get("type").and_then(Value::as_str) != Some("function") {
+        return Err(bad(
+            "only {\"type\": \"function\", \"function\": {...}} tools are supported",
+        ));
+    }
+    let Some(f) = t.get("function").and_then(Value::as_object) else {
+        return Err(bad("function must be an object"));
+    };
+    let name = match f.get("name").and_then(Value::as_str) {
+        Some(n) if !n.is_empty() => n,
+        _ => return Err(bad("function.name must be a non-empty string")),
+    };
+    if f.get("description").is_some_and(|d| !d.is_string() && !d.is_null()) {
+        return Err(bad("function.description must be a string"));
+    }
+    if f.get("parameters").is_some_and(|p| !p.is_object() && !p.is_null()) {
+        return Err(bad("function.parameters must be a JSON schema object"));
+    }
+    Ok(name)
+}
+
+/// `chat_template_kwargs`: an object of extra template variables, or a 400.
+pub(super) fn template_kwargs(v: Option<&Value>) -> Result<Map<String, Value>, Reject> {
+    match v {
+        None | Some(Value::Null) => Ok(Map::new()),
+        Some(Value::Object(m)) => Ok(m.clone()),
+        Some(_) => Err(reject("chat_template_kwargs must be an object", "chat_template_kwargs")),
+    }
+}
+
+/// `messages[i].tool_calls` (an assistant's earlier calls) for the template; arguments stay as
+/// sent (a JSON string or an object).
+pub(super) fn history_calls(i: usize, calls: Option<&Value>) -> Result<Vec<ToolCall>, Reject> {
+    let list = match calls {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(l)) => l,
+        Some(_) => return Err(reject(format!("messages[{i}].tool_calls must be a list"), "messages")),
+    };
+    list.iter()
+        .enumerate()
+        .map(|(j, c)| {
+            let bad = |why: &str| reject(format!("messages[{i}].tool_calls[{j}]: {why}"), "messages");
+            let name = match c.pointer("/function/name").and_then(Value::as_str) {
+                Some(n) if !n.is_empty() => n,
+                _ => return Err(bad("function.name must be a non-empty string")),
+            };
+            let arguments = match c.pointer("/function/arguments") {
+                None | Some(Value::Null) => Value::String("{}".into()),
+                Some(a @ (Value::String(_) | Value::Object(_))) => a.clone(),
+                Some(_) => return Err(bad("function.arguments must be a JSON string or an object")),
+            };
+            let id = match c.get("id") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(_) => return Err(bad("id must be a string")),
+            };
+            Ok(ToolCall {
+                id,
+                kind: "function".into(),
+                function: FunctionCall {
+                    name: name.to_owned(),
+                    arguments,
+                },
+            })
+        })
+        .collect()
+}
+
+/// OpenAI's `tool_calls[k]` for a parsed call.
+fn call_json(id: String, c: &ParsedCall) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
+}
+
+/// The answer's `message` and whether it made calls: `content` is the text around the calls
+/// (null when there is none) and `tool_calls` the calls, ids `{ids}_{k}`.
+pub(super) fn message(text: &str, ids: &str) -> (Value, bool) {
+    let (content, calls) = minfer::toolcall::parse(text);
+    if calls.is_empty() {
+        return (json!({"role": "assistant", "content": content}), false);
+    }
+    let content = if content.trim().is_empty() {
+        Value::Null
+    } else {
+        Value::String(content)
+    };
+    let calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(k, c)| call_json(format!("{ids}_{k}"), c))
+        .collect();
+    (
+        json!({"role": "assistant", "content": content, "tool_calls": calls}),
+        true,
+    )
+}
+
+/// A streamed answer's deltas: content as it is released, each call as a header delta
+/// (`index`, `id`, `type`, `function.name`, empty `arguments`) then its arguments.
+pub(super) struct CallStream {
+    parser: ToolCallParser,
+    ids: String,
+    calls: usize,
+}
+
+impl CallStream {
+    pub(super) fn new(ids: String) -> Self {
+        CallStream {
+            parser: ToolCallParser::new(),
+            ids,
+            calls: 0,
+        }
+    }
+
+    /// Whether the answer has made a call (its finish reason is then `tool_calls`).
+    pub(super) fn called(&self) -> bool {
+        self.calls > 0
+    }
+
+    /// The deltas for the next piece of generated text, in order.
+    pub(super) fn push(&mut self, text: &str) -> Vec<Value> {
+        let pieces = self.parser.push(text);
+        self.deltas(pieces)
+    }
+
+    /// The deltas for the text left at the end (`rest`) and what was held back.
+    pub(super) fn end(&mut self, rest: &str) -> Vec<Value> {
+        let mut pieces = self.parser.push(rest);
+        pieces.extend(std::mem::take(&mut self.parser).finish());
+        self.deltas(pieces)
+    }
+
+    fn deltas(&mut self, pieces: Vec<Piece>) -> Vec<Value> {
+        let mut out = Vec::new();
+        for p in pieces {
+            match p {
+                Piece::Content(c) if c.is_empty() => {}
+                // Whitespace after a call is not content.
+                Piece::Content(c) if self.called() && c.trim().is_empty() => {}
+                Piece::Content(c) => out.push(json!({"content": c})),
+                Piece::Call(c) => {
+                    let index = self.calls;
+                    self.calls += 1;
+                    let id = format!("{}_{index}", self.ids);
+                    out.push(json!({"tool_calls": [{
+                        "index": index, "id": id, "type": "function",
+                        "function": {"name": c.name, "arguments": ""},
+                    }]}));
+                    out.push(json!({"tool_calls": [{"index": index, "function": {"arguments": c.arguments}}]}));
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weather() -> Value {
+        json!({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}})
+    }
+
+    /// The `param` of a 400.
+    fn param(r: axum::response::Response) -> Value {
+        assert_eq!(r.status(), axum::http::StatusCode::BAD_REQUEST);
+        let body = futures_util::FutureExt::now_or_never(axum::body::to_bytes(r.into_body(), 1 << 16))
+            .expect("ready")
+            .expect("body");
+        serde_json::from_slice::<Value>(&body).unwrap()["error"]["param"].clone()
+    }
+
+    #[test]
+    fn tools_and_choice_are_checked() {
+        let tools = json!([weather()]);
+        let t = Tools::from_request(Some(&tools), None).unwrap().unwrap();
+        assert_eq!(t.list, [weather()]);
+        assert!(t.forced_call_format().is_none());
+        assert!(Tools::from_request(Some(&tools), Some(&json!("none")))
+            .unwrap()
+            .is_none());
+        assert!(Tools::from_request(None, Some(&json!("auto"))).unwrap().is_none());
+        let named = json!({"type": "function", "function": {"name": "get_weather"}});
+        let t = Tools::from_request(Some(&tools), Some(&named)).unwrap().unwrap();
+        let f = t.forced_call_format().unwrap();
+        assert_eq!(
+            f.pointer("/json_schema/schema/properties/name/const"),
+            Some(&json!("get_weather"))
+        );
+        let bad_tools = [
+            json!("x"),
+            json!([weather(), {"type": "code_interpreter"}]),
+            json!([weather(), {"type": "function"}]),
+            json!([weather(), {"type": "function", "function": {"name": ""}}]),
+            json!([weather(), {"type": "function", "function": {"name": "f", "parameters": 3}}]),
+        ];
+        for (k, b) in bad_tools.iter().enumerate() {
+            let want = if k == 0 { "tools" } else { "tools[1]" };
+            assert_eq!(
+                param(*Tools::from_request(Some(b), None).unwrap_err()),
+                json!(want),
+                "{b}"
+            );
+        }
+        for c in [
+            json!("always"),
+            json!({"type": "function", "function": {"name": "other"}}),
+            json!({"function": {"name": "get_weather"}}),
+        ] {
+            assert_eq!(
+                param(*Tools::from_request(Some(&tools), Some(&c)).unwrap_err()),
+                json!("tool_choice")
+            );
+        }
+        assert_eq!(
+            param(*Tools::from_request(None, Some(&json!("required"))).unwrap_err()),
+            json!("tool_choice")
+        );
+    }
+
+    #[test]
+    fn answers_become_tool_calls() {
+        let qwen = r#"{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}"#;
+        let (m, called) = message(qwen, "call_7");
+        assert!(called);
+        assert_eq!(
+            m,
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_7_0", "type": "function",
+                "function": {"name": "get_weather", "arguments": r#"{"city":"Paris","unit":"celsius"}"#}}]})
+        );
+        assert_eq!(message("Hi", "c").0, json!({"role": "assistant", "content": "Hi"}));
+
+        let mut s = CallStream::new("call_7".into());
+        let mut deltas = Vec::new();
+        for ch in qwen.chars() {
+            deltas.extend(s.push(&ch.to_string()));
+        }
+        deltas.extend(s.end("\n"));
+        assert!(s.called());
+        assert_eq!(
+            deltas,
+            [
+                json!({"tool_calls": [{"index": 0, "id": "call_7_0", "type": "function",
+                    "function": {"name": "get_weather", "arguments": ""}}]}),
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": r#"{"city":"Paris","unit":"celsius"}"#}}]}),
+            ]
+        );
+
+        // Text around a Hermes block: content deltas for the text only, indices per call.
+        let mut s = CallStream::new("call_8".into());
+        let mut deltas = s.push("Sure. <tool_");
+        deltas.extend(s.push(&format!("call>{qwen}</tool_call>\n<tool_call>{qwen}")));
+        deltas.extend(s.end("</tool_call> "));
+        let kinds: Vec<String> = deltas
+            .iter()
+            .map(|d| match (&d["content"], &d["tool_calls"][0]) {
+                (Value::String(c), _) => format!("content {c:?}"),
+                (_, t) => format!("call {} {}", t["index"], t["id"]),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                r#"content "Sure. ""#,
+                r#"call 0 "call_8_0""#,
+                "call 0 null",
+                r#"call 1 "call_8_1""#,
+                "call 1 null"
+            ]
+        );
+    }
+
+    #[test]
+    fn history_calls_keep_arguments_as_sent() {
+        let calls = json!([{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]);
+        let got = history_calls(2, Some(&calls)).unwrap();
+        assert_eq!(got[0].function.arguments, json!("{\"city\": \"Paris\"}"));
+        assert_eq!(got[0].id.as_deref(), Some("call_1"));
+        let bad = json!([{"function": {"name": "f", "arguments": 3}}]);
+        let r = *history_calls(2, Some(&bad)).unwrap_err();
+        assert_eq!(r.status(), axum::http::StatusCode::BAD_REQUEST);
+    }
+}
