@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use crate::common;
 
 pub mod load;
-pub mod openai_client;
 pub mod ollama;
+pub mod openai_client;
 pub mod tools;
 
 tests![

@@ -23,6 +23,7 @@ use minfer::engine::{GenerateOptions, StopReason};
 use minfer::sampling::SamplerConfig;
 use minfer::sched::{Event, Finished, Prompt, Request, Ticket};
 
+use super::telemetry::Clock;
 use super::{authorize, body_json, served, App, Place, Reject, Served};
 
 mod facts;
@@ -444,9 +445,11 @@ async fn answer(
         Err(r) => return reshape(r).await,
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
-    let ticket = s
-        .runner
-        .submit_sink(Request { prompt, opts }, move |e| tx.send(e).is_ok());
+    let mut clock = Clock::start();
+    let ticket = s.runner.submit_sink(Request { prompt, opts }, move |e| {
+        clock.observe(&e);
+        tx.send(e).is_ok()
+    });
     let mut lines = Lines {
         model: s.facts.name.clone(),
         kind,

@@ -425,6 +425,20 @@ async fn generate(
         }
     }
     let include_usage = p.stream_options.as_ref().is_some_and(|o| o.include_usage);
+    // The usage chunk is one of the stream's chunks: same id, object, created and model.
+    let usage_chunk = {
+        let object = if kind == Kind::Chat {
+            "chat.completion.chunk"
+        } else {
+            "text_completion"
+        };
+        let head = json!({"id": id, "object": object, "created": created, "model": model, "choices": []});
+        move |f: &Finished| {
+            let mut c = head.clone();
+            c["usage"] = usage(f);
+            SseEvent::default().data(c.to_string())
+        }
+    };
     let chunk = move |delta: Value, finish: Option<&str>| -> SseEvent {
         let choice = match kind {
             Kind::Chat => json!({"index": 0, "delta": delta, "finish_reason": finish}),
@@ -461,9 +475,9 @@ async fn generate(
         calls: tools.map(|_| CallStream::new(call_ids)),
         _hold: (ticket, place),
     };
-    let usage_chunk = |f: &Finished| SseEvent::default().data(json!({"choices": [], "usage": usage(f)}).to_string());
     let stream = futures_util::stream::unfold(st, move |mut st| {
         let chunk = chunk.clone();
+        let usage_chunk = usage_chunk.clone();
         async move {
             loop {
                 if let Some(e) = st.pending.pop() {
