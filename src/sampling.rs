@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 
+use crate::constrain::Constraint;
 use crate::error::{Error, Result};
 
 /// Sampling settings. `Default` is llama.cpp's `common_params_sampling`.
@@ -275,6 +276,121 @@ impl Sampler {
             cands.retain(|c| c.logit >= min_logit);
         }
         cands
+    }
+}
+
+/// A bias at or below this bans the token (OpenAI's `logit_bias` convention: -100 bans).
+pub const BAN: f32 = -100.0;
+
+/// Checks `logit_bias` entries: ids inside the vocabulary, biases in [-100, 100].
+pub fn validate_bias(bias: &[(u32, f32)], n_vocab: usize) -> Result<()> {
+    for &(id, b) in bias {
+        if id as usize >= n_vocab {
+            return Err(Error::InvalidArgument(format!(
+                "logit_bias token id {id} is outside the vocabulary of {n_vocab}"
+            )));
+        }
+        if !(-100.0..=100.0).contains(&b) {
+            return Err(Error::InvalidArgument(format!(
+                "logit_bias {b} for token {id} must be in [-100, 100]"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Adds each bias to its token's logit; a bias of [`BAN`] or less sets it to -inf.
+pub fn apply_bias(logits: &mut [f32], bias: &[(u32, f32)]) {
+    for &(id, b) in bias {
+        if let Some(l) = logits.get_mut(id as usize) {
+            *l = if b <= BAN { f32::NEG_INFINITY } else { *l + b };
+        }
+    }
+}
+
+/// A sampled token's log-probability and the most likely alternatives at that step.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TokenLogprob {
+    pub id: u32,
+    /// ln p(id), ≤ 0.
+    pub logprob: f32,
+    /// The `n` most likely tokens, most likely first (lower id first among equals).
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The log-softmax of `logits` (n_vocab) at `chosen` and its `n` most likely tokens.
+pub fn logprobs(logits: &[f32], chosen: u32, n: usize) -> TokenLogprob {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    // ln Σ exp(l - max) in f64, so that a 150k vocabulary sums without loss.
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    let lse = max as f64 + sum.ln();
+    let lp = |l: f32| (l as f64 - lse) as f32;
+    let mut top: Vec<Candidate> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &logit)| Candidate { id: i as u32, logit })
+        .collect();
+    let n = n.min(top.len());
+    if n > 0 && n < top.len() {
+        top.select_nth_unstable_by(n - 1, by_logit_desc);
+    }
+    top.truncate(n);
+    top.sort_unstable_by(by_logit_desc);
+    TokenLogprob {
+        id: chosen,
+        logprob: logits.get(chosen as usize).map_or(f32::NEG_INFINITY, |&l| lp(l)),
+        top: top.iter().map(|c| (c.id, lp(c.logit))).collect(),
+    }
+}
+
+/// What a step's logits go through around the sampler, in order: end-of-generation tokens
+/// banned (`ignore_eos`), `logit_bias`, the constraint's mask; then the log-probabilities are
+/// read (so they describe the distribution the sampler draws from at temperature 1, before
+/// penalties, temperature and truncation); then the sampler picks, and the constraint
+/// advances by the pick.
+#[derive(Debug, Default)]
+pub struct Shaper {
+    pub banned: Vec<u32>,
+    pub bias: Vec<(u32, f32)>,
+    pub constraint: Option<Constraint>,
+    /// Alternatives to report with each token's log-probability; `None`: no log-probabilities.
+    pub logprobs: Option<usize>,
+}
+
+impl Shaper {
+    /// Whether a step needs the logits at all (plain greedy may read back the argmax only).
+    pub fn is_plain(&self) -> bool {
+        self.banned.is_empty() && self.bias.is_empty() && self.constraint.is_none() && self.logprobs.is_none()
+    }
+
+    /// Picks the next token from `logits` (n_vocab, modified in place); see [`Sampler::sample`]
+    /// for `history`.
+    pub fn pick(
+        &mut self,
+        sampler: &mut Sampler,
+        logits: &mut [f32],
+        history: &[u32],
+    ) -> Result<(u32, Option<TokenLogprob>)> {
+        for &id in &self.banned {
+            if let Some(l) = logits.get_mut(id as usize) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        apply_bias(logits, &self.bias);
+        if let Some(c) = &mut self.constraint {
+            c.mask(logits)?;
+        }
+        let before = self.logprobs.map(|n| (n, logits.to_vec()));
+        let t = sampler.sample(logits, history);
+        if let Some(c) = &mut self.constraint {
+            c.accept(t)?;
+        }
+        Ok((t, before.map(|(n, l)| logprobs(&l, t, n))))
+    }
+
+    /// The constraint is complete: generation ends.
+    pub fn is_complete(&self) -> bool {
+        self.constraint.as_ref().is_some_and(Constraint::is_complete)
     }
 }
 

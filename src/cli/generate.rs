@@ -179,6 +179,7 @@ pub fn run(model: &Path, prompt: &str, a: &RunArgs) -> Result<()> {
         ignore_eos: a.ignore_eos,
         speculation: a.speculation,
         draft_max: a.draft_max,
+        ..GenerateOptions::default()
     };
     let mut out = std::io::stdout();
     let json = a.json;
@@ -278,6 +279,7 @@ pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
             ignore_eos: a.ignore_eos,
             speculation: a.speculation,
             draft_max: a.draft_max,
+            ..GenerateOptions::default()
         };
         let mut out = std::io::stdout();
         let g = engine.generate(&ids, &opts, |piece| {

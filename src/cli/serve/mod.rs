@@ -11,6 +11,7 @@
 //! `POST /tokenize`, `POST /detokenize`.
 
 mod openai;
+pub(crate) mod params;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -15,10 +15,11 @@ use serde_json::{json, Value};
 
 use minfer::chat::ChatMessage;
 use minfer::engine::{GenerateOptions, StopReason};
-use minfer::sampling::SamplerConfig;
+use minfer::sampling::{SamplerConfig, TokenLogprob};
+use minfer::tokenizer::Tokenizer;
 use minfer::sched::{Event, Finished, Prompt, Request};
 
-use super::{authorize, bad, error, now, prelude, reject, App, Place, Reject, Served};
+use super::{authorize, bad, error, now, params, prelude, reject, App, Place, Reject, Served};
 
 pub(super) async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     if let Err(r) = authorize(&app, &headers) {
@@ -146,7 +147,9 @@ struct Params {
     ignore_eos: bool,
     response_format: Option<Value>,
     tools: Option<Vec<Value>>,
-    logprobs: Option<bool>,
+    /// Chat: a bool; completions: the number of alternatives.
+    logprobs: Option<Value>,
+    top_logprobs: Option<i64>,
     logit_bias: Option<serde_json::Map<String, Value>>,
 }
 
@@ -166,27 +169,14 @@ struct CompletionReq {
 
 impl Params {
     /// Our generation options, or a 400 naming the field this server does not take.
-    fn options(&self, n_ctx: usize) -> Result<GenerateOptions, Reject> {
-        if self.n.is_some_and(|n| n != 1) {
-            return Err(reject("n other than 1 is not supported", "n"));
-        }
-        if let Some(f) = &self.response_format {
-            if f.get("type").and_then(Value::as_str) != Some("text") {
-                return Err(reject(
-                    "response_format other than text is not supported by this server yet",
-                    "response_format",
-                ));
-            }
-        }
+    fn options(&self, n_ctx: usize, n_vocab: usize) -> Result<GenerateOptions, Reject> {
+        params::choices(self.n)?;
+        let constraint = params::response_format(self.response_format.as_ref())?;
         if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
             return Err(reject("tools are not supported by this server yet", "tools"));
         }
-        if self.logprobs == Some(true) {
-            return Err(reject("logprobs are not supported by this server yet", "logprobs"));
-        }
-        if self.logit_bias.as_ref().is_some_and(|m| !m.is_empty()) {
-            return Err(reject("logit_bias is not supported by this server yet", "logit_bias"));
-        }
+        let logprobs = params::logprobs(self.logprobs.as_ref(), self.top_logprobs)?;
+        let logit_bias = params::logit_bias(self.logit_bias.as_ref(), n_vocab)?;
         let d = SamplerConfig::default();
         let top_k = match self.top_k {
             Some(k) if k < 0 => 0,
@@ -223,6 +213,9 @@ impl Params {
             sampler,
             stop,
             ignore_eos: self.ignore_eos,
+            constraint,
+            logit_bias,
+            logprobs,
             ..GenerateOptions::default()
         })
     }
@@ -272,14 +265,35 @@ fn finish_reason(r: StopReason) -> &'static str {
     }
 }
 
-fn usage(f: &Finished) -> Value {
-    let u = &f.usage;
+/// Usage over a request's choices: the prompt counted once (as OpenAI bills it), the
+/// completions summed.
+fn usage(fs: &[Finished]) -> Value {
+    let (prompt, cached) = fs
+        .first()
+        .map_or((0, 0), |f| (f.usage.prompt_tokens, f.usage.cached_tokens));
+    let completion: usize = fs.iter().map(|f| f.usage.completion_tokens).sum();
     json!({
-        "prompt_tokens": u.prompt_tokens,
-        "completion_tokens": u.completion_tokens,
-        "total_tokens": u.prompt_tokens + u.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
     })
+}
+
+/// A choice's `logprobs` value in `kind`'s shape (null when not asked for); for
+/// completions, `offset` is where the tokens' text starts in the choice's text.
+fn logprobs_value(kind: Kind, tok: &Tokenizer, asked: bool, lps: &[TokenLogprob], offset: &mut usize) -> Value {
+    if !asked {
+        return Value::Null;
+    }
+    match kind {
+        Kind::Chat => params::chat_logprobs(tok, lps),
+        Kind::Completion => {
+            let (v, end) = params::completion_logprobs(tok, lps, *offset);
+            *offset = end;
+            v
+        }
+    }
 }
 
 pub(super) async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
@@ -307,38 +321,80 @@ pub(super) async fn completions(State(app): State<Arc<App>>, headers: HeaderMap,
     generate(&app, s, Prompt::Text(prompt), &r.p, Kind::Completion).await
 }
 
-/// Submits the request and answers it, streamed or whole.
+/// One choice as the answer carries it.
+fn choice(kind: Kind, index: usize, text: String, logprobs: Value, f: &Finished) -> Value {
+    match kind {
+        Kind::Chat => json!({
+            "index": index,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": logprobs,
+            "finish_reason": finish_reason(f.reason),
+        }),
+        Kind::Completion => json!({
+            "index": index,
+            "text": text,
+            "logprobs": logprobs,
+            "finish_reason": finish_reason(f.reason),
+        }),
+    }
+}
+
+/// Submits the request (`n` sequences for `n` choices, which share the prompt's cells
+/// through the scheduler's prefix reuse; seeded choices take seed, seed + 1, …) and answers
+/// it, streamed or whole.
 async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: Kind) -> Response {
-    let opts = match p.options(s.n_ctx) {
+    let opts = match p.options(s.n_ctx, s.tokenizer.n_vocab()) {
         Ok(o) => o,
         Err(r) => return *r,
     };
-    let place = match Place::take(app) {
-        Ok(p) => p,
+    let n = match params::choices(p.n) {
+        Ok(n) => n,
         Err(r) => return *r,
     };
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
-    let ticket = s
-        .runner
-        .submit_sink(Request { prompt, opts }, move |e| tx.send(e).is_ok());
-    let n = app.next_id.fetch_add(1, Ordering::Relaxed);
+    let mut places = Vec::with_capacity(n);
+    for _ in 0..n {
+        match Place::take(app) {
+            Ok(p) => places.push(p),
+            Err(r) => return *r,
+        }
+    }
+    let asked = opts.logprobs.is_some();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Event)>();
+    let tickets: Vec<minfer::sched::Ticket> = (0..n)
+        .map(|i| {
+            let tx = tx.clone();
+            let mut opts = opts.clone();
+            opts.sampler.seed = opts.sampler.seed.map(|x| x.wrapping_add(i as u64));
+            let req = Request {
+                prompt: prompt.clone(),
+                opts,
+            };
+            s.runner.submit_sink(req, move |e| tx.send((i, e)).is_ok())
+        })
+        .collect();
+    drop(tx);
+    let id_n = app.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match kind {
-        Kind::Chat => format!("chatcmpl-{n}"),
-        Kind::Completion => format!("cmpl-{n}"),
+        Kind::Chat => format!("chatcmpl-{id_n}"),
+        Kind::Completion => format!("cmpl-{id_n}"),
     };
     let model = app.model_id.clone();
     let created = now();
+    let tok = s.tokenizer.clone();
     // The first event decides the status: an error before any token is the request's fault.
     let first = match rx.recv().await {
-        Some(Event::Error(e)) => return bad(e, "messages"),
+        Some((_, Event::Error(e))) => return bad(e, "messages"),
         Some(e) => e,
         None => return error(StatusCode::SERVICE_UNAVAILABLE, "the scheduler stopped", None),
     };
     if !p.stream {
-        let mut text = String::new();
+        let mut texts = vec![String::new(); n];
+        let mut lps: Vec<Vec<TokenLogprob>> = vec![Vec::new(); n];
+        let mut fins: Vec<Option<Finished>> = vec![None; n];
+        let mut left = n;
         let mut ev = Some(first);
-        loop {
-            let e = match ev.take() {
+        while left > 0 {
+            let (i, e) = match ev.take() {
                 Some(e) => e,
                 None => match rx.recv().await {
                     Some(e) => e,
@@ -347,50 +403,53 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
             };
             match e {
                 Event::Started { .. } => {}
-                Event::Token { text: t, .. } => text.push_str(&t),
+                Event::Token { text: t, logprob, .. } => {
+                    texts[i].push_str(&t);
+                    lps[i].extend(logprob);
+                }
                 Event::Error(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e, None),
                 Event::Done(f) => {
-                    text.push_str(&f.rest);
-                    drop((ticket, place));
-                    let choice = match kind {
-                        Kind::Chat => json!({
-                            "index": 0,
-                            "message": {"role": "assistant", "content": text},
-                            "finish_reason": finish_reason(f.reason),
-                        }),
-                        Kind::Completion => json!({
-                            "index": 0,
-                            "text": text,
-                            "logprobs": null,
-                            "finish_reason": finish_reason(f.reason),
-                        }),
-                    };
-                    let object = if kind == Kind::Chat {
-                        "chat.completion"
-                    } else {
-                        "text_completion"
-                    };
-                    return axum::Json(json!({
-                        "id": id,
-                        "object": object,
-                        "created": created,
-                        "model": model,
-                        "choices": [choice],
-                        "usage": usage(&f),
-                    }))
-                    .into_response();
+                    texts[i].push_str(&f.rest);
+                    fins[i] = Some(f);
+                    left -= 1;
                 }
             }
         }
+        drop((tickets, places));
+        let fins: Vec<Finished> = fins.into_iter().flatten().collect();
+        let choices: Vec<Value> = fins
+            .iter()
+            .zip(texts)
+            .zip(&lps)
+            .enumerate()
+            .map(|(i, ((f, text), lp))| {
+                let lv = logprobs_value(kind, &tok, asked, lp, &mut 0);
+                choice(kind, i, text, lv, f)
+            })
+            .collect();
+        let object = if kind == Kind::Chat {
+            "chat.completion"
+        } else {
+            "text_completion"
+        };
+        return axum::Json(json!({
+            "id": id,
+            "object": object,
+            "created": created,
+            "model": model,
+            "choices": choices,
+            "usage": usage(&fins),
+        }))
+        .into_response();
     }
     let include_usage = p.stream_options.as_ref().is_some_and(|o| o.include_usage);
-    let chunk = move |delta: Value, finish: Option<&str>| -> SseEvent {
+    let chunk = move |index: usize, delta: Value, logprobs: Value, finish: Option<&str>| -> SseEvent {
         let choice = match kind {
-            Kind::Chat => json!({"index": 0, "delta": delta, "finish_reason": finish}),
+            Kind::Chat => json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}),
             Kind::Completion => json!({
-                "index": 0,
+                "index": index,
                 "text": delta.get("content").cloned().unwrap_or(json!("")),
-                "logprobs": null,
+                "logprobs": logprobs,
                 "finish_reason": finish,
             }),
         };
@@ -403,24 +462,31 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
             json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]}).to_string(),
         )
     };
-    // The stream owns the ticket and the place: when the client goes, both go.
+    // The stream owns the tickets and the places: when the client goes, they go.
     struct St {
-        rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+        rx: tokio::sync::mpsc::UnboundedReceiver<(usize, Event)>,
         pending: Vec<SseEvent>,
-        first: Option<Event>,
+        first: Option<(usize, Event)>,
         done: bool,
-        _hold: (minfer::sched::Ticket, Place),
+        /// Per choice: log-probabilities of tokens whose text is still held back, and (for
+        /// completions) the text offset reached.
+        held: Vec<(Vec<TokenLogprob>, usize)>,
+        fins: Vec<Finished>,
+        _hold: (Vec<minfer::sched::Ticket>, Vec<Place>),
     }
     let st = St {
         rx,
         pending: Vec::new(),
         first: Some(first),
         done: false,
-        _hold: (ticket, place),
+        held: vec![(Vec::new(), 0); n],
+        fins: Vec::new(),
+        _hold: (tickets, places),
     };
-    let usage_chunk = |f: &Finished| SseEvent::default().data(json!({"choices": [], "usage": usage(f)}).to_string());
+    let usage_chunk = |fs: &[Finished]| SseEvent::default().data(json!({"choices": [], "usage": usage(fs)}).to_string());
     let stream = futures_util::stream::unfold(st, move |mut st| {
         let chunk = chunk.clone();
+        let tok = tok.clone();
         async move {
             loop {
                 if let Some(e) = st.pending.pop() {
@@ -429,7 +495,7 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
                 if st.done {
                     return None;
                 }
-                let e = match st.first.take() {
+                let (i, e) = match st.first.take() {
                     Some(e) => e,
                     None => match st.rx.recv().await {
                         Some(e) => e,
@@ -445,13 +511,21 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
                 match e {
                     Event::Started { .. } => {
                         if kind == Kind::Chat {
-                            st.pending
-                                .push(chunk(json!({"role": "assistant", "content": ""}), None));
+                            st.pending.push(chunk(
+                                i,
+                                json!({"role": "assistant", "content": ""}),
+                                Value::Null,
+                                None,
+                            ));
                         }
                     }
-                    Event::Token { text, .. } => {
+                    Event::Token { text, logprob, .. } => {
+                        let (held, offset) = &mut st.held[i];
+                        held.extend(logprob);
                         if !text.is_empty() {
-                            st.pending.push(chunk(json!({"content": text}), None));
+                            let lv = logprobs_value(kind, &tok, asked, held, offset);
+                            held.clear();
+                            st.pending.push(chunk(i, json!({"content": text}), lv, None));
                         }
                     }
                     Event::Error(e) => {
@@ -461,15 +535,24 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
                         st.pending.push(SseEvent::default().data(err.to_string()));
                     }
                     Event::Done(f) => {
-                        st.done = true;
-                        st.pending.push(SseEvent::default().data("[DONE]"));
-                        if include_usage {
-                            st.pending.push(usage_chunk(&f));
+                        let (held, offset) = &mut st.held[i];
+                        let last = st.fins.len() + 1 == n;
+                        if last {
+                            st.done = true;
+                            st.pending.push(SseEvent::default().data("[DONE]"));
+                            if include_usage {
+                                let mut fs = st.fins.clone();
+                                fs.push(f.clone());
+                                st.pending.push(usage_chunk(&fs));
+                            }
                         }
-                        st.pending.push(chunk(json!({}), Some(finish_reason(f.reason))));
-                        if !f.rest.is_empty() {
-                            st.pending.push(chunk(json!({"content": f.rest}), None));
+                        st.pending.push(chunk(i, json!({}), Value::Null, Some(finish_reason(f.reason))));
+                        if !f.rest.is_empty() || !held.is_empty() {
+                            let lv = logprobs_value(kind, &tok, asked, held, offset);
+                            held.clear();
+                            st.pending.push(chunk(i, json!({"content": f.rest}), lv, None));
                         }
+                        st.fins.push(f);
                     }
                 }
             }
