@@ -164,7 +164,9 @@ impl Constrainer {
         let trie = TokTrie::from(&info, &words).with_eos_tokens(&eos);
         // Tokenization (for forced tokens only) is the trie's greedy one: masks never need ours.
         let env: TokEnv = Arc::new(ApproximateTokEnv::new(trie));
-        Ok(Arc::new(Constrainer { factory: factory(&env)? }))
+        Ok(Arc::new(Constrainer {
+            factory: factory(&env)?,
+        }))
     }
 
     /// A fresh matcher for `spec`; a bad schema or grammar is an error naming what is wrong.

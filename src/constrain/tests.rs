@@ -69,7 +69,12 @@ fn regex_output_matches_and_ends() {
         let (text, _) = walk(&tok, &ConstraintSpec::Regex("(ab|c)[0-9]{2,4}!".into()), seed, 64);
         let re_ok = text.ends_with('!')
             && (text.starts_with("ab") || text.starts_with('c'))
-            && text.trim_start_matches("ab").trim_start_matches('c').trim_end_matches('!').len() >= 2;
+            && text
+                .trim_start_matches("ab")
+                .trim_start_matches('c')
+                .trim_end_matches('!')
+                .len()
+                >= 2;
         assert!(re_ok, "{text:?}");
     }
 }
@@ -111,7 +116,10 @@ fn json_object_is_an_object() {
         let mut l = vec![0.0f32; tok.n_vocab()];
         m.mask(&mut l).unwrap();
         let open = |id: usize| tok.piece(id as u32, false).first() == Some(&b'{');
-        assert!(l.iter().enumerate().all(|(i, x)| x.is_infinite() || open(i)), "seed {seed}");
+        assert!(
+            l.iter().enumerate().all(|(i, x)| x.is_infinite() || open(i)),
+            "seed {seed}"
+        );
         // End-of-generation is not allowed before the object closes.
         assert_eq!(l[2], f32::NEG_INFINITY);
     }
@@ -144,9 +152,15 @@ fn bad_specs_are_errors_naming_the_fault() {
     let tok = tiny();
     let c = Constrainer::new(&tok).unwrap();
     let cases = [
-        (ConstraintSpec::JsonSchema(json!({"type": "no-such-type"})), "no-such-type"),
+        (
+            ConstraintSpec::JsonSchema(json!({"type": "no-such-type"})),
+            "no-such-type",
+        ),
         (ConstraintSpec::JsonSchema(json!([1, 2])), "[1,2]"),
-        (ConstraintSpec::JsonSchema(json!({"$ref": "#/$defs/missing"})), "missing"),
+        (
+            ConstraintSpec::JsonSchema(json!({"$ref": "#/$defs/missing"})),
+            "missing",
+        ),
         (ConstraintSpec::Regex("(ab".into()), ""),
         (ConstraintSpec::Lark("start: foo".into()), "foo"),
         (ConstraintSpec::Lark("  ".into()), "empty"),

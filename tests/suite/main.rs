@@ -57,7 +57,10 @@ fn main() {
     tests.extend(model::tests());
     tests.extend(quant::tests());
     #[cfg(feature = "server")]
-    tests.extend(serve::tests());
+    {
+        tests.extend(serve::tests());
+        tests.extend(serve::constrain::tests());
+    }
     tests.extend(tiny::tests());
     tests.extend(tokenize::tests());
     #[cfg(feature = "wgpu")]

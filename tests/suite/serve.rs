@@ -13,6 +13,8 @@ use serde_json::{json, Value};
 
 use crate::common;
 
+pub mod constrain;
+
 tests![
     serve_answers_as_run_does_streamed_or_not,
     serve_concurrent_requests_equal_sequential_ones,
@@ -99,7 +101,13 @@ impl Drop for Server {
 }
 
 /// One request, `Connection: close`: (status, headers, body with chunked encoding undone).
-pub(crate) fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String, String) {
+pub(crate) fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
     let mut req = format!(
@@ -334,8 +342,8 @@ fn serve_errors_have_their_status_and_shape() {
     let (st, m) = call("/v1/chat/completions", long.as_bytes(), &auth);
     assert!(st == 400 && m.contains("64"), "{st}: {m}");
     for (field, body) in [
-        ("response_format", json!({"type": "json_object"})),
-        ("n", json!(2)),
+        ("response_format", json!({"type": "no-such-format"})),
+        ("n", json!(1000)),
         ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
     ] {
         let mut b = chat_body("Hi", 4);

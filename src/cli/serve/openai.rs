@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use minfer::chat::ChatMessage;
 use minfer::engine::{GenerateOptions, StopReason};
 use minfer::sampling::{SamplerConfig, TokenLogprob};
-use minfer::tokenizer::Tokenizer;
 use minfer::sched::{Event, Finished, Prompt, Request};
+use minfer::tokenizer::Tokenizer;
 
 use super::{authorize, bad, error, now, params, prelude, reject, App, Place, Reject, Served};
 
@@ -483,7 +483,8 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
         fins: Vec::new(),
         _hold: (tickets, places),
     };
-    let usage_chunk = |fs: &[Finished]| SseEvent::default().data(json!({"choices": [], "usage": usage(fs)}).to_string());
+    let usage_chunk =
+        |fs: &[Finished]| SseEvent::default().data(json!({"choices": [], "usage": usage(fs)}).to_string());
     let stream = futures_util::stream::unfold(st, move |mut st| {
         let chunk = chunk.clone();
         let tok = tok.clone();
@@ -511,12 +512,8 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
                 match e {
                     Event::Started { .. } => {
                         if kind == Kind::Chat {
-                            st.pending.push(chunk(
-                                i,
-                                json!({"role": "assistant", "content": ""}),
-                                Value::Null,
-                                None,
-                            ));
+                            st.pending
+                                .push(chunk(i, json!({"role": "assistant", "content": ""}), Value::Null, None));
                         }
                     }
                     Event::Token { text, logprob, .. } => {
@@ -546,7 +543,8 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
                                 st.pending.push(usage_chunk(&fs));
                             }
                         }
-                        st.pending.push(chunk(i, json!({}), Value::Null, Some(finish_reason(f.reason))));
+                        st.pending
+                            .push(chunk(i, json!({}), Value::Null, Some(finish_reason(f.reason))));
                         if !f.rest.is_empty() || !held.is_empty() {
                             let lv = logprobs_value(kind, &tok, asked, held, offset);
                             held.clear();

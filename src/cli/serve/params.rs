@@ -91,10 +91,12 @@ pub(crate) fn logit_bias(m: Option<&Map<String, Value>>, n_vocab: usize) -> Resu
                 P,
             ));
         }
-        let b = v
-            .as_f64()
-            .filter(|b| (-100.0..=100.0).contains(b))
-            .ok_or_else(|| reject(format!("logit_bias for token {id}: {v} is not a number in [-100, 100]"), P))?;
+        let b = v.as_f64().filter(|b| (-100.0..=100.0).contains(b)).ok_or_else(|| {
+            reject(
+                format!("logit_bias for token {id}: {v} is not a number in [-100, 100]"),
+                P,
+            )
+        })?;
         out.push((id, b as f32));
     }
     Ok(out)
