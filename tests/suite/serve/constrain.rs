@@ -3,6 +3,8 @@
 //! log-probabilities match llama.cpp's recorded logits, a banned token is never chosen, and n
 //! seeded choices stream as they answer whole.
 
+use std::process::Command;
+
 use serde_json::{json, Value};
 
 use super::{chat_body, http, sse_data, Server, SMOL};
@@ -15,6 +17,7 @@ tests![
     serve_logit_bias_bans_the_greedy_token,
     serve_n_choices_are_seeded_and_stream_with_their_index,
     serve_bad_shaping_fields_are_400_naming_them,
+    run_json_schema_and_grammar_constrain_the_engine,
 ];
 
 /// An object with required string, integer, enum and array fields, one of them by `$ref`.
@@ -369,4 +372,75 @@ fn serve_bad_shaping_fields_are_400_naming_them() {
     // And the server serves on.
     let (st, _) = s.post("/v1/chat/completions", &chat_body("Hi", 4));
     assert_eq!(st, 200);
+}
+
+/// `run --json-schema` / `--grammar` (the engine's own loop, not the scheduler's): the output
+/// validates, and prompt-lookup speculation, whose drafts the matcher's picks check, answers
+/// the same greedy text.
+fn run_json_schema_and_grammar_constrain_the_engine() {
+    let Some(model) = common::real_model("run_json_schema_and_grammar_constrain_the_engine", SMOL) else {
+        return;
+    };
+    let run = |extra: &[&str]| -> Value {
+        let o = Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"))
+            .args(["run", &model.display().to_string()])
+            .args([
+                "Describe a person as JSON.",
+                "--temp",
+                "0",
+                "-t",
+                "2",
+                "--backend",
+                "cpu",
+                "--json",
+                "-n",
+                "160",
+            ])
+            .args(extra)
+            .env_remove("MINFER_MODEL")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let schema = person_schema();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let inline = schema.to_string();
+    let g = run(&["--json-schema", &inline]);
+    let text = g["text"].as_str().unwrap();
+    let doc: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+    assert!(validator.is_valid(&doc), "{text}");
+    // The grammar ended it, well before -n.
+    assert!(g["tokens"].as_array().unwrap().len() < 160, "{g}");
+    let spec = run(&["--json-schema", &inline, "--spec", "ngram"]);
+    assert_eq!(spec["text"], g["text"]);
+    assert!(spec["drafted"].as_u64().unwrap() > 0, "no drafts: {spec}");
+    // From a file, the same.
+    let dir = std::env::temp_dir().join(format!("minfer-constrain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("person.json");
+    std::fs::write(&f, &inline).unwrap();
+    assert_eq!(run(&["--json-schema", &f.display().to_string()])["text"], g["text"]);
+    let lark = dir.join("yes_no.lark");
+    std::fs::write(&lark, "start: (\"yes\" | \"no\") \".\"").unwrap();
+    let yn = run(&["--grammar", &lark.display().to_string()]);
+    assert!(["yes.", "no."].contains(&yn["text"].as_str().unwrap()), "{yn}");
+    // A bad schema is refused before the model loads, naming the flag and the fault.
+    let o = Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"))
+        .args([
+            "run",
+            &model.display().to_string(),
+            "x",
+            "--json-schema",
+            r#"{"type": "no-such-type"}"#,
+        ])
+        .env_remove("MINFER_MODEL")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("--json-schema") && err.contains("no-such-type"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
