@@ -202,6 +202,11 @@ impl Engine {
         Ok(())
     }
 
+    /// The constraint environment built so far (a scheduler made from this engine keeps it).
+    pub(crate) fn take_constrainer(mut self) -> (Option<Arc<Constrainer>>, Engine) {
+        (self.constrainer.take(), self)
+    }
+
     pub fn model(&self) -> &Arc<Model> {
         &self.session.model
     }
@@ -256,7 +261,7 @@ impl Engine {
             )));
         }
         let mut sampler = Sampler::new(opts.sampler.clone())?;
-        let mut shaper = self.shaper(opts)?;
+        let mut shaper = Shaper::new(opts, &self.tokenizer, self.session.n_vocab(), &mut self.constrainer)?;
         // Reuse the cached prefix; at least one prompt token is evaluated to get logits.
         let mut keep = self.cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
         keep = keep.min(prompt.len() - 1);
@@ -411,31 +416,6 @@ impl Engine {
             drafted,
             accepted,
             logprobs,
-        })
-    }
-
-    /// The logit shaping `opts` asks for (a bad bias or constraint is an error here).
-    fn shaper(&mut self, opts: &GenerateOptions) -> Result<Shaper> {
-        crate::sampling::validate_bias(&opts.logit_bias, self.session.n_vocab())?;
-        let constraint = match &opts.constraint {
-            None => None,
-            Some(spec) => {
-                let c = match &self.constrainer {
-                    Some(c) => c.clone(),
-                    None => self.constrainer.insert(Constrainer::new(&self.tokenizer)?).clone(),
-                };
-                Some(c.constraint(spec)?)
-            }
-        };
-        Ok(Shaper {
-            banned: if opts.ignore_eos {
-                self.tokenizer.eog_ids()
-            } else {
-                Vec::new()
-            },
-            bias: opts.logit_bias.clone(),
-            constraint,
-            logprobs: opts.logprobs,
         })
     }
 }

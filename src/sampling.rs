@@ -7,9 +7,12 @@
 //! the candidate set each stage leaves does.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
-use crate::constrain::Constraint;
+use crate::constrain::{Constrainer, Constraint};
+use crate::engine::GenerateOptions;
 use crate::error::{Error, Result};
+use crate::tokenizer::Tokenizer;
 
 /// Sampling settings. `Default` is llama.cpp's `common_params_sampling`.
 #[derive(Clone, Debug, PartialEq)]
@@ -358,6 +361,33 @@ pub struct Shaper {
 }
 
 impl Shaper {
+    /// The shaping `opts` asks for, over a vocabulary of `n_vocab` logits: a bad bias or
+    /// constraint is an error. `constrainer` is the tokenizer's, built here on first use.
+    pub fn new(
+        opts: &GenerateOptions,
+        tok: &Tokenizer,
+        n_vocab: usize,
+        constrainer: &mut Option<Arc<Constrainer>>,
+    ) -> Result<Shaper> {
+        validate_bias(&opts.logit_bias, n_vocab)?;
+        let constraint = match &opts.constraint {
+            None => None,
+            Some(spec) => {
+                let c = match constrainer {
+                    Some(c) => c.clone(),
+                    None => constrainer.insert(Constrainer::new(tok)?).clone(),
+                };
+                Some(c.constraint(spec)?)
+            }
+        };
+        Ok(Shaper {
+            banned: if opts.ignore_eos { tok.eog_ids() } else { Vec::new() },
+            bias: opts.logit_bias.clone(),
+            constraint,
+            logprobs: opts.logprobs,
+        })
+    }
+
     /// Whether a step needs the logits at all (plain greedy may read back the argmax only).
     pub fn is_plain(&self) -> bool {
         self.banned.is_empty() && self.bias.is_empty() && self.constraint.is_none() && self.logprobs.is_none()
@@ -493,6 +523,63 @@ mod tests {
     fn run(cfg: SamplerConfig, l: &[f32], steps: usize) -> Vec<u32> {
         let mut s = Sampler::new(cfg).unwrap();
         (0..steps).map(|_| s.sample(&mut l.to_vec(), &[])).collect()
+    }
+
+    #[test]
+    fn logprobs_are_the_log_softmax_with_sorted_alternatives() {
+        let l = logits(3000, 21);
+        let p = softmax(&l);
+        let lp = logprobs(&l, 17, 5);
+        assert!(
+            (lp.logprob as f64 - p[17].ln()).abs() < 1e-4,
+            "{} vs {}",
+            lp.logprob,
+            p[17].ln()
+        );
+        assert_eq!(lp.top.len(), 5);
+        let mut all: Vec<u32> = (0..l.len() as u32).collect();
+        all.sort_by(|&a, &b| l[b as usize].total_cmp(&l[a as usize]).then(a.cmp(&b)));
+        for (&(id, v), &want) in lp.top.iter().zip(&all) {
+            assert_eq!(id, want);
+            assert!((v as f64 - p[id as usize].ln()).abs() < 1e-4);
+        }
+        assert!(lp.top.windows(2).all(|w| w[0].1 >= w[1].1));
+        // Banned (-inf) tokens get -inf, and never beat a finite one.
+        let mut l = vec![1.0, 2.0, 3.0];
+        apply_bias(&mut l, &[(2, BAN), (0, 1.5)]);
+        assert_eq!(l, [2.5, 2.0, f32::NEG_INFINITY]);
+        let lp = logprobs(&l, 0, 3);
+        assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(lp.top[2].1, f32::NEG_INFINITY);
+        assert!((lp.logprob.exp() + lp.top[1].1.exp() - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn bias_validation_names_the_id_and_value() {
+        validate_bias(&[(0, -100.0), (9, 100.0)], 10).unwrap();
+        let e = validate_bias(&[(10, 1.0)], 10).unwrap_err().to_string();
+        assert!(e.contains("10") && e.contains("vocabulary"), "{e}");
+        let e = validate_bias(&[(3, f32::NAN)], 10).unwrap_err().to_string();
+        assert!(e.contains("NaN") && e.contains('3'), "{e}");
+        assert!(validate_bias(&[(3, -100.5)], 10).is_err());
+    }
+
+    #[test]
+    fn shaper_picks_under_bias_and_reports_the_pick() {
+        let mut s = Sampler::new(SamplerConfig::greedy()).unwrap();
+        let mut sh = Shaper {
+            banned: vec![1],
+            bias: vec![(2, BAN)],
+            logprobs: Some(2),
+            ..Shaper::default()
+        };
+        assert!(!sh.is_plain());
+        // 1 is banned, 2 biased away: 3 is the greedy pick and the top alternative.
+        let (t, lp) = sh.pick(&mut s, &mut [0.0, 5.0, 4.0, 3.0], &[]).unwrap();
+        let lp = lp.unwrap();
+        assert_eq!((t, lp.id, lp.top[0].0, lp.top[1].0), (3, 3, 3, 0));
+        assert_eq!(lp.logprob, lp.top[0].1);
+        assert!(Shaper::default().is_plain() && !Shaper::default().is_complete());
     }
 
     #[test]

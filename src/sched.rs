@@ -204,6 +204,7 @@ impl Scheduler {
     /// An engine's session, tokenizer and chat template under a scheduler (the engine's
     /// cached conversation is let go).
     pub fn from_engine(engine: Engine, opts: SchedulerOptions) -> Result<Scheduler> {
+        let (constrainer, engine) = engine.take_constrainer();
         let Engine {
             mut session,
             tokenizer,
@@ -213,6 +214,7 @@ impl Scheduler {
         session.reset();
         let mut s = Scheduler::new(session, Arc::new(tokenizer), opts)?;
         s.template = template;
+        s.constrainer = constrainer;
         Ok(s)
     }
 
@@ -309,7 +311,13 @@ impl Scheduler {
         };
         let shaper = match bad {
             Some(why) => Err(why),
-            None => self.shaper(&req.opts).map_err(|e| e.to_string()),
+            None => Shaper::new(
+                &req.opts,
+                &self.tokenizer,
+                self.session.n_vocab(),
+                &mut self.constrainer,
+            )
+            .map_err(|e| e.to_string()),
         };
         match shaper {
             Err(why) => {
@@ -325,31 +333,6 @@ impl Scheduler {
             }),
         }
         id
-    }
-
-    /// The logit shaping a request asks for; a bad bias or constraint is an error.
-    fn shaper(&mut self, opts: &GenerateOptions) -> Result<Shaper> {
-        crate::sampling::validate_bias(&opts.logit_bias, self.session.n_vocab())?;
-        let constraint = match &opts.constraint {
-            None => None,
-            Some(spec) => {
-                let c = match &self.constrainer {
-                    Some(c) => c.clone(),
-                    None => self.constrainer.insert(Constrainer::new(&self.tokenizer)?).clone(),
-                };
-                Some(c.constraint(spec)?)
-            }
-        };
-        Ok(Shaper {
-            banned: if opts.ignore_eos {
-                self.tokenizer.eog_ids()
-            } else {
-                Vec::new()
-            },
-            bias: opts.logit_bias.clone(),
-            constraint,
-            logprobs: opts.logprobs,
-        })
     }
 
     /// Cancels a request, waiting or running; its cells are free when this returns.
