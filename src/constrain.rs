@@ -103,8 +103,10 @@ fn factory(env: &TokEnv) -> Result<ParserFactory> {
 }
 
 fn compile(factory: &ParserFactory, spec: &ConstraintSpec) -> Result<Matcher> {
-    let parser = factory
-        .create_parser(spec.grammar()?)
+    let grammar = spec.grammar()?;
+    // The matcher turns its own panics into errors; compiling is guarded here the same way,
+    // so that no schema can take down the thread it is compiled on.
+    let parser = llguidance::panic_utils::catch_unwind(std::panic::AssertUnwindSafe(|| factory.create_parser(grammar)))
         .map_err(|e| Error::Constraint(e.to_string()))?;
     let m = Matcher::new(Ok(parser));
     match m.get_error() {

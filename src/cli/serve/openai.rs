@@ -348,6 +348,15 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
         Err(r) => return *r,
     };
     let n = match params::choices(p.n) {
+        Ok(n) if n > app.capacity => {
+            return bad(
+                format!(
+                    "n {n} is more than the {} requests this server takes at once",
+                    app.capacity
+                ),
+                "n",
+            )
+        }
         Ok(n) => n,
         Err(r) => return *r,
     };
