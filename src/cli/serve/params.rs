@@ -183,3 +183,75 @@ pub(crate) fn completion_logprobs(tok: &Tokenizer, lps: &[TokenLogprob], mut off
         offset,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+    use serde_json::json;
+
+    use super::*;
+
+    fn status<T: std::fmt::Debug>(r: Result<T, Reject>) -> StatusCode {
+        match r {
+            Ok(v) => panic!("accepted: {v:?}"),
+            Err(r) => r.status(),
+        }
+    }
+
+    #[test]
+    fn ollama_format_is_json_or_a_schema() {
+        assert_eq!(ollama_format(None).unwrap(), None);
+        assert_eq!(ollama_format(Some(&json!(""))).unwrap(), None);
+        assert_eq!(
+            ollama_format(Some(&json!("json"))).unwrap(),
+            Some(ConstraintSpec::JsonObject)
+        );
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        assert_eq!(
+            ollama_format(Some(&schema)).unwrap(),
+            Some(ConstraintSpec::JsonSchema(schema.clone()))
+        );
+        for bad in [json!("yaml"), json!(5), json!({"type": "no-such-type"})] {
+            assert_eq!(status(ollama_format(Some(&bad))), StatusCode::BAD_REQUEST, "{bad}");
+        }
+    }
+
+    #[test]
+    fn response_format_shapes() {
+        assert_eq!(response_format(Some(&json!({"type": "text"}))).unwrap(), None);
+        assert_eq!(
+            response_format(Some(&json!({"type": "json_object"}))).unwrap(),
+            Some(ConstraintSpec::JsonObject)
+        );
+        let s = json!({"type": "object"});
+        let v = json!({"type": "json_schema", "json_schema": {"name": "x", "schema": s, "strict": true}});
+        assert_eq!(response_format(Some(&v)).unwrap(), Some(ConstraintSpec::JsonSchema(s)));
+        for bad in [json!({}), json!({"type": "json_schema"}), json!({"type": "xml"})] {
+            assert_eq!(status(response_format(Some(&bad))), StatusCode::BAD_REQUEST, "{bad}");
+        }
+    }
+
+    #[test]
+    fn logprobs_bias_and_n() {
+        assert_eq!(logprobs(None, None).unwrap(), None);
+        assert_eq!(logprobs(Some(&json!(true)), Some(3)).unwrap(), Some(3));
+        assert_eq!(logprobs(Some(&json!(true)), None).unwrap(), Some(0));
+        assert_eq!(logprobs(Some(&json!(5)), None).unwrap(), Some(5));
+        assert_eq!(status(logprobs(Some(&json!(true)), Some(21))), StatusCode::BAD_REQUEST);
+        assert_eq!(status(logprobs(None, Some(2))), StatusCode::BAD_REQUEST);
+        assert_eq!(status(logprobs(Some(&json!(-1)), None)), StatusCode::BAD_REQUEST);
+        let m = json!({"5": -100, " 7": 2.5});
+        assert_eq!(logit_bias(m.as_object(), 10).unwrap(), [(5, -100.0), (7, 2.5)]);
+        for bad in [json!({"10": 1}), json!({"x": 1}), json!({"1": "a"}), json!({"1": 101})] {
+            assert_eq!(
+                status(logit_bias(bad.as_object(), 10)),
+                StatusCode::BAD_REQUEST,
+                "{bad}"
+            );
+        }
+        assert_eq!(choices(None).unwrap(), 1);
+        assert_eq!(choices(Some(8)).unwrap(), 8);
+        assert_eq!(status(choices(Some(0))), StatusCode::BAD_REQUEST);
+        assert_eq!(status(choices(Some(9))), StatusCode::BAD_REQUEST);
+    }
+}
