@@ -1,6 +1,7 @@
 //! The OpenAI API: chat and text completions (streaming as SSE), models, and llama.cpp's
 //! tokenize/detokenize.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -369,18 +370,31 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
     }
     let asked = opts.logprobs.is_some();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Event)>();
-    let tickets: Vec<minfer::sched::Ticket> = (0..n)
-        .map(|i| {
-            let tx = tx.clone();
-            let mut opts = opts.clone();
-            opts.sampler.seed = opts.sampler.seed.map(|x| x.wrapping_add(i as u64));
-            let req = Request {
-                prompt: prompt.clone(),
-                opts,
-            };
-            s.runner.submit_sink(req, move |e| tx.send((i, e)).is_ok())
-        })
-        .collect();
+    let submit = |i: usize| {
+        let tx = tx.clone();
+        let mut opts = opts.clone();
+        opts.sampler.seed = opts.sampler.seed.map(|x| x.wrapping_add(i as u64));
+        let req = Request {
+            prompt: prompt.clone(),
+            opts,
+        };
+        s.runner.submit_sink(req, move |e| tx.send((i, e)).is_ok())
+    };
+    let mut tickets = vec![submit(0)];
+    // Events already received, in order. The other choices go in once the first has
+    // evaluated the prompt (its first token, end or error), so that they fork its cells
+    // rather than evaluate the prompt again beside it.
+    let mut early: VecDeque<(usize, Event)> = VecDeque::new();
+    if n > 1 {
+        while let Some(e) = rx.recv().await {
+            let evaluated = !matches!(e.1, Event::Started { .. });
+            early.push_back(e);
+            if evaluated {
+                break;
+            }
+        }
+        tickets.extend((1..n).map(submit));
+    }
     drop(tx);
     let id_n = app.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match kind {
@@ -391,19 +405,22 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
     let created = now();
     let tok = s.tokenizer.clone();
     // The first event decides the status: an error before any token is the request's fault.
-    let first = match rx.recv().await {
-        Some((_, Event::Error(e))) => return bad(e, "messages"),
-        Some(e) => e,
-        None => return error(StatusCode::SERVICE_UNAVAILABLE, "the scheduler stopped", None),
+    let first = match early.pop_front() {
+        Some(e) => Some(e),
+        None => rx.recv().await,
     };
+    match first {
+        Some((_, Event::Error(e))) => return bad(e, "messages"),
+        Some(e) => early.push_front(e),
+        None => return error(StatusCode::SERVICE_UNAVAILABLE, "the scheduler stopped", None),
+    }
     if !p.stream {
         let mut texts = vec![String::new(); n];
         let mut lps: Vec<Vec<TokenLogprob>> = vec![Vec::new(); n];
         let mut fins: Vec<Option<Finished>> = vec![None; n];
         let mut left = n;
-        let mut ev = Some(first);
         while left > 0 {
-            let (i, e) = match ev.take() {
+            let (i, e) = match early.pop_front() {
                 Some(e) => e,
                 None => match rx.recv().await {
                     Some(e) => e,
@@ -475,7 +492,7 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
     struct St {
         rx: tokio::sync::mpsc::UnboundedReceiver<(usize, Event)>,
         pending: Vec<SseEvent>,
-        first: Option<(usize, Event)>,
+        early: VecDeque<(usize, Event)>,
         done: bool,
         /// Per choice: log-probabilities of tokens whose text is still held back, and (for
         /// completions) the text offset reached.
@@ -486,7 +503,7 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
     let st = St {
         rx,
         pending: Vec::new(),
-        first: Some(first),
+        early,
         done: false,
         held: vec![(Vec::new(), 0); n],
         fins: Vec::new(),
@@ -505,7 +522,7 @@ async fn generate(app: &Arc<App>, s: &Served, prompt: Prompt, p: &Params, kind: 
                 if st.done {
                     return None;
                 }
-                let (i, e) = match st.first.take() {
+                let (i, e) = match st.early.pop_front() {
                     Some(e) => e,
                     None => match st.rx.recv().await {
                         Some(e) => e,

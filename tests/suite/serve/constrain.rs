@@ -277,10 +277,15 @@ fn serve_n_choices_are_seeded_and_stream_with_their_index() {
     let s = Server::start(&model, &["--parallel", "4"]);
     let body = json!({"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 16,
                       "temperature": 1.0, "seed": 7, "n": 3});
+    let cached0 = s.metric("prompt_tokens_cached_total");
     let (st, v) = s.post("/v1/chat/completions", &body);
     assert_eq!(st, 200, "{v}");
     let choices = v["choices"].as_array().unwrap();
     assert_eq!(choices.len(), 3);
+    // Choices 1 and 2 fork the first's prompt cells: all but the last prompt token reused.
+    let prompt_tokens = v["usage"]["prompt_tokens"].as_u64().unwrap();
+    let reused = s.metric("prompt_tokens_cached_total") - cached0;
+    assert!(reused >= 2 * (prompt_tokens - 1), "{reused} of {prompt_tokens} reused");
     let texts: Vec<String> = choices
         .iter()
         .enumerate()
