@@ -317,7 +317,8 @@ pub struct TokenLogprob {
     pub id: u32,
     /// ln p(id), ≤ 0.
     pub logprob: f32,
-    /// The `n` most likely tokens, most likely first (lower id first among equals).
+    /// The `n` most likely tokens, most likely first (lower id first among equals); fewer
+    /// where fewer than `n` tokens were possible (banned or masked ones are never listed).
     pub top: Vec<(u32, f32)>,
 }
 
@@ -338,6 +339,7 @@ pub fn logprobs(logits: &[f32], chosen: u32, n: usize) -> TokenLogprob {
         top.select_nth_unstable_by(n - 1, by_logit_desc);
     }
     top.truncate(n);
+    top.retain(|c| c.logit > f32::NEG_INFINITY);
     top.sort_unstable_by(by_logit_desc);
     TokenLogprob {
         id: chosen,
@@ -544,13 +546,12 @@ mod tests {
             assert!((v as f64 - p[id as usize].ln()).abs() < 1e-4);
         }
         assert!(lp.top.windows(2).all(|w| w[0].1 >= w[1].1));
-        // Banned (-inf) tokens get -inf, and never beat a finite one.
+        // Banned (-inf) tokens are never alternatives.
         let mut l = vec![1.0, 2.0, 3.0];
         apply_bias(&mut l, &[(2, BAN), (0, 1.5)]);
         assert_eq!(l, [2.5, 2.0, f32::NEG_INFINITY]);
         let lp = logprobs(&l, 0, 3);
-        assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), [0, 1, 2]);
-        assert_eq!(lp.top[2].1, f32::NEG_INFINITY);
+        assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), [0, 1]);
         assert!((lp.logprob.exp() + lp.top[1].1.exp() - 1.0).abs() < 1e-6);
     }
 

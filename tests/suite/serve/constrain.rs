@@ -103,11 +103,32 @@ fn serve_json_object_is_an_object() {
     let s = Server::start(&model, &[]);
     let mut body = chat_body("List three fruits.", 120);
     body["response_format"] = json!({"type": "json_object"});
+    body["logprobs"] = json!(true);
+    body["top_logprobs"] = json!(20);
     let (st, v) = s.post("/v1/chat/completions", &body);
     assert_eq!(st, 200, "{v}");
     let text = v["choices"][0]["message"]["content"].as_str().unwrap();
     let doc: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
     assert!(doc.is_object(), "{text}");
+    // Under the mask few tokens are possible at some steps: masked ones are never listed, so
+    // every log-probability is a number (never a non-finite one serialised as null).
+    let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert!(
+        content[0]["top_logprobs"].as_array().unwrap().len() < 20,
+        "{}",
+        content[0]
+    );
+    for e in content {
+        assert!(e["logprob"].is_f64(), "{e}");
+        assert!(
+            e["top_logprobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|t| t["logprob"].is_f64()),
+            "{e}"
+        );
+    }
     // Text completions take it too.
     let body = json!({"prompt": "A JSON object describing a cat:", "max_tokens": 120, "temperature": 0,
                       "response_format": {"type": "json_object"}});
