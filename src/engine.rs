@@ -36,10 +36,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::chat::{ChatMessage, ChatTemplate};
+use crate::constrain::{Constrainer, ConstraintSpec};
 use crate::error::{Error, Result};
 use crate::load::{self, Loaded};
 use crate::model::Model;
-use crate::sampling::{Sampler, SamplerConfig};
+use crate::sampling::{Sampler, SamplerConfig, Shaper, TokenLogprob};
 use crate::session::{Session, SessionOptions};
 use crate::spec::ModelDraft;
 use crate::tokenizer::{Tokenizer, Utf8Stream};
@@ -65,6 +66,17 @@ pub struct GenerateOptions {
     pub speculation: Speculation,
     /// Most tokens drafted per verification forward.
     pub draft_max: usize,
+    /// The output must follow this schema or grammar (see [`crate::constrain`]); generation
+    /// ends when it is complete. Speculation stays on: every token, drafted or not, is the
+    /// sampler's pick through the constraint's mask, so drafts are checked by the matcher.
+    pub constraint: Option<ConstraintSpec>,
+    /// Added to the token's logit before sampling; -100 (or less) bans it
+    /// ([`crate::sampling::apply_bias`]).
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Report each generated token's log-probability and this many most likely alternatives:
+    /// the log-softmax of the model's logits after `ignore_eos`, `logit_bias` and the
+    /// constraint's mask, before penalties, temperature and top-k/top-p/min-p.
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerateOptions {
@@ -76,6 +88,9 @@ impl Default for GenerateOptions {
             ignore_eos: false,
             speculation: Speculation::Off,
             draft_max: 8,
+            constraint: None,
+            logit_bias: Vec::new(),
+            logprobs: None,
         }
     }
 }
@@ -109,7 +124,7 @@ impl Speculation {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
-    /// An end-of-generation token.
+    /// An end-of-generation token, or a constraint complete (nothing may follow).
     EndOfText,
     MaxTokens,
     StopString,
@@ -131,6 +146,8 @@ pub struct Generation {
     /// Speculation: tokens drafted, and of those, accepted.
     pub drafted: usize,
     pub accepted: usize,
+    /// One per generated token when `GenerateOptions::logprobs` asked for them.
+    pub logprobs: Vec<TokenLogprob>,
 }
 
 pub struct Engine {
@@ -141,6 +158,8 @@ pub struct Engine {
     cached: Vec<u32>,
     /// The draft model of `Speculation::Draft`.
     draft: Option<ModelDraft>,
+    /// The tokenizer's environment for constraints, built on the first constrained request.
+    constrainer: Option<Arc<Constrainer>>,
 }
 
 impl Engine {
@@ -172,6 +191,7 @@ impl Engine {
             template,
             cached: Vec::new(),
             draft: None,
+            constrainer: None,
         })
     }
 
@@ -180,6 +200,11 @@ impl Engine {
     pub fn set_draft(&mut self, session: Session) -> Result<()> {
         self.draft = Some(ModelDraft::new(session, self.session.n_vocab())?);
         Ok(())
+    }
+
+    /// The constraint environment built so far (a scheduler made from this engine keeps it).
+    pub(crate) fn take_constrainer(mut self) -> (Option<Arc<Constrainer>>, Engine) {
+        (self.constrainer.take(), self)
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -236,6 +261,7 @@ impl Engine {
             )));
         }
         let mut sampler = Sampler::new(opts.sampler.clone())?;
+        let mut shaper = Shaper::new(opts, &self.tokenizer, self.session.n_vocab(), &mut self.constrainer)?;
         // Reuse the cached prefix; at least one prompt token is evaluated to get logits.
         let mut keep = self.cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
         keep = keep.min(prompt.len() - 1);
@@ -254,16 +280,12 @@ impl Engine {
         // Plain greedy needs only the argmax: a GPU backend then reads back one id, not logits.
         // Masking end tokens needs the logits.
         let c = &opts.sampler;
-        let argmax_only = !opts.ignore_eos
+        let argmax_only = shaper.is_plain()
             && c.temperature <= 0.0
             && c.repeat_penalty == 1.0
             && c.presence_penalty == 0.0
             && c.frequency_penalty == 0.0;
-        let masked: Vec<u32> = if opts.ignore_eos {
-            self.tokenizer.eog_ids()
-        } else {
-            Vec::new()
-        };
+        let mut logprobs = Vec::new();
         if opts.speculation == Speculation::Draft && self.draft.is_none() {
             return Err(Error::InvalidArgument(
                 "draft speculation without a draft model (Engine::set_draft, --draft)".into(),
@@ -285,12 +307,9 @@ impl Engine {
                 Some(id) => id,
                 None => {
                     let mut logits = rows.pop_front().unwrap_or_default();
-                    for &id in &masked {
-                        if let Some(l) = logits.get_mut(id as usize) {
-                            *l = f32::NEG_INFINITY;
-                        }
-                    }
-                    sampler.sample(&mut logits, prompt)
+                    let (t, lp) = shaper.pick(&mut sampler, &mut logits, prompt)?;
+                    logprobs.extend(lp);
+                    t
                 }
             };
             sampler.accept(next);
@@ -328,6 +347,10 @@ impl Engine {
             }
             if stopped {
                 reason = StopReason::StopString;
+                break;
+            }
+            if shaper.is_complete() {
+                reason = StopReason::EndOfText;
                 break;
             }
             if !rows.is_empty() {
@@ -392,6 +415,7 @@ impl Engine {
             decode_secs: t1.elapsed().as_secs_f64(),
             drafted,
             accepted,
+            logprobs,
         })
     }
 }

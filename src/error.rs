@@ -50,6 +50,9 @@ pub enum Error {
     Tokenizer(String),
     #[error("chat template: {0}")]
     Template(String),
+    /// A JSON schema, regex or grammar that cannot constrain output, or a matcher that failed.
+    #[error("constraint: {0}")]
+    Constraint(String),
 }
 
 impl Error {

@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod chat;
+pub mod constrain;
 pub mod engine;
 pub mod env;
 pub mod error;

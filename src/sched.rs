@@ -22,10 +22,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::chat::{Chat, ChatMessage, ChatTemplate};
+use crate::constrain::Constrainer;
 use crate::engine::{Engine, GenerateOptions, StopReason, TextStream};
 use crate::error::{Error, Result};
 use crate::kv::SeqId;
-use crate::sampling::Sampler;
+use crate::sampling::{Sampler, Shaper, TokenLogprob};
 use crate::session::{Batch, Session};
 use crate::tokenizer::Tokenizer;
 
@@ -59,10 +60,12 @@ pub enum Event {
         cached: usize,
     },
     /// A generated token and the text it makes safe to show (empty while a character or a
-    /// possible stop string is held back).
+    /// possible stop string is held back); its log-probability when the request asked
+    /// (`GenerateOptions::logprobs`).
     Token {
         id: u32,
         text: String,
+        logprob: Option<TokenLogprob>,
     },
     Done(Finished),
     /// The request failed (the others run on).
@@ -125,7 +128,8 @@ struct Slot {
     sampler: Sampler,
     stream: TextStream,
     opts: GenerateOptions,
-    masked: Vec<u32>,
+    /// `ignore_eos`, `logit_bias`, the constraint and log-probabilities.
+    shaper: Shaper,
     sink: Sink,
     cancel: Arc<AtomicBool>,
     admitted: Instant,
@@ -146,6 +150,7 @@ struct Waiting {
     /// The prompt as ids.
     prompt: Vec<u32>,
     req: Request,
+    shaper: Shaper,
     sink: Sink,
     cancel: Arc<AtomicBool>,
 }
@@ -175,6 +180,8 @@ pub struct Scheduler {
     kept: VecDeque<Kept>,
     next_id: RequestId,
     stats: Arc<Stats>,
+    /// The tokenizer's environment for constraints, built on the first constrained request.
+    constrainer: Option<Arc<Constrainer>>,
 }
 
 impl Scheduler {
@@ -192,12 +199,14 @@ impl Scheduler {
             kept: VecDeque::new(),
             next_id: 1,
             stats: Arc::new(Stats::default()),
+            constrainer: None,
         })
     }
 
     /// An engine's session, tokenizer and chat template under a scheduler (the engine's
     /// cached conversation is let go).
     pub fn from_engine(engine: Engine, opts: SchedulerOptions) -> Result<Scheduler> {
+        let (constrainer, engine) = engine.take_constrainer();
         let Engine {
             mut session,
             tokenizer,
@@ -207,6 +216,7 @@ impl Scheduler {
         session.reset();
         let mut s = Scheduler::new(session, Arc::new(tokenizer), opts)?;
         s.template = template;
+        s.constrainer = constrainer;
         Ok(s)
     }
 
@@ -307,14 +317,25 @@ impl Scheduler {
         } else {
             req.opts.sampler.validate().err().map(|e| e.to_string())
         };
-        match bad {
-            Some(why) => {
+        let shaper = match bad {
+            Some(why) => Err(why),
+            None => Shaper::new(
+                &req.opts,
+                &self.tokenizer,
+                self.session.n_vocab(),
+                &mut self.constrainer,
+            )
+            .map_err(|e| e.to_string()),
+        };
+        match shaper {
+            Err(why) => {
                 sink(Event::Error(why));
             }
-            None => self.waiting.push_back(Waiting {
+            Ok(shaper) => self.waiting.push_back(Waiting {
                 id,
                 prompt,
                 req,
+                shaper,
                 sink,
                 cancel,
             }),
@@ -427,11 +448,6 @@ impl Scheduler {
                     continue;
                 }
             };
-            let masked = if w.req.opts.ignore_eos {
-                self.tokenizer.eog_ids()
-            } else {
-                Vec::new()
-            };
             self.stats.cached_tokens.fetch_add(n as u64, Ordering::Relaxed);
             let alive = (w.sink)(Event::Started {
                 prompt_tokens: w.prompt.len(),
@@ -448,7 +464,7 @@ impl Scheduler {
                 sampler,
                 stream: TextStream::new(&w.req.opts.stop),
                 opts: w.req.opts,
-                masked,
+                shaper: w.shaper,
                 sink: w.sink,
                 cancel: w.cancel,
                 admitted: Instant::now(),
@@ -540,6 +556,7 @@ impl Scheduler {
         let n_ctx = self.session.n_ctx();
         let mut row = 0;
         let mut done: Vec<(usize, StopReason)> = Vec::new();
+        let mut failed: Vec<(usize, String)> = Vec::new();
         for &(i, k, wants) in put {
             let s = &mut self.running[i];
             match s.pending.take() {
@@ -558,12 +575,13 @@ impl Scheduler {
                 done.push((i, StopReason::MaxTokens));
                 continue;
             }
-            for &id in &s.masked {
-                if let Some(x) = l.get_mut(id as usize) {
-                    *x = f32::NEG_INFINITY;
+            let (t, logprob) = match s.shaper.pick(&mut s.sampler, &mut l, &s.prompt) {
+                Ok(v) => v,
+                Err(e) => {
+                    failed.push((i, e.to_string()));
+                    continue;
                 }
-            }
-            let t = s.sampler.sample(&mut l, &s.prompt);
+            };
             s.sampler.accept(t);
             s.first_token.get_or_insert_with(Instant::now);
             s.generated.push(t);
@@ -573,12 +591,14 @@ impl Scheduler {
                 continue;
             }
             let (text, stopped) = s.stream.push(&self.tokenizer, t);
-            if !(s.sink)(Event::Token { id: t, text }) {
+            if !(s.sink)(Event::Token { id: t, text, logprob }) {
                 s.cancel.store(true, Ordering::Relaxed);
                 continue;
             }
             if stopped {
                 done.push((i, StopReason::StopString));
+            } else if s.shaper.is_complete() {
+                done.push((i, StopReason::EndOfText));
             } else if s.generated.len() >= s.opts.max_tokens {
                 done.push((i, StopReason::MaxTokens));
             } else if s.cached.len() >= n_ctx {
@@ -588,9 +608,23 @@ impl Scheduler {
             }
         }
         // Highest index first, so the others stay where they are.
-        done.sort_by_key(|d| std::cmp::Reverse(d.0));
-        for (i, reason) in done {
+        let mut ends: Vec<(usize, std::result::Result<StopReason, String>)> = done
+            .into_iter()
+            .map(|(i, r)| (i, Ok(r)))
+            .chain(failed.into_iter().map(|(i, e)| (i, Err(e))))
+            .collect();
+        ends.sort_by_key(|d| std::cmp::Reverse(d.0));
+        for (i, end) in ends {
             let mut s = self.running.remove(i);
+            let reason = match end {
+                Ok(r) => r,
+                Err(e) => {
+                    // A matcher that failed: the request fails, its cells go.
+                    let _ = self.session.seq_remove(s.seq);
+                    (s.sink)(Event::Error(e));
+                    continue;
+                }
+            };
             let now = Instant::now();
             let first = s.first_token.unwrap_or(now);
             let fin = Finished {

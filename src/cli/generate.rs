@@ -102,6 +102,8 @@ pub struct RunArgs {
     /// The draft model of `--spec draft`.
     pub draft: Option<PathBuf>,
     pub draft_max: usize,
+    /// `--json-schema` / `--grammar`.
+    pub constraint: Option<minfer::constrain::ConstraintSpec>,
 }
 
 fn load(model: &Path, a: &RunArgs) -> Result<Engine> {
@@ -179,6 +181,8 @@ pub fn run(model: &Path, prompt: &str, a: &RunArgs) -> Result<()> {
         ignore_eos: a.ignore_eos,
         speculation: a.speculation,
         draft_max: a.draft_max,
+        constraint: a.constraint.clone(),
+        ..GenerateOptions::default()
     };
     let mut out = std::io::stdout();
     let json = a.json;
@@ -278,6 +282,8 @@ pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
             ignore_eos: a.ignore_eos,
             speculation: a.speculation,
             draft_max: a.draft_max,
+            constraint: a.constraint.clone(),
+            ..GenerateOptions::default()
         };
         let mut out = std::io::stdout();
         let g = engine.generate(&ids, &opts, |piece| {

@@ -103,6 +103,12 @@ impl EngineFlags {
     }
 }
 
+/// A constraint that compiles, or the error naming `flag`.
+fn checked(spec: minfer::constrain::ConstraintSpec, flag: &str) -> Result<minfer::constrain::ConstraintSpec> {
+    spec.check().with_context(|| flag.to_string())?;
+    Ok(spec)
+}
+
 fn parse_spec(s: &str) -> std::result::Result<Speculation, String> {
     Speculation::parse(s).map_err(|e| e.to_string())
 }
@@ -156,6 +162,12 @@ struct SampleFlags {
     /// Use this Jinja chat template instead of the model's own
     #[arg(long = "chat-template-file")]
     chat_template_file: Option<PathBuf>,
+    /// The output is JSON valid against this schema: a file, or the schema itself
+    #[arg(long = "json-schema", value_name = "FILE_OR_JSON", conflicts_with = "grammar")]
+    json_schema: Option<String>,
+    /// The output follows this Lark grammar (llguidance's dialect) from a file
+    #[arg(long = "grammar", value_name = "FILE")]
+    grammar: Option<PathBuf>,
 }
 
 impl SampleFlags {
@@ -166,6 +178,32 @@ impl SampleFlags {
             (None, Some(_)) => Speculation::Draft,
             (None, None) => Speculation::Off,
         }
+    }
+
+    /// `--json-schema` (inline JSON when it parses as such, else a file) or `--grammar`.
+    fn constraint(&self) -> Result<Option<minfer::constrain::ConstraintSpec>> {
+        use minfer::constrain::ConstraintSpec;
+        let spec = match (&self.json_schema, &self.grammar) {
+            (Some(s), _) => {
+                let text = match serde_json::from_str::<serde_json::Value>(s) {
+                    Ok(v) => return Ok(Some(checked(ConstraintSpec::JsonSchema(v), "--json-schema")?)),
+                    Err(_) => std::fs::read_to_string(s).with_context(|| format!("--json-schema: reading {s}"))?,
+                };
+                let v = serde_json::from_str(&text).with_context(|| format!("--json-schema: {s} is not JSON"))?;
+                ConstraintSpec::JsonSchema(v)
+            }
+            (None, Some(f)) => {
+                let g = std::fs::read_to_string(f).with_context(|| format!("--grammar: reading {}", f.display()))?;
+                ConstraintSpec::Lark(g)
+            }
+            (None, None) => return Ok(None),
+        };
+        let flag = if self.json_schema.is_some() {
+            "--json-schema"
+        } else {
+            "--grammar"
+        };
+        Ok(Some(checked(spec, flag)?))
     }
 
     fn chat_template(&self) -> Result<Option<String>> {
@@ -443,6 +481,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 speculation: sample.speculation(),
                 draft: sample.draft.clone(),
                 draft_max: sample.draft_max,
+                constraint: sample.constraint()?,
             };
             generate::run(&model, &prompt, &a)
         }
@@ -465,6 +504,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 speculation: sample.speculation(),
                 draft: sample.draft.clone(),
                 draft_max: sample.draft_max,
+                constraint: sample.constraint()?,
             };
             generate::chat(&model, &a)
         }

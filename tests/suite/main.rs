@@ -64,6 +64,7 @@ fn main() {
         tests.extend(serve::openai_client::tests());
         tests.extend(serve::ollama::tests());
         tests.extend(serve::tools::tests());
+        tests.extend(serve::constrain::tests());
     }
     tests.extend(tiny::tests());
     tests.extend(tokenize::tests());

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use crate::common;
 
+pub mod constrain;
 pub mod load;
 pub mod ollama;
 pub mod openai_client;
@@ -345,8 +346,8 @@ fn serve_errors_have_their_status_and_shape() {
     let (st, m) = call("/v1/chat/completions", long.as_bytes(), &auth);
     assert!(st == 400 && m.contains("64"), "{st}: {m}");
     for (field, body) in [
-        ("response_format", json!({"type": "json_object"})),
-        ("n", json!(2)),
+        ("response_format", json!({"type": "no-such-format"})),
+        ("n", json!(1000)),
         ("tools", json!([{"type": "function"}])),
     ] {
         let mut b = chat_body("Hi", 4);

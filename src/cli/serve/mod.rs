@@ -13,6 +13,7 @@
 
 mod ollama;
 mod openai;
+pub(crate) mod params;
 mod telemetry;
 mod tools;
 

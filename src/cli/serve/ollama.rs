@@ -19,10 +19,12 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use minfer::chat::ChatMessage;
+use minfer::constrain::ConstraintSpec;
 use minfer::engine::{GenerateOptions, StopReason};
 use minfer::sampling::SamplerConfig;
 use minfer::sched::{Event, Finished, Prompt, Request, Ticket};
 
+use super::params;
 use super::telemetry::Clock;
 use super::{authorize, body_json, served, App, Place, Reject, Served};
 
@@ -185,14 +187,10 @@ pub(super) async fn show(State(app): State<Arc<App>>, headers: HeaderMap, body: 
     .into_response()
 }
 
-/// `format` (`"json"` or a JSON schema) as a constraint on the output; none yet, so any
-/// format asked for is refused rather than ignored.
-fn format_constraint(format: Option<&Value>) -> Result<(), Reject> {
-    match format {
-        None | Some(Value::Null) => Ok(()),
-        Some(Value::String(s)) if s.is_empty() => Ok(()),
-        Some(_) => Err(bad("format is not supported yet")),
-    }
+/// `format` (`"json"` or a JSON schema) as a constraint on the output, enforced while
+/// generating.
+fn format_constraint(format: Option<&Value>) -> Result<Option<ConstraintSpec>, Reject> {
+    params::ollama_format(format).map_err(bad)
 }
 
 /// Ollama's `options` as our generation options. Unknown keys and those without a meaning
@@ -316,9 +314,13 @@ pub(super) async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: 
         if field::<Vec<Value>>(&m, "tools")?.is_some_and(|t| !t.is_empty()) {
             return Err(bad("tools are not supported on /api/chat yet"));
         }
-        format_constraint(m.get("format"))?;
+        let constraint = format_constraint(m.get("format"))?;
         no_thinking(&m)?;
-        Ok((out, options(&m, s.n_ctx)?, stream_flag(&m)?))
+        let opts = GenerateOptions {
+            constraint,
+            ..options(&m, s.n_ctx)?
+        };
+        Ok((out, opts, stream_flag(&m)?))
     })();
     let (msgs, opts, stream) = match parsed {
         Ok(v) => v,
@@ -352,9 +354,12 @@ pub(super) async fn generate(State(app): State<Arc<App>>, headers: HeaderMap, bo
         if raw && system.is_some() {
             return Err(bad("system has no effect with raw: true (no template is applied)"));
         }
-        format_constraint(m.get("format"))?;
+        let constraint = format_constraint(m.get("format"))?;
         no_thinking(&m)?;
-        let opts = options(&m, s.n_ctx)?;
+        let opts = GenerateOptions {
+            constraint,
+            ..options(&m, s.n_ctx)?
+        };
         let stream = stream_flag(&m)?;
         let p = if prompt.is_empty() {
             None

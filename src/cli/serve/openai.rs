@@ -1,6 +1,7 @@
 //! The OpenAI API: chat and text completions (streaming as SSE), models, and llama.cpp's
 //! tokenize/detokenize.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +16,13 @@ use serde_json::{json, Value};
 
 use minfer::chat::{Chat, ChatMessage};
 use minfer::engine::{GenerateOptions, StopReason};
-use minfer::sampling::SamplerConfig;
+use minfer::sampling::{SamplerConfig, TokenLogprob};
 use minfer::sched::{Event, Finished, Prompt, Request};
+use minfer::tokenizer::Tokenizer;
 
 use super::telemetry::Clock;
 use super::tools::{self, CallStream, Tools};
-use super::{authorize, bad, error, now, prelude, reject, App, Place, Reject, Served};
+use super::{authorize, bad, error, now, params, prelude, reject, App, Place, Reject, Served};
 
 pub(super) async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     if let Err(r) = authorize(&app, &headers) {
@@ -153,7 +155,9 @@ struct Params {
     #[serde(default)]
     ignore_eos: bool,
     response_format: Option<Value>,
-    logprobs: Option<bool>,
+    /// Chat: a bool; completions: the number of alternatives.
+    logprobs: Option<Value>,
+    top_logprobs: Option<i64>,
     logit_bias: Option<serde_json::Map<String, Value>>,
 }
 
@@ -176,24 +180,11 @@ struct CompletionReq {
 
 impl Params {
     /// Our generation options, or a 400 naming the field this server does not take.
-    fn options(&self, n_ctx: usize) -> Result<GenerateOptions, Reject> {
-        if self.n.is_some_and(|n| n != 1) {
-            return Err(reject("n other than 1 is not supported", "n"));
-        }
-        if let Some(f) = &self.response_format {
-            if f.get("type").and_then(Value::as_str) != Some("text") {
-                return Err(reject(
-                    "response_format other than text is not supported by this server yet",
-                    "response_format",
-                ));
-            }
-        }
-        if self.logprobs == Some(true) {
-            return Err(reject("logprobs are not supported by this server yet", "logprobs"));
-        }
-        if self.logit_bias.as_ref().is_some_and(|m| !m.is_empty()) {
-            return Err(reject("logit_bias is not supported by this server yet", "logit_bias"));
-        }
+    fn options(&self, n_ctx: usize, n_vocab: usize) -> Result<GenerateOptions, Reject> {
+        params::choices(self.n)?;
+        let constraint = params::response_format(self.response_format.as_ref())?;
+        let logprobs = params::logprobs(self.logprobs.as_ref(), self.top_logprobs)?;
+        let logit_bias = params::logit_bias(self.logit_bias.as_ref(), n_vocab)?;
         let d = SamplerConfig::default();
         let top_k = match self.top_k {
             Some(k) if k < 0 => 0,
@@ -230,6 +221,9 @@ impl Params {
             sampler,
             stop,
             ignore_eos: self.ignore_eos,
+            constraint,
+            logit_bias,
+            logprobs,
             ..GenerateOptions::default()
         })
     }
@@ -284,14 +278,35 @@ fn finish_reason(r: StopReason) -> &'static str {
     }
 }
 
-fn usage(f: &Finished) -> Value {
-    let u = &f.usage;
+/// Usage over a request's choices: the prompt counted once (as OpenAI bills it), the
+/// completions summed.
+fn usage(fs: &[Finished]) -> Value {
+    let (prompt, cached) = fs
+        .first()
+        .map_or((0, 0), |f| (f.usage.prompt_tokens, f.usage.cached_tokens));
+    let completion: usize = fs.iter().map(|f| f.usage.completion_tokens).sum();
     json!({
-        "prompt_tokens": u.prompt_tokens,
-        "completion_tokens": u.completion_tokens,
-        "total_tokens": u.prompt_tokens + u.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
     })
+}
+
+/// A choice's `logprobs` value in `kind`'s shape (null when not asked for); for
+/// completions, `offset` is where the tokens' text starts in the choice's text.
+fn logprobs_value(kind: Kind, tok: &Tokenizer, asked: bool, lps: &[TokenLogprob], offset: &mut usize) -> Value {
+    if !asked {
+        return Value::Null;
+    }
+    match kind {
+        Kind::Chat => params::chat_logprobs(tok, lps),
+        Kind::Completion => {
+            let (v, end) = params::completion_logprobs(tok, lps, *offset);
+            *offset = end;
+            v
+        }
+    }
 }
 
 pub(super) async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
@@ -329,8 +344,33 @@ pub(super) async fn completions(State(app): State<Arc<App>>, headers: HeaderMap,
     generate(&app, s, Prompt::Text(prompt), &r.p, Kind::Completion, None).await
 }
 
-/// Submits the request and answers it, streamed or whole; with `tools`, the answer's calls
-/// become `tool_calls`.
+/// One choice as the answer carries it; with tools (`calls`: the choice's call-id prefix),
+/// calls in the text become `tool_calls`.
+fn choice(kind: Kind, index: usize, text: String, logprobs: Value, f: &Finished, calls: Option<&str>) -> Value {
+    match kind {
+        Kind::Chat if calls.is_some() => {
+            let (message, called) = tools::message(&text, calls.unwrap_or_default());
+            let finish = if called { "tool_calls" } else { finish_reason(f.reason) };
+            json!({"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish})
+        }
+        Kind::Chat => json!({
+            "index": index,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": logprobs,
+            "finish_reason": finish_reason(f.reason),
+        }),
+        Kind::Completion => json!({
+            "index": index,
+            "text": text,
+            "logprobs": logprobs,
+            "finish_reason": finish_reason(f.reason),
+        }),
+    }
+}
+
+/// Submits the request (`n` sequences for `n` choices, which share the prompt's cells
+/// through the scheduler's prefix reuse; seeded choices take seed, seed + 1, …) and answers
+/// it, streamed or whole; with `tools`, the answer's calls become `tool_calls`.
 async fn generate(
     app: &Arc<App>,
     s: &Served,
@@ -339,42 +379,109 @@ async fn generate(
     kind: Kind,
     tools: Option<Tools>,
 ) -> Response {
-    let opts = match p.options(s.n_ctx) {
+    let mut opts = match p.options(s.n_ctx, s.tokenizer.n_vocab()) {
         Ok(o) => o,
         Err(r) => return *r,
     };
-    let place = match Place::take(app) {
-        Ok(p) => p,
+    // `required` or a named tool: the answer is constrained to a call (unless the request
+    // has a format of its own).
+    if let Some(forced) = tools.as_ref().and_then(Tools::forced_call_format) {
+        if opts.constraint.is_none() {
+            match params::response_format(Some(&forced)) {
+                Ok(c) => opts.constraint = c,
+                Err(r) => return *r,
+            }
+        }
+    }
+    let n = match params::choices(p.n) {
+        Ok(n) if n > app.capacity => {
+            return bad(
+                format!(
+                    "n {n} is more than the {} requests this server takes at once",
+                    app.capacity
+                ),
+                "n",
+            )
+        }
+        Ok(n) => n,
         Err(r) => return *r,
     };
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
-    let mut clock = Clock::start();
-    let ticket = s.runner.submit_sink(Request { prompt, opts }, move |e| {
-        clock.observe(&e);
-        tx.send(e).is_ok()
-    });
-    let n = app.next_id.fetch_add(1, Ordering::Relaxed);
+    let mut places = Vec::with_capacity(n);
+    for _ in 0..n {
+        match Place::take(app) {
+            Ok(p) => places.push(p),
+            Err(r) => return *r,
+        }
+    }
+    let asked = opts.logprobs.is_some();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Event)>();
+    let submit = |i: usize| {
+        let tx = tx.clone();
+        let mut opts = opts.clone();
+        opts.sampler.seed = opts.sampler.seed.map(|x| x.wrapping_add(i as u64));
+        let req = Request {
+            prompt: prompt.clone(),
+            opts,
+        };
+        let mut clock = Clock::start();
+        s.runner.submit_sink(req, move |e| {
+            clock.observe(&e);
+            tx.send((i, e)).is_ok()
+        })
+    };
+    let mut tickets = vec![submit(0)];
+    // Events already received, in order. The other choices go in once the first has
+    // evaluated the prompt (its first token, end or error), so that they fork its cells
+    // rather than evaluate the prompt again beside it.
+    let mut early: VecDeque<(usize, Event)> = VecDeque::new();
+    if n > 1 {
+        while let Some(e) = rx.recv().await {
+            let evaluated = !matches!(e.1, Event::Started { .. });
+            early.push_back(e);
+            if evaluated {
+                break;
+            }
+        }
+        tickets.extend((1..n).map(submit));
+    }
+    drop(tx);
+    let id_n = app.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match kind {
-        Kind::Chat => format!("chatcmpl-{n}"),
-        Kind::Completion => format!("cmpl-{n}"),
+        Kind::Chat => format!("chatcmpl-{id_n}"),
+        Kind::Completion => format!("cmpl-{id_n}"),
     };
     let model = app.model_id.clone();
     let created = now();
-    let call_ids = format!("call_{n}");
+    let tok = s.tokenizer.clone();
+    // Each choice's call-id prefix, where tools were given.
+    let call_ids: Vec<Option<String>> = (0..n)
+        .map(|i| {
+            tools.as_ref().map(|_| match n {
+                1 => format!("call_{id_n}"),
+                _ => format!("call_{id_n}_{i}"),
+            })
+        })
+        .collect();
     // The first event decides the status: an error before any token is the request's fault.
-    let first = match rx.recv().await {
-        Some(Event::Error(e)) => {
+    let first = match early.pop_front() {
+        Some(e) => Some(e),
+        None => rx.recv().await,
+    };
+    match first {
+        Some((_, Event::Error(e))) => {
             let param = if kind == Kind::Chat { "messages" } else { "prompt" };
             return bad(e, param);
         }
-        Some(e) => e,
+        Some(e) => early.push_front(e),
         None => return error(StatusCode::SERVICE_UNAVAILABLE, "the scheduler stopped", None),
-    };
+    }
     if !p.stream {
-        let mut text = String::new();
-        let mut ev = Some(first);
-        loop {
-            let e = match ev.take() {
+        let mut texts = vec![String::new(); n];
+        let mut lps: Vec<Vec<TokenLogprob>> = vec![Vec::new(); n];
+        let mut fins: Vec<Option<Finished>> = vec![None; n];
+        let mut left = n;
+        while left > 0 {
+            let (i, e) = match early.pop_front() {
                 Some(e) => e,
                 None => match rx.recv().await {
                     Some(e) => e,
@@ -383,46 +490,44 @@ async fn generate(
             };
             match e {
                 Event::Started { .. } => {}
-                Event::Token { text: t, .. } => text.push_str(&t),
+                Event::Token { text: t, logprob, .. } => {
+                    texts[i].push_str(&t);
+                    lps[i].extend(logprob);
+                }
                 Event::Error(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e, None),
                 Event::Done(f) => {
-                    text.push_str(&f.rest);
-                    drop((ticket, place));
-                    let choice = match kind {
-                        Kind::Chat if tools.is_some() => {
-                            let (message, called) = tools::message(&text, &call_ids);
-                            let finish = if called { "tool_calls" } else { finish_reason(f.reason) };
-                            json!({"index": 0, "message": message, "finish_reason": finish})
-                        }
-                        Kind::Chat => json!({
-                            "index": 0,
-                            "message": {"role": "assistant", "content": text},
-                            "finish_reason": finish_reason(f.reason),
-                        }),
-                        Kind::Completion => json!({
-                            "index": 0,
-                            "text": text,
-                            "logprobs": null,
-                            "finish_reason": finish_reason(f.reason),
-                        }),
-                    };
-                    let object = if kind == Kind::Chat {
-                        "chat.completion"
-                    } else {
-                        "text_completion"
-                    };
-                    return axum::Json(json!({
-                        "id": id,
-                        "object": object,
-                        "created": created,
-                        "model": model,
-                        "choices": [choice],
-                        "usage": usage(&f),
-                    }))
-                    .into_response();
+                    texts[i].push_str(&f.rest);
+                    fins[i] = Some(f);
+                    left -= 1;
                 }
             }
         }
+        drop((tickets, places));
+        let fins: Vec<Finished> = fins.into_iter().flatten().collect();
+        let choices: Vec<Value> = fins
+            .iter()
+            .zip(texts)
+            .zip(&lps)
+            .enumerate()
+            .map(|(i, ((f, text), lp))| {
+                let lv = logprobs_value(kind, &tok, asked, lp, &mut 0);
+                choice(kind, i, text, lv, f, call_ids[i].as_deref())
+            })
+            .collect();
+        let object = if kind == Kind::Chat {
+            "chat.completion"
+        } else {
+            "text_completion"
+        };
+        return axum::Json(json!({
+            "id": id,
+            "object": object,
+            "created": created,
+            "model": model,
+            "choices": choices,
+            "usage": usage(&fins),
+        }))
+        .into_response();
     }
     let include_usage = p.stream_options.as_ref().is_some_and(|o| o.include_usage);
     // The usage chunk is one of the stream's chunks: same id, object, created and model.
@@ -433,19 +538,19 @@ async fn generate(
             "text_completion"
         };
         let head = json!({"id": id, "object": object, "created": created, "model": model, "choices": []});
-        move |f: &Finished| {
+        move |fs: &[Finished]| {
             let mut c = head.clone();
-            c["usage"] = usage(f);
+            c["usage"] = usage(fs);
             SseEvent::default().data(c.to_string())
         }
     };
-    let chunk = move |delta: Value, finish: Option<&str>| -> SseEvent {
+    let chunk = move |index: usize, delta: Value, logprobs: Value, finish: Option<&str>| -> SseEvent {
         let choice = match kind {
-            Kind::Chat => json!({"index": 0, "delta": delta, "finish_reason": finish}),
+            Kind::Chat => json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}),
             Kind::Completion => json!({
-                "index": 0,
+                "index": index,
                 "text": delta.get("content").cloned().unwrap_or(json!("")),
-                "logprobs": null,
+                "logprobs": logprobs,
                 "finish_reason": finish,
             }),
         };
@@ -458,26 +563,34 @@ async fn generate(
             json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]}).to_string(),
         )
     };
-    // The stream owns the ticket and the place: when the client goes, both go.
+    // The stream owns the tickets and the places: when the client goes, they go.
     struct St {
-        rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+        rx: tokio::sync::mpsc::UnboundedReceiver<(usize, Event)>,
         pending: Vec<SseEvent>,
-        first: Option<Event>,
+        early: VecDeque<(usize, Event)>,
         done: bool,
-        calls: Option<CallStream>,
-        _hold: (minfer::sched::Ticket, Place),
+        /// Per choice: log-probabilities of tokens whose text is still held back, and (for
+        /// completions) the text offset reached.
+        held: Vec<(Vec<TokenLogprob>, usize)>,
+        fins: Vec<Finished>,
+        /// Per choice, with tools: its call parser.
+        calls: Vec<Option<CallStream>>,
+        _hold: (Vec<minfer::sched::Ticket>, Vec<Place>),
     }
     let st = St {
         rx,
         pending: Vec::new(),
-        first: Some(first),
+        early,
         done: false,
-        calls: tools.map(|_| CallStream::new(call_ids)),
-        _hold: (ticket, place),
+        held: vec![(Vec::new(), 0); n],
+        fins: Vec::new(),
+        calls: call_ids.into_iter().map(|c| c.map(CallStream::new)).collect(),
+        _hold: (tickets, places),
     };
     let stream = futures_util::stream::unfold(st, move |mut st| {
         let chunk = chunk.clone();
         let usage_chunk = usage_chunk.clone();
+        let tok = tok.clone();
         async move {
             loop {
                 if let Some(e) = st.pending.pop() {
@@ -486,7 +599,7 @@ async fn generate(
                 if st.done {
                     return None;
                 }
-                let e = match st.first.take() {
+                let (i, e) = match st.early.pop_front() {
                     Some(e) => e,
                     None => match st.rx.recv().await {
                         Some(e) => e,
@@ -503,18 +616,32 @@ async fn generate(
                     Event::Started { .. } => {
                         if kind == Kind::Chat {
                             st.pending
-                                .push(chunk(json!({"role": "assistant", "content": ""}), None));
+                                .push(chunk(i, json!({"role": "assistant", "content": ""}), Value::Null, None));
                         }
                     }
-                    Event::Token { text, .. } => match &mut st.calls {
-                        Some(c) => {
-                            for d in c.push(&text).into_iter().rev() {
-                                st.pending.push(chunk(d, None));
-                            }
+                    Event::Token { text, logprob, .. } => {
+                        let (held, offset) = &mut st.held[i];
+                        held.extend(logprob);
+                        // With tools, text that may be a call is held back by the parser;
+                        // the log-probabilities go with the first delta it lets out.
+                        let deltas = match &mut st.calls[i] {
+                            Some(c) => c.push(&text),
+                            None if text.is_empty() => Vec::new(),
+                            None => vec![json!({"content": text})],
+                        };
+                        let mut chunks = Vec::with_capacity(deltas.len());
+                        for (k, d) in deltas.into_iter().enumerate() {
+                            let lv = if k == 0 {
+                                let lv = logprobs_value(kind, &tok, asked, held, offset);
+                                held.clear();
+                                lv
+                            } else {
+                                Value::Null
+                            };
+                            chunks.push(chunk(i, d, lv, None));
                         }
-                        None if !text.is_empty() => st.pending.push(chunk(json!({"content": text}), None)),
-                        None => {}
-                    },
+                        st.pending.extend(chunks.into_iter().rev());
+                    }
                     Event::Error(e) => {
                         st.done = true;
                         st.pending.push(SseEvent::default().data("[DONE]"));
@@ -522,22 +649,38 @@ async fn generate(
                         st.pending.push(SseEvent::default().data(err.to_string()));
                     }
                     Event::Done(f) => {
-                        st.done = true;
-                        st.pending.push(SseEvent::default().data("[DONE]"));
-                        if include_usage {
-                            st.pending.push(usage_chunk(&f));
+                        let (held, offset) = &mut st.held[i];
+                        let last = st.fins.len() + 1 == n;
+                        if last {
+                            st.done = true;
+                            st.pending.push(SseEvent::default().data("[DONE]"));
+                            if include_usage {
+                                let mut fs = st.fins.clone();
+                                fs.push(f.clone());
+                                st.pending.push(usage_chunk(&fs));
+                            }
                         }
-                        let deltas = match &mut st.calls {
+                        let deltas = match &mut st.calls[i] {
                             Some(c) => c.end(&f.rest),
-                            None if f.rest.is_empty() => Vec::new(),
+                            None if f.rest.is_empty() && held.is_empty() => Vec::new(),
                             None => vec![json!({"content": f.rest})],
                         };
-                        let called = st.calls.as_ref().is_some_and(CallStream::called);
+                        let called = st.calls[i].as_ref().is_some_and(CallStream::called);
                         let finish = if called { "tool_calls" } else { finish_reason(f.reason) };
-                        st.pending.push(chunk(json!({}), Some(finish)));
-                        for d in deltas.into_iter().rev() {
-                            st.pending.push(chunk(d, None));
+                        st.pending.push(chunk(i, json!({}), Value::Null, Some(finish)));
+                        let mut chunks = Vec::with_capacity(deltas.len());
+                        for (k, d) in deltas.into_iter().enumerate() {
+                            let lv = if k == 0 {
+                                let lv = logprobs_value(kind, &tok, asked, held, offset);
+                                held.clear();
+                                lv
+                            } else {
+                                Value::Null
+                            };
+                            chunks.push(chunk(i, d, lv, None));
                         }
+                        st.pending.extend(chunks.into_iter().rev());
+                        st.fins.push(f);
                     }
                 }
             }

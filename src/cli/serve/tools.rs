@@ -3,9 +3,8 @@
 //! `tool_calls`, whole or as stream deltas.
 //!
 //! `tool_choice`: `none` renders without tools and parses nothing; `auto`, `required` and a
-//! named function render the tools and parse the answer. Generation is not constrained to a
-//! call yet ([`Tools::forced_call_format`] is the hook), so under `required` or a named choice
-//! an answer without a call comes back as content.
+//! named function render the tools and parse the answer; under `required` or a named choice
+//! generation is constrained to a bare JSON call ([`Tools::forced_call_format`]).
 
 use serde_json::{json, Map, Value};
 
@@ -84,10 +83,9 @@ impl Tools {
         Ok(Some(Tools { list, choice }))
     }
 
-    /// The hook for `required` and named choices: the `response_format` that forces the call
-    /// (a JSON schema of `{"name", "arguments"}` over the allowed tools), to be set on a request
-    /// that has no format of its own once such formats are enforced during generation.
-    #[cfg_attr(not(test), expect(dead_code, reason = "generation takes no grammar constraint yet"))]
+    /// For `required` and named choices: the `response_format` that forces the call (a JSON
+    /// schema of `{"name", "arguments"}` over the allowed tools), set on a request that has no
+    /// format of its own.
     pub(super) fn forced_call_format(&self) -> Option<Value> {
         let allowed: Vec<&Value> = match &self.choice {
             Choice::Auto => return None,

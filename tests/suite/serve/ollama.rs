@@ -225,7 +225,7 @@ fn error_message(status: u16, body: &str) -> String {
 }
 
 /// Bad JSON, bad fields and bad option types are 400 with `{"error": message}` naming the
-/// field; `format` is refused, not ignored; a missing key is 401, an unknown route 404 and a
+/// field; a bad `format` is refused, and a good one enforced; a missing key is 401, an unknown route 404 and a
 /// huge body 413, all in that shape; an empty prompt (or no messages) is the load call,
 /// answered at once without a request to the scheduler.
 fn ollama_errors_and_the_load_call() {
@@ -290,7 +290,7 @@ fn ollama_errors_and_the_load_call() {
         ),
         (
             "/api/chat",
-            chat(json!({"format": "json"})).to_string().into_bytes(),
+            chat(json!({"format": "yaml"})).to_string().into_bytes(),
             "format",
         ),
         (
@@ -307,7 +307,7 @@ fn ollama_errors_and_the_load_call() {
         ),
         (
             "/api/generate",
-            json!({"prompt": "hi", "format": {"type": "object"}})
+            json!({"prompt": "hi", "format": {"type": "no-such-type"}})
                 .to_string()
                 .into_bytes(),
             "format",
@@ -388,6 +388,43 @@ fn ollama_errors_and_the_load_call() {
         assert!(v.get(key).is_some(), "{v}");
     }
     assert_eq!(s.metric("requests_total"), before, "the load call runs nothing");
+
+    // `format`: the answer is JSON of the schema, on chat and generate.
+    let schema = json!({"type": "object", "properties": {"planet": {"type": "string", "maxLength": 24}, "moons": {"type": "integer", "minimum": 0, "maximum": 200}},
+        "required": ["planet", "moons"], "additionalProperties": false});
+    let opts = json!({"temperature": 0, "num_predict": 48});
+    for (path, mut body, key) in [
+        (
+            "/api/chat",
+            chat(json!({"format": schema, "options": opts})),
+            "/message/content",
+        ),
+        (
+            "/api/generate",
+            json!({"prompt": "Name a planet and its moons.", "format": schema, "stream": false, "options": opts}),
+            "/response",
+        ),
+        (
+            "/api/chat",
+            chat(json!({"format": "json", "options": opts})),
+            "/message/content",
+        ),
+    ] {
+        body["model"] = json!("x");
+        let (st, v) = post(path, &body);
+        assert_eq!(st, 200, "{v}");
+        let text = v.pointer(key).and_then(Value::as_str).unwrap_or_default();
+        if !body["format"].is_object() && v["done_reason"] == "length" {
+            // Any object: a small model may go on adding keys past the token limit.
+            assert!(text.starts_with('{'), "{path}: {text:?}");
+            continue;
+        }
+        let got: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{path}: {e}: {text:?}"));
+        assert!(got.is_object(), "{path}: {got}");
+        if body["format"].is_object() {
+            assert!(got["planet"].is_string() && got["moons"].is_i64(), "{path}: {got}");
+        }
+    }
 }
 
 /// A streaming `/api/chat` whose client hangs up is cancelled within a step and gives its
