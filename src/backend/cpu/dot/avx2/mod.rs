@@ -454,6 +454,25 @@ pub(super) unsafe fn dot_signed<const V: bool, B: Signed>(n: usize, w: &[u8], a:
     hsum_ps(acc)
 }
 
+/// Where rows `x0`, `x1` are adjacent in their matrix (the matmul's case), the distance to
+/// the next pair's rows, else 0 (no prefetch).
+#[inline(always)]
+fn next_pair(x0: *const u8, x1: *const u8) -> usize {
+    (x1 as usize).saturating_sub(x0 as usize)
+}
+
+/// Asks for the next pair's bytes at block offset `off` one 64-byte line at a time: the hardware
+/// prefetchers stop at 4 KiB pages, and a decode step streams every weight once.
+#[inline(always)]
+unsafe fn prefetch_ahead(stride: usize, x1: *const u8, off: usize) {
+    if stride != 0 && off % 64 < 34 {
+        // A hint: an address past the matrix is never dereferenced.
+        let p = x1.wrapping_add(stride + off) as *const i8;
+        _mm_prefetch::<_MM_HINT_T0>(p);
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(stride));
+    }
+}
+
 /// `dot_signed` of two weight rows at once, each row's operations those of `dot_signed` in
 /// the same order (so the same bits): the activation block is loaded and its scale converted
 /// once, and the two accumulator chains hide each other's FMA latency.
@@ -461,7 +480,9 @@ pub(super) unsafe fn dot_signed<const V: bool, B: Signed>(n: usize, w: &[u8], a:
 pub(super) unsafe fn dot_signed_r2<const V: bool, B: Signed>(n: usize, w: [&[u8]; 2], a: &[u8]) -> [f32; 2] {
     let (x0, x1, y) = (w[0].as_ptr(), w[1].as_ptr(), a.as_ptr());
     let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let ahead = next_pair(x0, x1);
     for i in 0..n / 32 {
+        prefetch_ahead(ahead, x1, B::BYTES * i);
         let yb = y.add(34 * i);
         let (qy, dy) = (ld256(yb.add(2)), f16(yb));
         let (d0, q0) = B::decode(x0.add(B::BYTES * i));
@@ -513,7 +534,9 @@ pub(super) unsafe fn dot_unsigned_r2<const V: bool, B: Unsigned>(n: usize, w: [&
     let (x0, x1, y) = (w[0].as_ptr(), w[1].as_ptr(), a.as_ptr());
     let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let (mut summs0, mut summs1) = (0f32, 0f32);
+    let ahead = next_pair(x0, x1);
     for i in 0..n / 32 {
+        prefetch_ahead(ahead, x1, B::BYTES * i);
         let yb = y.add(36 * i);
         let (dy, sy) = f16x2(yb);
         let qy = ld256(yb.add(4));
