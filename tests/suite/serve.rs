@@ -153,6 +153,27 @@ fn dechunk(mut s: &str) -> String {
     out
 }
 
+/// Posts `body` to `path` and reads the streamed answer until `mark` has come `count` times;
+/// the open connection back, for the caller to hang up by dropping it.
+pub(crate) fn stream_until(port: u16, path: &str, body: &str, mark: &[u8], count: usize) -> TcpStream {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
+    write!(
+        c,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.windows(mark.len()).filter(|w| w == &mark).count() < count {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "{path}: the stream ended early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    c
+}
+
 /// The `data:` payloads of an SSE body.
 pub(crate) fn sse_data(body: &str) -> Vec<String> {
     body.lines()
@@ -388,20 +409,7 @@ fn serve_hang_up_frees_the_sequence() {
         serde_json::from_str::<Value>(&b).unwrap()
     });
     let body = json!({"messages": [{"role": "user", "content": "Tell me a long story."}], "stream": true, "max_tokens": 2000, "ignore_eos": true}).to_string();
-    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-    write!(
-        c,
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while got.windows(6).filter(|w| w == b"data: ").count() < 5 {
-        let n = c.read(&mut buf).unwrap();
-        assert!(n > 0, "the stream ended early");
-        got.extend_from_slice(&buf[..n]);
-    }
+    let c = stream_until(s.port, "/v1/chat/completions", &body, b"data: ", 5);
     assert!(s.metric("sequences_running") >= 1);
     drop(c);
     let t0 = Instant::now();

@@ -592,6 +592,26 @@ async fn generate(
         let usage_chunk = usage_chunk.clone();
         let tok = tok.clone();
         async move {
+            // Pushes choice i's `deltas` (in sending order) onto the `pending` stack, the
+            // log-probabilities held so far with the first of them.
+            let push_deltas = |pending: &mut Vec<SseEvent>,
+                               i: usize,
+                               deltas: Vec<Value>,
+                               held: &mut Vec<TokenLogprob>,
+                               offset: &mut usize| {
+                let mut chunks = Vec::with_capacity(deltas.len());
+                for (k, d) in deltas.into_iter().enumerate() {
+                    let lv = if k == 0 {
+                        let lv = logprobs_value(kind, &tok, asked, held, offset);
+                        held.clear();
+                        lv
+                    } else {
+                        Value::Null
+                    };
+                    chunks.push(chunk(i, d, lv, None));
+                }
+                pending.extend(chunks.into_iter().rev());
+            };
             loop {
                 if let Some(e) = st.pending.pop() {
                     return Some((Ok::<_, std::convert::Infallible>(e), st));
@@ -629,18 +649,7 @@ async fn generate(
                             None if text.is_empty() => Vec::new(),
                             None => vec![json!({"content": text})],
                         };
-                        let mut chunks = Vec::with_capacity(deltas.len());
-                        for (k, d) in deltas.into_iter().enumerate() {
-                            let lv = if k == 0 {
-                                let lv = logprobs_value(kind, &tok, asked, held, offset);
-                                held.clear();
-                                lv
-                            } else {
-                                Value::Null
-                            };
-                            chunks.push(chunk(i, d, lv, None));
-                        }
-                        st.pending.extend(chunks.into_iter().rev());
+                        push_deltas(&mut st.pending, i, deltas, held, offset);
                     }
                     Event::Error(e) => {
                         st.done = true;
@@ -668,18 +677,7 @@ async fn generate(
                         let called = st.calls[i].as_ref().is_some_and(CallStream::called);
                         let finish = if called { "tool_calls" } else { finish_reason(f.reason) };
                         st.pending.push(chunk(i, json!({}), Value::Null, Some(finish)));
-                        let mut chunks = Vec::with_capacity(deltas.len());
-                        for (k, d) in deltas.into_iter().enumerate() {
-                            let lv = if k == 0 {
-                                let lv = logprobs_value(kind, &tok, asked, held, offset);
-                                held.clear();
-                                lv
-                            } else {
-                                Value::Null
-                            };
-                            chunks.push(chunk(i, d, lv, None));
-                        }
-                        st.pending.extend(chunks.into_iter().rev());
+                        push_deltas(&mut st.pending, i, deltas, held, offset);
                         st.fins.push(f);
                     }
                 }

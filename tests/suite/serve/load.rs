@@ -3,15 +3,13 @@
 //! should be, within a time limit; afterwards the server is idle with no sequence or KV cell
 //! left behind.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{chat_body, http, sse_data, Server, QUESTIONS, SMOL};
+use super::{chat_body, http, sse_data, stream_until, Server, QUESTIONS, SMOL};
 use crate::common;
 
 tests![serve_load_64_requests_16_clients];
@@ -56,22 +54,14 @@ fn hang_up(port: u16, q: &str) {
     let mut body = chat_body(q, 400);
     body["stream"] = json!(true);
     body["ignore_eos"] = json!(true);
-    let body = body.to_string();
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    c.set_read_timeout(Some(LIMIT)).unwrap();
-    write!(
-        c,
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while got.windows(9).filter(|w| w == b"\"content\"").count() < 2 {
-        let n = c.read(&mut buf).unwrap();
-        assert!(n > 0, "the stream ended before its first token");
-        got.extend_from_slice(&buf[..n]);
-    }
+    // Past the role chunk, the first token's.
+    drop(stream_until(
+        port,
+        "/v1/chat/completions",
+        &body.to_string(),
+        b"\"content\"",
+        2,
+    ));
 }
 
 fn error_shape(st: u16, b: &str, want: u16, what: &str) {

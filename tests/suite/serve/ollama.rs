@@ -2,13 +2,11 @@
 //! `run` answers (whole and as NDJSON lines), the model endpoints describe the file as
 //! gguf-py recorded it, and bad input gets `{"error": …}` with its status.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{http, run_greedy, Server, SMOL};
+use super::{http, run_greedy, stream_until, Server, SMOL};
 use crate::common;
 
 tests![
@@ -440,21 +438,7 @@ fn ollama_hang_up_cancels_and_a_full_server_says_429() {
         "options": {"temperature": 0, "num_predict": 2000},
     })
     .to_string();
-    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    write!(
-        c,
-        "POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while got.windows(12).filter(|w| w == b"\"done\":false").count() < 5 {
-        let n = c.read(&mut buf).unwrap();
-        assert!(n > 0, "the stream ended early");
-        got.extend_from_slice(&buf[..n]);
-    }
+    let c = stream_until(s.port, "/api/chat", &body, b"\"done\":false", 5);
     let small =
         json!({"messages": [{"role": "user", "content": "Hi"}], "stream": false, "options": {"num_predict": 2}});
     let (st, head, b) = http(s.port, "POST", "/api/chat", &[], small.to_string().as_bytes());
