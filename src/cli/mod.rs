@@ -351,6 +351,9 @@ enum Cmd {
         /// Requests waiting beyond the running ones before 429
         #[arg(long = "max-queue", default_value_t = 64)]
         max_queue: usize,
+        /// Use this Jinja chat template instead of the model's own
+        #[arg(long = "chat-template-file")]
+        chat_template_file: Option<PathBuf>,
         #[command(flatten)]
         engine: EngineFlags,
     },
@@ -594,6 +597,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             api_key,
             cors,
             max_queue,
+            chat_template_file,
             engine,
         } => {
             if parallel == 0 {
@@ -603,8 +607,20 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 Some(m) => m,
                 None => generate::default_model(&base.env)?,
             };
+            let chat_template = match &chat_template_file {
+                Some(p) => {
+                    let src =
+                        std::fs::read_to_string(p).with_context(|| format!("--chat-template-file {}", p.display()))?;
+                    // Refused before the server listens, not after.
+                    minfer::chat::ChatTemplate::new(&src, "", "")
+                        .with_context(|| format!("--chat-template-file {}", p.display()))?;
+                    Some(src)
+                }
+                None => None,
+            };
             serve::run(serve::ServeArgs {
                 model,
+                chat_template,
                 host,
                 port,
                 parallel,

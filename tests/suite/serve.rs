@@ -24,6 +24,7 @@ tests![
     serve_concurrent_requests_equal_sequential_ones,
     serve_errors_have_their_status_and_shape,
     serve_hang_up_frees_the_sequence,
+    serve_template_exception_is_400_with_its_message,
 ];
 
 pub(crate) const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -324,6 +325,68 @@ fn serve_concurrent_requests_equal_sequential_ones() {
         assert!(t0.elapsed() < Duration::from_secs(10), "sequences still running");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A template that raises (`--chat-template-file`) answers 400 with the template's own
+/// message, on both APIs; a conversation it accepts is answered as usual; a template that does
+/// not compile stops the server before it listens.
+fn serve_template_exception_is_400_with_its_message() {
+    let Some(model) = common::real_model("serve_template_exception_is_400_with_its_message", SMOL) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("minfer-serve-template-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("strict.jinja");
+    std::fs::write(
+        &file,
+        "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System messages are not supported by this template') }}{% endif %}\
+         <|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+    )
+    .unwrap();
+    let s = Server::start(&model, &["--chat-template-file", &file.display().to_string()]);
+    let with_system = json!({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], "max_tokens": 4});
+    let (st, v) = s.post("/v1/chat/completions", &with_system);
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("System messages are not supported by this template"),
+        "{msg}"
+    );
+    let (st, v) = s.post(
+        "/api/chat",
+        &json!({"messages": with_system["messages"], "stream": false}),
+    );
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("System messages are not supported"),
+        "{v}"
+    );
+    let (st, v) = s.post("/v1/chat/completions", &chat_body("Hi", 4));
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 4, "{v}");
+    drop(s);
+
+    std::fs::write(&file, "{% for m in messages %}{{ m.content }").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"))
+        .args([
+            "serve",
+            &model.display().to_string(),
+            "--port",
+            "0",
+            "--chat-template-file",
+        ])
+        .arg(&file)
+        .env_remove("MINFER_MODEL")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("chat-template-file"), "{err}");
+    assert!(!err.contains("listening"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Every refusal has its status and `{"error": {"message", "type", "param", "code"}}`, and the

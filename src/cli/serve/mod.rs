@@ -45,6 +45,8 @@ pub struct ServeArgs {
     pub api_key: Option<String>,
     pub cors: Vec<String>,
     pub max_queue: usize,
+    /// A Jinja chat template to use instead of the model's own.
+    pub chat_template: Option<String>,
     pub session: SessionOptions,
     pub flash_attn: bool,
 }
@@ -108,7 +110,14 @@ async fn serve(a: ServeArgs) -> Result<()> {
     {
         let app = app.clone();
         tokio::task::spawn_blocking(move || {
-            if let Err(e) = load(&app, &a.model, &a.session, a.flash_attn, a.parallel) {
+            if let Err(e) = load(
+                &app,
+                &a.model,
+                &a.session,
+                a.flash_attn,
+                a.chat_template.as_deref(),
+                a.parallel,
+            ) {
                 eprintln!("error: {e:#}");
                 std::process::exit(1);
             }
@@ -156,9 +165,19 @@ async fn serve(a: ServeArgs) -> Result<()> {
 }
 
 /// Loads the model and starts its scheduler; from then on the handlers serve.
-fn load(app: &App, model: &Path, session: &SessionOptions, flash_attn: bool, parallel: usize) -> Result<()> {
+fn load(
+    app: &App,
+    model: &Path,
+    session: &SessionOptions,
+    flash_attn: bool,
+    chat_template: Option<&str>,
+    parallel: usize,
+) -> Result<()> {
     let mut engine = Engine::load(model, session).with_context(|| format!("loading {}", model.display()))?;
     engine.session.set_flash_attn(flash_attn);
+    if let Some(src) = chat_template {
+        engine.set_chat_template(src).context("--chat-template-file")?;
+    }
     for line in &engine.session.log {
         eprintln!("{line}");
     }
@@ -324,4 +343,42 @@ pub(crate) fn now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn read(r: Response) -> (StatusCode, serde_json::Value) {
+        let status = r.status();
+        let bytes = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    /// Before the model is loaded, health and every generating endpoint answer 503 in their
+    /// API's shape (the loaded state is what the suite's server tests see).
+    #[tokio::test]
+    async fn while_loading_everything_is_503() {
+        let app = Arc::new(App {
+            served: OnceLock::new(),
+            api_key: None,
+            model_id: "m".into(),
+            in_flight: AtomicUsize::new(0),
+            capacity: 4,
+            next_id: AtomicUsize::new(1),
+            telemetry: telemetry::Telemetry::install().unwrap(),
+        });
+        let body = || Body::from(r#"{"messages": [{"role": "user", "content": "hi"}]}"#);
+        let (st, v) = read(health(State(app.clone())).await).await;
+        assert_eq!((st, &v["status"]), (StatusCode::SERVICE_UNAVAILABLE, &json!("loading")));
+        let (st, v) = read(openai::chat(State(app.clone()), HeaderMap::new(), body()).await).await;
+        assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+        assert_eq!(v["error"]["code"], 503, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("loading"), "{v}");
+        let (st, v) = read(ollama::chat(State(app.clone()), HeaderMap::new(), body()).await).await;
+        assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+        assert!(v["error"].as_str().unwrap().contains("loading"), "{v}");
+        // Nothing was admitted.
+        assert_eq!(app.in_flight.load(Ordering::Relaxed), 0);
+    }
 }
