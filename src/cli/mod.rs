@@ -9,7 +9,7 @@ mod progress;
 mod serve;
 mod trace;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _, Result};
@@ -207,10 +207,7 @@ impl SampleFlags {
     }
 
     fn chat_template(&self) -> Result<Option<String>> {
-        self.chat_template_file
-            .as_ref()
-            .map(|f| std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display())))
-            .transpose()
+        read_chat_template(self.chat_template_file.as_deref())
     }
 
     fn sampler(&self) -> Result<SamplerConfig> {
@@ -607,17 +604,11 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 Some(m) => m,
                 None => generate::default_model(&base.env)?,
             };
-            let chat_template = match &chat_template_file {
-                Some(p) => {
-                    let src =
-                        std::fs::read_to_string(p).with_context(|| format!("--chat-template-file {}", p.display()))?;
-                    // Refused before the server listens, not after.
-                    minfer::chat::ChatTemplate::new(&src, "", "")
-                        .with_context(|| format!("--chat-template-file {}", p.display()))?;
-                    Some(src)
-                }
-                None => None,
-            };
+            let chat_template = read_chat_template(chat_template_file.as_deref())?;
+            if let Some(src) = &chat_template {
+                // Refused before the server listens, not after.
+                minfer::chat::ChatTemplate::new(src, "", "").context("--chat-template-file")?;
+            }
             serve::run(serve::ServeArgs {
                 model,
                 chat_template,
@@ -678,4 +669,10 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             )
         }
     }
+}
+
+/// `--chat-template-file`'s text, where given.
+fn read_chat_template(path: Option<&Path>) -> Result<Option<String>> {
+    path.map(|f| std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display())))
+        .transpose()
 }
