@@ -85,6 +85,60 @@ pub enum Op {
     Output {
         x: NodeId,
     },
+    /// Expert routing (the head of llama.cpp's `build_moe_ffn`): per row of router logits
+    /// `[n_expert]`, the `k` chosen experts and their weights. → [n_tokens, 2k]: the k expert
+    /// ids (small integers, exact in f32), best first, then their k weights.
+    MoeRoute {
+        logits: NodeId,
+        k: usize,
+        gating: Gating,
+        /// Weights divided by their sum (clamped below at 2^-14, f16's smallest normal).
+        norm: bool,
+    },
+    /// Expert matmul (ggml's `MUL_MAT_ID`): slot j of row t is `W[e] · x` for the expert
+    /// e = route[t][j] of `weight` `[in, out, n_expert]`; x is one row for every slot (width
+    /// `in`) or one per slot (width k × in). → [n_tokens, k × out]
+    MatmulId {
+        x: NodeId,
+        route: NodeId,
+        weight: String,
+    },
+    /// Each slot of x plus its expert's row of `bias` `[out, n_expert]` (`ggml_add_id`).
+    AddBiasId {
+        x: NodeId,
+        route: NodeId,
+        bias: String,
+    },
+    /// Σ_j weight_j · x_j over the k slots of each row, in slot order (llama.cpp's chain of
+    /// adds over `ffn_moe_weighted`). → [n_tokens, width / k]
+    MoeSum {
+        x: NodeId,
+        route: NodeId,
+    },
+    /// gpt-oss' clamped SwiGLU (`ggml_swiglu_oai`): g = min(gate, limit), u = clamp(up, ±limit),
+    /// g · σ(alpha g) · (u + 1).
+    SwigluOai {
+        gate: NodeId,
+        up: NodeId,
+        alpha: f32,
+        limit: f32,
+    },
+    /// x · σ(g) with one g per row (`[n_tokens, 1]`), σ(g) computed as silu(g) / g as
+    /// llama.cpp's qwen2moe shared-expert gate does.
+    SigmoidGate {
+        x: NodeId,
+        gate: NodeId,
+    },
+}
+
+/// How router logits become expert weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Gating {
+    /// Softmax over all experts, top-k of the probabilities (Mixtral, Qwen MoE).
+    Softmax,
+    /// Top-k of the raw logits, softmax over the k chosen (gpt-oss).
+    SoftmaxSelected,
 }
 
 /// One attention node's heads and numerics, as every backend's attention reads them.
@@ -121,6 +175,12 @@ impl Op {
             Op::Geglu { .. } => "geglu",
             Op::Softcap { .. } => "softcap",
             Op::Output { .. } => "output",
+            Op::MoeRoute { .. } => "moe_route",
+            Op::MatmulId { .. } => "matmul_id",
+            Op::AddBiasId { .. } => "add_bias_id",
+            Op::MoeSum { .. } => "moe_sum",
+            Op::SwigluOai { .. } => "swiglu_oai",
+            Op::SigmoidGate { .. } => "sigmoid_gate",
         }
     }
 
@@ -135,9 +195,14 @@ impl Op {
             | Op::Scale { x, .. }
             | Op::Softcap { x, .. }
             | Op::Output { x } => vec![x],
+            Op::MoeRoute { logits, .. } => vec![logits],
             Op::Attention { q, k, v, .. } => vec![q, k, v],
             Op::Add { a, b } | Op::Mul { a, b } => vec![a, b],
-            Op::Swiglu { gate, up } | Op::Geglu { gate, up } => vec![gate, up],
+            Op::Swiglu { gate, up } | Op::Geglu { gate, up } | Op::SwigluOai { gate, up, .. } => vec![gate, up],
+            Op::MatmulId { x, route, .. } | Op::AddBiasId { x, route, .. } | Op::MoeSum { x, route } => {
+                vec![x, route]
+            }
+            Op::SigmoidGate { x, gate } => vec![x, gate],
         }
     }
 
@@ -147,10 +212,11 @@ impl Op {
             Op::GetRows { weight }
             | Op::Matmul { weight, .. }
             | Op::RmsNorm { weight, .. }
-            | Op::HeadNorm { weight, .. } => {
+            | Op::HeadNorm { weight, .. }
+            | Op::MatmulId { weight, .. } => {
                 vec![weight]
             }
-            Op::AddBias { bias, .. } => vec![bias],
+            Op::AddBias { bias, .. } | Op::AddBiasId { bias, .. } => vec![bias],
             _ => vec![],
         }
     }
@@ -458,17 +524,134 @@ impl<'a> Builder<'a> {
 
     /// The pre-norm decoder of the Llama family: per layer x + attn(norm(x)), then
     /// x + ffn(norm(x)); then the head.
-    pub fn pre_norm_decoder(mut self, opts: AttnOpts, act: FfnAct) -> Graph {
+    pub fn pre_norm_decoder(self, opts: AttnOpts, act: FfnAct) -> Graph {
+        self.pre_norm_decoder_with(opts, |b, il, h| b.ffn(il, h, act))
+    }
+
+    /// The pre-norm decoder with the feed-forward block `ffn(builder, layer, normed x)`
+    /// (a mixture of experts, a dense FFN plus a shared expert, …).
+    pub fn pre_norm_decoder_with(
+        mut self,
+        opts: AttnOpts,
+        mut ffn: impl FnMut(&mut Builder<'a>, usize, NodeId) -> NodeId,
+    ) -> Graph {
         let mut x = self.embed();
         for il in 0..self.hp.n_layer {
             let h = self.norm(x, &format!("blk.{il}.attn_norm.weight"), &format!("blk.{il}.attn_norm"));
             let a = self.attention(il, h, opts);
             x = self.add(x, a, &format!("blk.{il}.attn_res"));
             let h = self.norm(x, &format!("blk.{il}.ffn_norm.weight"), &format!("blk.{il}.ffn_norm"));
-            let f = self.ffn(il, h, act);
+            let f = ffn(&mut self, il, h);
             x = self.add(x, f, &format!("blk.{il}.ffn_res"));
         }
         self.head(x)
+    }
+
+    /// A mixture of experts (llama.cpp's `build_moe_ffn`): router logits (+ bias), top-k
+    /// routing, the chosen experts' gated FFNs (+ expert biases) and their weighted sum.
+    pub fn moe_ffn(&mut self, il: usize, x: NodeId, opts: MoeOpts) -> NodeId {
+        let hp = self.hp;
+        let p = format!("blk.{il}");
+        let (k, n_ff) = (hp.n_expert_used, hp.n_ff_exp);
+        let mut logits = self.matmul(
+            x,
+            &format!("{p}.ffn_gate_inp.weight"),
+            hp.n_expert,
+            &format!("{p}.ffn_moe_logits"),
+        );
+        if opts.biases {
+            logits = self.push(
+                format!("{p}.ffn_moe_logits_b"),
+                Op::AddBias {
+                    x: logits,
+                    bias: format!("{p}.ffn_gate_inp.bias"),
+                },
+                hp.n_expert,
+            );
+        }
+        let route = self.push(
+            format!("{p}.ffn_moe_route"),
+            Op::MoeRoute {
+                logits,
+                k,
+                gating: opts.gating,
+                norm: opts.norm,
+            },
+            2 * k,
+        );
+        let expert = |b: &mut Self, x: NodeId, name: &str, out: usize| {
+            let y = b.push(
+                format!("{p}.ffn_moe_{name}"),
+                Op::MatmulId {
+                    x,
+                    route,
+                    weight: format!("{p}.ffn_{name}_exps.weight"),
+                },
+                k * out,
+            );
+            if !opts.biases {
+                return y;
+            }
+            b.push(
+                format!("{p}.ffn_moe_{name}_b"),
+                Op::AddBiasId {
+                    x: y,
+                    route,
+                    bias: format!("{p}.ffn_{name}_exps.bias"),
+                },
+                k * out,
+            )
+        };
+        let up = expert(self, x, "up", n_ff);
+        let gate = expert(self, x, "gate", n_ff);
+        let h = match opts.act {
+            MoeAct::Silu => self.push(format!("{p}.ffn_moe_swiglu"), Op::Swiglu { gate, up }, k * n_ff),
+            MoeAct::SwigluOai { alpha, limit } => self.push(
+                format!("{p}.ffn_moe_swiglu_oai"),
+                Op::SwigluOai { gate, up, alpha, limit },
+                k * n_ff,
+            ),
+        };
+        let down = expert(self, h, "down", hp.n_embd);
+        self.push(format!("{p}.ffn_moe_out"), Op::MoeSum { x: down, route }, hp.n_embd)
+    }
+
+    /// The shared expert of Qwen MoE models: a dense gated FFN (`ffn_*_shexp`) scaled by
+    /// σ(`ffn_gate_inp_shexp` · x).
+    pub fn shared_expert(&mut self, il: usize, x: NodeId) -> NodeId {
+        let hp = self.hp;
+        let p = format!("blk.{il}");
+        let n_ff = hp.n_ff_shexp;
+        let g = self.matmul(
+            x,
+            &format!("{p}.ffn_gate_inp_shexp.weight"),
+            1,
+            &format!("{p}.ffn_shexp_gate_inp"),
+        );
+        let gate = self.matmul(
+            x,
+            &format!("{p}.ffn_gate_shexp.weight"),
+            n_ff,
+            &format!("{p}.ffn_shexp_gate"),
+        );
+        let up = self.matmul(
+            x,
+            &format!("{p}.ffn_up_shexp.weight"),
+            n_ff,
+            &format!("{p}.ffn_shexp_up"),
+        );
+        let h = self.push(format!("{p}.ffn_shexp_swiglu"), Op::Swiglu { gate, up }, n_ff);
+        let f = self.matmul(
+            h,
+            &format!("{p}.ffn_down_shexp.weight"),
+            hp.n_embd,
+            &format!("{p}.ffn_shexp"),
+        );
+        self.push(
+            format!("{p}.ffn_shexp_out"),
+            Op::SigmoidGate { x: f, gate: g },
+            hp.n_embd,
+        )
     }
 
     /// Keeps the output rows, final norm, LM head (tied to the embedding when there is no
@@ -497,6 +680,23 @@ pub struct AttnOpts {
     /// Scale Q before attention (attention scale 1), as llama.cpp's Gemma 3 graph does: the
     /// same product, but it is Q·scale that rounds to an f16 query, tiny values included.
     pub scale_q: bool,
+}
+
+/// A mixture-of-experts block's routing and activation, which llama.cpp fixes per
+/// architecture rather than reading from the file.
+#[derive(Clone, Copy)]
+pub struct MoeOpts {
+    pub gating: Gating,
+    pub norm: bool,
+    pub act: MoeAct,
+    /// Router and expert biases (`ffn_gate_inp.bias`, `ffn_{gate,up,down}_exps.bias`).
+    pub biases: bool,
+}
+
+#[derive(Clone, Copy)]
+pub enum MoeAct {
+    Silu,
+    SwigluOai { alpha: f32, limit: f32 },
 }
 
 #[derive(Clone, Copy)]

@@ -51,6 +51,12 @@ pub struct HParams {
     /// Multiplies the token embeddings (Gemma: sqrt(n_embd)).
     pub embd_scale: Option<f32>,
     pub tied_output: bool,
+    /// Mixture of experts: experts per layer (0: a dense FFN), chosen per token, and their FFN
+    /// width; the shared expert's width (Qwen MoE).
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    pub n_ff_exp: usize,
+    pub n_ff_shexp: usize,
 }
 
 impl HParams {
@@ -151,7 +157,11 @@ pub fn read_common(keys: &Keys, tensors: &Weights, rope_mode: RopeMode) -> Resul
     let n_layer = keys.usize("block_count")?;
     let n_head = keys.usize("attention.head_count")?;
     let n_head_kv = keys.usize_or("attention.head_count_kv", n_head)?;
-    let n_ff = keys.usize("feed_forward_length")?;
+    // Mixture-of-experts files may give only the experts' width.
+    let n_ff = match keys.u64_opt("expert_count")? {
+        Some(n) if n > 0 => keys.usize_or("feed_forward_length", 0)?,
+        _ => keys.usize("feed_forward_length")?,
+    };
     if n_embd == 0 || n_layer == 0 || n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
         return Err(Error::metadata(
             format!("{}.attention.head_count", keys.arch),
@@ -245,7 +255,52 @@ pub fn read_common(keys: &Keys, tensors: &Weights, rope_mode: RopeMode) -> Resul
         final_softcap: None,
         embd_scale: None,
         tied_output: tensors.get("output.weight").is_none(),
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        n_ff_shexp: 0,
     })
+}
+
+/// llama.cpp's `LLAMA_MAX_EXPERTS`: a file claiming more is refused.
+pub const MAX_EXPERTS: usize = 512;
+
+/// The mixture-of-experts keys (`expert_count`, `expert_used_count`, the experts' FFN width:
+/// `expert_feed_forward_length`, else `feed_forward_length` as Mixtral's `llama` files have
+/// it), checked against layer 0's expert tensors.
+pub fn read_moe(keys: &Keys, tensors: &Weights, hp: &mut HParams) -> Result<()> {
+    let key = |k: &str| format!("{}.{k}", keys.arch);
+    let n_expert = keys.usize_or("expert_count", 0)?;
+    let n_used = keys.usize_or("expert_used_count", 0)?;
+    if n_expert == 0 || n_expert > MAX_EXPERTS {
+        return Err(Error::metadata(
+            key("expert_count"),
+            format!("{n_expert} experts (a mixture of experts needs 1..={MAX_EXPERTS})"),
+        ));
+    }
+    if n_used == 0 || n_used > n_expert {
+        return Err(Error::metadata(
+            key("expert_used_count"),
+            format!("{n_used} experts per token of {n_expert}"),
+        ));
+    }
+    hp.n_expert = n_expert;
+    hp.n_expert_used = n_used;
+    hp.n_ff_exp = keys.usize_or("expert_feed_forward_length", hp.n_ff)?;
+    hp.n_ff_shexp = keys.usize_or("expert_shared_feed_forward_length", 0)?;
+    let weight = |name: &str| tensors.get(name).ok_or_else(|| Error::MissingTensor(name.to_string()));
+    check_shape(weight("blk.0.ffn_gate_inp.weight")?, &[hp.n_embd, n_expert])?;
+    for name in ["ffn_gate_exps", "ffn_up_exps"] {
+        check_shape(
+            weight(&format!("blk.0.{name}.weight"))?,
+            &[hp.n_embd, hp.n_ff_exp, n_expert],
+        )?;
+    }
+    check_shape(
+        weight("blk.0.ffn_down_exps.weight")?,
+        &[hp.n_ff_exp, hp.n_embd, n_expert],
+    )?;
+    Ok(())
 }
 
 /// Asserts a tensor's ggml shape `[ne0, ne1, …]`.
@@ -254,6 +309,10 @@ pub fn check_shape(t: &Tensor, want: &[usize]) -> Result<()> {
     let mut trimmed = got.clone();
     while trimmed.len() > want.len() && trimmed.last() == Some(&1) {
         trimmed.pop();
+    }
+    // A vector `[n]` is the matrix `[n, 1]` (qwen2moe's shared-expert gate).
+    while trimmed.len() < want.len() && want[trimmed.len()] == 1 {
+        trimmed.push(1);
     }
     if trimmed != want {
         return Err(Error::tensor(

@@ -8,7 +8,7 @@ pub mod hparams;
 use std::collections::HashMap;
 
 pub use arch::Arch;
-pub use graph::{Attn, Graph, GraphKey, Node, NodeId, Op};
+pub use graph::{Attn, Gating, Graph, GraphKey, Node, NodeId, Op};
 pub use hparams::{HParams, Rope, RopeMode};
 
 use crate::error::{Error, Result};
@@ -89,6 +89,35 @@ impl Model {
                 Op::AddBias { bias: w, .. } | Op::RmsNorm { weight: w, .. } => {
                     let t = self.weight(w)?;
                     hparams::check_shape(t, &[node.width])?;
+                    check_float(t)?;
+                }
+                Op::MatmulId { x, route, weight } => {
+                    let t = self.weight(weight)?;
+                    let k = in_width(*route) / 2;
+                    let n_in = t.row_len();
+                    let n_out = t.shape.get(1).copied().unwrap_or(0) as usize;
+                    let per_slot = in_width(*x) == k * n_in && k > 1;
+                    if t.shape.len() != 3 || n_out * k != node.width || !(in_width(*x) == n_in || per_slot) {
+                        return Err(Error::tensor(
+                            weight,
+                            format!(
+                                "shape {:?} is not [{}, {}, n_expert] experts for {k} slots",
+                                t.shape,
+                                in_width(*x),
+                                node.width / k.max(1)
+                            ),
+                        ));
+                    }
+                }
+                Op::AddBiasId { route, bias, .. } => {
+                    let t = self.weight(bias)?;
+                    let k = in_width(*route) / 2;
+                    if t.shape.len() != 2 || t.row_len() * k != node.width {
+                        return Err(Error::tensor(
+                            bias,
+                            format!("shape {:?} is not [{}, n_expert]", t.shape, node.width / k.max(1)),
+                        ));
+                    }
                     check_float(t)?;
                 }
                 Op::HeadNorm { weight, head_dim, .. } => {

@@ -172,6 +172,10 @@ fn hparams(n_vocab: usize, n_head: usize, n_head_kv: usize, head_dim: usize) -> 
         final_softcap: None,
         embd_scale: None,
         tied_output: false,
+        n_expert: 0,
+        n_expert_used: 0,
+        n_ff_exp: 0,
+        n_ff_shexp: 0,
     }
 }
 

@@ -14,6 +14,7 @@
 //! - `gguf`      — the container: round trips, split files, real models, hostile files
 //! - `hf`        — safetensors directories vs transformers and GGUF; HF cache resolution; hostile files
 //! - `model`     — whole-model logits against llama.cpp and transformers (CPU backend)
+//! - `moe`       — mixtures of experts: random MoE models against both oracles, the routing
 //! - `serve`     — the HTTP server: answers as `run`, streaming, concurrency, hang-ups, errors;
 //!   `serve/ollama` (Ollama's API)
 //! - `tiny`      — tiny random models per architecture: prefill/decode, caches, threads, bad shapes
@@ -41,6 +42,7 @@ mod gguf;
 mod gpu;
 mod hf;
 mod model;
+mod moe;
 mod quant;
 #[cfg(feature = "server")]
 mod serve;
@@ -56,6 +58,7 @@ fn main() {
     tests.extend(gguf::tests());
     tests.extend(hf::tests());
     tests.extend(model::tests());
+    tests.extend(moe::tests());
     tests.extend(quant::tests());
     #[cfg(feature = "server")]
     {

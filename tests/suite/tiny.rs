@@ -30,6 +30,8 @@ const N_HEAD_KV: usize = 2;
 const HEAD_DIM: usize = 32;
 const N_VOCAB: usize = 96;
 const N_LAYER: usize = 3;
+const N_EXPERT: usize = 4;
+const N_FF_EXP: usize = 32;
 
 /// Deterministic values from a tensor's name (FNV-1a seed, xorshift stream).
 fn values(name: &str, n: usize, scale: f32) -> Vec<f32> {
@@ -68,6 +70,15 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
         w.set("gemma3.attention.sliding_window_pattern", u(2));
         w.set("gemma3.final_logit_softcapping", Value::F32(30.0));
     }
+    let moe = matches!(arch, Arch::Qwen3Moe | Arch::Qwen2Moe);
+    if moe {
+        w.set(&format!("{a}.expert_count"), u(N_EXPERT));
+        w.set(&format!("{a}.expert_used_count"), u(2));
+        w.set(&format!("{a}.expert_feed_forward_length"), u(N_FF_EXP));
+    }
+    if arch == Arch::Qwen2Moe {
+        w.set(&format!("{a}.expert_shared_feed_forward_length"), u(N_FF));
+    }
     let tokens: Vec<Value> = (0..N_VOCAB).map(|i| Value::String(format!("t{i}"))).collect();
     w.set("tokenizer.ggml.tokens", Value::Array(ValueType::String, tokens));
 
@@ -85,17 +96,37 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
             ("ffn_up", N_EMBD, N_FF),
             ("ffn_down", N_FF, N_EMBD),
         ] {
+            if moe && n.starts_with("ffn_") {
+                continue;
+            }
             mats.push((format!("{p}.{n}.weight"), vec![i as u64, o as u64]));
+        }
+        if moe {
+            let (e, f) = (N_EXPERT as u64, N_FF_EXP as u64);
+            mats.push((format!("{p}.ffn_gate_inp.weight"), vec![N_EMBD as u64, e]));
+            mats.push((format!("{p}.ffn_gate_exps.weight"), vec![N_EMBD as u64, f, e]));
+            mats.push((format!("{p}.ffn_up_exps.weight"), vec![N_EMBD as u64, f, e]));
+            mats.push((format!("{p}.ffn_down_exps.weight"), vec![f, N_EMBD as u64, e]));
+        }
+        if arch == Arch::Qwen2Moe {
+            for (n, i, o) in [
+                ("ffn_gate_shexp", N_EMBD, N_FF),
+                ("ffn_up_shexp", N_EMBD, N_FF),
+                ("ffn_down_shexp", N_FF, N_EMBD),
+            ] {
+                mats.push((format!("{p}.{n}.weight"), vec![i as u64, o as u64]));
+            }
+            vecs.push((format!("{p}.ffn_gate_inp_shexp.weight"), N_EMBD));
         }
         vecs.push((format!("{p}.attn_norm.weight"), N_EMBD));
         vecs.push((format!("{p}.ffn_norm.weight"), N_EMBD));
         match arch {
-            Arch::Qwen2 => {
+            Arch::Qwen2 | Arch::Qwen2Moe => {
                 vecs.push((format!("{p}.attn_q.bias"), q));
                 vecs.push((format!("{p}.attn_k.bias"), kv));
                 vecs.push((format!("{p}.attn_v.bias"), kv));
             }
-            Arch::Qwen3 | Arch::Gemma3 => {
+            Arch::Qwen3 | Arch::Gemma3 | Arch::Qwen3Moe => {
                 vecs.push((format!("{p}.attn_q_norm.weight"), HEAD_DIM));
                 vecs.push((format!("{p}.attn_k_norm.weight"), HEAD_DIM));
             }
@@ -106,7 +137,7 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
             vecs.push((format!("{p}.post_ffw_norm.weight"), N_EMBD));
         }
     }
-    if arch == Arch::Llama {
+    if matches!(arch, Arch::Llama | Arch::Qwen2Moe) {
         mats.push(("output.weight".into(), vec![N_EMBD as u64, N_VOCAB as u64]));
     }
     edit(&mut mats);

@@ -5,6 +5,7 @@ pub mod attention;
 pub mod dot;
 pub mod ggml_order;
 pub mod matmul;
+pub mod moe;
 pub mod ops;
 pub mod pool;
 
@@ -124,8 +125,12 @@ struct Instr {
     weight: Option<Tensor>,
     /// Float copy of a vector weight (norms, biases): small, decoded once per plan.
     vector: Vec<f32>,
+    /// The experts of a `matmul_id` weight, as `[in, out]` windows.
+    experts: Vec<Tensor>,
     out: usize,
     inputs: Vec<usize>,
+    /// Row widths of the inputs.
+    in_widths: Vec<usize>,
     width: usize,
     rows: usize,
     in_rows: usize,
@@ -152,16 +157,25 @@ fn compile(model: &Model, g: &Graph) -> Result<Program> {
         let out = live.place(g, i, (n.rows * n.width) as u64);
         let weight = n.op.weights().first().map(|w| model.weight(w).cloned()).transpose()?;
         let vector = match (&n.op, &weight) {
-            (Op::RmsNorm { .. } | Op::HeadNorm { .. } | Op::AddBias { .. }, Some(t)) => t.to_f32()?,
+            (Op::RmsNorm { .. } | Op::HeadNorm { .. } | Op::AddBias { .. } | Op::AddBiasId { .. }, Some(t)) => {
+                t.to_f32()?
+            }
             _ => Vec::new(),
         };
+        let experts = match (&n.op, &weight) {
+            (Op::MatmulId { .. }, Some(t)) => moe::expert_views(t)?,
+            _ => Vec::new(),
+        };
+        let in_widths = n.op.inputs().iter().map(|&j| g.nodes[j].width).collect();
         let in_rows = n.op.inputs().first().map_or(n.rows, |&j: &NodeId| g.nodes[j].rows);
         steps.push(Instr {
             op: n.op.clone(),
             weight,
             vector,
+            experts,
             out,
             inputs,
+            in_widths,
             width: n.width,
             rows: n.rows,
             in_rows,
@@ -315,6 +329,45 @@ impl CpuContext {
                     let x = &bufs[s.inputs[0]];
                     y[..size].copy_from_slice(&x[..size]);
                     ops::softcap(&mut y[..size], *cap);
+                }
+                &Op::MoeRoute { k, gating, norm, .. } => {
+                    let n_expert = s.in_widths[0];
+                    let x = &bufs[s.inputs[0]][..s.rows * n_expert];
+                    moe::route(x, n_expert, k, gating, norm, &mut y[..size]);
+                }
+                Op::MatmulId { .. } => {
+                    let (x, route) = (&bufs[s.inputs[0]], &bufs[s.inputs[1]]);
+                    let k = s.in_widths[1] / 2;
+                    moe::matmul_id(
+                        &pool,
+                        self.kernels,
+                        &s.experts,
+                        x,
+                        s.in_widths[0],
+                        route,
+                        s.rows,
+                        k,
+                        &mut y[..size],
+                        &mut self.act,
+                    )?;
+                }
+                Op::AddBiasId { .. } => {
+                    let (x, route) = (&bufs[s.inputs[0]], &bufs[s.inputs[1]]);
+                    let k = s.in_widths[1] / 2;
+                    moe::add_bias_id(&x[..size], route, &s.vector, s.width / k, k, &mut y[..size])?;
+                }
+                Op::MoeSum { .. } => {
+                    let (x, route) = (&bufs[s.inputs[0]], &bufs[s.inputs[1]]);
+                    let k = s.in_widths[1] / 2;
+                    moe::moe_sum(&x[..size * k], route, s.width, k, &mut y[..size]);
+                }
+                &Op::SwigluOai { alpha, limit, .. } => {
+                    let (a, b) = (&bufs[s.inputs[0]][..size], &bufs[s.inputs[1]][..size]);
+                    moe::swiglu_oai(a, b, alpha, limit, &mut y[..size]);
+                }
+                Op::SigmoidGate { .. } => {
+                    let (x, g) = (&bufs[s.inputs[0]][..size], &bufs[s.inputs[1]][..s.rows]);
+                    moe::sigmoid_gate(x, g, s.width, &mut y[..size]);
                 }
                 Op::Output { .. } => {
                     let x = &bufs[s.inputs[0]];

@@ -218,6 +218,14 @@ pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> R
                     node.name, node.width
                 ));
             }
+            Op::MoeRoute { .. }
+            | Op::MatmulId { .. }
+            | Op::AddBiasId { .. }
+            | Op::MoeSum { .. }
+            | Op::SwigluOai { .. }
+            | Op::SigmoidGate { .. } => {
+                return refuse(format!("{}: no {backend} kernel for {}", node.name, node.op.kind()));
+            }
             _ => {}
         }
     }

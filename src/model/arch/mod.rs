@@ -3,7 +3,9 @@
 mod gemma3;
 mod llama;
 mod qwen2;
+mod qwen2moe;
 mod qwen3;
+mod qwen3moe;
 
 use crate::error::{Error, Result};
 use crate::model::graph::{Builder, Graph};
@@ -16,10 +18,19 @@ pub enum Arch {
     Qwen2,
     Qwen3,
     Gemma3,
+    Qwen3Moe,
+    Qwen2Moe,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 4] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3];
+    pub const ALL: [Arch; 6] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Gemma3,
+        Arch::Qwen3Moe,
+        Arch::Qwen2Moe,
+    ];
 
     /// Dispatch happens here, once, on the `general.architecture` string.
     pub fn from_name(name: &str) -> Result<Arch> {
@@ -28,6 +39,8 @@ impl Arch {
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "gemma3" => Arch::Gemma3,
+            "qwen3moe" => Arch::Qwen3Moe,
+            "qwen2moe" => Arch::Qwen2Moe,
             other => return Err(Error::UnknownArchitecture(other.to_string())),
         })
     }
@@ -38,6 +51,8 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::Qwen2Moe => "qwen2moe",
         }
     }
 
@@ -47,6 +62,8 @@ impl Arch {
             Arch::Qwen2 => qwen2::hparams(keys, tensors),
             Arch::Qwen3 => qwen3::hparams(keys, tensors),
             Arch::Gemma3 => gemma3::hparams(keys, tensors),
+            Arch::Qwen3Moe => qwen3moe::hparams(keys, tensors),
+            Arch::Qwen2Moe => qwen2moe::hparams(keys, tensors),
         }
     }
 
@@ -56,6 +73,8 @@ impl Arch {
             Arch::Qwen2 => qwen2::build(b),
             Arch::Qwen3 => qwen3::build(b),
             Arch::Gemma3 => gemma3::build(b),
+            Arch::Qwen3Moe => qwen3moe::build(b),
+            Arch::Qwen2Moe => qwen2moe::build(b),
         }
     }
 }

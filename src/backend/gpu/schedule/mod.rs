@@ -189,6 +189,12 @@ pub fn schedule(
             | Op::Scale { .. }
             | Op::Softcap { .. } => b.elementwise(node, out)?,
             Op::Output { x } => b.output(node, *x, out),
+            Op::MoeRoute { .. }
+            | Op::MatmulId { .. }
+            | Op::AddBiasId { .. }
+            | Op::MoeSum { .. }
+            | Op::SwigluOai { .. }
+            | Op::SigmoidGate { .. } => return Err(format!("{}: no GPU kernel for {}", node.name, node.op.kind())),
         };
         b.stages.push(stage);
     }

@@ -1,0 +1,231 @@
+//! The CPU's mixture-of-experts ops: routing, the expert matmul, expert biases and the
+//! weighted sum (llama.cpp's `build_moe_ffn` over ggml-cpu's `argsort`, `soft_max`,
+//! `mul_mat_id`, `add_id`, `mul` and `add`).
+//!
+//! A route row is `[id_0 … id_{k-1}, w_0 … w_{k-1}]`: the chosen experts best first, their
+//! ids as f32 (exact: ids are below 2^24), then their weights.
+
+use super::dot::Isa;
+use super::matmul::{self, Groups};
+use super::ops;
+use super::pool::Pool;
+use crate::error::{Error, Result};
+use crate::model::Gating;
+use crate::tensor::Tensor;
+
+/// llama.cpp clamps the sum of the chosen weights to f16's smallest normal before dividing.
+const MIN_WEIGHT_SUM: f32 = 6.103_515_625e-5;
+
+/// Routes every row of `logits` (`[rows, n_expert]`) into `route` (`[rows, 2k]`).
+pub fn route(logits: &[f32], n_expert: usize, k: usize, gating: Gating, norm: bool, route: &mut [f32]) {
+    let mut probs = vec![0f32; n_expert];
+    let mut order: Vec<usize> = Vec::with_capacity(n_expert);
+    for (l, r) in logits.chunks_exact(n_expert).zip(route.chunks_exact_mut(2 * k)) {
+        probs.copy_from_slice(l);
+        if gating == Gating::Softmax {
+            ops::softmax(&mut probs);
+        }
+        // ggml_argsort (descending), then the first k; ties go to the lower id.
+        order.clear();
+        order.extend(0..n_expert);
+        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+        let (ids, w) = r.split_at_mut(k);
+        for ((id, w), &e) in ids.iter_mut().zip(w.iter_mut()).zip(&order) {
+            *id = e as f32;
+            *w = probs[e];
+        }
+        if gating == Gating::SoftmaxSelected {
+            ops::softmax(w);
+        }
+        if norm {
+            // ggml_sum_rows sums in f64.
+            let sum = (w.iter().map(|&v| v as f64).sum::<f64>() as f32).max(MIN_WEIGHT_SUM);
+            w.iter_mut().for_each(|v| *v /= sum);
+        }
+    }
+}
+
+/// The expert of slot `j` of a route row, checked against the number of experts (a route
+/// is the engine's own output, but a bad one must not index out of the weights).
+fn expert_of(route: &[f32], j: usize, n_expert: usize) -> Result<usize> {
+    let e = route[j];
+    if e >= 0.0 && (e as usize) < n_expert {
+        Ok(e as usize)
+    } else {
+        Err(Error::InvalidArgument(format!("expert id {e} of {n_expert}")))
+    }
+}
+
+/// The expert matmul: for every row t and slot j, `y[t, j] = experts[e] · x[t, j or 0]` with
+/// e the slot's expert. Tokens are grouped by expert, so each expert's rows are read once
+/// for all the tokens that chose it and an expert nobody chose is not read at all. Each
+/// (token, row) product is the single dot ggml's `mul_mat_id` takes: every token is its own
+/// matmul group.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_id(
+    pool: &Pool,
+    kernels: &Isa,
+    experts: &[Tensor],
+    x: &[f32],
+    x_width: usize,
+    route: &[f32],
+    rows: usize,
+    k: usize,
+    y: &mut [f32],
+    act: &mut Vec<u8>,
+) -> Result<()> {
+    let Some(first) = experts.first() else {
+        return Err(Error::InvalidArgument("matmul_id without experts".into()));
+    };
+    let (n_in, n_out) = (first.row_len(), first.n_rows());
+    let per_slot = x_width != n_in;
+    let mut slots: Vec<Vec<(usize, usize)>> = vec![Vec::new(); experts.len()];
+    for t in 0..rows {
+        let r = &route[t * 2 * k..(t + 1) * 2 * k];
+        for j in 0..k {
+            slots[expert_of(r, j, experts.len())?].push((t, j));
+        }
+    }
+    let mut xs: Vec<f32> = Vec::new();
+    let mut ys: Vec<f32> = Vec::new();
+    for (w, slots) in experts.iter().zip(&slots) {
+        if slots.is_empty() {
+            continue;
+        }
+        let n = slots.len();
+        xs.clear();
+        for &(t, j) in slots {
+            let off = t * x_width + if per_slot { j * n_in } else { 0 };
+            xs.extend_from_slice(&x[off..off + n_in]);
+        }
+        ys.resize(n * n_out, 0.0);
+        let groups = Groups {
+            groups: (0..n).map(|i| vec![i]).collect(),
+        };
+        matmul::matmul(pool, kernels, w, &xs, n, &mut ys, act, Some(&groups));
+        for (&(t, j), yr) in slots.iter().zip(ys.chunks_exact(n_out)) {
+            let off = (t * k + j) * n_out;
+            y[off..off + n_out].copy_from_slice(yr);
+        }
+    }
+    Ok(())
+}
+
+/// `y[t, j] = x[t, j] + bias[e]` (`bias` `[n_expert][width]`, `x`, `y` `[rows, k, width]`).
+pub fn add_bias_id(x: &[f32], route: &[f32], bias: &[f32], width: usize, k: usize, y: &mut [f32]) -> Result<()> {
+    let n_expert = bias.len() / width.max(1);
+    for (t, (yr, xr)) in y.chunks_exact_mut(k * width).zip(x.chunks_exact(k * width)).enumerate() {
+        let r = &route[t * 2 * k..(t + 1) * 2 * k];
+        for j in 0..k {
+            let e = expert_of(r, j, n_expert)?;
+            let b = &bias[e * width..(e + 1) * width];
+            let (ys, xs) = (&mut yr[j * width..(j + 1) * width], &xr[j * width..(j + 1) * width]);
+            ys.iter_mut().zip(xs).zip(b).for_each(|((y, &x), &b)| *y = x + b);
+        }
+    }
+    Ok(())
+}
+
+/// `y[t] = Σ_j w_j · x[t, j]`: each slot scaled by its weight (`ggml_mul`), then added in
+/// slot order (llama.cpp's chain of `ggml_add`).
+pub fn moe_sum(x: &[f32], route: &[f32], width: usize, k: usize, y: &mut [f32]) {
+    for (t, (yr, xr)) in y.chunks_exact_mut(width).zip(x.chunks_exact(k * width)).enumerate() {
+        let w = &route[t * 2 * k + k..(t + 1) * 2 * k];
+        for (i, v) in yr.iter_mut().enumerate() {
+            let mut s = xr[i] * w[0];
+            for j in 1..k {
+                s += xr[j * width + i] * w[j];
+            }
+            *v = s;
+        }
+    }
+}
+
+/// `ggml_compute_forward_swiglu_oai_f32`.
+pub fn swiglu_oai(gate: &[f32], up: &[f32], alpha: f32, limit: f32, y: &mut [f32]) {
+    for ((y, &g), &u) in y.iter_mut().zip(gate).zip(up) {
+        let x = g.min(limit);
+        let u = u.clamp(-limit, limit);
+        let glu = x / (1.0 + (alpha * -x).exp());
+        *y = glu * (u + 1.0);
+    }
+}
+
+/// `x · σ(g)` per row, σ as llama.cpp's qwen2moe computes it: `ggml_silu` then `ggml_div`.
+pub fn sigmoid_gate(x: &[f32], gate: &[f32], width: usize, y: &mut [f32]) {
+    for ((yr, xr), &g) in y.chunks_exact_mut(width).zip(x.chunks_exact(width)).zip(gate) {
+        let s = (g / (1.0 + (-g).exp())) / g;
+        yr.iter_mut().zip(xr).for_each(|(y, &x)| *y = x * s);
+    }
+}
+
+/// The experts of a `[in, out, n_expert]` tensor as `[in, out]` matrices: zero-copy windows.
+pub fn expert_views(t: &Tensor) -> Result<Vec<Tensor>> {
+    let (n_out, n_expert) = match t.shape[..] {
+        [_, o, e] => (o as usize, e as usize),
+        _ => {
+            return Err(Error::tensor(
+                &t.name,
+                format!("shape {:?} is not [in, out, n_expert]", t.shape),
+            ))
+        }
+    };
+    let bytes = n_out * t.row_bytes();
+    (0..n_expert)
+        .map(|e| {
+            let data = t
+                .data
+                .slice(e * bytes, bytes)
+                .ok_or_else(|| Error::tensor(&t.name, format!("expert {e} lies outside the data")))?;
+            Ok(Tensor {
+                name: format!("{}[{e}]", t.name),
+                shape: vec![t.shape[0], n_out as u64],
+                data,
+                ..t.clone()
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Softmax routing with renormalisation against a direct computation.
+    #[test]
+    fn softmax_routing_picks_the_largest_and_renormalises() {
+        let logits = [0.5f32, 2.0, -1.0, 1.5];
+        let mut r = [0f32; 4];
+        route(&logits, 4, 2, Gating::Softmax, true, &mut r);
+        assert_eq!(&r[..2], &[1.0, 3.0]);
+        let (a, b) = (2.0f32.exp(), 1.5f32.exp());
+        assert!(
+            (r[2] - a / (a + b)).abs() < 1e-6 && (r[3] - b / (a + b)).abs() < 1e-6,
+            "{r:?}"
+        );
+        // Without renormalisation the weights are the probabilities over all four.
+        route(&logits, 4, 2, Gating::Softmax, false, &mut r);
+        let z: f32 = logits.iter().map(|v| v.exp()).sum();
+        assert!((r[2] - a / z).abs() < 1e-6, "{r:?}");
+        // gpt-oss: top-k of the raw logits, softmax over those k.
+        route(&logits, 4, 2, Gating::SoftmaxSelected, false, &mut r);
+        assert_eq!(&r[..2], &[1.0, 3.0]);
+        assert!((r[2] - a / (a + b)).abs() < 1e-6, "{r:?}");
+    }
+
+    #[test]
+    fn weighted_sum_and_biases_follow_the_route() {
+        // Two rows, k = 2, width 2; experts 3 then 0, and 1 then 2.
+        let route = [3.0, 0.0, 0.75, 0.25, 1.0, 2.0, 0.5, 0.5];
+        let x = [1.0, 2.0, 10.0, 20.0, 4.0, 4.0, 8.0, 0.0];
+        let mut y = [0f32; 4];
+        moe_sum(&x, &route, 2, 2, &mut y);
+        assert_eq!(y, [3.25, 6.5, 6.0, 2.0]);
+        let bias: Vec<f32> = (0..8).map(|i| i as f32 * 100.0).collect();
+        let mut yb = [0f32; 8];
+        add_bias_id(&x, &route, &bias, 2, 2, &mut yb).unwrap();
+        assert_eq!(yb, [601.0, 702.0, 10.0, 120.0, 204.0, 304.0, 408.0, 500.0]);
+        let bad = [7.0, 0.0, 0.5, 0.5, 1.0, 2.0, 0.5, 0.5];
+        assert!(add_bias_id(&x, &bad, &bias, 2, 2, &mut yb).is_err());
+    }
+}
