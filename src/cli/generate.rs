@@ -104,6 +104,14 @@ pub struct RunArgs {
     pub draft_max: usize,
     /// `--json-schema` / `--grammar`.
     pub constraint: Option<minfer::constrain::ConstraintSpec>,
+    /// `--logits-out`: every prompt position's logits, as .npy.
+    pub logits_out: Option<PathBuf>,
+}
+
+/// What `run` was given: text (templated unless `--raw`) or token ids (`--prompt-ids`).
+pub enum Prompt {
+    Text(String),
+    Ids(Vec<u32>),
 }
 
 fn load(model: &Path, a: &RunArgs) -> Result<Engine> {
@@ -158,22 +166,33 @@ fn prefault_with_progress(model: &minfer::Model) {
     bar.finish_and_clear();
 }
 
-pub fn run(model: &Path, prompt: &str, a: &RunArgs) -> Result<()> {
+pub fn run(model: &Path, prompt: &Prompt, a: &RunArgs) -> Result<()> {
     let mut engine = load(model, a)?;
-    let ids = if a.raw || engine.template.is_none() {
-        if a.system.is_some() && !a.raw {
-            bail!("--system needs a chat template, and this model has none");
+    let ids = match prompt {
+        Prompt::Text(text) => prompt_ids(&engine, text, a)?,
+        Prompt::Ids(ids) => {
+            let n_vocab = engine.session.n_vocab();
+            if let Some(&bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
+                bail!("--prompt-ids: token id {bad} is not below the vocabulary size {n_vocab}");
+            }
+            ids.clone()
         }
-        engine.tokenize(prompt, true, true)?
-    } else {
-        let mut msgs = Vec::new();
-        if let Some(s) = &a.system {
-            msgs.push(ChatMessage::new("system", s.as_str()));
-        }
-        msgs.push(ChatMessage::new("user", prompt));
-        let text = engine.apply_chat_template(&msgs, true)?;
-        engine.tokenize(&text, true, true)?
     };
+    if let Some(path) = &a.logits_out {
+        let logits = engine.session.eval(&ids, true)?;
+        write_npy_f32(path, &logits, ids.len(), engine.session.n_vocab())
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!(
+            "logits: {} positions × {} written to {}",
+            ids.len(),
+            engine.session.n_vocab(),
+            path.display()
+        );
+        if a.n_predict == 0 {
+            return Ok(());
+        }
+        engine.reset();
+    }
     let opts = GenerateOptions {
         max_tokens: a.n_predict,
         sampler: a.sampler.clone(),
@@ -322,4 +341,42 @@ pub fn tokenize(model: &Path, text: &str, json: bool, no_special: bool) -> Resul
         }
     }
     Ok(())
+}
+
+/// A float32 `[rows, cols]` array as NumPy's `.npy` (format 1.0, little-endian, C order),
+/// written to a temporary file first so a failed write leaves no half file at `path`.
+fn write_npy_f32(path: &Path, data: &[f32], rows: usize, cols: usize) -> Result<()> {
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
+    // Magic, version and length take 10 bytes; the header ends in '\n' at a multiple of 64.
+    let total = (10 + header.len() + 1).next_multiple_of(64);
+    header.push_str(&" ".repeat(total - 10 - header.len() - 1));
+    header.push('\n');
+    let mut bytes = Vec::with_capacity(total + data.len() * 4);
+    bytes.extend_from_slice(b"\x93NUMPY\x01\x00");
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend(data.iter().flat_map(|v| v.to_le_bytes()));
+    let tmp = path.with_extension("npy.partial");
+    std::fs::write(&tmp, &bytes)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// The prompt's ids as `run` feeds them: the chat template applied unless `--raw` (or the
+/// model has none), BOS as the model adds it.
+fn prompt_ids(engine: &Engine, prompt: &str, a: &RunArgs) -> Result<Vec<u32>> {
+    Ok(if a.raw || engine.template.is_none() {
+        if a.system.is_some() && !a.raw {
+            bail!("--system needs a chat template, and this model has none");
+        }
+        engine.tokenize(prompt, true, true)?
+    } else {
+        let mut msgs = Vec::new();
+        if let Some(s) = &a.system {
+            msgs.push(ChatMessage::new("system", s.as_str()));
+        }
+        msgs.push(ChatMessage::new("user", prompt));
+        let text = engine.apply_chat_template(&msgs, true)?;
+        engine.tokenize(&text, true, true)?
+    })
 }

@@ -109,6 +109,22 @@ fn checked(spec: minfer::constrain::ConstraintSpec, flag: &str) -> Result<minfer
     Ok(spec)
 }
 
+/// `--prompt-ids`: comma-separated token ids.
+#[derive(Clone)]
+struct TokenIds(Vec<u32>);
+
+fn parse_ids(s: &str) -> std::result::Result<TokenIds, String> {
+    let ids = s
+        .split(',')
+        .map(|t| {
+            t.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("'{}' is not a token id", t.trim()))
+        })
+        .collect::<std::result::Result<Vec<u32>, String>>()?;
+    Ok(TokenIds(ids))
+}
+
 fn parse_spec(s: &str) -> std::result::Result<Speculation, String> {
     Speculation::parse(s).map_err(|e| e.to_string())
 }
@@ -254,6 +270,13 @@ enum Cmd {
         /// Write the decode graph to FILE (.json, else Graphviz dot)
         #[arg(long = "dump-graph")]
         dump_graph: Option<PathBuf>,
+        /// The prompt as token ids (`1,2,3`): fed as given, no tokenizer, template or BOS
+        #[arg(long = "prompt-ids", value_parser = parse_ids)]
+        prompt_ids: Option<TokenIds>,
+        /// Write the logits of every prompt position to FILE (.npy, float32 [n_prompt, n_vocab])
+        /// before generating; with -n 0, only that
+        #[arg(long = "logits-out")]
+        logits_out: Option<PathBuf>,
     },
     /// Chat with a model: `/reset`, `/exit`, Ctrl-C stops an answer
     Chat {
@@ -458,14 +481,18 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             raw,
             json,
             dump_graph: dg,
+            prompt_ids,
+            logits_out,
         } => {
             let (model, prompt) = generate::split_model_prompt(&args, &base.env)?;
             if let Some(f) = dg {
                 dump_graph(&model, &f)?;
             }
-            let prompt = match prompt {
-                Some(p) => p,
-                None => generate::read_stdin_prompt()?,
+            let prompt = match (prompt, &prompt_ids) {
+                (Some(_), Some(_)) => anyhow::bail!("give the prompt as text or as --prompt-ids, not both"),
+                (Some(p), None) => generate::Prompt::Text(p),
+                (None, Some(ids)) => generate::Prompt::Ids(ids.0.clone()),
+                (None, None) => generate::Prompt::Text(generate::read_stdin_prompt()?),
             };
             let a = generate::RunArgs {
                 session: engine.session(base),
@@ -482,6 +509,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 draft: sample.draft.clone(),
                 draft_max: sample.draft_max,
                 constraint: sample.constraint()?,
+                logits_out,
             };
             generate::run(&model, &prompt, &a)
         }
@@ -505,6 +533,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 draft: sample.draft.clone(),
                 draft_max: sample.draft_max,
                 constraint: sample.constraint()?,
+                logits_out: None,
             };
             generate::chat(&model, &a)
         }

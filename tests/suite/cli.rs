@@ -14,6 +14,7 @@ tests![
     chat_over_a_pipe_answers_and_resets,
     bad_input_is_a_clear_error,
     trace_holds_one_node_against_the_first_backend,
+    logits_out_holds_against_a_recorded_reference,
 ];
 
 const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -279,4 +280,60 @@ fn trace_holds_one_node_against_the_first_backend() {
         .arg(&model)
         .args(["blk.3.nope", "Hi", "--backend", "cpu"]);
     expect_failure(&run(c, None), "blk.3.nope");
+}
+
+/// `run --prompt-ids … --logits-out F.npy -n 0` writes every prompt position's logits, which
+/// hold against transformers' recording for the same ids; bad ids are clear errors.
+fn logits_out_holds_against_a_recorded_reference() {
+    let t = "logits_out_holds_against_a_recorded_reference";
+    let Some(root) = common::ref_dir(t) else {
+        return;
+    };
+    let hf = common::read_json(&root.join("random/refs/qwen3moe.hf-fp32.json"));
+    let prompt = crate::model::ids(&hf["prompt_ids"]);
+    let ids: Vec<String> = prompt.iter().map(|i| i.to_string()).collect();
+    let gguf = root.join("random/gguf/qwen3moe-f32.gguf");
+    let dir = crate::gguf::tempdir("cli-logits-out");
+    let out = dir.join("logits.npy");
+    let mut c = bin();
+    c.arg("run")
+        .arg(&gguf)
+        .args([
+            "--prompt-ids",
+            &ids.join(","),
+            "-n",
+            "0",
+            "--backend",
+            "cpu",
+            "--cache-type",
+            "f16",
+        ])
+        .arg("--logits-out")
+        .arg(&out);
+    let o = run(c, None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let raw = std::fs::read(&out).unwrap();
+    let header = String::from_utf8_lossy(&raw[10..128.min(raw.len())]).to_string();
+    assert!(
+        header.contains(&format!("'shape': ({}, 1024)", prompt.len())),
+        "{header}"
+    );
+    assert_eq!(
+        (10 + u16::from_le_bytes([raw[8], raw[9]]) as usize) % 64,
+        0,
+        "header not 64-aligned"
+    );
+    let got = common::read_npy_f32(&out);
+    let want = common::read_npy_f32(&root.join("random/refs/qwen3moe.hf-fp32.all_logits.npy"));
+    assert_eq!(got.len(), prompt.len() * 1024);
+    let (maxd, _) = crate::model::diff(&got, &want);
+    assert!(maxd <= 5e-3, "max |Δ| {maxd} against transformers");
+    for (bad, needle) in [("1,x,3", "'x' is not a token id"), ("1,5000", "token id 5000")] {
+        let mut c = bin();
+        c.arg("run").arg(&gguf).args(["--prompt-ids", bad, "-n", "0"]);
+        expect_failure(&run(c, None), needle);
+    }
+    let mut c = bin();
+    c.arg("run").arg(&gguf).args(["hello", "--prompt-ids", "1,2"]);
+    expect_failure(&run(c, None), "not both");
 }
