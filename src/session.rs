@@ -26,6 +26,9 @@ pub struct SessionOptions {
     pub gpu: Option<usize>,
     /// CPU ISA, wgpu and CUDA switches, profiling, the upload progress callback.
     pub backend_options: BackendOptions,
+    /// Leave every FFN and expert tensor out (`Model::without_ffn`, `--no-ffn`): attention-only
+    /// graphs for attention analysis. **The outputs are not the model's.**
+    pub drop_ffn: bool,
 }
 
 impl Default for SessionOptions {
@@ -38,6 +41,7 @@ impl Default for SessionOptions {
             kv_type: None,
             gpu: None,
             backend_options: BackendOptions::default(),
+            drop_ffn: false,
         }
     }
 }
@@ -141,7 +145,21 @@ impl Session {
     /// A session on the first of `cands` whose gate takes the model (`opts.backend`,
     /// `threads`, `gpu` and `backend_options` are not consulted): for programs that build
     /// their own backends.
+    /// Weight bytes the backend holds in its own memory (0 for the CPU, which reads the
+    /// mapped file).
+    pub fn resident_bytes(&self) -> u64 {
+        self.ctx.resident_bytes()
+    }
+
     pub fn on(cands: Vec<Arc<dyn backend::Backend>>, model: Arc<Model>, opts: &SessionOptions) -> Result<Session> {
+        let mut dropped = None;
+        let model = if opts.drop_ffn && !model.hparams.drop_ffn {
+            let (m, d) = model.without_ffn()?;
+            dropped = Some(d);
+            Arc::new(m)
+        } else {
+            model
+        };
         let kv_type = match opts.kv_type {
             Some(t) => t,
             None => KvType::auto(&model),
@@ -169,6 +187,13 @@ impl Session {
             cells,
             ctx.kv_bytes() as f64 / 1e6
         ));
+        if let Some(d) = dropped {
+            log.push(format!(
+                "no-ffn: {} FFN/expert tensors ({:.1} MB) left out; attention-only graphs, so the outputs are not the model's",
+                d.tensors,
+                d.bytes as f64 / 1e6
+            ));
+        }
         let mut pool = KvPool::new(n_ctx, cells);
         let main = pool.add();
         Ok(Session {

@@ -22,6 +22,8 @@ pub struct Ask {
     pub json: bool,
     pub kv_type: Option<KvType>,
     pub backends: backend::BackendOptions,
+    /// `--no-ffn`: what the attention-only model leaves out, and the verdicts on it.
+    pub no_ffn: bool,
 }
 
 /// Metadata arrays longer than this are abbreviated in the text listing.
@@ -128,6 +130,14 @@ fn print(
         metadata_text,
     } = l;
     // The gate verdicts need the architecture dispatched; a model that fails to load says why.
+    let mut dropped = None;
+    let model = match model {
+        Ok(m) if ask.no_ffn => m.without_ffn().map(|(m, d)| {
+            dropped = Some((d, m.weight_bytes()));
+            m
+        }),
+        other => other,
+    };
     let (model_err, verdicts) = match model {
         Ok(model) => {
             let kv = ask.kv_type.unwrap_or_else(|| KvType::auto(&model));
@@ -167,6 +177,7 @@ fn print(
             "parts": parts,
             "model_error": model_err,
             "backends": backends,
+            "no_ffn": dropped.map(|(d, kept)| json!({"tensors_left_out": d.tensors, "bytes_left_out": d.bytes, "bytes_kept": kept})),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -208,6 +219,16 @@ fn print(
     println!("\nbytes per qtype:");
     for (q, (n, b)) in &per_qtype {
         println!("  {q:<7} {n:>5} tensors {:>14} bytes", b);
+    }
+    if let Some((d, kept)) = dropped {
+        println!(
+            "\nno-ffn:       {} FFN/expert tensors, {} bytes ({:.1} MB) left out; {} bytes kept \
+             (attention-only graphs: the outputs are not the model's)",
+            d.tensors,
+            d.bytes,
+            d.bytes as f64 / 1e6,
+            kept
+        );
     }
     println!("\nbackends:");
     if let Some(e) = &model_err {

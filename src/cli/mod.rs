@@ -85,6 +85,10 @@ struct EngineFlags {
     /// Flash-attention numerics as llama.cpp's CPU backend has them (one pass, f16 accumulator)
     #[arg(long = "flash-attn")]
     flash_attn: bool,
+    /// Leave every FFN and expert tensor out: attention-only graphs for attention analysis
+    /// (the outputs are NOT the model's)
+    #[arg(long = "no-ffn")]
+    no_ffn: bool,
 }
 
 impl EngineFlags {
@@ -98,6 +102,7 @@ impl EngineFlags {
             backend: self.backend,
             kv_type: self.cache_type.or(b.kv_type),
             gpu: self.gpu,
+            drop_ffn: self.no_ffn,
             ..b
         }
     }
@@ -303,6 +308,9 @@ enum Cmd {
         /// Print one JSON object
         #[arg(long)]
         json: bool,
+        /// Also state what --no-ffn leaves out (and the verdicts on the attention-only model)
+        #[arg(long = "no-ffn")]
+        no_ffn: bool,
         /// Write the decode graph to FILE (.json, else Graphviz dot)
         #[arg(long = "dump-graph")]
         dump_graph: Option<PathBuf>,
@@ -463,6 +471,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             model,
             json,
             dump_graph: dg,
+            no_ffn,
         } => {
             if let Some(f) = dg {
                 dump_graph(&model, &f)?;
@@ -471,6 +480,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 json,
                 kv_type: base.env.cache_type,
                 backends: BackendOptions::from_overrides(&base.env),
+                no_ffn,
             };
             info::run(&model, &ask)
         }

@@ -540,11 +540,24 @@ impl<'a> Builder<'a> {
             let h = self.norm(x, &format!("blk.{il}.attn_norm.weight"), &format!("blk.{il}.attn_norm"));
             let a = self.attention(il, h, opts);
             x = self.add(x, a, &format!("blk.{il}.attn_res"));
-            let h = self.norm(x, &format!("blk.{il}.ffn_norm.weight"), &format!("blk.{il}.ffn_norm"));
-            let f = ffn(&mut self, il, h);
-            x = self.add(x, f, &format!("blk.{il}.ffn_res"));
+            x = self.with_ffn(x, |b, x| {
+                let h = b.norm(x, &format!("blk.{il}.ffn_norm.weight"), &format!("blk.{il}.ffn_norm"));
+                let f = ffn(b, il, h);
+                b.add(x, f, &format!("blk.{il}.ffn_res"))
+            });
         }
         self.head(x)
+    }
+
+    /// A layer's feed-forward residual block `block(builder, x) → x'`, or x itself when the
+    /// model's FFNs are dropped (`HParams::drop_ffn`): every architecture builds its FFN
+    /// blocks through this, so an attention-only graph names no FFN weight.
+    pub fn with_ffn(&mut self, x: NodeId, block: impl FnOnce(&mut Self, NodeId) -> NodeId) -> NodeId {
+        if self.hp.drop_ffn {
+            x
+        } else {
+            block(self, x)
+        }
     }
 
     /// A mixture of experts (llama.cpp's `build_moe_ffn`): router logits (+ bias), top-k

@@ -57,6 +57,9 @@ pub struct HParams {
     pub n_expert_used: usize,
     pub n_ff_exp: usize,
     pub n_ff_shexp: usize,
+    /// Attention-only graphs: every feed-forward block (dense or experts) left out
+    /// (`Model::without_ffn`). The outputs are then not the model's.
+    pub drop_ffn: bool,
 }
 
 impl HParams {
@@ -259,6 +262,7 @@ pub fn read_common(keys: &Keys, tensors: &Weights, rope_mode: RopeMode) -> Resul
         n_expert_used: 0,
         n_ff_exp: 0,
         n_ff_shexp: 0,
+        drop_ffn: false,
     })
 }
 

@@ -71,6 +71,36 @@ impl Model {
         self.arch.build(graph::Builder::new(&self.hparams, key))
     }
 
+    /// This model with its feed-forward blocks (dense FFNs, experts, shared experts, their
+    /// norms) left out: attention-only graphs, and only the weights they read, so no backend
+    /// registers or uploads the rest. For attention analysis on machines that cannot hold the
+    /// FFN weights; the logits are not the model's. Also returns what was left out.
+    pub fn without_ffn(&self) -> Result<(Model, Dropped)> {
+        let mut hparams = self.hparams.clone();
+        hparams.drop_ffn = true;
+        let graph = self.arch.build(graph::Builder::new(&hparams, GraphKey::new(1, 1)));
+        let used: std::collections::HashSet<&str> = graph.nodes.iter().flat_map(|n| n.op.weights()).collect();
+        let mut dropped = Dropped::default();
+        let mut weights = HashMap::with_capacity(used.len());
+        for (name, t) in &self.weights {
+            if used.contains(name.as_str()) {
+                weights.insert(name.clone(), t.clone());
+            } else {
+                dropped.tensors += 1;
+                dropped.bytes += t.data.len() as u64;
+            }
+        }
+        let model = Model::from_parts(
+            self.arch,
+            hparams,
+            self.metadata.clone(),
+            weights,
+            self.source.clone(),
+            self.file_bytes,
+        )?;
+        Ok((model, dropped))
+    }
+
     pub fn weight(&self, name: &str) -> Result<&Tensor> {
         self.weights
             .get(name)
@@ -160,6 +190,13 @@ impl Model {
         progress(total, total);
         std::hint::black_box(sink);
     }
+}
+
+/// What `Model::without_ffn` left out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dropped {
+    pub tensors: usize,
+    pub bytes: u64,
 }
 
 /// Norm weights and biases are read as plain floats by every backend.

@@ -176,6 +176,7 @@ fn hparams(n_vocab: usize, n_head: usize, n_head_kv: usize, head_dim: usize) -> 
         n_expert_used: 0,
         n_ff_exp: 0,
         n_ff_shexp: 0,
+        drop_ffn: false,
     }
 }
 

@@ -21,6 +21,7 @@ tests![
     cache_types_and_threads_agree,
     hostile_shapes_are_named,
     unknown_architecture_and_bad_steps_are_errors,
+    no_ffn_leaves_every_ffn_tensor_out,
 ];
 
 const N_EMBD: usize = 64;
@@ -360,5 +361,64 @@ fn trace_reads_a_named_intermediate() {
         assert_ne!(a.values, vec![0.0; a.values.len()]);
         let e = s.trace(&[1], "blk.0.no_such_node").unwrap_err().to_string();
         assert!(e.contains("blk.0.no_such_node"), "{e}");
+    }
+}
+
+/// `drop_ffn` (`--no-ffn`): for every architecture, no FFN, expert or FFN-norm tensor is left
+/// in the model, named by the graph, or uploaded by any backend (the GPUs hold exactly the
+/// attention-only weights); what was left out is counted; the outputs change.
+fn no_ffn_leaves_every_ffn_tensor_out() {
+    let dir = crate::gguf::tempdir("tiny-no-ffn");
+    let is_ffn = |n: &str| n.contains(".ffn_") || n.contains("post_ffw_norm");
+    for arch in Arch::ALL {
+        let path = write_tiny(&dir, arch, QType::Q8_0, |_| {});
+        let full = Arc::new(load::open_model(&path).unwrap());
+        let (lean, dropped) = full.without_ffn().unwrap();
+        let ffn_bytes: u64 = full
+            .weights
+            .values()
+            .filter(|t| is_ffn(&t.name))
+            .map(|t| t.data.len() as u64)
+            .sum();
+        assert_eq!(dropped.bytes, ffn_bytes, "{}", arch.name());
+        assert_eq!(lean.weight_bytes() + ffn_bytes, full.weight_bytes());
+        assert!(lean.weights.keys().all(|n| !is_ffn(n)), "{}", arch.name());
+        let g = lean.graph(minfer::model::GraphKey::new(4, 1));
+        assert!(g.nodes.iter().flat_map(|n| n.op.weights()).all(|w| !is_ffn(w)));
+        assert!(g.nodes.iter().all(|n| !n.name.contains("ffn")), "{}", arch.name());
+
+        let opts = SessionOptions {
+            n_ctx: 64,
+            threads: Some(2),
+            backend: BackendChoice::Cpu,
+            kv_type: Some(KvType::F32),
+            drop_ffn: true,
+            ..SessionOptions::default()
+        };
+        let mut s = Session::new(full.clone(), &opts).unwrap();
+        assert!(s.model.weights.keys().all(|n| !is_ffn(n)));
+        assert!(s.log.iter().any(|l| l.contains("left out")), "{:?}", s.log);
+        let attn_only = s.eval(&PROMPT, false).unwrap();
+        let whole = session(&path, KvType::F32, 2).eval(&PROMPT, false).unwrap();
+        assert_ne!(attn_only, whole, "{}: dropping the FFNs changed nothing", arch.name());
+        #[cfg(feature = "wgpu")]
+        for gpu in crate::gpu::gpus("no_ffn_leaves_every_ffn_tensor_out", None) {
+            let mut s = Session::on(vec![gpu.backend.clone()], full.clone(), &opts).unwrap();
+            assert_eq!(
+                s.resident_bytes(),
+                lean.weight_bytes(),
+                "{} on {}",
+                arch.name(),
+                gpu.label
+            );
+            let got = s.eval(&PROMPT, false).unwrap();
+            let (maxd, _) = diff(&got, &attn_only);
+            assert!(
+                maxd <= 1e-2,
+                "{} on {}: max |Δ| {maxd} vs the CPU",
+                arch.name(),
+                gpu.label
+            );
+        }
     }
 }

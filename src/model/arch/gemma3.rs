@@ -58,10 +58,12 @@ pub fn build(mut b: Builder) -> Graph {
             &format!("{p}.attn_post_norm"),
         );
         x = b.add(x, a, &format!("{p}.attn_res"));
-        let h = b.norm(x, &format!("{p}.ffn_norm.weight"), &format!("{p}.ffn_norm"));
-        let f = b.ffn(il, h, FfnAct::GeluTanh);
-        let f = b.norm(f, &format!("{p}.post_ffw_norm.weight"), &format!("{p}.ffn_post_norm"));
-        x = b.add(x, f, &format!("{p}.ffn_res"));
+        x = b.with_ffn(x, |b, x| {
+            let h = b.norm(x, &format!("{p}.ffn_norm.weight"), &format!("{p}.ffn_norm"));
+            let f = b.ffn(il, h, FfnAct::GeluTanh);
+            let f = b.norm(f, &format!("{p}.post_ffw_norm.weight"), &format!("{p}.ffn_post_norm"));
+            b.add(x, f, &format!("{p}.ffn_res"))
+        });
     }
     b.head(x)
 }
