@@ -13,8 +13,9 @@ use crate::error::{Error, Result};
 use crate::model::Gating;
 use crate::tensor::Tensor;
 
-/// llama.cpp clamps the sum of the chosen weights to f16's smallest normal before dividing.
-const MIN_WEIGHT_SUM: f32 = 6.103_515_625e-5;
+/// llama.cpp clamps the sum of the chosen weights to f16's smallest normal (2^-14,
+/// 6.103515625e-5) before dividing.
+const MIN_WEIGHT_SUM: f32 = 1.0 / 16384.0;
 
 /// Routes every row of `logits` (`[rows, n_expert]`) into `route` (`[rows, 2k]`).
 pub fn route(logits: &[f32], n_expert: usize, k: usize, gating: Gating, norm: bool, route: &mut [f32]) {
