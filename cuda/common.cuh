@@ -48,8 +48,10 @@ struct MatmulParams {
     u32 m;    // width of y: all rows of the weight
     u32 rows; // rows in this part
     u32 row0; // first row of this part
-    u32 n;    // tokens
-    u32 _pad0, _pad1, _pad2;
+    u32 n;    // rows of x: tokens (matmul_vec_id: tokens × slots where x is per slot)
+    u32 ids;  // matmul_vec_id: slots per token; y has a row per slot (0: the plain matmuls)
+    u32 x_slot;   // matmul_vec_id: 1 where x has a row per slot
+    u32 n_expert; // matmul_vec_id: experts in the weight, `rows` rows each
 };
 struct BinaryParams {
     u32 n;

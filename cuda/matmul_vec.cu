@@ -15,8 +15,9 @@
 // ones, other types and older devices take the f32 path.
 //
 // Params: k (row length), m (width of y: all rows of the weight), rows (rows in this part),
-// row0 (first row of this part), n (tokens). Bindings: 1 W (raw blocks), 2 x [n][k] (+ corrections),
-// 3 y [n][m]. Grid: (x, y) folded over ceil(rows / 8) row groups, z = token. Block: 64.
+// row0 (first row of this part), n (rows of x); matmul_vec_id also ids, x_slot, n_expert.
+// Bindings: 1 W (raw blocks), 2 x [n][k] (+ corrections), 3 y [n][m], (id) 4 route. Grid: (x, y)
+// folded over ceil(rows / 8) row groups, z = token (id: token × slot). Block: 64.
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 610
 #define MF_DP4A 1
@@ -31,7 +32,7 @@
 // The int8 path; `xq` etc. are the block's shared activations (whole rows, one token).
 template <class Q>
 static __device__ __forceinline__ float matmul_vec_i8(const Params& p, const float* __restrict__ xt,
-                                                      const float* __restrict__ xc, u32 r, u32 lane) {
+                                                      const float* __restrict__ xc, u32 r, u32 wrow, u32 lane) {
     typedef i8w<Q> I;
     constexpr u32 WG = 64, TPR = 8;
     __shared__ int xq[MAX_K_I8 / 4];
@@ -65,7 +66,7 @@ static __device__ __forceinline__ float matmul_vec_i8(const Params& p, const flo
     __syncthreads();
     float acc = 0.0f;
     if (r < rows) {
-        const u8* __restrict__ wr = w + (unsigned long long)r * ((k / 32) * Q::QB);
+        const u8* __restrict__ wr = w + (unsigned long long)wrow * ((k / 32) * Q::QB);
         MF_UNROLL_N(4)
         for (u32 c = lane; c < k / 8; c += TPR) {
             const u32 blk = c / 4, sub = c % 4;
@@ -84,7 +85,10 @@ static __device__ __forceinline__ float matmul_vec_i8(const Params& p, const flo
     return acc;
 }
 
-template <class Q>
+// With ID (matmul_vec_id, ggml's MUL_MAT_ID for decode) block z is slot j = z % ids of token
+// t = z / ids: its weight rows are its expert's (route[t][j], binding 4, as moe_route wrote it),
+// its x row t (or z where x has a row per slot), its y row z.
+template <class Q, bool ID>
 static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
     constexpr u32 WG = 64;
     constexpr u32 TPR = 8; // threads per row
@@ -97,7 +101,14 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
     const u32 seg = threadIdx.x / TPR;
     const u32 lane = threadIdx.x % TPR;
     const u32 r = (blockIdx.x + blockIdx.y * gridDim.x) * (WG / TPR) + seg;
-    const u32 t = blockIdx.z;
+    u32 t = blockIdx.z, yrow = blockIdx.z, wrow = r;
+    if constexpr (ID) {
+        const float* __restrict__ route = binding<const float>(p, 4);
+        const u32 ids = prm.ids, tok = blockIdx.z / ids;
+        const u32 e = min((u32)route[tok * 2 * ids + blockIdx.z % ids], prm.n_expert - 1);
+        wrow = e * rows + r;
+        t = prm.x_slot ? blockIdx.z : tok;
+    }
     const u32 nc = k / 8;
     const f4* __restrict__ xt = x + t * (k / 4);
     // q8_1 corrections of this token (act_s<Q> only).
@@ -106,15 +117,15 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
     if constexpr (MF_DP4A && i8w<Q>::INT8) {
         if (k <= MAX_K_I8) {
             // Uniform across the block: every thread takes this path and its barrier.
-            const float s = seg_sum<TPR>(matmul_vec_i8<Q>(p, reinterpret_cast<const float*>(xt), xc, r, lane));
+            const float s = seg_sum<TPR>(matmul_vec_i8<Q>(p, reinterpret_cast<const float*>(xt), xc, r, wrow, lane));
             if (r < rows && lane == 0) {
-                y[t * m + row0 + r] = s;
+                y[yrow * m + row0 + r] = s;
             }
             return;
         }
     }
     if (r < rows) {
-        const u8* __restrict__ wr = w + (unsigned long long)r * ((k / Q::QK) * Q::QB);
+        const u8* __restrict__ wr = w + (unsigned long long)wrow * ((k / Q::QK) * Q::QB);
         MF_UNROLL_N(4)
         for (u32 c = lane; c < nc; c += TPR) {
             const f4x2 v = Q::dq8(wr, (c / CPB) * Q::QB, c % CPB);
@@ -126,12 +137,19 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
     }
     const float s = seg_sum<TPR>(acc);
     if (r < rows && lane == 0) {
-        y[t * m + row0 + r] = s;
+        y[yrow * m + row0 + r] = s;
     }
 }
 
+#ifdef MF_MATMUL_VEC_ID
+#define MF_MATMUL_VEC(name)                                                                              \
+    extern "C" __global__ void __launch_bounds__(64) matmul_vec_id_##name(const Params p) { \
+        matmul_vec_body<qt_##name, true>(p);                                                             \
+    }
+#else
 #define MF_MATMUL_VEC(name)                                                                          \
     extern "C" __global__ void __launch_bounds__(64) matmul_vec_##name(const Params p) { \
-        matmul_vec_body<qt_##name>(p);                                                               \
+        matmul_vec_body<qt_##name, false>(p);                                                        \
     }
+#endif
 MF_MATRIX_QTYPES(MF_MATMUL_VEC)

@@ -19,9 +19,9 @@ struct Params {
     rows: u32,
     row0: u32,
     n: u32, // tokens
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    ids: u32,      // unused here (matmul_vec_id's)
+    x_slot: u32,   // unused here
+    n_expert: u32, // unused here
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

@@ -1,4 +1,6 @@
-// matmul for decode: y[t, row0 + r] = x[t, :] · W[r, :] for the rows of one weight part.
+// matmul for decode: y[t, row0 + r] = x[t, :] · W[r, :] for the rows of one weight part; with
+// experts (matmul_vec_id, whose head supplies `mv_rows`), workgroup z is a (token, slot) and W
+// the rows of the slot's expert.
 // A workgroup of WG invocations takes WG / TPR rows of one token; the TPR invocations of a row
 // stride over its 8-element chunks and meet in a segment reduction (a subgroup butterfly where
 // the adapter has subgroups, workgroup memory otherwise).
@@ -9,14 +11,14 @@ override WG: u32 = 64u;
 override TPR: u32 = 8u; // invocations per row
 
 struct Params {
-    k: u32,    // row length (elements)
-    m: u32,    // width of y (all rows of the weight)
-    rows: u32, // rows in this part
-    row0: u32, // first row of this part
-    n: u32,    // tokens
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    k: u32,        // row length (elements)
+    m: u32,        // width of y (all rows of the weight; per slot with experts)
+    rows: u32,     // rows in this part (per expert with experts)
+    row0: u32,     // first row of this part
+    n: u32,        // rows of x
+    ids: u32,      // experts: slots per token (0 without)
+    x_slot: u32,   // experts: 1 where x has one row per slot
+    n_expert: u32, // experts: how many
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -28,10 +30,12 @@ struct Params {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, ln: Lanes) {
     let seg = seg_index(ln, TPR);
     let r = (wid.x + wid.y * nwg.x) * (WG / TPR) + seg.x;
-    let t = wid.z;
+    // (first weight row, x row, y row) of workgroup z.
+    let rows = mv_rows(wid.z);
+    let t = rows.y;
     let cpb = QK / 8u;
     let nc = p.k / 8u;
-    let rb = r * (p.k / QK) * QB;
+    let rb = (rows.x + r) * (p.k / QK) * QB;
     let xb = t * (p.k / 4u);
     var acc = 0.0;
     if (r < p.rows) {
@@ -46,6 +50,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let s = seg_sum(acc, ln, TPR);
     if (r < p.rows && seg.y == 0u) {
-        y[t * p.m + p.row0 + r] = s;
+        y[rows.z * p.m + p.row0 + r] = s;
     }
 }

@@ -155,6 +155,9 @@ fn refuse(s: String) -> Result<(), Refusal> {
 /// The part of the gate every GPU backend shares: each weight the graph reads has a kernel for
 /// its qtype and a row length the kernel takes, each op's shape is one the kernels handle.
 /// `backend` names the backend in the refusal.
+/// Experts `moe_route` chooses among, at most (its bit set of 16 words).
+const MAX_EXPERTS: usize = 512;
+
 pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> Result<(), Refusal> {
     let mut seen = HashSet::new();
     for node in &graph.nodes {
@@ -218,13 +221,17 @@ pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> R
                     node.name, node.width
                 ));
             }
-            Op::MoeRoute { .. }
-            | Op::MatmulId { .. }
-            | Op::AddBiasId { .. }
-            | Op::MoeSum { .. }
-            | Op::SwigluOai { .. }
-            | Op::SigmoidGate { .. } => {
-                return refuse(format!("{}: no {backend} kernel for {}", node.name, node.op.kind()));
+            Op::MoeRoute { logits, k, .. } if graph.nodes[logits].width > MAX_EXPERTS || k == 0 => {
+                return refuse(format!(
+                    "{}: {k} of {} experts (the kernel routes up to {MAX_EXPERTS})",
+                    node.name, graph.nodes[logits].width
+                ));
+            }
+            Op::MatmulId { .. } if node.rows * graph.nodes[node.op.inputs()[1]].width / 2 > 65_535 => {
+                return refuse(format!(
+                    "{}: more than 65535 (token, expert) pairs in a step",
+                    node.name
+                ));
             }
             _ => {}
         }

@@ -84,11 +84,14 @@ params! {
         rows: u32,
         /// First row of this part.
         row0: u32,
-        /// Tokens.
+        /// Rows of x (tokens; with experts, tokens × slots where x is per slot).
         n: u32,
-        _pad0: u32,
-        _pad1: u32,
-        _pad2: u32,
+        /// `matmul_vec_id`: slots per token (0 for the plain matmuls); y has one row per slot.
+        ids: u32,
+        /// `matmul_vec_id`: 1 where x has one row per slot, 0 where the token's row is shared.
+        x_slot: u32,
+        /// `matmul_vec_id`: experts in the weight (`rows` rows each).
+        n_expert: u32,
     }
 }
 
@@ -189,6 +192,53 @@ params! {
     UnaryParams {
         n: u32,
         s: f32,
+        _pad0: u32,
+        _pad1: u32,
+    }
+}
+
+params! {
+    /// `moe_route`: `rows` rows of `n_expert` router logits into rows of 2k (ids, weights).
+    MoeRouteParams {
+        n_expert: u32,
+        k: u32,
+        rows: u32,
+        /// 0: softmax over all experts; 1: softmax over the k chosen logits (gpt-oss).
+        gating: u32,
+        /// 1: weights divided by their sum.
+        norm: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
+}
+
+params! {
+    /// The per-slot ops of a mixture of experts (`add_bias_id`, `moe_sum`): rows of `k` slots
+    /// of `width`; `n` output elements.
+    MoeSlotParams {
+        n: u32,
+        width: u32,
+        k: u32,
+        n_expert: u32,
+    }
+}
+
+params! {
+    /// `swiglu_oai`: `n` elements, gpt-oss' `alpha` and clamp `limit`.
+    SwigluOaiParams {
+        n: u32,
+        alpha: f32,
+        limit: f32,
+        _pad0: u32,
+    }
+}
+
+params! {
+    /// `sigmoid_gate`: `n` elements in rows of `width`, one gate per row.
+    SigmoidGateParams {
+        n: u32,
+        width: u32,
         _pad0: u32,
         _pad1: u32,
     }

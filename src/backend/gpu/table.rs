@@ -24,6 +24,12 @@ pub enum Kernel {
     Geglu,
     Softcap,
     Argmax,
+    MatmulVecId,
+    MoeRoute,
+    AddBiasId,
+    MoeSum,
+    SwigluOai,
+    SigmoidGate,
 }
 
 /// How a kernel binds a buffer (binding i of group 0 is entry i).
@@ -161,7 +167,7 @@ const fn elementwise(
 }
 
 /// The table, in `Kernel` order.
-pub static KERNELS: [KernelInfo; 16] = [
+pub static KERNELS: [KernelInfo; 22] = [
     KernelInfo {
         kernel: Kernel::QuantizeAct,
         name: "quantize_act",
@@ -185,7 +191,10 @@ pub static KERNELS: [KernelInfo; 16] = [
         threads: 64,
         wg_override: true,
         params: of::<params::MatmulParams>(),
-        wgsl: body(wgsl!("matmul_vec.wgsl")),
+        wgsl: Wgsl {
+            head: Some(wgsl!("matmul_vec_plain.wgsl")),
+            ..body(wgsl!("matmul_vec.wgsl"))
+        },
         cuda: cuda!("matmul_vec.cu"),
     },
     KernelInfo {
@@ -345,6 +354,71 @@ pub static KERNELS: [KernelInfo; 16] = [
         wgsl: body(wgsl!("argmax.wgsl")),
         cuda: cuda!("argmax.cu"),
     },
+    KernelInfo {
+        kernel: Kernel::MatmulVecId,
+        name: "matmul_vec_id",
+        bindings: &[U, R, R, RW, R],
+        spec: Spec::Matrix,
+        reduces: true,
+        act_input: true,
+        threads: 64,
+        wg_override: true,
+        params: of::<params::MatmulParams>(),
+        wgsl: Wgsl {
+            head: Some(wgsl!("matmul_vec_id.wgsl")),
+            ..body(wgsl!("matmul_vec.wgsl"))
+        },
+        // The file on disk includes matmul_vec.cu; an NVRTC program has no include path.
+        cuda: concat!("#define MF_MATMUL_VEC_ID 1\n", cuda!("matmul_vec.cu")),
+    },
+    KernelInfo {
+        kernel: Kernel::MoeRoute,
+        name: "moe_route",
+        bindings: &[U, R, RW],
+        spec: Spec::None,
+        reduces: false,
+        act_input: false,
+        threads: 64,
+        wg_override: true,
+        params: of::<params::MoeRouteParams>(),
+        wgsl: body(wgsl!("moe_route.wgsl")),
+        cuda: cuda!("moe_route.cu"),
+    },
+    KernelInfo {
+        spec: Spec::Vector,
+        ..elementwise(
+            Kernel::AddBiasId,
+            "add_bias_id",
+            &[U, R, R, R, RW],
+            of::<params::MoeSlotParams>(),
+            body(wgsl!("add_bias_id.wgsl")),
+            cuda!("add_bias_id.cu"),
+        )
+    },
+    elementwise(
+        Kernel::MoeSum,
+        "moe_sum",
+        &[U, R, R, RW],
+        of::<params::MoeSlotParams>(),
+        body(wgsl!("moe_sum.wgsl")),
+        cuda!("moe_sum.cu"),
+    ),
+    elementwise(
+        Kernel::SwigluOai,
+        "swiglu_oai",
+        &[U, R, R, RW],
+        of::<params::SwigluOaiParams>(),
+        body(wgsl!("swiglu_oai.wgsl")),
+        cuda!("swiglu_oai.cu"),
+    ),
+    elementwise(
+        Kernel::SigmoidGate,
+        "sigmoid_gate",
+        &[U, R, R, RW],
+        of::<params::SigmoidGateParams>(),
+        body(wgsl!("sigmoid_gate.wgsl")),
+        cuda!("sigmoid_gate.cu"),
+    ),
 ];
 
 /// The CUDA headers every program starts with, in order (`cuda/`).
@@ -355,7 +429,7 @@ pub const CUDA_HEADERS: [(&str, &str); 3] = [
 ];
 
 impl Kernel {
-    pub const ALL: [Kernel; 16] = [
+    pub const ALL: [Kernel; 22] = [
         Kernel::QuantizeAct,
         Kernel::MatmulVec,
         Kernel::Matmul,
@@ -372,6 +446,12 @@ impl Kernel {
         Kernel::Geglu,
         Kernel::Softcap,
         Kernel::Argmax,
+        Kernel::MatmulVecId,
+        Kernel::MoeRoute,
+        Kernel::AddBiasId,
+        Kernel::MoeSum,
+        Kernel::SwigluOai,
+        Kernel::SigmoidGate,
     ];
 
     /// The kernel's row of the table.

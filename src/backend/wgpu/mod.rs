@@ -162,6 +162,21 @@ impl Backend for WgpuBackend {
             }
         }
         crate::backend::gpu::kernels::check_graph(model, graph, kv, "wgpu")?;
+        // The expert matmul reads an expert's rows from one binding.
+        for node in &graph.nodes {
+            if let crate::model::Op::MatmulId { weight, .. } = &node.op {
+                if let Some(t) = model.weights.get(weight) {
+                    let parts =
+                        registry::split_rows(t.row_bytes() as u64, t.n_rows() as u64, max).map_or(0, |p| p.len());
+                    if parts != 1 {
+                        return refuse(format!(
+                            "{weight}: {} bytes of experts exceed one {max}-byte binding",
+                            t.data.len()
+                        ));
+                    }
+                }
+            }
+        }
         let hw = self.gpu.max_binding();
         for node in &graph.nodes {
             if (node.rows * node.width * 4) as u64 > hw {

@@ -83,7 +83,7 @@ fn session_on(g: &Gpu, model: Arc<Model>, n_ctx: usize, kv: KvType) -> Session {
     s
 }
 
-/// Every random model (4 architectures × 12 types): all-position logits of the reference
+/// Every random model (4 architectures × 12 types, and the mixtures of experts): all-position logits of the reference
 /// prompt, then 4 greedy decode steps, with an f16 KV cache (and once each with f32 and q8_0
 /// caches). On the weights decoded to f32 (f32 activations on both sides) against the CPU:
 /// NMSE ≤ 1e-6. On the quantized file, where both round activations to 8 bits and a last-bit
@@ -106,9 +106,21 @@ fn random_models_match_cpu() {
     .map(|ty| (ty, KvType::F16))
     .collect();
     types.extend([("f32", KvType::F32), ("Q4_K_M", KvType::Q8_0)]);
-    let mut failures = Vec::new();
+    let mut cases: Vec<(&str, &str, KvType)> = Vec::new();
     for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
-        for &(ty, kv) in &types {
+        cases.extend(types.iter().map(|&(ty, kv)| (arch, ty, kv)));
+    }
+    // The second batch of the reference pack: the files it ships.
+    for (arch, tys) in [
+        ("qwen3moe", &["f32", "Q8_0", "Q4_K_M"][..]),
+        ("mixtral", &["f32", "Q4_K_M"]),
+        ("qwen2moe", &["f32", "Q4_K_M"]),
+    ] {
+        cases.extend(tys.iter().map(|&ty| (arch, ty, KvType::F16)));
+    }
+    let mut failures = Vec::new();
+    {
+        for &(arch, ty, kv) in &cases {
             let name = format!("{arch}-{ty}");
             let refs = if ty.starts_with('f') {
                 format!("{arch}.hf-fp32")

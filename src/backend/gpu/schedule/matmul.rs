@@ -6,6 +6,7 @@ use super::{act_bytes, fold, Builder, Launch, Res, Stage, VEC_MAX_TOKENS};
 use crate::backend::gpu::kernels::{act_qtype, Kernel, Variant};
 use crate::backend::gpu::params::{GetRowsParams, KernelParams, MatmulParams, QuantizeActParams};
 use crate::model::{Node, Op};
+use crate::quant::QType;
 
 /// Rows per `matmul_vec` workgroup: 64 invocations, 8 per row.
 const VEC_ROWS_PER_WG: u32 = 8;
@@ -48,35 +49,53 @@ impl Builder<'_> {
         })
     }
 
+    /// The x a matmul of `qtype` weights reads: node `x`'s `n_rows` rows of `row_len` as they
+    /// are for float weights, else after `quantize_act` (pushed here, once for a run of
+    /// matmuls over the same x, such as Q/K/V or gate/up) into the shared scratch buffer.
+    pub(super) fn quantized_input(
+        &mut self,
+        node: &Node,
+        x: usize,
+        qtype: QType,
+        row_len: usize,
+        n_rows: usize,
+    ) -> Res {
+        let Some(act) = act_qtype(qtype) else {
+            return self.inp(node, 0);
+        };
+        let bytes = n_rows as u64 * act_bytes(row_len);
+        let sb = match self.scratch {
+            Some(sb) => sb,
+            None => *self.scratch.insert(self.live.add(0)),
+        };
+        self.live.sizes[sb] = self.live.sizes[sb].max(bytes);
+        if self.scratch_holds != Some((x, act)) {
+            self.scratch_holds = Some((x, act));
+            // One invocation per block.
+            let blocks = (n_rows * row_len / act.block_elems()) as u64;
+            self.stages.push(Stage::Compute {
+                kind: format!("quantize_act/{act}"),
+                launches: vec![Launch {
+                    variant: Variant::with_qtype(Kernel::QuantizeAct, act),
+                    params: QuantizeActParams {
+                        k: row_len as u32,
+                        n: n_rows as u32,
+                    }
+                    .words(),
+                    res: vec![self.inp(node, 0), Res::Act(sb)],
+                    groups: fold(blocks.div_ceil(64), self.maxg),
+                }],
+            });
+        }
+        Res::Act(sb)
+    }
+
     fn matmul_op(&mut self, node: &Node, name: &str, x: usize, out: usize) -> Result<Stage, String> {
         let w = self.weight(name)?;
         let vec = node.rows <= VEC_MAX_TOKENS;
         let rows = node.rows as u32;
         let (k, m) = (w.row_len as u32, node.width as u32);
-        let mut xin = self.inp(node, 0);
-        if let Some(act) = act_qtype(w.qtype) {
-            let bytes = node.rows as u64 * act_bytes(w.row_len);
-            let sb = match self.scratch {
-                Some(sb) => sb,
-                None => *self.scratch.insert(self.live.add(0)),
-            };
-            self.live.sizes[sb] = self.live.sizes[sb].max(bytes);
-            if self.scratch_holds != Some((x, act)) {
-                self.scratch_holds = Some((x, act));
-                // One invocation per block.
-                let blocks = (node.rows * w.row_len / act.block_elems()) as u64;
-                self.stages.push(Stage::Compute {
-                    kind: format!("quantize_act/{act}"),
-                    launches: vec![Launch {
-                        variant: Variant::with_qtype(Kernel::QuantizeAct, act),
-                        params: QuantizeActParams { k, n: rows }.words(),
-                        res: vec![self.inp(node, 0), Res::Act(sb)],
-                        groups: fold(blocks.div_ceil(64), self.maxg),
-                    }],
-                });
-            }
-            xin = Res::Act(sb);
-        }
+        let xin = self.quantized_input(node, x, w.qtype, w.row_len, node.rows);
         let mut launches = Vec::with_capacity(w.parts.len());
         for (pi, &(row0, prows)) in w.parts.iter().enumerate() {
             let (pr, r0) = (prows as u32, row0 as u32);

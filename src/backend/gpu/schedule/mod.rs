@@ -9,6 +9,7 @@
 mod attention;
 mod elementwise;
 mod matmul;
+mod moe;
 mod norm;
 
 use std::sync::Arc;
@@ -194,7 +195,7 @@ pub fn schedule(
             | Op::AddBiasId { .. }
             | Op::MoeSum { .. }
             | Op::SwigluOai { .. }
-            | Op::SigmoidGate { .. } => return Err(format!("{}: no GPU kernel for {}", node.name, node.op.kind())),
+            | Op::SigmoidGate { .. } => b.moe(node, out)?,
         };
         b.stages.push(stage);
     }
