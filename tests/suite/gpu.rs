@@ -34,6 +34,7 @@ pub mod batch;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod models;
+pub mod moe;
 pub mod translate;
 
 tests![
@@ -98,7 +99,7 @@ pub fn gpus(test: &str, max_binding: Option<u64>) -> Vec<Gpu> {
     v
 }
 
-fn cpu() -> CpuBackend {
+pub fn cpu() -> CpuBackend {
     CpuBackend::new(Some(2)).unwrap()
 }
 
@@ -125,7 +126,7 @@ fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
         .collect()
 }
 
-fn tensor(name: &str, qtype: QType, cols: usize, rows: usize, seed: u64, scale: f32) -> Tensor {
+pub fn tensor(name: &str, qtype: QType, cols: usize, rows: usize, seed: u64, scale: f32) -> Tensor {
     tensor_of(name, qtype, cols, rows, &values(seed, cols * rows, scale))
 }
 
@@ -145,7 +146,7 @@ fn tensor_of(name: &str, qtype: QType, cols: usize, rows: usize, v: &[f32]) -> T
     }
 }
 
-fn hparams(n_vocab: usize, n_head: usize, n_head_kv: usize, head_dim: usize) -> HParams {
+pub fn hparams(n_vocab: usize, n_head: usize, n_head_kv: usize, head_dim: usize) -> HParams {
     let rope = Rope {
         mode: RopeMode::Neox,
         n_rot: head_dim,
@@ -180,7 +181,7 @@ fn hparams(n_vocab: usize, n_head: usize, n_head_kv: usize, head_dim: usize) -> 
     }
 }
 
-fn model(hp: HParams, weights: Vec<Tensor>) -> Arc<Model> {
+pub fn model(hp: HParams, weights: Vec<Tensor>) -> Arc<Model> {
     Arc::new(Model {
         arch: Arch::from_name("llama").unwrap(),
         hparams: hp,
@@ -194,7 +195,7 @@ fn model(hp: HParams, weights: Vec<Tensor>) -> Arc<Model> {
     })
 }
 
-fn node(name: &str, op: Op, width: usize, rows: usize) -> Node {
+pub fn node(name: &str, op: Op, width: usize, rows: usize) -> Node {
     Node {
         name: name.into(),
         op,
@@ -203,11 +204,11 @@ fn node(name: &str, op: Op, width: usize, rows: usize) -> Node {
     }
 }
 
-fn get_rows(table: &str, width: usize, n: usize) -> Node {
+pub fn get_rows(table: &str, width: usize, n: usize) -> Node {
     node(table, Op::GetRows { weight: table.into() }, width, n)
 }
 
-fn graph(nodes: Vec<Node>) -> Graph {
+pub fn graph(nodes: Vec<Node>) -> Graph {
     let result = nodes.len() - 1;
     Graph {
         key: minfer::model::GraphKey::new(nodes[0].rows, nodes[result].rows),
@@ -219,7 +220,7 @@ fn graph(nodes: Vec<Node>) -> Graph {
 // ---- ops ------------------------------------------------------------------------------------
 
 /// `g` on a fresh context of `b`: tokens `ids` at `pos0`.
-fn run_at(b: &dyn Backend, m: &Arc<Model>, g: &Graph, ids: &[u32], pos0: usize) -> Vec<f32> {
+pub fn run_at(b: &dyn Backend, m: &Arc<Model>, g: &Graph, ids: &[u32], pos0: usize) -> Vec<f32> {
     let mut ctx = b.new_context(m, 64, KvType::F32).unwrap();
     let mut out = Vec::new();
     ctx.forward(g, &Step::contiguous(ids, pos0), &mut out)

@@ -75,6 +75,7 @@ fn main() {
     {
         tests.extend(gpu::tests());
         tests.extend(gpu::models::tests());
+        tests.extend(gpu::moe::tests());
         tests.extend(gpu::batch::tests());
         tests.extend(gpu::translate::tests());
         #[cfg(feature = "cuda")]
