@@ -256,9 +256,7 @@ impl<'a> Mixer<'a> {
                 t = if facts.n_gqa >= 4 { QType::Q4K } else { QType::Q3K };
             } else if f == Q3_K_M {
                 t = if i < 2 { QType::Q5K } else { QType::Q4K };
-            } else if f == Q3_K_L {
-                t = QType::Q5K;
-            } else if f == IQ4_NL && facts.n_gqa >= 4 {
+            } else if f == Q3_K_L || (f == IQ4_NL && facts.n_gqa >= 4) {
                 t = QType::Q5K;
             } else if (f == Q4_K_M || f == Q5_K_M) && use_more_bits(i, n) {
                 t = QType::Q6K;

@@ -91,7 +91,7 @@ impl FileType {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
     /// Every quantizable weight the file type's default type (no per-tensor mix).
     pub pure: bool,
@@ -100,16 +100,6 @@ pub struct Options {
     pub allow_requantize: bool,
     /// Worker threads (0 = all cores).
     pub threads: usize,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            pure: false,
-            allow_requantize: false,
-            threads: 0,
-        }
-    }
 }
 
 /// One output tensor: its type and size as the header states them.
