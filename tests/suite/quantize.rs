@@ -17,6 +17,7 @@ tests![
     mixes_match_llama_quantize,
     quantized_gguf_yields_recorded_files,
     cli_quantizes_and_refuses_bad_input,
+    mxfp4_experts_match_ggml_and_the_hf_checkpoint,
 ];
 
 /// A `MANIFEST.json` entry made by llama-quantize: `<arch>-<TYPE>.gguf` from `<arch>-f32.gguf`.
@@ -291,6 +292,83 @@ fn cli_quantizes_and_refuses_bad_input() {
     );
     assert!(!out2.exists());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// MXFP4 both ways on gpt-oss's experts: the reference quantizer on `gpt-oss-f32`'s expert
+/// tensors gives the bytes of the HF-converted `gpt-oss-mxfp4-mxfp4.gguf` (and of
+/// llama-quantize's MXFP4_MOE file), and dequantizing them gives the values of the HF
+/// checkpoint's `*_blocks`/`*_scales`, decoded here from their definition (E2M1 code ×
+/// 2^(scale − 127)).
+fn mxfp4_experts_match_ggml_and_the_hf_checkpoint() {
+    use minfer::gguf::GgufFile;
+    use minfer::quant::QType;
+    let t = "mxfp4_experts_match_ggml_and_the_hf_checkpoint";
+    let Some(dir) = common::ref_dir(t) else {
+        return;
+    };
+    let Some(st) = common::ref_file(t, "random/hf/gpt-oss-mxfp4/model.safetensors") else {
+        return;
+    };
+    let f32 = GgufFile::open(dir.join("random/gguf/gpt-oss-f32.gguf")).unwrap();
+    let mx = GgufFile::open(dir.join("random/gguf/gpt-oss-mxfp4-mxfp4.gguf")).unwrap();
+    let moe = GgufFile::open(dir.join("random/gguf/gpt-oss-MXFP4_MOE.gguf")).unwrap();
+    let hf = std::fs::read(&st).unwrap();
+    let n = u64::from_le_bytes(hf[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&hf[8..8 + n]).unwrap();
+    let hf_tensor = |name: &str| -> &[u8] {
+        let o = header[name]["data_offsets"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}"));
+        let (a, b) = (o[0].as_u64().unwrap() as usize, o[1].as_u64().unwrap() as usize);
+        &hf[8 + n + a..8 + n + b]
+    };
+    const FP4: [f64; 16] = [
+        0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+    ];
+    let mut checked = 0;
+    for l in 0..2 {
+        for (ggml, hf_name, stride, first) in [
+            ("ffn_down_exps", "down_proj", 1, 0),
+            ("ffn_gate_exps", "gate_up_proj", 2, 0),
+            ("ffn_up_exps", "gate_up_proj", 2, 1),
+        ] {
+            let name = format!("blk.{l}.{ggml}.weight");
+            let (src, want) = (f32.tensor(&name).unwrap(), mx.tensor(&name).unwrap());
+            assert_eq!(want.qtype, QType::MXFP4, "{name}");
+            let x: Vec<f32> = QType::F32.dequantize_to_vec(&src.data).unwrap();
+            let q = QType::MXFP4.quantize_to_vec(&x).unwrap();
+            assert!(
+                q == *want.data,
+                "{name}: quantize_row_mxfp4_ref differs from the converted GGUF"
+            );
+            assert!(
+                q == *moe.tensor(&name).unwrap().data,
+                "{name}: differs from llama-quantize's MXFP4_MOE"
+            );
+
+            // [in, out, E] in ggml order: E matrices of `out` rows of `cols` values.
+            let (cols, rows, experts) = (want.shape[0] as usize, want.shape[1] as usize, want.shape[2] as usize);
+            let got = QType::MXFP4.dequantize_to_vec(&want.data).unwrap();
+            let blocks = hf_tensor(&format!("model.layers.{l}.mlp.experts.{hf_name}_blocks"));
+            let scales = hf_tensor(&format!("model.layers.{l}.mlp.experts.{hf_name}_scales"));
+            let hf_rows = rows * stride;
+            for e in 0..experts {
+                for r in 0..rows {
+                    let hr = e * hf_rows + r * stride + first;
+                    for c in 0..cols {
+                        let byte = blocks[hr * cols / 2 + c / 2];
+                        let code = if c % 2 == 0 { byte & 15 } else { byte >> 4 };
+                        let scale = scales[hr * cols / 32 + c / 32] as i32;
+                        let v = (FP4[code as usize] * 2f64.powi(scale - 127)) as f32;
+                        let g = got[(e * rows + r) * cols + c];
+                        assert!(g == v, "{name} expert {e} row {r} col {c}: {g} vs the checkpoint's {v}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 2 * 3 * 4 * 256 * 256);
 }
 
 /// SHA-256 (FIPS 180-4), for comparing files with the manifest's digests.
