@@ -200,7 +200,7 @@ pub fn plan(file: &GgufFile, ftype: &FileType, opts: &Options) -> Result<Vec<Pla
                 what: format!("quantization (tensor '{}')", t.name),
             });
         }
-        let n: u64 = t.shape.iter().product();
+        let n = n_elements(&t.shape).ok_or_else(|| Error::tensor(&t.name, format!("shape {:?} overflows", t.shape)))?;
         let n_bytes = to
             .bytes_for(n)
             .ok_or_else(|| Error::tensor(&t.name, format!("{n} elements are not whole {to} blocks")))?;
@@ -214,6 +214,10 @@ pub fn plan(file: &GgufFile, ftype: &FileType, opts: &Options) -> Result<Vec<Pla
         });
     }
     Ok(out)
+}
+
+fn n_elements(shape: &[u64]) -> Option<u64> {
+    shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))
 }
 
 /// Whether `a` and `b` name one file (`b` need not exist).
@@ -267,7 +271,7 @@ pub fn quantize_file(input: &Path, output: &Path, ftype: &FileType, opts: &Optio
     Ok(Report {
         bytes_in: planned
             .iter()
-            .map(|p| p.from.bytes_for(p.shape.iter().product()).unwrap_or(0))
+            .map(|p| n_elements(&p.shape).and_then(|n| p.from.bytes_for(n)).unwrap_or(0))
             .sum(),
         bytes_out: planned.iter().map(|p| p.n_bytes).sum(),
         tensors: planned,
@@ -321,7 +325,8 @@ const SLAB_ELEMS: usize = 16 << 20;
 /// are rows like any other), the rows split across `threads`.
 fn convert(t: &Tensor, p: &Planned, threads: usize) -> Result<Vec<u8>> {
     let n_per_row = p.shape.first().copied().unwrap_or(1);
-    let n: u64 = p.shape.iter().product();
+    // `plan` checked that the product fits.
+    let n = n_elements(&p.shape).unwrap_or(0);
     if n == 0 {
         return Ok(Vec::new());
     }
