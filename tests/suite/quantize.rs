@@ -18,6 +18,7 @@ tests![
     quantized_gguf_yields_recorded_files,
     cli_quantizes_and_refuses_bad_input,
     mxfp4_experts_match_ggml_and_the_hf_checkpoint,
+    layout_types_and_fallbacks_of_a_written_file,
 ];
 
 /// A `MANIFEST.json` entry made by llama-quantize: `<arch>-<TYPE>.gguf` from `<arch>-f32.gguf`.
@@ -373,6 +374,82 @@ fn mxfp4_experts_match_ggml_and_the_hf_checkpoint() {
         }
     }
     assert_eq!(checked, 2 * 3 * 4 * 256 * 256);
+}
+
+/// Without reference data: a small file through `quantize_file --pure Q4_K_M` gets
+/// llama-quantize's order (by layer, `blk.10` after `blk.2`, then by name), its fallbacks
+/// (rows of 64 → Q5_0, rows of 48 → F16), its exclusions (norms, routers, `[n, 1]` weights,
+/// written `[n]`), row-by-row 3-D experts, and the file type last in the metadata.
+fn layout_types_and_fallbacks_of_a_written_file() {
+    use minfer::gguf::{GgufFile, GgufWriter, Value};
+    use minfer::quant::QType;
+    let dir = cache_dir().join(format!("layout.{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let vals = |n: usize, seed: u32| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
+    };
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String("llama".into()));
+    w.set("general.file_type", Value::U32(0));
+    w.set("llama.block_count", Value::U32(11));
+    w.set("llama.expert_count", Value::U32(2));
+    let tensors: &[(&str, &[u64])] = &[
+        ("blk.10.attn_q.weight", &[256, 4]),
+        ("blk.2.attn_q.weight", &[256, 4]),
+        ("blk.2.attn_norm.weight", &[256]),
+        ("blk.2.ffn_gate_inp.weight", &[256, 2]),
+        ("blk.2.ffn_gate_inp_shexp.weight", &[256, 1]),
+        ("blk.2.ffn_up_exps.weight", &[256, 3, 2]),
+        ("blk.2.proj.weight", &[64, 4]),
+        ("blk.2.odd.weight", &[48, 4]),
+        ("token_embd.weight", &[256, 8]),
+    ];
+    for (i, (name, shape)) in tensors.iter().enumerate() {
+        let n = shape.iter().product::<u64>() as usize;
+        w.add_f32(name, QType::F32, shape, &vals(n, i as u32)).unwrap();
+    }
+    let input = dir.join("in.gguf");
+    w.write(&input).unwrap();
+    let out = dir.join("out.gguf");
+    let opts = Options {
+        pure: true,
+        threads: 3,
+        ..Options::default()
+    };
+    quantize_file(&input, &out, FileType::parse("Q4_K_M").unwrap(), &opts).unwrap();
+    let g = GgufFile::open(&out).unwrap();
+    let got: Vec<(&str, QType, Vec<u64>)> = g
+        .tensors
+        .iter()
+        .map(|t| (t.name.as_str(), t.qtype, t.shape.clone()))
+        .collect();
+    let want: Vec<(&str, QType, Vec<u64>)> = vec![
+        ("token_embd.weight", QType::Q4K, vec![256, 8]),
+        ("blk.2.attn_norm.weight", QType::F32, vec![256]),
+        ("blk.2.attn_q.weight", QType::Q4K, vec![256, 4]),
+        ("blk.2.ffn_gate_inp.weight", QType::F32, vec![256, 2]),
+        ("blk.2.ffn_gate_inp_shexp.weight", QType::F32, vec![256]),
+        ("blk.2.ffn_up_exps.weight", QType::Q4K, vec![256, 3, 2]),
+        ("blk.2.odd.weight", QType::F16, vec![48, 4]),
+        ("blk.2.proj.weight", QType::Q5_0, vec![64, 4]),
+        ("blk.10.attn_q.weight", QType::Q4K, vec![256, 4]),
+    ];
+    assert_eq!(got, want);
+    // Each tensor holds its values in its type, 3-D experts row by row.
+    let src = GgufFile::open(&input).unwrap();
+    for t in &g.tensors {
+        let x = QType::F32
+            .dequantize_to_vec(&src.tensor(&t.name).unwrap().data)
+            .unwrap();
+        assert!(*t.data == *t.qtype.quantize_to_vec(&x).unwrap(), "{}", t.name);
+    }
+    let keys: Vec<&str> = g.metadata.iter().map(|(k, _)| k).collect();
+    assert_eq!(keys.last(), Some(&"general.file_type"));
+    assert_eq!(g.metadata.get_u64("general.file_type").unwrap(), Some(15));
+    assert_eq!(g.metadata.get_u64("general.quantization_version").unwrap(), Some(2));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// SHA-256 (FIPS 180-4), for comparing files with the manifest's digests.
