@@ -18,6 +18,7 @@ pub mod load;
 pub mod model;
 pub mod perplexity;
 pub mod quant;
+pub mod quantize;
 pub mod sampling;
 pub mod sched;
 pub mod session;

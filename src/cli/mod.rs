@@ -5,6 +5,7 @@ mod generate;
 mod info;
 mod perplexity;
 mod progress;
+mod quantize;
 #[cfg(feature = "server")]
 mod serve;
 mod trace;
@@ -385,6 +386,23 @@ enum Cmd {
         #[command(flatten)]
         engine: EngineFlags,
     },
+    /// Quantize a GGUF file as llama-quantize does (same types, mixes and bytes): TYPE is
+    /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K, IQ4_NL,
+    /// MXFP4_MOE, F16, BF16 or F32
+    Quantize {
+        input: PathBuf,
+        output: PathBuf,
+        #[arg(value_name = "TYPE")]
+        ty: String,
+        /// Every quantizable weight TYPE, token_embd and output included (no per-tensor mix)
+        #[arg(long)]
+        pure: bool,
+        /// Re-encode tensors that are already quantized
+        #[arg(long = "allow-requantize")]
+        allow_requantize: bool,
+        #[arg(short = 't', long)]
+        threads: Option<usize>,
+    },
     /// Prompt (pp) and generation (tg) speed per backend, llama-bench style
     Bench {
         model: PathBuf,
@@ -660,6 +678,21 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 session: engine.session(base),
                 flash_attn: engine.flash_attn,
             })
+        }
+        Cmd::Quantize {
+            input,
+            output,
+            ty,
+            pure,
+            allow_requantize,
+            threads,
+        } => {
+            let opts = minfer::quantize::Options {
+                pure,
+                allow_requantize,
+                threads: threads.unwrap_or(0),
+            };
+            quantize::run(&input, &output, &ty, &opts)
         }
         Cmd::Bench {
             model,

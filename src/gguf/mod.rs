@@ -9,7 +9,7 @@ mod writer;
 
 pub use reader::{parse_header, Header, RawTensorInfo, DEFAULT_ALIGNMENT, GGUF_MAGIC};
 pub use value::{Metadata, Value, ValueType};
-pub use writer::GgufWriter;
+pub use writer::{encode_header, GgufWriter, TensorEntry};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -126,6 +126,36 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 fn encode(md: &Metadata, tensors: &[&PendingTensor], alignment: u64) -> Vec<u8> {
+    let entries: Vec<TensorEntry> = tensors
+        .iter()
+        .map(|t| TensorEntry {
+            name: &t.name,
+            qtype: t.qtype,
+            shape: &t.shape,
+            n_bytes: t.data.len() as u64,
+        })
+        .collect();
+    let mut out = encode_header(md, &entries, alignment);
+    for t in tensors {
+        out.extend_from_slice(&t.data);
+        out.resize(out.len().div_ceil(alignment as usize) * alignment as usize, 0);
+    }
+    out
+}
+
+/// One tensor's entry in a GGUF header, for writers that stream the data after it.
+pub struct TensorEntry<'a> {
+    pub name: &'a str,
+    pub qtype: QType,
+    /// ggml order (`ne[0]` first).
+    pub shape: &'a [u64],
+    pub n_bytes: u64,
+}
+
+/// The header of a GGUF v3 file (magic, counts, metadata, tensor infos), zero-padded to
+/// `alignment`: the tensors' bytes follow in order, each padded to `alignment`
+/// (`gguf_get_meta_data` in ggml's layout).
+pub fn encode_header(md: &Metadata, tensors: &[TensorEntry], alignment: u64) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(&GGUF_MAGIC);
     out.extend_from_slice(&3u32.to_le_bytes());
@@ -139,20 +169,16 @@ fn encode(md: &Metadata, tensors: &[&PendingTensor], alignment: u64) -> Vec<u8> 
     let align = |x: u64| x.div_ceil(alignment) * alignment;
     let mut offset = 0u64;
     for t in tensors {
-        put_str(&mut out, &t.name);
+        put_str(&mut out, t.name);
         out.extend_from_slice(&(t.shape.len() as u32).to_le_bytes());
-        for d in &t.shape {
+        for d in t.shape {
             out.extend_from_slice(&d.to_le_bytes());
         }
         out.extend_from_slice(&t.qtype.ggml_id().to_le_bytes());
         out.extend_from_slice(&offset.to_le_bytes());
-        offset = align(offset + t.data.len() as u64);
+        offset = align(offset + t.n_bytes);
     }
     out.resize(align(out.len() as u64) as usize, 0);
-    for t in tensors {
-        out.extend_from_slice(&t.data);
-        out.resize(align(out.len() as u64) as usize, 0);
-    }
     out
 }
 

@@ -61,6 +61,13 @@ pub fn real_model(test: &str, file: &str) -> Option<PathBuf> {
     }
 }
 
+/// A quantized GGUF of `random/MANIFEST.json` by its file name (`gemma4-Q4_K_M.gguf`): the
+/// shipped file, or one `quantize` recreated with the recorded sha256 (cached by sha256), or
+/// a skip. See `quantize::quantized_gguf`.
+pub fn quantized_ref(test: &str, file: &str) -> Option<PathBuf> {
+    crate::quantize::quantized_gguf(test, file)
+}
+
 pub fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))

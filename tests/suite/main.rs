@@ -19,6 +19,7 @@
 //!   `serve/ollama` (Ollama's API)
 //! - `tiny`      — tiny random models per architecture: prefill/decode, caches, threads, bad shapes
 //! - `quant`     — every qtype's codecs against ggml's recorded bytes and floats
+//! - `quantize`  — `quantize` against llama-quantize's recorded files and mixes; the CLI's errors
 //! - `chat`      — chat templates against jinja2's renders (SmolLM2's recorded, ChatML, Qwen2)
 //! - `tokenize`  — GGUF tokenizers against llama.cpp's ids, pieces and detokenized text
 //! - `gpu`       — the GPU backends (wgpu; with the `cuda` feature, CUDA on its CPU emulation
@@ -44,6 +45,7 @@ mod hf;
 mod model;
 mod moe;
 mod quant;
+mod quantize;
 #[cfg(feature = "server")]
 mod serve;
 mod tiny;
@@ -60,6 +62,7 @@ fn main() {
     tests.extend(model::tests());
     tests.extend(moe::tests());
     tests.extend(quant::tests());
+    tests.extend(quantize::tests());
     #[cfg(feature = "server")]
     {
         tests.extend(serve::tests());

@@ -1,0 +1,41 @@
+//! `minfer-wgpu quantize IN OUT TYPE [--pure]`: llama-quantize's file types, mixes and layout
+//! (`minfer::quantize`), with its per-tensor lines and totals.
+
+use std::path::Path;
+
+use anyhow::Result;
+
+use minfer::quantize::{quantize_file, FileType, Options};
+
+pub fn run(input: &Path, output: &Path, ty: &str, opts: &Options) -> Result<()> {
+    let ftype = FileType::parse(ty)?;
+    let t0 = std::time::Instant::now();
+    let r = quantize_file(input, output, ftype, opts)?;
+    for (i, p) in r.tensors.iter().enumerate() {
+        let conv = if p.to == p.from {
+            String::new()
+        } else {
+            format!(" -> {}", p.to)
+        };
+        eprintln!(
+            "[{:4}/{:4}] {:<36} {:?} {}{conv}",
+            i + 1,
+            r.tensors.len(),
+            p.name,
+            p.shape,
+            p.from
+        );
+    }
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    eprintln!(
+        "quantize: {} -> {} ({}{}): {:.2} MiB -> {:.2} MiB in {:.1} s",
+        input.display(),
+        output.display(),
+        ftype.name,
+        if opts.pure { ", pure" } else { "" },
+        mib(r.bytes_in),
+        mib(r.bytes_out),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
