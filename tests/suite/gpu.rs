@@ -146,12 +146,7 @@ fn tensor_of(name: &str, qtype: QType, cols: usize, rows: usize, v: &[f32]) -> T
 }
 
 fn hparams(n_vocab: usize, n_head: usize, n_head_kv: usize, head_dim: usize) -> HParams {
-    let rope = Rope {
-        mode: RopeMode::Neox,
-        n_rot: head_dim,
-        base: 10000.0,
-        freq_scale: 1.0,
-    };
+    let rope = Rope::new(RopeMode::Neox, head_dim, 10000.0, 1.0);
     HParams {
         n_vocab,
         n_ctx_train: 64,
@@ -337,12 +332,7 @@ fn norm_rope_elementwise_ops_match_cpu() {
     let n = 5;
     let w = 192;
     let ids: Vec<u32> = (0..n as u32).map(|i| (i * 3 + 1) % 8).collect();
-    let rope = |mode, n_rot| Rope {
-        mode,
-        n_rot,
-        base: 10000.0,
-        freq_scale: 0.5,
-    };
+    let rope = |mode, n_rot| Rope::new(mode, n_rot, 10000.0, 0.5);
     let mut cases: Vec<(String, Vec<Tensor>, Op, usize)> = Vec::new();
     for q in [QType::F32, QType::F16, QType::BF16] {
         let v = tensor("v", q, w, 1, 3, 1.0);
@@ -470,6 +460,7 @@ fn attention_matches_cpu_over_steps() {
                             window,
                             softcap,
                             flash,
+                            sinks: false,
                         },
                     },
                     n_head * hd,

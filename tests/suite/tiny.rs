@@ -68,6 +68,16 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
         w.set("gemma3.attention.sliding_window_pattern", u(2));
         w.set("gemma3.final_logit_softcapping", Value::F32(30.0));
     }
+    if arch == Arch::Mistral3 {
+        // YaRN over an original context of 4, so the prompt crosses the temperature's floors.
+        w.set("mistral3.rope.scaling.type", Value::String("yarn".into()));
+        w.set("mistral3.rope.scaling.factor", Value::F32(8.0));
+        w.set("mistral3.rope.scaling.original_context_length", u(4));
+        w.set("mistral3.rope.scaling.yarn_beta_fast", Value::F32(32.0));
+        w.set("mistral3.rope.scaling.yarn_beta_slow", Value::F32(1.0));
+        w.set("mistral3.rope.scaling.yarn_log_multiplier", Value::F32(1.0));
+        w.set("mistral3.attention.temperature_scale", Value::F32(0.1));
+    }
     let tokens: Vec<Value> = (0..N_VOCAB).map(|i| Value::String(format!("t{i}"))).collect();
     w.set("tokenizer.ggml.tokens", Value::Array(ValueType::String, tokens));
 
@@ -99,7 +109,7 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
                 vecs.push((format!("{p}.attn_q_norm.weight"), HEAD_DIM));
                 vecs.push((format!("{p}.attn_k_norm.weight"), HEAD_DIM));
             }
-            Arch::Llama => {}
+            Arch::Llama | Arch::Mistral3 => {}
         }
         if arch == Arch::Gemma3 {
             vecs.push((format!("{p}.post_attention_norm.weight"), N_EMBD));
@@ -108,6 +118,10 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
     }
     if arch == Arch::Llama {
         mats.push(("output.weight".into(), vec![N_EMBD as u64, N_VOCAB as u64]));
+    }
+    if arch == Arch::Mistral3 {
+        // Frequency factors in [0.8, 1.2] (Llama 3 style `rope_freqs.weight`).
+        vecs.push(("rope_freqs.weight".into(), HEAD_DIM / 2));
     }
     edit(&mut mats);
     for (name, shape) in &mats {

@@ -2,6 +2,7 @@
 
 mod gemma3;
 mod llama;
+mod mistral3;
 mod qwen2;
 mod qwen3;
 
@@ -16,10 +17,11 @@ pub enum Arch {
     Qwen2,
     Qwen3,
     Gemma3,
+    Mistral3,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 4] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3];
+    pub const ALL: [Arch; 5] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3, Arch::Mistral3];
 
     /// Dispatch happens here, once, on the `general.architecture` string.
     pub fn from_name(name: &str) -> Result<Arch> {
@@ -28,6 +30,7 @@ impl Arch {
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "gemma3" => Arch::Gemma3,
+            "mistral3" => Arch::Mistral3,
             other => return Err(Error::UnknownArchitecture(other.to_string())),
         })
     }
@@ -38,6 +41,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
+            Arch::Mistral3 => "mistral3",
         }
     }
 
@@ -47,6 +51,7 @@ impl Arch {
             Arch::Qwen2 => qwen2::hparams(keys, tensors),
             Arch::Qwen3 => qwen3::hparams(keys, tensors),
             Arch::Gemma3 => gemma3::hparams(keys, tensors),
+            Arch::Mistral3 => mistral3::hparams(keys, tensors),
         }
     }
 
@@ -56,6 +61,7 @@ impl Arch {
             Arch::Qwen2 => qwen2::build(b),
             Arch::Qwen3 => qwen3::build(b),
             Arch::Gemma3 => gemma3::build(b),
+            Arch::Mistral3 => mistral3::build(b),
         }
     }
 }
