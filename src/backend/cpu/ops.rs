@@ -312,6 +312,57 @@ mod tests {
         assert_ne!(x, x0);
     }
 
+    /// YaRN's cos/sin against ggml's formulas evaluated directly in f64 (`ggml_rope_yarn_corr_dims`,
+    /// `rope_yarn_ramp`, `rope_yarn`) with gpt-oss's parameters (corr dims 0.65..9.95 → 0..10),
+    /// with and without frequency factors, for dims below, inside and above the ramp.
+    #[test]
+    fn yarn_cache_matches_ggml_formulas() {
+        use crate::model::Yarn;
+        let (n_rot, base, factor, n_ctx_orig) = (64usize, 1.5e5f32, 32f32, 256u32);
+        let mut rope = Rope::new(RopeMode::Neox, n_rot, base, 1.0 / factor);
+        let attn_factor = 1.3f32;
+        rope.yarn = Some(Yarn {
+            ext_factor: 1.0,
+            attn_factor,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig,
+        });
+        let dim = |beta: f64| {
+            n_rot as f64 * (n_ctx_orig as f64 / (beta * 2.0 * std::f64::consts::PI)).ln() / (2.0 * (base as f64).ln())
+        };
+        assert!((dim(32.0) - 0.65).abs() < 0.01 && (dim(1.0) - 9.95).abs() < 0.01);
+        let corr = yarn_corr_dims(n_rot, n_ctx_orig, base, 32.0, 1.0);
+        assert_eq!(corr, [0.0, 10.0]);
+        let ff: Vec<f32> = (0..n_rot / 2).map(|i| 1.0 + 0.03 * i as f32).collect();
+        let mut cache = Vec::new();
+        for factors in [None, Some(ff.as_slice())] {
+            for pos in [23usize, 200] {
+                rope_cache(pos, &rope, factors, &mut cache);
+                for i in [0usize, 3, 5, 9, 10, 17, 31] {
+                    let f = factors.map_or(1.0, |f| f[i] as f64);
+                    let extrap = pos as f64 * (base as f64).powf(-2.0 * i as f64 / n_rot as f64) / f;
+                    let interp = extrap / factor as f64;
+                    let ramp = 1.0 - ((i as f64 - 0.0) / 10.0).clamp(0.0, 1.0);
+                    let theta = interp * (1.0 - ramp) + extrap * ramp;
+                    let mscale = attn_factor as f64 * (1.0 + 0.1 * (factor as f64).ln());
+                    let (c, s) = cache[i];
+                    let want = (theta.cos() * mscale, theta.sin() * mscale);
+                    assert!(
+                        (c as f64 - want.0).abs() < 1e-4 && (s as f64 - want.1).abs() < 1e-4,
+                        "pos {pos} dim {i} factors {}: ({c}, {s}) vs {want:?}",
+                        factors.is_some()
+                    );
+                }
+            }
+        }
+        // Without YaRN: ggml's plain rotation, cos/sin of theta · freq_scale, unscaled.
+        let plain = Rope::new(RopeMode::Neox, n_rot, base, 0.5);
+        rope_cache(23, &plain, None, &mut cache);
+        let theta = 23.0 * (base as f64).powf(-2.0 * 5.0 / n_rot as f64) * 0.5;
+        assert!((cache[5].0 as f64 - theta.cos()).abs() < 1e-5);
+    }
+
     #[test]
     fn softmax_sums_to_one() {
         let mut x = vec![1.0, 2.0, 3.0, -1e30];
