@@ -151,7 +151,7 @@ impl HfDir {
             arch: arch.name(),
         };
         let mut hp = arch.hparams(&keys, &self.weights)?;
-        if arch == Arch::Llama {
+        if matches!(arch, Arch::Llama | Arch::Mistral3) {
             // Unpermuted HF Q/K rows: RoPE rotates (i, i + n_rot/2), not adjacent pairs.
             hp.rope.mode = RopeMode::Neox;
             hp.rope_swa.mode = RopeMode::Neox;

@@ -161,6 +161,9 @@ fn check_float(t: &Tensor) -> Result<()> {
 fn check_f32(t: &Tensor) -> Result<()> {
     match t.qtype {
         crate::quant::QType::F32 => Ok(()),
-        q => Err(Error::tensor(&t.name, format!("must be f32 (as ggml reads it), found {q}"))),
+        q => Err(Error::tensor(
+            &t.name,
+            format!("must be f32 (as ggml reads it), found {q}"),
+        )),
     }
 }

@@ -701,7 +701,10 @@ fn rope_yarn_freq_factors_temperature_match_cpu() {
         ("yarn+temperature", temp),
         ("temperature", temp_plain),
     ] {
-        let mut factors = values(31, rope.n_rot / 2, 0.5).iter().map(|v| 1.0 + v).collect::<Vec<f32>>();
+        let mut factors = values(31, rope.n_rot / 2, 0.5)
+            .iter()
+            .map(|v| 1.0 + v)
+            .collect::<Vec<f32>>();
         factors[3] = 1e30;
         let weights = vec![
             tensor("inp", QType::F32, w, 8, 11, 4.0),
@@ -831,9 +834,18 @@ fn attention_sinks_match_a_direct_computation_and_cpu() {
         .flat_map(|kv| [(kv, false), (kv, true)])
     {
         let mut c = cpu.new_context(&mdl, 16, kv).unwrap();
-        let mut gctx: Vec<_> = gs.iter().map(|b| b.backend.new_context(&mdl, 16, kv).unwrap()).collect();
-        let mut goff: Vec<_> = gs.iter().map(|b| b.backend.new_context(&off, 16, kv).unwrap()).collect();
-        let mut gplain: Vec<_> = gs.iter().map(|b| b.backend.new_context(&off, 16, kv).unwrap()).collect();
+        let mut gctx: Vec<_> = gs
+            .iter()
+            .map(|b| b.backend.new_context(&mdl, 16, kv).unwrap())
+            .collect();
+        let mut goff: Vec<_> = gs
+            .iter()
+            .map(|b| b.backend.new_context(&off, 16, kv).unwrap())
+            .collect();
+        let mut gplain: Vec<_> = gs
+            .iter()
+            .map(|b| b.backend.new_context(&off, 16, kv).unwrap())
+            .collect();
         for (pos0, ids) in &steps {
             let step = Step::contiguous(ids, *pos0);
             let mut want = Vec::new();
@@ -842,7 +854,9 @@ fn attention_sinks_match_a_direct_computation_and_cpu() {
                 let (mut got, mut no, mut plain) = (Vec::new(), Vec::new(), Vec::new());
                 gctx[i].forward(&attn(ids.len(), flash, true), &step, &mut got).unwrap();
                 goff[i].forward(&attn(ids.len(), flash, true), &step, &mut no).unwrap();
-                gplain[i].forward(&attn(ids.len(), flash, false), &step, &mut plain).unwrap();
+                gplain[i]
+                    .forward(&attn(ids.len(), flash, false), &step, &mut plain)
+                    .unwrap();
                 let e = nmse(&got, &want);
                 let what = format!("kv {kv:?} flash {flash} at {pos0}");
                 assert!(e <= 1e-6, "{}: sinks {what}: NMSE {e:.2e}", b.label);
