@@ -133,7 +133,8 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
         };
         w.add_f32(name, ty, shape, &values(name, n as usize, 0.5)).unwrap();
     }
-    for (name, n) in &vecs {
+    // A vector `edit` moved into the matrices (to reshape it) is written once, as edited.
+    for (name, n) in vecs.iter().filter(|(v, _)| !mats.iter().any(|(m, _)| m == v)) {
         let v: Vec<f32> = values(name, *n, 0.2).iter().map(|x| 1.0 + x).collect();
         w.add_f32(name, QType::F32, &[*n as u64], &v).unwrap();
     }
@@ -242,6 +243,14 @@ fn hostile_shapes_are_named() {
         .expect("accepted a K width that contradicts head_count_kv")
         .to_string();
     assert!(e.contains("blk.0.attn_k.weight"), "{e}");
+    let p = write_tiny(&dir, Arch::Mistral3, QType::F32, |m| {
+        m.push(("rope_freqs.weight".into(), vec![HEAD_DIM as u64 / 2 + 1]));
+    });
+    let e = load::open_model(&p)
+        .err()
+        .expect("accepted frequency factors that do not fit n_rot")
+        .to_string();
+    assert!(e.contains("rope_freqs.weight"), "{e}");
 }
 
 /// An unknown architecture string is one error naming it; out-of-vocabulary ids and
