@@ -76,7 +76,7 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
         w.set("mistral3.rope.scaling.yarn_beta_fast", Value::F32(32.0));
         w.set("mistral3.rope.scaling.yarn_beta_slow", Value::F32(1.0));
         w.set("mistral3.rope.scaling.yarn_log_multiplier", Value::F32(1.0));
-        w.set("mistral3.attention.temperature_scale", Value::F32(0.1));
+        w.set("mistral3.attention.temperature_scale", Value::F32(0.05));
     }
     let tokens: Vec<Value> = (0..N_VOCAB).map(|i| Value::String(format!("t{i}"))).collect();
     w.set("tokenizer.ggml.tokens", Value::Array(ValueType::String, tokens));
