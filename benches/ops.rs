@@ -96,10 +96,11 @@ fn bench_attention(c: &mut Criterion) {
             window: None,
             softcap: None,
             flash: false,
+            sinks: false,
         };
         let q = vec![0.2f32; n_kv * n_head * hd];
         let fill = Step::contiguous(&vec![0; n_kv], 0);
-        attention(&pool, &mut kv, &p, &q, &k, &k, &fill, &mut out).expect("fill");
+        attention(&pool, &mut kv, &p, None, &q, &k, &k, &fill, &mut out).expect("fill");
         let decode = Step::contiguous(&[0], n_kv);
         let mut g = c.benchmark_group("attention/f16/cpu");
         g.throughput(Throughput::Bytes((2 * n_kv * n_head_kv * hd * 2) as u64));
@@ -109,6 +110,7 @@ fn bench_attention(c: &mut Criterion) {
                     &pool,
                     &mut kv,
                     &p,
+                    None,
                     &q[..n_head * hd],
                     &k[..n_head_kv * hd],
                     &k[..n_head_kv * hd],

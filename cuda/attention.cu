@@ -14,10 +14,10 @@
 // tid + 64a (a < 8, so head_dim_v ≤ 512).
 //
 // Params: n_head, n_head_kv, head_dim (even, ≤ 512), head_dim_v (≤ 512), scale (f32), window
-// (0 = none), softcap (f32, 0 = none), n (tokens), flash (0 / 1).
+// (0 = none), softcap (f32, 0 = none), n (tokens), flash (0 / 1), sinks (0 / 1).
 // Bindings: 1 step (Step::words: [n, 0, 0, 0], (pos, 4 + 2n + off) per token, the cell lists),
 // 2 q [n][n_head · head_dim], 3 kc, 4 vc (cache words, one row per cell),
-// 5 o [n][n_head · head_dim_v]. Grid: (n_head, n). Block: 64.
+// 5 o [n][n_head · head_dim_v], 6 sk [n_head] (read only with sinks). Grid: (n_head, n). Block: 64.
 
 struct AttentionParams {
     u32 n_head, n_head_kv, head_dim, head_dim_v;
@@ -26,7 +26,8 @@ struct AttentionParams {
     float softcap; // 0 = none
     u32 n;         // tokens
     u32 flash;     // 0 / 1
-    u32 _pad0, _pad1, _pad2;
+    u32 sinks;     // 0 / 1
+    u32 _pad1, _pad2;
 };
 
 template <class KV>
@@ -43,12 +44,14 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
     const u32* __restrict__ kc = binding<const u32>(p, 3);
     const u32* __restrict__ vc = binding<const u32>(p, 4);
     float* __restrict__ o = binding<float>(p, 5);
+    const float* __restrict__ sk = binding<const float>(p, 6);
     const AttentionParams& prm = params<AttentionParams>(p);
     const u32 n_head = prm.n_head, n_head_kv = prm.n_head_kv, hd = prm.head_dim, hdv = prm.head_dim_v;
     const float scale = prm.scale;
     const u32 window = prm.window;
     const float softcap = prm.softcap;
     const bool flash = prm.flash != 0;
+    const bool sinks = prm.sinks != 0;
     const u32 h = blockIdx.x;
     const u32 t = blockIdx.y;
     const u32 tid = threadIdx.x;
@@ -106,7 +109,14 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
             m = mn;
         }
         mx = block_max<WG>(m, red);
-        inv = 1.0f / block_sum<WG>(l * expf(m - mx), red);
+        if (sinks) {
+            mx = fmaxf(mx, sk[h]);
+        }
+        float sum = block_sum<WG>(l * expf(m - mx), red);
+        if (sinks) {
+            sum += expf(sk[h] - mx);
+        }
+        inv = 1.0f / sum;
     }
 
     const u32 vw = n_head_kv * hdv;
@@ -168,6 +178,21 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
             }
         }
         __syncthreads();
+    }
+    if (flash && sinks) {
+        const float s = sk[h];
+        float ms = 1.0f;
+        float vs = 1.0f;
+        if (s > fm) {
+            ms = expf(fm - s);
+            MF_UNROLL
+            for (u32 a = 0; a < 8; a++) {
+                acc[a] *= ms;
+            }
+        } else {
+            vs = expf(s - fm);
+        }
+        fsum = fmaf(fsum, ms, vs);
     }
     float f = 1.0f;
     if (flash) {

@@ -10,6 +10,9 @@
 // - flash (ggml-cpu's flash_attn_ext_f16_one_chunk): one pass in position order with an online
 //   softmax; the V accumulator is rounded to the cache type after every update (fused
 //   multiply-adds as the CPU's mul_add), and divided by the sum at the end.
+// Sinks (gpt-oss; p.sinks = 1): head h's logit sk[h] joins the softmax denominator with no value:
+// the default path takes it into the max and adds e^(sk − max) to the sum (ggml soft_max), the
+// flash path folds it in as one more online-softmax step after the last position.
 
 override WG: u32 = 64u;
 
@@ -25,7 +28,8 @@ struct Params {
     softcap: f32, // 0 = none
     n: u32,
     flash: u32,
-    _pad0: u32,
+    sinks: u32, // 1: binding 6 holds one logit per head
+
     _pad1: u32,
     _pad2: u32,
 }
@@ -36,6 +40,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read> kc: array<KV>;
 @group(0) @binding(4) var<storage, read> vc: array<KV>;
 @group(0) @binding(5) var<storage, read_write> o: array<f32>;
+@group(0) @binding(6) var<storage, read> sk: array<f32>;
 
 var<workgroup> qs: array<f32, MAX_HD>;
 var<workgroup> ps: array<f32, 256>;
@@ -111,7 +116,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
             m = mn;
         }
         mx = wg_max(m, ln);
-        inv = 1.0 / wg_sum(l * exp(m - mx), ln);
+        if (p.sinks != 0u) {
+            mx = max(mx, sk[h]);
+        }
+        var sum = wg_sum(l * exp(m - mx), ln);
+        if (p.sinks != 0u) {
+            sum += exp(sk[h] - mx);
+        }
+        inv = 1.0 / sum;
     }
 
     let vw = p.n_head_kv * hdv;
@@ -165,6 +177,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
             }
         }
         workgroupBarrier();
+    }
+    if (p.flash != 0u && p.sinks != 0u) {
+        let s = sk[h];
+        var ms = 1.0;
+        var vs = 1.0;
+        if (s > fm) {
+            ms = exp(fm - s);
+            for (var a = 0u; a < 8u; a++) {
+                acc[a] *= ms;
+            }
+        } else {
+            vs = exp(s - fm);
+        }
+        fsum = fma(fsum, ms, vs);
     }
     var f = 1.0;
     if (p.flash != 0u) {

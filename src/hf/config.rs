@@ -10,13 +10,14 @@ use crate::gguf::{Metadata, Value};
 use crate::model::Arch;
 
 /// The `model_type` values we run, and the architecture each maps to.
-pub const MODEL_TYPES: [(&str, Arch); 6] = [
+pub const MODEL_TYPES: [(&str, Arch); 7] = [
     ("llama", Arch::Llama),
     ("mistral", Arch::Llama),
     ("qwen2", Arch::Qwen2),
     ("qwen3", Arch::Qwen3),
     ("gemma3", Arch::Gemma3),
     ("gemma3_text", Arch::Gemma3),
+    ("ministral3", Arch::Mistral3),
 ];
 
 /// Hyperparameters GGUF keys do not carry.
@@ -100,7 +101,12 @@ pub fn parse(root: &J) -> Result<Config> {
         put_f(&mut md, "attention.layer_norm_rms_epsilon", eps);
     }
     // transformers' default rope_theta is 10 000 for every model_type here.
-    put_f(&mut md, "rope.freq_base", c.f64("rope_theta")?.unwrap_or(10_000.0));
+    // transformers 5 moves it into `rope_parameters`.
+    let theta = match c.f64("rope_theta")? {
+        Some(t) => Some(t),
+        None => rope_params(&c)?.and_then(|o| o.get("rope_theta")).and_then(J::as_f64),
+    };
+    put_f(&mut md, "rope.freq_base", theta.unwrap_or(10_000.0));
     if let Some(p) = c.f64("partial_rotary_factor")? {
         let hd = match c.u64("head_dim")? {
             Some(hd) => hd,
@@ -183,15 +189,28 @@ fn gemma3(c: &Fields, md: &mut Metadata, x: &mut Extras) -> Result<()> {
     Ok(())
 }
 
-/// `rope_scaling` (`type` or `rope_type`): none/default, or linear with a factor. The others
-/// (llama3, yarn, dynamic, longrope) change the frequencies in ways the graph does not do.
+/// `rope_scaling` (transformers 5: `rope_parameters`) as an object, if there is one.
+fn rope_params<'a>(c: &Fields<'a>) -> Result<Option<&'a serde_json::Map<String, J>>> {
+    let Some((key, rs)) = ["rope_scaling", "rope_parameters"]
+        .into_iter()
+        .find_map(|k| c.0.get(k).filter(|v| !v.is_null()).map(|v| (k, v)))
+    else {
+        return Ok(None);
+    };
+    rs.as_object()
+        .map(Some)
+        .ok_or_else(|| err(key, format!("{rs} is not an object")))
+}
+
+/// `rope_scaling` / `rope_parameters` (`type` or `rope_type`): none/default, linear with a
+/// factor, or yarn (as `convert_hf_to_gguf.py` writes it: factor, original context, betas,
+/// `mscale_all_dim` as the log multiplier, and Llama 4's `llama_4_scaling_beta` as the attention
+/// temperature). YaRN runs as ggml's, with truncated correction dims whatever `truncate` says.
+/// The others (llama3, dynamic, longrope) change the frequencies in ways the graph does not do.
 fn rope_scaling(c: &Fields, md: &mut Metadata, a: &str) -> Result<()> {
-    let Some(rs) = c.0.get("rope_scaling").filter(|v| !v.is_null()) else {
+    let Some(obj) = rope_params(c)? else {
         return Ok(());
     };
-    let obj = rs
-        .as_object()
-        .ok_or_else(|| err("rope_scaling", format!("{rs} is not an object")))?;
     let ty = obj
         .get("rope_type")
         .or_else(|| obj.get("type"))
@@ -208,9 +227,33 @@ fn rope_scaling(c: &Fields, md: &mut Metadata, a: &str) -> Result<()> {
             md.insert(format!("{a}.rope.scaling.factor"), Value::F32(f as f32));
             Ok(())
         }
+        "yarn" => {
+            let num = |k: &str| obj.get(k).and_then(J::as_f64);
+            let f = num("factor").ok_or_else(|| err("rope_scaling.factor", "missing for yarn scaling"))?;
+            if num("mscale").is_some_and(|m| m != 1.0) {
+                // llama.cpp assumes mscale 1 beside mscale_all_dim.
+                return Err(err("rope_scaling.mscale", "other than 1 is not supported"));
+            }
+            md.insert(format!("{a}.rope.scaling.type"), Value::String("yarn".into()));
+            md.insert(format!("{a}.rope.scaling.factor"), Value::F32(f as f32));
+            if let Some(n) = obj.get("original_max_position_embeddings").and_then(J::as_u64) {
+                md.insert(format!("{a}.rope.scaling.original_context_length"), Value::U64(n));
+            }
+            for (hf, gguf) in [
+                ("beta_fast", "rope.scaling.yarn_beta_fast"),
+                ("beta_slow", "rope.scaling.yarn_beta_slow"),
+                ("mscale_all_dim", "rope.scaling.yarn_log_multiplier"),
+                ("llama_4_scaling_beta", "attention.temperature_scale"),
+            ] {
+                if let Some(v) = num(hf) {
+                    md.insert(format!("{a}.{gguf}"), Value::F32(v as f32));
+                }
+            }
+            Ok(())
+        }
         other => Err(err(
             "rope_scaling.rope_type",
-            format!("'{other}' is not supported (supported: default, linear)"),
+            format!("'{other}' is not supported (supported: default, linear, yarn)"),
         )),
     }
 }
@@ -335,6 +378,46 @@ mod tests {
         assert!(!c.metadata.contains("gemma3.final_logit_softcapping"));
         assert_eq!(c.extras.swa_layers, Some(vec![true, true, false, true, true, false]));
         assert_eq!(c.extras.query_pre_attn_scalar, Some(32.0));
+    }
+
+    /// Ministral 3's transformers-5 config: `rope_parameters` carries theta, YaRN and the Llama 4
+    /// temperature, mapped to the keys llama.cpp's converter writes.
+    #[test]
+    fn maps_ministral3_rope_parameters() {
+        let c = parse(&json!({
+            "model_type": "ministral3", "hidden_size": 256, "num_hidden_layers": 2, "intermediate_size": 256,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "max_position_embeddings": 256,
+            "rope_parameters": {
+                "beta_fast": 32.0, "beta_slow": 1.0, "factor": 16.0, "llama_4_scaling_beta": 0.1,
+                "max_position_embeddings": 256, "mscale": 1.0, "mscale_all_dim": 1.0,
+                "original_max_position_embeddings": 16, "rope_theta": 1000000.0, "rope_type": "yarn"
+            }
+        }))
+        .unwrap();
+        assert_eq!(c.arch, Arch::Mistral3);
+        let md = &c.metadata;
+        assert_eq!(md.get_f64("mistral3.rope.freq_base").unwrap(), Some(1e6));
+        assert_eq!(md.get_str("mistral3.rope.scaling.type").unwrap(), Some("yarn"));
+        assert_eq!(md.get_f64("mistral3.rope.scaling.factor").unwrap(), Some(16.0));
+        assert_eq!(
+            md.get_u64("mistral3.rope.scaling.original_context_length").unwrap(),
+            Some(16)
+        );
+        assert_eq!(
+            md.get_f64("mistral3.rope.scaling.yarn_log_multiplier").unwrap(),
+            Some(1.0)
+        );
+        let t = md.get_f64("mistral3.attention.temperature_scale").unwrap().unwrap();
+        assert!((t - 0.1).abs() < 1e-7);
+        let mscale = parse(&json!({
+            "model_type": "ministral3", "hidden_size": 8, "num_hidden_layers": 1, "intermediate_size": 8,
+            "num_attention_heads": 2, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "mscale": 0.7}
+        }));
+        assert!(mscale
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+            .contains("mscale"));
     }
 
     #[test]

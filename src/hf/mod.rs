@@ -151,7 +151,7 @@ impl HfDir {
             arch: arch.name(),
         };
         let mut hp = arch.hparams(&keys, &self.weights)?;
-        if arch == Arch::Llama {
+        if matches!(arch, Arch::Llama | Arch::Mistral3) {
             // Unpermuted HF Q/K rows: RoPE rotates (i, i + n_rot/2), not adjacent pairs.
             hp.rope.mode = RopeMode::Neox;
             hp.rope_swa.mode = RopeMode::Neox;
@@ -193,7 +193,12 @@ impl HfDir {
         } = self;
         let model = Model::from_parts(config.arch, hp, config.metadata, weights, source, file_bytes)?;
         let graph = model.graph(GraphKey::new(1, 1));
-        let used: BTreeSet<&str> = graph.nodes.iter().flat_map(|n| n.op.weights()).collect();
+        let used: BTreeSet<String> = graph
+            .nodes
+            .iter()
+            .flat_map(|n| n.op.weights())
+            .map(|w| w.into_owned())
+            .collect();
         let mut unused: Vec<&String> = model.weights.keys().filter(|k| !used.contains(k.as_str())).collect();
         unused.sort();
         if let Some(name) = unused.first() {

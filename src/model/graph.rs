@@ -2,11 +2,16 @@
 //! weights they read (canonical GGUF names); backends resolve names through their own registry.
 //! Architectures build graphs from the shared blocks at the bottom of this file.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 use super::hparams::{HParams, Rope};
 
 pub type NodeId = usize;
+
+/// ggml's RoPE `freq_factors` (`[n_rot / 2]` f32), read by a [`Rope`] with `freq_factors`.
+pub const ROPE_FREQS: &str = "rope_freqs.weight";
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -156,6 +161,16 @@ pub struct Attn {
     /// batches of 64 or more, else one pass with an online softmax and the V accumulator
     /// kept in the cache's type.
     pub flash: bool,
+    /// One extra logit per head in the softmax denominator, with no value
+    /// (`blk.{layer}.attn_sinks.weight`, `[n_head]` f32; gpt-oss): ggml's soft_max sinks.
+    pub sinks: bool,
+}
+
+impl Attn {
+    /// The sink weight's name where the layer has sinks.
+    pub fn sinks_weight(&self) -> Option<String> {
+        self.sinks.then(|| format!("blk.{}.attn_sinks.weight", self.layer))
+    }
 }
 
 impl Op {
@@ -206,17 +221,19 @@ impl Op {
         }
     }
 
-    /// The weights this op reads.
-    pub fn weights(&self) -> Vec<&str> {
+    /// The weights this op reads (borrowed names, or derived ones such as a layer's sinks).
+    pub fn weights(&self) -> Vec<Cow<'_, str>> {
         match self {
             Op::GetRows { weight }
             | Op::Matmul { weight, .. }
             | Op::RmsNorm { weight, .. }
             | Op::HeadNorm { weight, .. }
             | Op::MatmulId { weight, .. } => {
-                vec![weight]
+                vec![weight.into()]
             }
-            Op::AddBias { bias, .. } | Op::AddBiasId { bias, .. } => vec![bias],
+            Op::AddBias { bias, .. } | Op::AddBiasId { bias, .. } => vec![bias.into()],
+            Op::Rope { rope, .. } if rope.freq_factors => vec![ROPE_FREQS.into()],
+            Op::Attention { attn, .. } => attn.sinks_weight().map(Cow::Owned).into_iter().collect(),
             _ => vec![],
         }
     }
@@ -465,13 +482,14 @@ impl<'a> Builder<'a> {
             },
             hp.n_embd_q(),
         );
+        // The temperature (Mistral 3) scales Q only.
         k = self.push(
             format!("{p}.attn_k_rope"),
             Op::Rope {
                 x: k,
                 n_heads: hp.n_head_kv,
                 head_dim: hp.head_dim,
-                rope,
+                rope: Rope { temp: None, ..rope },
             },
             hp.n_embd_k(),
         );
@@ -498,6 +516,7 @@ impl<'a> Builder<'a> {
                 window: if swa { hp.sliding_window } else { None },
                 softcap: hp.attn_softcap,
                 flash: self.key.flash,
+                sinks: opts.sinks,
             },
         };
         let a = self.push(format!("{p}.attn"), attn, hp.n_head * hp.head_dim_v);
@@ -693,6 +712,8 @@ pub struct AttnOpts {
     /// Scale Q before attention (attention scale 1), as llama.cpp's Gemma 3 graph does: the
     /// same product, but it is Q·scale that rounds to an f16 query, tiny values included.
     pub scale_q: bool,
+    /// Per-head attention sinks (`blk.N.attn_sinks.weight`, gpt-oss).
+    pub sinks: bool,
 }
 
 /// A mixture-of-experts block's routing and activation, which llama.cpp fixes per

@@ -22,8 +22,62 @@ pub struct Rope {
     /// Dimensions rotated per head (`rope.dimension_count`, default head_dim).
     pub n_rot: usize,
     pub base: f32,
-    /// 1 / linear scaling factor (`rope.scaling.factor` with type `linear`).
+    /// 1 / scaling factor (`rope.scaling.factor` with type `linear` or `yarn`).
     pub freq_scale: f32,
+    /// YaRN's frequency mix and magnitude (`rope.scaling.type` yarn); `None`: plain RoPE.
+    pub yarn: Option<Yarn>,
+    /// Multiplies the rotated values by 1 + scale·ln(1 + floor(pos / floor)) (Llama 4 and
+    /// Mistral 3 temperature tuning, applied to Q only).
+    pub temp: Option<AttnTemp>,
+    /// Pair i turns by theta_i / ff_i, ff = `rope_freqs.weight` (ggml's `freq_factors`; Llama 3,
+    /// Gemma 4's full layers).
+    pub freq_factors: bool,
+}
+
+impl Rope {
+    /// Plain RoPE (no YaRN, no temperature).
+    pub fn new(mode: RopeMode, n_rot: usize, base: f32, freq_scale: f32) -> Rope {
+        Rope {
+            mode,
+            n_rot,
+            base,
+            freq_scale,
+            yarn: None,
+            temp: None,
+            freq_factors: false,
+        }
+    }
+}
+
+/// The YaRN parameters of ggml's `rope_yarn` (ggml-cpu `ops.cpp`), as llama.cpp's context
+/// derives them (`llama_context::llama_context`).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Yarn {
+    /// Weight of the extrapolated frequency at the ramp's low end (1 for YaRN).
+    pub ext_factor: f32,
+    /// Multiplies cos and sin; ggml multiplies it by 1 + 0.1·ln(1 / freq_scale) again.
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// `rope.scaling.original_context_length`.
+    pub n_ctx_orig: u32,
+}
+
+/// Llama 4's attention temperature (`attention.temperature_scale`), as `llm_graph_input_attn_temp`.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct AttnTemp {
+    pub scale: f32,
+    /// Positions per step of the floor (`rope.scaling.original_context_length`), ≥ 1.
+    pub floor: u32,
+}
+
+impl AttnTemp {
+    /// The factor at position `pos`: computed in f64 and rounded once, as llama.cpp's
+    /// `llm_graph_input_attn_temp::set_input` does (pos / floor in f32).
+    pub fn factor(&self, pos: u32) -> f32 {
+        let steps = ((pos as f32) / self.floor as f32).floor() as f64;
+        ((steps + 1.0).ln() * self.scale as f64 + 1.0) as f32
+    }
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -213,6 +267,7 @@ pub fn read_common(keys: &Keys, tensors: &Weights, rope_mode: RopeMode) -> Resul
     }
     let base = keys.f32_or("rope.freq_base", 10_000.0)?;
     let mut freq_scale = 1.0;
+    let mut yarn = false;
     let scaling = keys.str_opt("rope.scaling.type")?.unwrap_or("none");
     let factor = keys.f32_opt("rope.scaling.factor")?;
     match (scaling, factor) {
@@ -224,6 +279,10 @@ pub fn read_common(keys: &Keys, tensors: &Weights, rope_mode: RopeMode) -> Resul
             ))
         }
         ("linear", Some(f)) => freq_scale = 1.0 / f,
+        ("yarn", Some(f)) => {
+            freq_scale = 1.0 / f;
+            yarn = true;
+        }
         (other, Some(_)) => {
             return Err(Error::metadata(
                 format!("{}.rope.scaling.type", keys.arch),
@@ -231,12 +290,11 @@ pub fn read_common(keys: &Keys, tensors: &Weights, rope_mode: RopeMode) -> Resul
             ))
         }
     }
-    let rope = Rope {
-        mode: rope_mode,
-        n_rot,
-        base,
-        freq_scale,
-    };
+    let mut rope = Rope::new(rope_mode, n_rot, base, freq_scale);
+    if yarn {
+        rope.yarn = Some(read_yarn(keys, freq_scale)?);
+    }
+    rope.freq_factors = tensors.contains_key(super::graph::ROPE_FREQS);
 
     Ok(HParams {
         n_vocab,
@@ -305,6 +363,63 @@ pub fn read_moe(keys: &Keys, tensors: &Weights, hp: &mut HParams) -> Result<()> 
         &[hp.n_ff_exp, hp.n_embd, n_expert],
     )?;
     Ok(())
+}
+
+/// YaRN's parameters as llama.cpp derives them: ext_factor 1; attn_factor = mscale(factor) /
+/// mscale_all_dim(factor) with `rope.scaling.yarn_log_multiplier` (mscale 1), else
+/// mscale(factor), then divided by the 1 + 0.1·ln(factor) that ggml's `rope_yarn` multiplies
+/// back in, times `rope.scaling.attn_factor`; all in f32 as llama.cpp computes it.
+fn read_yarn(keys: &Keys, freq_scale: f32) -> Result<Yarn> {
+    let mscale = |scale: f32, m: f32| if scale <= 1.0 { 1.0 } else { 0.1 * m * scale.ln() + 1.0 };
+    let factor = 1.0 / freq_scale;
+    let log_mul = keys.f32_or("rope.scaling.yarn_log_multiplier", 0.0)?;
+    let mut attn_factor = if log_mul != 0.0 {
+        mscale(factor, 1.0) / mscale(factor, log_mul)
+    } else {
+        mscale(factor, 1.0)
+    };
+    attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
+    attn_factor *= keys.f32_or("rope.scaling.attn_factor", 1.0)?;
+    let n_ctx_train = keys.usize_or("context_length", 4096)?;
+    let n_ctx_orig = keys.usize_or("rope.scaling.original_context_length", n_ctx_train)?;
+    let yarn = Yarn {
+        ext_factor: 1.0,
+        attn_factor,
+        beta_fast: keys.f32_or("rope.scaling.yarn_beta_fast", 32.0)?,
+        beta_slow: keys.f32_or("rope.scaling.yarn_beta_slow", 1.0)?,
+        n_ctx_orig: n_ctx_orig as u32,
+    };
+    let ok = |v: f32| v.is_finite() && v > 0.0;
+    if n_ctx_orig == 0 || !ok(yarn.attn_factor) || !ok(yarn.beta_fast) || !ok(yarn.beta_slow) {
+        return Err(Error::metadata(
+            format!("{}.rope.scaling", keys.arch),
+            format!("YaRN parameters {yarn:?} are not usable"),
+        ));
+    }
+    Ok(yarn)
+}
+
+/// `attention.temperature_scale` (0 or absent: none), floored every
+/// `rope.scaling.original_context_length` positions, as llama.cpp's mistral3 reads it.
+pub fn read_attn_temp(keys: &Keys, hp: &HParams) -> Result<Option<AttnTemp>> {
+    let scale = keys.f32_or("attention.temperature_scale", 0.0)?;
+    if scale == 0.0 {
+        return Ok(None);
+    }
+    let floor = match hp.rope.yarn {
+        Some(y) => y.n_ctx_orig as usize,
+        None => keys.usize_or("rope.scaling.original_context_length", hp.n_ctx_train)?,
+    };
+    if floor == 0 || !scale.is_finite() {
+        return Err(Error::metadata(
+            format!("{}.attention.temperature_scale", keys.arch),
+            format!("scale {scale} over {floor} positions is not usable"),
+        ));
+    }
+    Ok(Some(AttnTemp {
+        scale,
+        floor: floor as u32,
+    }))
 }
 
 /// Asserts a tensor's ggml shape `[ne0, ne1, …]`.

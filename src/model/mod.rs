@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 pub use arch::Arch;
 pub use graph::{Attn, Gating, Graph, GraphKey, Node, NodeId, Op};
-pub use hparams::{HParams, Rope, RopeMode};
+pub use hparams::{AttnTemp, HParams, Rope, RopeMode, Yarn};
 
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, Metadata};
@@ -79,11 +79,16 @@ impl Model {
         let mut hparams = self.hparams.clone();
         hparams.drop_ffn = true;
         let graph = self.arch.build(graph::Builder::new(&hparams, GraphKey::new(1, 1)));
-        let used: std::collections::HashSet<&str> = graph.nodes.iter().flat_map(|n| n.op.weights()).collect();
+        let used: std::collections::HashSet<String> = graph
+            .nodes
+            .iter()
+            .flat_map(|n| n.op.weights())
+            .map(|w| w.into_owned())
+            .collect();
         let mut dropped = Dropped::default();
         let mut weights = HashMap::with_capacity(used.len());
         for (name, t) in &self.weights {
-            if used.contains(name.as_str()) {
+            if used.contains(name) {
                 weights.insert(name.clone(), t.clone());
             } else {
                 dropped.tensors += 1;
@@ -155,6 +160,19 @@ impl Model {
                     hparams::check_shape(t, &[*head_dim])?;
                     check_float(t)?;
                 }
+                // Frequency factors and sinks are read as f32 vectors (ggml requires F32).
+                Op::Rope { rope, .. } if rope.freq_factors => {
+                    let t = self.weight(graph::ROPE_FREQS)?;
+                    hparams::check_shape(t, &[rope.n_rot / 2])?;
+                    check_f32(t)?;
+                }
+                Op::Attention { attn, .. } => {
+                    if let Some(w) = attn.sinks_weight() {
+                        let t = self.weight(&w)?;
+                        hparams::check_shape(t, &[attn.n_head])?;
+                        check_f32(t)?;
+                    }
+                }
                 _ => {}
             }
         }
@@ -207,6 +225,16 @@ fn check_float(t: &Tensor) -> Result<()> {
         q => Err(Error::tensor(
             &t.name,
             format!("vector weights must be f32/f16/bf16, found {q}"),
+        )),
+    }
+}
+
+fn check_f32(t: &Tensor) -> Result<()> {
+    match t.qtype {
+        crate::quant::QType::F32 => Ok(()),
+        q => Err(Error::tensor(
+            &t.name,
+            format!("must be f32 (as ggml reads it), found {q}"),
         )),
     }
 }

@@ -16,6 +16,7 @@ tests![
     perplexity_matches_llama_cpp,
     smollm2_chat_reply_matches_llama_cpp,
     qwen25coder_matches_llama_cpp_avx2_build,
+    random_ministral3_matches_transformers_and_llama_cpp,
 ];
 
 pub fn session(path: &Path, n_ctx: usize, kv: KvType) -> Session {
@@ -453,3 +454,34 @@ fn qwen25coder_matches_llama_cpp_avx2_build() {
 }
 
 const QWEN25CODER: &str = "qwen2.5-coder-0.5b-instruct.gguf";
+
+/// Ministral 3 (GGUF `mistral3`: YaRN RoPE with an original context of 16 and the attention
+/// temperature, which the 24-token prompt crosses at position 16): the f32 GGUF against
+/// transformers' float32 logits at every position (max |Δ| ≤ 5e-3) and llama.cpp's last ones.
+fn random_ministral3_matches_transformers_and_llama_cpp() {
+    let t = "random_ministral3_matches_transformers_and_llama_cpp";
+    let Some(root) = common::ref_dir(t) else {
+        return;
+    };
+    let hf = common::read_json(&root.join("random/refs/ministral3.hf-fp32.json"));
+    let prompt = ids(&hf["prompt_ids"]);
+    let want = common::read_npy_f32(&root.join("random/refs/ministral3.hf-fp32.all_logits.npy"));
+    let (got, n_vocab) = run_random(&root.join("random/gguf/ministral3-f32.gguf"), &prompt);
+    let (maxd, nmse) = diff(&got, &want);
+    eprintln!("ministral3-f32: max|Δ| {maxd:.2e}, NMSE {nmse:.2e} vs transformers");
+    assert!(maxd <= 5e-3, "ministral3-f32: max |Δ| {maxd} > 5e-3 vs transformers");
+    // The positions the temperature scales (pos ≥ 16), on their own.
+    let late = 16 * n_vocab;
+    let (late_d, _) = diff(&got[late..], &want[late..]);
+    assert!(late_d <= 5e-3, "ministral3-f32: positions ≥ 16 max |Δ| {late_d}");
+    let r = common::read_json(&root.join("random/refs/ministral3-f32.json"));
+    assert_eq!(ids(&r["prompt_ids"]), prompt);
+    let last = &got[(prompt.len() - 1) * n_vocab..];
+    let want = common::read_npy_f32(&root.join("random/refs/ministral3-f32.last_logits.npy"));
+    let (maxd, nmse_l) = diff(last, &want);
+    eprintln!("ministral3-f32: last logits max|Δ| {maxd:.2e}, NMSE {nmse_l:.2e} vs llama.cpp");
+    assert!(maxd <= 5e-3, "ministral3-f32: last logits max |Δ| {maxd} vs llama.cpp");
+    let top = check_top1(&got, n_vocab, &r["top20_per_position"], 0.1);
+    assert_eq!(top.agree, top.counted, "ministral3-f32: top-1 vs llama.cpp");
+    let _ = nmse;
+}

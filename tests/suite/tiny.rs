@@ -80,6 +80,16 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
     if arch == Arch::Qwen2Moe {
         w.set(&format!("{a}.expert_shared_feed_forward_length"), u(N_FF));
     }
+    if arch == Arch::Mistral3 {
+        // YaRN over an original context of 4, so the prompt crosses the temperature's floors.
+        w.set("mistral3.rope.scaling.type", Value::String("yarn".into()));
+        w.set("mistral3.rope.scaling.factor", Value::F32(8.0));
+        w.set("mistral3.rope.scaling.original_context_length", u(4));
+        w.set("mistral3.rope.scaling.yarn_beta_fast", Value::F32(32.0));
+        w.set("mistral3.rope.scaling.yarn_beta_slow", Value::F32(1.0));
+        w.set("mistral3.rope.scaling.yarn_log_multiplier", Value::F32(1.0));
+        w.set("mistral3.attention.temperature_scale", Value::F32(0.05));
+    }
     let tokens: Vec<Value> = (0..N_VOCAB).map(|i| Value::String(format!("t{i}"))).collect();
     w.set("tokenizer.ggml.tokens", Value::Array(ValueType::String, tokens));
 
@@ -131,7 +141,7 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
                 vecs.push((format!("{p}.attn_q_norm.weight"), HEAD_DIM));
                 vecs.push((format!("{p}.attn_k_norm.weight"), HEAD_DIM));
             }
-            Arch::Llama => {}
+            Arch::Llama | Arch::Mistral3 => {}
         }
         if arch == Arch::Gemma3 {
             vecs.push((format!("{p}.post_attention_norm.weight"), N_EMBD));
@@ -140,6 +150,10 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
     }
     if matches!(arch, Arch::Llama | Arch::Qwen2Moe) {
         mats.push(("output.weight".into(), vec![N_EMBD as u64, N_VOCAB as u64]));
+    }
+    if arch == Arch::Mistral3 {
+        // Frequency factors in [0.8, 1.2] (Llama 3 style `rope_freqs.weight`).
+        vecs.push(("rope_freqs.weight".into(), HEAD_DIM / 2));
     }
     edit(&mut mats);
     for (name, shape) in &mats {
@@ -151,7 +165,8 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
         };
         w.add_f32(name, ty, shape, &values(name, n as usize, 0.5)).unwrap();
     }
-    for (name, n) in &vecs {
+    // A vector `edit` moved into the matrices (to reshape it) is written once, as edited.
+    for (name, n) in vecs.iter().filter(|(v, _)| !mats.iter().any(|(m, _)| m == v)) {
         let v: Vec<f32> = values(name, *n, 0.2).iter().map(|x| 1.0 + x).collect();
         w.add_f32(name, QType::F32, &[*n as u64], &v).unwrap();
     }
@@ -260,6 +275,14 @@ fn hostile_shapes_are_named() {
         .expect("accepted a K width that contradicts head_count_kv")
         .to_string();
     assert!(e.contains("blk.0.attn_k.weight"), "{e}");
+    let p = write_tiny(&dir, Arch::Mistral3, QType::F32, |m| {
+        m.push(("rope_freqs.weight".into(), vec![HEAD_DIM as u64 / 2 + 1]));
+    });
+    let e = load::open_model(&p)
+        .err()
+        .expect("accepted frequency factors that do not fit n_rot")
+        .to_string();
+    assert!(e.contains("rope_freqs.weight"), "{e}");
 }
 
 /// An unknown architecture string is one error naming it; out-of-vocabulary ids and
@@ -384,7 +407,7 @@ fn no_ffn_leaves_every_ffn_tensor_out() {
         assert_eq!(lean.weight_bytes() + ffn_bytes, full.weight_bytes());
         assert!(lean.weights.keys().all(|n| !is_ffn(n)), "{}", arch.name());
         let g = lean.graph(minfer::model::GraphKey::new(4, 1));
-        assert!(g.nodes.iter().flat_map(|n| n.op.weights()).all(|w| !is_ffn(w)));
+        assert!(g.nodes.iter().flat_map(|n| n.op.weights()).all(|w| !is_ffn(&w)));
         assert!(g.nodes.iter().all(|n| !n.name.contains("ffn")), "{}", arch.name());
 
         let opts = SessionOptions {

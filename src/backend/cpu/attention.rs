@@ -131,12 +131,13 @@ thread_local! {
 /// Writes the step's K/V into layer `p.layer` at each token's cell, then attends each token
 /// over its own sequence's cells.
 /// q: (n, n_head*head_dim), k: (n, n_head_kv*head_dim), v: (n, n_head_kv*head_dim_v),
-/// out: (n, n_head*head_dim_v).
+/// out: (n, n_head*head_dim_v); sinks: (n_head) extra logits, one per head, with no value.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     pool: &Pool,
     kv: &mut KvCache,
     p: &AttnParams,
+    sinks: Option<&[f32]>,
     q: &[f32],
     k: &[f32],
     v: &[f32],
@@ -145,6 +146,15 @@ pub fn attention(
 ) -> Result<()> {
     let l = p.layer;
     let n = step.len();
+    if let Some(sk) = sinks {
+        if sk.len() != p.n_head {
+            return Err(Error::InvalidArgument(format!(
+                "layer {l}: {} attention sinks for {} heads",
+                sk.len(),
+                p.n_head
+            )));
+        }
+    }
     let cell = |t: usize, j: usize| step.cells[step.off[t] as usize + j] as usize;
     for t in 0..n {
         let c = cell(t, step.pos[t] as usize);
@@ -242,12 +252,14 @@ pub fn attention(
                         if kind != Some(Kind::FlashTiled) {
                             round_like_cache(t, qs);
                         }
+                        let sink = sinks.map(|sk| sk[h]);
                         if let Some(kind) = kind {
                             let h = ggml_order::Head {
                                 order,
                                 f16: t == KvType::F16,
                                 scale: p.scale,
                                 softcap: p.softcap,
+                                sink,
                                 first,
                                 q: qs,
                                 keys: &ks[(first - lo) * hd..(pos + 1 - lo) * hd],
@@ -264,7 +276,10 @@ pub fn attention(
                             }
                             sc.push(s);
                         }
-                        softmax(sc);
+                        match sink {
+                            Some(sink) => softmax_sink(sc, sink),
+                            None => softmax(sc),
+                        }
                         o.fill(0.0);
                         for (jj, &w) in sc.iter().enumerate() {
                             let j = first + jj;
@@ -276,6 +291,22 @@ pub fn attention(
         }
     });
     Ok(())
+}
+
+/// [`softmax`] with one more logit in the denominator (`ggml_compute_forward_soft_max_f32`
+/// with sinks: the max includes it, its `expf` joins the f64 sum).
+fn softmax_sink(x: &mut [f32], sink: f32) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max).max(sink);
+    let mut sum = 0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v as f64;
+    }
+    sum += (sink - max).exp() as f64;
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
 }
 
 /// q is rounded the way ggml's mul_mat converts it to the cache's vec_dot type.

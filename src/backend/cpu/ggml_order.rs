@@ -160,6 +160,8 @@ pub struct Head<'a> {
     pub f16: bool,
     pub scale: f32,
     pub softcap: Option<f32>,
+    /// The head's attention sink: one more logit in the denominator, with no value.
+    pub sink: Option<f32>,
     pub first: usize,
     pub q: &'a [f32],
     pub keys: &'a [f32],
@@ -210,6 +212,7 @@ fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f
         f16,
         scale,
         softcap,
+        sink,
         first,
         q,
         keys,
@@ -250,7 +253,9 @@ fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f
             *s = (*s * (1.0 / cap)).tanh() * cap;
         }
     }
+    // ggml's soft_max with sinks: the sink joins the max, and its `expf` (libm's) the sum.
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let max = sink.map_or(max, |s| max.max(s));
     for s in scores.iter_mut() {
         *s = expf(*s - max);
     }
@@ -260,10 +265,13 @@ fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f
     lanes.clear();
     lanes.resize((pad + n).next_multiple_of(16), 0.0);
     lanes[pad..pad + n].copy_from_slice(scores);
-    let sum: f64 = lanes
+    let mut sum: f64 = lanes
         .chunks_exact(16)
         .map(|c| reduce16(c.try_into().unwrap_or(&[0.0; 16])) as f64)
         .sum();
+    if let Some(s) = sink {
+        sum += (s - max).exp() as f64;
+    }
     let inv = (1.0 / sum) as f32;
     for s in scores.iter_mut() {
         *s *= inv;
@@ -362,6 +370,7 @@ fn flash_tiled(h: &Head, out: &mut [f32]) {
         }
         t0 += TILE;
     }
+    apply_sink(h.sink, m, &mut s, out);
     let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
     for o in out.iter_mut() {
         *o *= inv;
@@ -397,10 +406,29 @@ fn flash_chunk<const X86: bool>(h: &Head, out: &mut [f32]) {
         }
         sum = sum.mul_add(ms, vs);
     }
+    apply_sink(h.sink, m, &mut sum, out);
     let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
     for o in out.iter_mut() {
         *o *= inv;
     }
+}
+
+/// The flash kernels' sink correction (`ggml_compute_forward_flash_attn_ext_f16_one_chunk`
+/// and `_tiled`): the sink as one more online-softmax step with no value, on the f32
+/// accumulator, before the division by the sum.
+#[inline(always)]
+fn apply_sink(sink: Option<f32>, m: f32, sum: &mut f32, out: &mut [f32]) {
+    let Some(s) = sink else { return };
+    let (mut ms, mut vs) = (1f32, 1f32);
+    if s > m {
+        ms = (m - s).exp();
+        for o in out.iter_mut() {
+            *o *= ms;
+        }
+    } else {
+        vs = (s - m).exp();
+    }
+    *sum = sum.mul_add(ms, vs);
 }
 
 /// [`dot_gemm`] of four rows against `y`, interleaved.
@@ -550,6 +578,7 @@ mod tests {
                     for kind in [Kind::Plain, Kind::FlashChunk, Kind::FlashTiled] {
                         for order in [Order::Gemm, Order::Vec] {
                             let h = Head {
+                                sink: None,
                                 order,
                                 f16,
                                 scale,

@@ -106,7 +106,7 @@ impl Backend for CpuBackend {
             kv: KvCache::new(&KvLayout::new(model, n_cells, kv)?),
             plans: HashMap::new(),
             act: Vec::new(),
-            rope: HashMap::new(),
+            rope: Vec::new(),
             groups: Vec::new(),
         }))
     }
@@ -143,8 +143,9 @@ struct CpuContext {
     kv: KvCache,
     plans: HashMap<GraphKey, Program>,
     act: Vec<u8>,
-    /// cos/sin tables of the current step's positions, per RoPE configuration.
-    rope: HashMap<(u32, u32, usize), Vec<(f32, f32)>>,
+    /// cos/sin tables of the current step's positions, per RoPE configuration (without its
+    /// temperature, applied after the rotation).
+    rope: Vec<(Rope, Vec<(f32, f32)>)>,
     /// The current step's matmul groups, per row count.
     groups: Vec<(usize, matmul::Groups)>,
 }
@@ -157,9 +158,15 @@ fn compile(model: &Model, g: &Graph) -> Result<Program> {
         let out = live.place(g, i, (n.rows * n.width) as u64);
         let weight = n.op.weights().first().map(|w| model.weight(w).cloned()).transpose()?;
         let vector = match (&n.op, &weight) {
-            (Op::RmsNorm { .. } | Op::HeadNorm { .. } | Op::AddBias { .. } | Op::AddBiasId { .. }, Some(t)) => {
-                t.to_f32()?
-            }
+            (
+                Op::RmsNorm { .. }
+                | Op::HeadNorm { .. }
+                | Op::AddBias { .. }
+                | Op::AddBiasId { .. }
+                | Op::Rope { .. }
+                | Op::Attention { .. },
+                Some(t),
+            ) => t.to_f32()?,
             _ => Vec::new(),
         };
         let experts = match (&n.op, &weight) {
@@ -190,17 +197,19 @@ fn compile(model: &Model, g: &Graph) -> Result<Program> {
 }
 
 impl CpuContext {
-    fn rope_table(&mut self, rope: &Rope, pos: &[u32]) -> &Vec<(f32, f32)> {
-        let key = (rope.base.to_bits(), rope.freq_scale.to_bits(), rope.n_rot);
-        self.rope.entry(key).or_insert_with(|| {
-            let mut all = Vec::with_capacity(pos.len() * rope.n_rot / 2);
-            let mut c = Vec::new();
-            for &p in pos {
-                ops::rope_cache(p as usize, rope, &mut c);
-                all.extend_from_slice(&c);
-            }
-            all
-        })
+    fn rope_table(&mut self, rope: &Rope, factors: &[f32], pos: &[u32]) -> Vec<(f32, f32)> {
+        let rope = Rope { temp: None, ..*rope };
+        if let Some((_, t)) = self.rope.iter().find(|(r, _)| *r == rope) {
+            return t.clone();
+        }
+        let mut all = Vec::with_capacity(pos.len() * rope.n_rot / 2);
+        let mut c = Vec::new();
+        for &p in pos {
+            ops::rope_cache(p as usize, &rope, rope.freq_factors.then_some(factors), &mut c);
+            all.extend_from_slice(&c);
+        }
+        self.rope.push((rope, all.clone()));
+        all
     }
 
     fn run_plan(&mut self, key: GraphKey, step: &Step) -> Result<()> {
@@ -291,17 +300,23 @@ impl CpuContext {
                     ops::head_norm(&mut y[..size], &s.vector, *eps, *head_dim);
                 }
                 Op::Rope { head_dim, rope, .. } => {
-                    let table = self.rope_table(rope, &step.pos).clone();
+                    let table = self.rope_table(rope, &s.vector, &step.pos);
                     let x = &bufs[s.inputs[0]];
                     y[..size].copy_from_slice(&x[..size]);
                     let half = rope.n_rot / 2;
                     for (t, row) in y[..size].chunks_exact_mut(s.width).enumerate() {
                         ops::rope_row(row, *head_dim, rope, &table[t * half..(t + 1) * half]);
+                        // llama.cpp multiplies the rotated Q by the temperature (`ggml_mul`).
+                        if let Some(temp) = rope.temp {
+                            let f = temp.factor(step.pos[t]);
+                            row.iter_mut().for_each(|v| *v *= f);
+                        }
                     }
                 }
                 Op::Attention { attn, .. } => {
                     let (q, k, v) = (&bufs[s.inputs[0]], &bufs[s.inputs[1]], &bufs[s.inputs[2]]);
-                    attention::attention(&pool, &mut self.kv, attn, q, k, v, step, &mut y[..size])?;
+                    let sinks = attn.sinks.then_some(s.vector.as_slice());
+                    attention::attention(&pool, &mut self.kv, attn, sinks, q, k, v, step, &mut y[..size])?;
                 }
                 Op::Add { .. } | Op::Mul { .. } | Op::Swiglu { .. } | Op::Geglu { .. } => {
                     let (a, b) = (&bufs[s.inputs[0]][..size], &bufs[s.inputs[1]][..size]);

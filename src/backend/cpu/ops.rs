@@ -100,17 +100,55 @@ pub fn softcap(x: &mut [f32], cap: f32) {
     }
 }
 
-/// cos/sin for one position: `ggml_rope_cache_init` without YaRN (ext_factor 0, mscale 1);
-/// theta advances multiplicatively in f32 exactly as ggml does.
-pub fn rope_cache(pos: usize, rope: &Rope, cache: &mut Vec<(f32, f32)>) {
+/// cos/sin for one position: `ggml_rope_cache_init` with `rope_yarn` (ggml-cpu `ops.cpp`);
+/// theta advances multiplicatively in f32 exactly as ggml does. `freq_factors` (`[n_rot / 2]`)
+/// divide each pair's theta. The products GCC contracts into fused multiply-adds are fused here.
+pub fn rope_cache(pos: usize, rope: &Rope, freq_factors: Option<&[f32]>, cache: &mut Vec<(f32, f32)>) {
     cache.clear();
     let theta_scale = rope.base.powf(-2.0 / rope.n_rot as f32);
+    let (corr, ext_factor, mut mscale) = match rope.yarn {
+        Some(y) => (
+            yarn_corr_dims(rope.n_rot, y.n_ctx_orig, rope.base, y.beta_fast, y.beta_slow),
+            y.ext_factor,
+            y.attn_factor,
+        ),
+        None => ([0.0, 0.0], 0.0, 1.0),
+    };
+    if ext_factor != 0.0 {
+        mscale *= 0.1f32.mul_add((1.0 / rope.freq_scale).ln(), 1.0);
+    }
     let mut theta = pos as f32;
-    for _ in 0..rope.n_rot / 2 {
-        let t = rope.freq_scale * theta;
-        cache.push((t.cos(), t.sin()));
+    for i in 0..rope.n_rot / 2 {
+        let ff = freq_factors.and_then(|f| f.get(i).copied()).unwrap_or(1.0);
+        let extrap = theta / ff;
+        let interp = rope.freq_scale * extrap;
+        let t = if ext_factor != 0.0 {
+            let mix = yarn_ramp(corr[0], corr[1], 2 * i) * ext_factor;
+            interp.mul_add(1.0 - mix, extrap * mix)
+        } else {
+            interp
+        };
+        cache.push((t.cos() * mscale, t.sin() * mscale));
         theta *= theta_scale;
     }
+}
+
+/// `ggml_rope_yarn_corr_dims`: the dims where YaRN's ramp from extrapolated to interpolated
+/// frequencies starts and ends (floored / ceiled, clamped to `[0, n_dims - 1]`).
+pub fn yarn_corr_dims(n_dims: usize, n_ctx_orig: u32, base: f32, beta_fast: f32, beta_slow: f32) -> [f32; 2] {
+    // ggml_rope_yarn_corr_dim
+    let dim = |n_rot: f32| {
+        n_dims as f32 * (n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln())
+    };
+    let start = dim(beta_fast).floor();
+    let end = dim(beta_slow).ceil();
+    [start.max(0.0), end.min(n_dims as f32 - 1.0)]
+}
+
+/// `rope_yarn_ramp`: 1 below `low`, 0 above `high`, linear between (over pair index i0 / 2).
+fn yarn_ramp(low: f32, high: f32, i0: usize) -> f32 {
+    let y = ((i0 / 2) as f32 - low) / (high - low).max(0.001);
+    1.0 - y.clamp(0.0, 1.0)
 }
 
 /// Rotates every head of one row in place (`ggml_compute_forward_rope_f32`), with the fused
@@ -260,23 +298,69 @@ mod tests {
 
     #[test]
     fn rope_preserves_norm_and_position_zero_is_identity() {
-        let rope = Rope {
-            mode: RopeMode::Neox,
-            n_rot: 8,
-            base: 10000.0,
-            freq_scale: 1.0,
-        };
+        let rope = Rope::new(RopeMode::Neox, 8, 10000.0, 1.0);
         let x0: Vec<f32> = (0..16).map(|i| (i as f32 * 0.37).sin()).collect();
         let mut cache = Vec::new();
-        rope_cache(0, &rope, &mut cache);
+        rope_cache(0, &rope, None, &mut cache);
         let mut x = x0.clone();
         rope_row(&mut x, 8, &rope, &cache);
         assert_eq!(x, x0);
-        rope_cache(17, &rope, &mut cache);
+        rope_cache(17, &rope, None, &mut cache);
         rope_row(&mut x, 8, &rope, &cache);
         let n = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>();
         assert!((n(&x) - n(&x0)).abs() < 1e-4);
         assert_ne!(x, x0);
+    }
+
+    /// YaRN's cos/sin against ggml's formulas evaluated directly in f64 (`ggml_rope_yarn_corr_dims`,
+    /// `rope_yarn_ramp`, `rope_yarn`) with gpt-oss's parameters (corr dims 0.65..9.95 → 0..10),
+    /// with and without frequency factors, for dims below, inside and above the ramp.
+    #[test]
+    fn yarn_cache_matches_ggml_formulas() {
+        use crate::model::Yarn;
+        let (n_rot, base, factor, n_ctx_orig) = (64usize, 1.5e5f32, 32f32, 256u32);
+        let mut rope = Rope::new(RopeMode::Neox, n_rot, base, 1.0 / factor);
+        let attn_factor = 1.3f32;
+        rope.yarn = Some(Yarn {
+            ext_factor: 1.0,
+            attn_factor,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig,
+        });
+        let dim = |beta: f64| {
+            n_rot as f64 * (n_ctx_orig as f64 / (beta * 2.0 * std::f64::consts::PI)).ln() / (2.0 * (base as f64).ln())
+        };
+        assert!((dim(32.0) - 0.65).abs() < 0.01 && (dim(1.0) - 9.95).abs() < 0.01);
+        let corr = yarn_corr_dims(n_rot, n_ctx_orig, base, 32.0, 1.0);
+        assert_eq!(corr, [0.0, 10.0]);
+        let ff: Vec<f32> = (0..n_rot / 2).map(|i| 1.0 + 0.03 * i as f32).collect();
+        let mut cache = Vec::new();
+        for factors in [None, Some(ff.as_slice())] {
+            for pos in [23usize, 200] {
+                rope_cache(pos, &rope, factors, &mut cache);
+                for i in [0usize, 3, 5, 9, 10, 17, 31] {
+                    let f = factors.map_or(1.0, |f| f[i] as f64);
+                    let extrap = pos as f64 * (base as f64).powf(-2.0 * i as f64 / n_rot as f64) / f;
+                    let interp = extrap / factor as f64;
+                    let ramp = 1.0 - ((i as f64 - 0.0) / 10.0).clamp(0.0, 1.0);
+                    let theta = interp * (1.0 - ramp) + extrap * ramp;
+                    let mscale = attn_factor as f64 * (1.0 + 0.1 * (factor as f64).ln());
+                    let (c, s) = cache[i];
+                    let want = (theta.cos() * mscale, theta.sin() * mscale);
+                    assert!(
+                        (c as f64 - want.0).abs() < 1e-4 && (s as f64 - want.1).abs() < 1e-4,
+                        "pos {pos} dim {i} factors {}: ({c}, {s}) vs {want:?}",
+                        factors.is_some()
+                    );
+                }
+            }
+        }
+        // Without YaRN: ggml's plain rotation, cos/sin of theta · freq_scale, unscaled.
+        let plain = Rope::new(RopeMode::Neox, n_rot, base, 0.5);
+        rope_cache(23, &plain, None, &mut cache);
+        let theta = 23.0 * (base as f64).powf(-2.0 * 5.0 / n_rot as f64) * 0.5;
+        assert!((cache[5].0 as f64 - theta.cos()).abs() < 1e-5);
     }
 
     #[test]

@@ -304,12 +304,14 @@ impl CudaContext {
         let n = step.len();
         let step_ptr = self.step.ptr;
         let graphs = self.graphs;
+        let model = self.model.clone();
         let plan = self.plans.get_mut(&key).ok_or_else(|| err("no plan"))?;
         let mut go = || -> std::result::Result<Vec<u8>, String> {
             dev.write(step_ptr, bytemuck::cast_slice(&words))?;
             dev.write(plan.ids.ptr, bytemuck::cast_slice(&step.tokens))?;
             for (rope, buf) in &plan.ropes {
-                dev.write(buf.ptr, bytemuck::cast_slice(&rope_table(rope, &step.pos)))?;
+                let table = rope_table(&model, rope, &step.pos).map_err(|e| e.to_string())?;
+                dev.write(buf.ptr, bytemuck::cast_slice(&table))?;
             }
             // Decode shapes repeat every step: from the second run on, one graph launch.
             if graphs && plan.graph.is_none() && plan.runs >= 1 && n == 1 {

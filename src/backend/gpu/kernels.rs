@@ -162,12 +162,12 @@ pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> R
     let mut seen = HashSet::new();
     for node in &graph.nodes {
         for name in node.op.weights() {
-            if !seen.insert(name) {
+            if !seen.insert(name.to_string()) {
                 continue;
             }
             let t = model
                 .weights
-                .get(name)
+                .get(name.as_ref())
                 .ok_or_else(|| Refusal(format!("{name} is missing")))?;
             if !has_weight_kernel(t.qtype) {
                 return refuse(format!("{name} is {}, no {backend} kernel", t.qtype));
@@ -214,6 +214,13 @@ pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> R
             }
             Op::Rope { head_dim, rope, .. } if rope.n_rot % 2 != 0 || rope.n_rot > head_dim => {
                 return refuse(format!("{}: n_rot {} of head_dim {head_dim}", node.name, rope.n_rot));
+            }
+            // The temperature rides in the cos/sin table, which the unrotated dims never read.
+            Op::Rope { head_dim, rope, .. } if rope.temp.is_some() && rope.n_rot != head_dim => {
+                return refuse(format!(
+                    "{}: attention temperature with n_rot {} of head_dim {head_dim}",
+                    node.name, rope.n_rot
+                ));
             }
             Op::HeadNorm { head_dim, .. } if head_dim == 0 || node.width % head_dim != 0 => {
                 return refuse(format!(

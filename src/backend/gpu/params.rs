@@ -171,7 +171,8 @@ params! {
         n: u32,
         /// 1: the flash numerics (one online-softmax pass).
         flash: u32,
-        _pad0: u32,
+        /// 1: binding 6 holds one softmax sink logit per head (gpt-oss).
+        sinks: u32,
         _pad1: u32,
         _pad2: u32,
     }

@@ -282,7 +282,7 @@ pub static KERNELS: [KernelInfo; 22] = [
     KernelInfo {
         kernel: Kernel::Attention,
         name: "attention",
-        bindings: &[U, R, R, R, R, RW],
+        bindings: &[U, R, R, R, R, RW, R],
         spec: Spec::Kv,
         reduces: true,
         act_input: false,

@@ -224,13 +224,14 @@ impl WgpuContext {
         let plan = &self.plans[&key];
         let profiler = &mut self.profiler;
         let step_buf = &self.step;
+        let model = &self.model;
         let bytes = gpu
             .scoped("forward", || -> Result<Vec<u8>> {
                 let q = &gpu.queue;
                 q.write_buffer(step_buf, 0, bytemuck::cast_slice(&words));
                 q.write_buffer(&plan.ids, 0, bytemuck::cast_slice(&step.tokens));
                 for (rope, buf) in &plan.ropes {
-                    q.write_buffer(buf, 0, bytemuck::cast_slice(&rope_table(rope, &step.pos)));
+                    q.write_buffer(buf, 0, bytemuck::cast_slice(&rope_table(model, rope, &step.pos)?));
                 }
                 let mut enc = gpu
                     .device

@@ -2,6 +2,7 @@
 
 mod gemma3;
 mod llama;
+mod mistral3;
 mod qwen2;
 mod qwen2moe;
 mod qwen3;
@@ -20,16 +21,18 @@ pub enum Arch {
     Gemma3,
     Qwen3Moe,
     Qwen2Moe,
+    Mistral3,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 6] = [
+    pub const ALL: [Arch; 7] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
         Arch::Gemma3,
         Arch::Qwen3Moe,
         Arch::Qwen2Moe,
+        Arch::Mistral3,
     ];
 
     /// Dispatch happens here, once, on the `general.architecture` string.
@@ -41,6 +44,7 @@ impl Arch {
             "gemma3" => Arch::Gemma3,
             "qwen3moe" => Arch::Qwen3Moe,
             "qwen2moe" => Arch::Qwen2Moe,
+            "mistral3" => Arch::Mistral3,
             other => return Err(Error::UnknownArchitecture(other.to_string())),
         })
     }
@@ -53,6 +57,7 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Qwen2Moe => "qwen2moe",
+            Arch::Mistral3 => "mistral3",
         }
     }
 
@@ -64,6 +69,7 @@ impl Arch {
             Arch::Gemma3 => gemma3::hparams(keys, tensors),
             Arch::Qwen3Moe => qwen3moe::hparams(keys, tensors),
             Arch::Qwen2Moe => qwen2moe::hparams(keys, tensors),
+            Arch::Mistral3 => mistral3::hparams(keys, tensors),
         }
     }
 
@@ -75,6 +81,7 @@ impl Arch {
             Arch::Gemma3 => gemma3::build(b),
             Arch::Qwen3Moe => qwen3moe::build(b),
             Arch::Qwen2Moe => qwen2moe::build(b),
+            Arch::Mistral3 => mistral3::build(b),
         }
     }
 }

@@ -27,6 +27,7 @@ pub fn build(b: Builder) -> Graph {
         qkv_bias: true,
         qk_norm: false,
         scale_q: false,
+        ..Default::default()
     };
     let moe = MoeOpts {
         gating: Gating::Softmax,

@@ -15,6 +15,7 @@ use crate::common;
 
 tests![
     random_models_match_cpu,
+    ministral3_matches_cpu,
     flash_toggle_takes_effect_after_a_forward,
     traced_intermediates_match_cpu,
     split_weights_and_batches_change_nothing,
@@ -513,4 +514,41 @@ fn traced_intermediates_match_cpu() {
 
 fn session_of_arc(model: Arc<Model>, n_ctx: usize, choice: BackendChoice, kv: KvType) -> Session {
     Session::new(model, &opts(n_ctx, choice, kv)).unwrap()
+}
+
+/// Ministral 3 (YaRN RoPE, the attention temperature from position 16) on every GPU backend: the
+/// reference prompt, then 4 greedy steps, with f16 and f32 caches, against the CPU: NMSE ≤ 1e-6
+/// (the GPUs round the rotation and the temperature together, the CPU apart).
+fn ministral3_matches_cpu() {
+    let t = "ministral3_matches_cpu";
+    let Some(root) = common::ref_dir(t) else {
+        return;
+    };
+    let gs: Vec<Gpu> = gpus(t, None).into_iter().filter(|g| !g.alt).collect();
+    if gs.is_empty() {
+        return;
+    }
+    let prompt = prompt_ids(&common::read_json(&root.join("random/refs/ministral3.hf-fp32.json")));
+    let path = root.join("random/gguf/ministral3-f32.gguf");
+    let n_ctx = prompt.len() + 8;
+    for kv in [KvType::F16, KvType::F32] {
+        let mut c = session_of(load::open_model(&path).unwrap(), n_ctx, BackendChoice::Cpu, kv);
+        let want = c.eval(&prompt, true).unwrap();
+        let mut steps = Vec::new();
+        let mut next = minfer::sampling::argmax(&want[want.len() - c.n_vocab()..]);
+        for _ in 0..4 {
+            let o = c.eval(&[next], false).unwrap();
+            steps.push((next, o.clone()));
+            next = minfer::sampling::argmax(&o);
+        }
+        for gb in &gs {
+            let mut g = session_on(gb, Arc::new(load::open_model(&path).unwrap()), n_ctx, kv);
+            let mut e = nmse(&g.eval(&prompt, true).unwrap(), &want);
+            for (tok, want) in &steps {
+                e = e.max(nmse(&g.eval(&[*tok], false).unwrap(), want));
+            }
+            eprintln!("ministral3-f32 kv {} {}: NMSE {e:.2e} vs cpu", kv.name(), gb.label);
+            assert!(e <= 1e-6, "{}: ministral3 kv {}: NMSE {e:.2e}", gb.label, kv.name());
+        }
+    }
 }

@@ -53,9 +53,15 @@ impl Builder<'_> {
                         window,
                         softcap,
                         flash,
+                        sinks,
                     },
                 ..
             } => {
+                // Without sinks binding 6 is never read; the step buffer stands in for it.
+                let sk = match attn_sinks(node) {
+                    Some(name) => Res::Weight(self.weight(&name)?, 0),
+                    None => Res::Step,
+                };
                 let (kw, vw) = ((n_head_kv * head_dim) as u32, (n_head_kv * head_dim_v) as u32);
                 // Elements per kv_store invocation: a word, or a pair of q8_0 blocks.
                 let epw = match self.kv {
@@ -94,6 +100,7 @@ impl Builder<'_> {
                             softcap: softcap.unwrap_or(0.0),
                             n: rows,
                             flash: u32::from(flash),
+                            sinks: u32::from(sinks),
                             ..Default::default()
                         }
                         .words(),
@@ -103,6 +110,7 @@ impl Builder<'_> {
                             Res::Kc(layer),
                             Res::Vc(layer),
                             Res::Act(out),
+                            sk,
                         ],
                         // One workgroup per (q head, token).
                         groups: [n_head as u32, rows, 1],
@@ -115,5 +123,13 @@ impl Builder<'_> {
             kind: node.op.kind().to_string(),
             launches,
         })
+    }
+}
+
+/// The sink weight of an attention node that has sinks.
+fn attn_sinks(node: &Node) -> Option<String> {
+    match &node.op {
+        Op::Attention { attn, .. } => attn.sinks_weight(),
+        _ => None,
     }
 }

@@ -18,7 +18,8 @@ use super::kernels::{Kernel, Variant};
 use super::params::{ArgmaxParams, KernelParams};
 use crate::backend::alloc::Liveness;
 use crate::backend::KvType;
-use crate::model::{Graph, Node, Op, Rope};
+use crate::model::graph::ROPE_FREQS;
+use crate::model::{Graph, Model, Node, Op, Rope};
 use crate::quant::QType;
 
 /// Token counts up to this use `matmul_vec` (one workgroup per row and token); more use the
@@ -226,16 +227,23 @@ pub fn schedule(
 }
 
 /// The cos/sin table a `RopeTable` binding holds for tokens at positions `pos` (one per token,
-/// `Step::pos`): `[n][n_rot / 2]` (cos, sin) pairs, computed by the CPU backend's own code so
-/// every backend rotates by the same values.
-pub fn rope_table(rope: &Rope, pos: &[u32]) -> Vec<f32> {
+/// `Step::pos`): `[n][n_rot / 2]` (cos, sin) pairs, computed by the CPU backend's own code (with
+/// the model's frequency factors where the RoPE has them) so every backend rotates by the same
+/// values. A temperature (`Rope::temp`, Q of Mistral 3) multiplies each token's pairs: the
+/// rotation then scales by it (the CPU rounds the rotation and the scale apart).
+pub fn rope_table(model: &Model, rope: &Rope, pos: &[u32]) -> crate::Result<Vec<f32>> {
+    let factors = match rope.freq_factors {
+        true => Some(model.weight(ROPE_FREQS)?.to_f32()?),
+        false => None,
+    };
     let mut table: Vec<f32> = Vec::with_capacity(pos.len() * rope.n_rot);
     let mut cs = Vec::new();
     for &p in pos {
-        crate::backend::cpu::ops::rope_cache(p as usize, rope, &mut cs);
-        table.extend(cs.iter().flat_map(|&(c, s)| [c, s]));
+        crate::backend::cpu::ops::rope_cache(p as usize, rope, factors.as_deref(), &mut cs);
+        let f = rope.temp.map_or(1.0, |t| t.factor(p));
+        table.extend(cs.iter().flat_map(|&(c, s)| [c * f, s * f]));
     }
-    table
+    Ok(table)
 }
 
 #[cfg(test)]
