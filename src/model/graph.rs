@@ -520,11 +520,22 @@ impl<'a> Builder<'a> {
             },
         };
         let a = self.push(format!("{p}.attn"), attn, hp.n_head * hp.head_dim_v);
-        self.matmul(
+        let out = self.matmul(
             a,
             &format!("{p}.attn_output.weight"),
             hp.n_embd,
             &format!("{p}.attn_out"),
+        );
+        if !opts.out_bias {
+            return out;
+        }
+        self.push(
+            format!("{p}.attn_out_b"),
+            Op::AddBias {
+                x: out,
+                bias: format!("{p}.attn_output.bias"),
+            },
+            hp.n_embd,
         )
     }
 
@@ -714,6 +725,8 @@ pub struct AttnOpts {
     pub scale_q: bool,
     /// Per-head attention sinks (`blk.N.attn_sinks.weight`, gpt-oss).
     pub sinks: bool,
+    /// A bias on the output projection (`attn_output.bias`, gpt-oss).
+    pub out_bias: bool,
 }
 
 /// A mixture-of-experts block's routing and activation, which llama.cpp fixes per

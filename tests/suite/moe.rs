@@ -17,10 +17,30 @@ tests![
 ];
 
 /// The MoE archs whose f32 GGUF and transformers reference are in the pack.
-const MOE_ARCHS: [&str; 3] = ["qwen3moe", "mixtral", "qwen2moe"];
+const MOE_ARCHS: [&str; 4] = ["qwen3moe", "mixtral", "qwen2moe", "gpt-oss"];
 
-/// The quantized MoE files: one line each, shipped or recreated by `quantize`.
-const MOE_QUANTIZED: [&str; 4] = ["qwen3moe-Q8_0", "qwen3moe-Q4_K_M", "mixtral-Q4_K_M", "qwen2moe-Q4_K_M"];
+/// Every quantized MoE file the pack has references for, shipped or recreated by `quantize`
+/// (its sha256 checked against the pack's manifest).
+const MOE_QUANTIZED: [&str; 18] = [
+    "qwen3moe-Q8_0",
+    "qwen3moe-Q6_K",
+    "qwen3moe-Q4_K_M",
+    "qwen3moe-Q4_0",
+    "mixtral-Q8_0",
+    "mixtral-Q6_K",
+    "mixtral-Q4_K_M",
+    "mixtral-Q4_0",
+    "qwen2moe-Q8_0",
+    "qwen2moe-Q6_K",
+    "qwen2moe-Q4_K_M",
+    "qwen2moe-Q4_0",
+    "gpt-oss-Q8_0",
+    "gpt-oss-Q6_K",
+    "gpt-oss-Q4_K_M",
+    "gpt-oss-Q4_0",
+    "gpt-oss-MXFP4_MOE",
+    "gpt-oss-mxfp4-mxfp4",
+];
 
 fn all_logits(gguf: &Path, prompt: &[u32]) -> (Vec<f32>, usize) {
     let mut s = session(gguf, prompt.len() + 8, KvType::F16);
@@ -60,7 +80,16 @@ fn moe_quantized_models_match_llama_cpp() {
     for name in MOE_QUANTIZED {
         let r = common::read_json(&root.join(format!("random/refs/{name}.json")));
         let prompt = ids(&r["prompt_ids"]);
-        let (all, n_vocab) = all_logits(&root.join(format!("random/gguf/{name}.gguf")), &prompt);
+        let shipped = root.join(format!("random/gguf/{name}.gguf"));
+        let gguf = if shipped.is_file() {
+            shipped
+        } else {
+            let Some(p) = common::quantized_ref(t, &format!("{name}.gguf")) else {
+                return;
+            };
+            p
+        };
+        let (all, n_vocab) = all_logits(&gguf, &prompt);
         let last = &all[(prompt.len() - 1) * n_vocab..];
         let want = common::read_npy_f32(&root.join(format!("random/refs/{name}.last_logits.npy")));
         let (maxd, nmse) = diff(last, &want);

@@ -71,7 +71,7 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
         w.set("gemma3.attention.sliding_window_pattern", u(2));
         w.set("gemma3.final_logit_softcapping", Value::F32(30.0));
     }
-    let moe = matches!(arch, Arch::Qwen3Moe | Arch::Qwen2Moe);
+    let moe = matches!(arch, Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss);
     if moe {
         w.set(&format!("{a}.expert_count"), u(N_EXPERT));
         w.set(&format!("{a}.expert_used_count"), u(2));
@@ -79,6 +79,9 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
     }
     if arch == Arch::Qwen2Moe {
         w.set(&format!("{a}.expert_shared_feed_forward_length"), u(N_FF));
+    }
+    if arch == Arch::GptOss {
+        w.set("gpt-oss.attention.sliding_window", u(4));
     }
     if arch == Arch::Mistral3 {
         // YaRN over an original context of 4, so the prompt crosses the temperature's floors.
@@ -96,6 +99,8 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
     let (q, kv) = (N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM);
     let mut mats: Vec<(String, Vec<u64>)> = vec![("token_embd.weight".into(), vec![N_EMBD as u64, N_VOCAB as u64])];
     let mut vecs: Vec<(String, usize)> = vec![("output_norm.weight".into(), N_EMBD)];
+    // Float matrices whatever `qtype` (expert biases).
+    let mut floats: Vec<(String, Vec<u64>)> = Vec::new();
     for l in 0..N_LAYER {
         let p = format!("blk.{l}");
         for (n, i, o) in [
@@ -130,9 +135,21 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
             vecs.push((format!("{p}.ffn_gate_inp_shexp.weight"), N_EMBD));
         }
         vecs.push((format!("{p}.attn_norm.weight"), N_EMBD));
-        vecs.push((format!("{p}.ffn_norm.weight"), N_EMBD));
+        if arch == Arch::GptOss {
+            // gpt-oss' pre-FFN norm has the name other files give the post-attention norm.
+            vecs.push((format!("{p}.post_attention_norm.weight"), N_EMBD));
+            vecs.push((format!("{p}.attn_output.bias"), N_EMBD));
+            vecs.push((format!("{p}.attn_sinks.weight"), N_HEAD));
+            vecs.push((format!("{p}.ffn_gate_inp.bias"), N_EXPERT));
+            let (e, f) = (N_EXPERT as u64, N_FF_EXP as u64);
+            floats.push((format!("{p}.ffn_gate_exps.bias"), vec![f, e]));
+            floats.push((format!("{p}.ffn_up_exps.bias"), vec![f, e]));
+            floats.push((format!("{p}.ffn_down_exps.bias"), vec![N_EMBD as u64, e]));
+        } else {
+            vecs.push((format!("{p}.ffn_norm.weight"), N_EMBD));
+        }
         match arch {
-            Arch::Qwen2 | Arch::Qwen2Moe => {
+            Arch::Qwen2 | Arch::Qwen2Moe | Arch::GptOss => {
                 vecs.push((format!("{p}.attn_q.bias"), q));
                 vecs.push((format!("{p}.attn_k.bias"), kv));
                 vecs.push((format!("{p}.attn_v.bias"), kv));
@@ -148,7 +165,7 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
             vecs.push((format!("{p}.post_ffw_norm.weight"), N_EMBD));
         }
     }
-    if matches!(arch, Arch::Llama | Arch::Qwen2Moe) {
+    if matches!(arch, Arch::Llama | Arch::Qwen2Moe | Arch::GptOss) {
         mats.push(("output.weight".into(), vec![N_EMBD as u64, N_VOCAB as u64]));
     }
     if arch == Arch::Mistral3 {
@@ -164,6 +181,11 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
             QType::F32
         };
         w.add_f32(name, ty, shape, &values(name, n as usize, 0.5)).unwrap();
+    }
+    for (name, shape) in &floats {
+        let n: u64 = shape.iter().product();
+        w.add_f32(name, QType::F32, shape, &values(name, n as usize, 0.5))
+            .unwrap();
     }
     // A vector `edit` moved into the matrices (to reshape it) is written once, as edited.
     for (name, n) in vecs.iter().filter(|(v, _)| !mats.iter().any(|(m, _)| m == v)) {
@@ -392,8 +414,13 @@ fn trace_reads_a_named_intermediate() {
 /// attention-only weights); what was left out is counted; the outputs change.
 fn no_ffn_leaves_every_ffn_tensor_out() {
     let dir = crate::gguf::tempdir("tiny-no-ffn");
-    let is_ffn = |n: &str| n.contains(".ffn_") || n.contains("post_ffw_norm");
     for arch in Arch::ALL {
+        // gpt-oss' `post_attention_norm` is its pre-FFN norm.
+        let is_ffn = |n: &str| {
+            n.contains(".ffn_")
+                || n.contains("post_ffw_norm")
+                || (arch == Arch::GptOss && n.contains("post_attention_norm"))
+        };
         let path = write_tiny(&dir, arch, QType::Q8_0, |_| {});
         let full = Arc::new(load::open_model(&path).unwrap());
         let (lean, dropped) = full.without_ffn().unwrap();

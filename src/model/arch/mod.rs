@@ -1,6 +1,7 @@
 //! The architecture table: one file per architecture, one match arm each.
 
 mod gemma3;
+mod gpt_oss;
 mod llama;
 mod mistral3;
 mod qwen2;
@@ -22,10 +23,12 @@ pub enum Arch {
     Qwen3Moe,
     Qwen2Moe,
     Mistral3,
+    #[serde(rename = "gpt-oss")]
+    GptOss,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 7] = [
+    pub const ALL: [Arch; 8] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -33,6 +36,7 @@ impl Arch {
         Arch::Qwen3Moe,
         Arch::Qwen2Moe,
         Arch::Mistral3,
+        Arch::GptOss,
     ];
 
     /// Dispatch happens here, once, on the `general.architecture` string.
@@ -45,6 +49,7 @@ impl Arch {
             "qwen3moe" => Arch::Qwen3Moe,
             "qwen2moe" => Arch::Qwen2Moe,
             "mistral3" => Arch::Mistral3,
+            "gpt-oss" => Arch::GptOss,
             other => return Err(Error::UnknownArchitecture(other.to_string())),
         })
     }
@@ -58,6 +63,7 @@ impl Arch {
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Qwen2Moe => "qwen2moe",
             Arch::Mistral3 => "mistral3",
+            Arch::GptOss => "gpt-oss",
         }
     }
 
@@ -70,6 +76,7 @@ impl Arch {
             Arch::Qwen3Moe => qwen3moe::hparams(keys, tensors),
             Arch::Qwen2Moe => qwen2moe::hparams(keys, tensors),
             Arch::Mistral3 => mistral3::hparams(keys, tensors),
+            Arch::GptOss => gpt_oss::hparams(keys, tensors),
         }
     }
 
@@ -82,6 +89,7 @@ impl Arch {
             Arch::Qwen3Moe => qwen3moe::build(b),
             Arch::Qwen2Moe => qwen2moe::build(b),
             Arch::Mistral3 => mistral3::build(b),
+            Arch::GptOss => gpt_oss::build(b),
         }
     }
 }
