@@ -51,6 +51,13 @@ pub struct HParams {
     /// Multiplies the token embeddings (Gemma: sqrt(n_embd)).
     pub embd_scale: Option<f32>,
     pub tied_output: bool,
+    /// Multiplies each attention and FFN output before its residual add (Granite
+    /// `residual_scale`).
+    pub residual_scale: Option<f32>,
+    /// Divides the logits (Granite `logit_scale`).
+    pub logit_scale: Option<f32>,
+    /// Layers whose Q/K skip RoPE (`true` = NoPE; SmolLM3 every 4th).
+    pub nope_layers: Vec<bool>,
 }
 
 impl HParams {
@@ -65,6 +72,9 @@ impl HParams {
     }
     pub fn is_swa(&self, layer: usize) -> bool {
         self.swa_layers.get(layer).copied().unwrap_or(false)
+    }
+    pub fn is_nope(&self, layer: usize) -> bool {
+        self.nope_layers.get(layer).copied().unwrap_or(false)
     }
 }
 
@@ -245,6 +255,9 @@ pub fn read_common(keys: &Keys, tensors: &Weights, rope_mode: RopeMode) -> Resul
         final_softcap: None,
         embd_scale: None,
         tied_output: tensors.get("output.weight").is_none(),
+        residual_scale: None,
+        logit_scale: None,
+        nope_layers: vec![false; n_layer],
     })
 }
 

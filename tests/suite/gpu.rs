@@ -172,6 +172,9 @@ fn hparams(n_vocab: usize, n_head: usize, n_head_kv: usize, head_dim: usize) -> 
         final_softcap: None,
         embd_scale: None,
         tied_output: false,
+        residual_scale: None,
+        logit_scale: None,
+        nope_layers: vec![false],
     }
 }
 

@@ -37,7 +37,8 @@ tests![
     mutated_safetensors_never_panic,
 ];
 
-const ARCHS: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
+/// The random HF directories whose `model.safetensors` is shipped.
+const ARCHS: [&str; 5] = ["llama", "qwen2", "qwen3", "gemma3", "phi3"];
 
 fn opts(n_ctx: usize) -> SessionOptions {
     SessionOptions {

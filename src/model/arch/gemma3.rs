@@ -46,6 +46,7 @@ pub fn build(mut b: Builder) -> Graph {
         qkv_bias: false,
         qk_norm: true,
         scale_q: true,
+        qk_norm_full: false,
     };
     let mut x = b.embed();
     for il in 0..b.hp.n_layer {

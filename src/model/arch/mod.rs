@@ -1,9 +1,14 @@
 //! The architecture table: one file per architecture, one match arm each.
 
 mod gemma3;
+mod glm4;
+mod granite;
 mod llama;
+mod olmo2;
+mod phi3;
 mod qwen2;
 mod qwen3;
+pub mod smollm3;
 
 use crate::error::{Error, Result};
 use crate::model::graph::{Builder, Graph};
@@ -16,10 +21,25 @@ pub enum Arch {
     Qwen2,
     Qwen3,
     Gemma3,
+    Phi3,
+    Olmo2,
+    Granite,
+    Smollm3,
+    Glm4,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 4] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3];
+    pub const ALL: [Arch; 9] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Gemma3,
+        Arch::Phi3,
+        Arch::Olmo2,
+        Arch::Granite,
+        Arch::Smollm3,
+        Arch::Glm4,
+    ];
 
     /// Dispatch happens here, once, on the `general.architecture` string.
     pub fn from_name(name: &str) -> Result<Arch> {
@@ -28,8 +48,18 @@ impl Arch {
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "gemma3" => Arch::Gemma3,
+            "phi3" => Arch::Phi3,
+            "olmo2" => Arch::Olmo2,
+            "granite" => Arch::Granite,
+            "smollm3" => Arch::Smollm3,
+            "glm4" => Arch::Glm4,
             other => return Err(Error::UnknownArchitecture(other.to_string())),
         })
+    }
+
+    /// Every registered name, comma-separated (for errors).
+    pub fn names() -> String {
+        Arch::ALL.map(Arch::name).join(", ")
     }
 
     pub fn name(self) -> &'static str {
@@ -38,6 +68,22 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
+            Arch::Phi3 => "phi3",
+            Arch::Olmo2 => "olmo2",
+            Arch::Granite => "granite",
+            Arch::Smollm3 => "smollm3",
+            Arch::Glm4 => "glm4",
+        }
+    }
+
+    /// Rewrites the loaded weights into the canonical ones the graph names, before
+    /// `hparams` reads them: fused tensors become zero-copy views (Phi-3's `attn_qkv`, the
+    /// gate/up `ffn_up` of Phi-3 and GLM-4). Called by every loader.
+    pub fn prepare_weights(self, keys: &Keys, weights: &mut Weights) -> Result<()> {
+        match self {
+            Arch::Phi3 => phi3::prepare_weights(keys, weights),
+            Arch::Glm4 => glm4::prepare_weights(keys, weights),
+            _ => Ok(()),
         }
     }
 
@@ -47,6 +93,11 @@ impl Arch {
             Arch::Qwen2 => qwen2::hparams(keys, tensors),
             Arch::Qwen3 => qwen3::hparams(keys, tensors),
             Arch::Gemma3 => gemma3::hparams(keys, tensors),
+            Arch::Phi3 => phi3::hparams(keys, tensors),
+            Arch::Olmo2 => olmo2::hparams(keys, tensors),
+            Arch::Granite => granite::hparams(keys, tensors),
+            Arch::Smollm3 => smollm3::hparams(keys, tensors),
+            Arch::Glm4 => glm4::hparams(keys, tensors),
         }
     }
 
@@ -56,6 +107,11 @@ impl Arch {
             Arch::Qwen2 => qwen2::build(b),
             Arch::Qwen3 => qwen3::build(b),
             Arch::Gemma3 => gemma3::build(b),
+            Arch::Phi3 => phi3::build(b),
+            Arch::Olmo2 => olmo2::build(b),
+            Arch::Granite => granite::build(b),
+            Arch::Smollm3 => smollm3::build(b),
+            Arch::Glm4 => glm4::build(b),
         }
     }
 }

@@ -15,6 +15,7 @@ pub fn build(b: Builder) -> Graph {
             qkv_bias: true,
             qk_norm: false,
             scale_q: false,
+            qk_norm_full: false,
         },
         FfnAct::Silu,
     )

@@ -20,6 +20,7 @@ pub fn build(b: Builder) -> Graph {
             qkv_bias: false,
             qk_norm: true,
             scale_q: false,
+            qk_norm_full: false,
         },
         FfnAct::Silu,
     )
