@@ -1,4 +1,4 @@
-//! Hugging Face models: the random llama/qwen2/qwen3/gemma3 safetensors directories against
+//! Hugging Face models: the random llama/qwen2/qwen3/gemma3/phi3 safetensors directories against
 //! transformers' recorded logits and against their GGUF f32 conversions run by this engine;
 //! config → hyperparameters equal to the GGUF path's; tokenizer.json against the GGUF tokenizer;
 //! sharded, wrapped and bf16 checkpoints the test writes; HF cache resolution on a fake cache
@@ -259,7 +259,8 @@ fn hf_tokenizer_matches_gguf_tokenizer() {
         assert_eq!(hf.add_bos(), Some(prompt[0]) == hf.bos(), "{arch}: add_bos");
         assert_eq!(hf.bos(), Some(0));
         let eos_text = hf.eos().and_then(|e| hf.token_str(e)).unwrap();
-        let want_eos = if arch.starts_with("qwen") {
+        // phi3's tokenizer_config.json names its chat turn end, as qwen's do.
+        let want_eos = if arch.starts_with("qwen") || arch == "phi3" {
             "<|im_end|>"
         } else {
             "<|endoftext|>"

@@ -367,11 +367,11 @@ fn trace_reads_a_named_intermediate() {
         let path = write_tiny(&dir, arch, QType::Q8_0, |_| {});
         let want = session(&path, KvType::F16, 2).eval(&PROMPT, false).unwrap();
         let mut s = session(&path, KvType::F16, 2);
-        // The graph's result: the LM head, soft-capped for gemma3.
-        let head = if arch == Arch::Gemma3 {
-            "result_softcap"
-        } else {
-            "result_output"
+        // The graph's result: the LM head, soft-capped for gemma3, divided for granite.
+        let head = match arch {
+            Arch::Gemma3 => "result_softcap",
+            Arch::Granite => "result_scaled",
+            _ => "result_output",
         };
         let t = s.trace(&PROMPT, head).unwrap();
         assert_eq!((t.rows, t.width), (1, N_VOCAB));
