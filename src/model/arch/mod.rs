@@ -8,7 +8,7 @@ mod olmo2;
 mod phi3;
 mod qwen2;
 mod qwen3;
-pub mod smollm3;
+mod smollm3;
 
 use crate::error::{Error, Result};
 use crate::model::graph::{Builder, Graph};
