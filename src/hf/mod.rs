@@ -133,7 +133,17 @@ impl HfDir {
             md: &cfg.metadata,
             arch: arch.name(),
         };
-        arch.prepare_weights(&keys, &mut weights)?;
+        arch.prepare_weights(&keys, &mut weights).map_err(|e| match e {
+            // Name the checkpoint's tensor beside the canonical one.
+            Error::Tensor { name, what } => match hf_names.get(&name) {
+                Some(hf) => Error::Tensor {
+                    name: hf.clone(),
+                    what: format!("(loaded as '{name}') {what}"),
+                },
+                None => Error::Tensor { name, what },
+            },
+            other => other,
+        })?;
         for (fused, parts) in [
             ("attn_qkv", ["attn_q", "attn_k", "attn_v"].as_slice()),
             ("ffn_up", &["ffn_gate"]),

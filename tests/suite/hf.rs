@@ -24,6 +24,7 @@ tests![
     random_hf_models_match_transformers,
     random_hf_models_greedy_equals_gguf_f32,
     hf_dirs_rebuilt_from_gguf_match_transformers,
+    fused_hf_tensor_of_the_wrong_size_is_named,
     hf_hparams_equal_gguf_hparams,
     hf_tokenizer_matches_gguf_tokenizer,
     engine_runs_an_hf_directory,
@@ -251,6 +252,32 @@ fn hf_dirs_rebuilt_from_gguf_match_transformers() {
         eprintln!("{arch} (hf dir rebuilt from its GGUF): max|Δ| vs transformers {worst:.2e}");
         assert!(worst <= 5e-3, "{arch}: max |Δ| {worst} > 5e-3");
     }
+}
+
+/// phi3's checkpoint with a `qkv_proj` two rows short: an error naming the checkpoint tensor
+/// and the rows the split needs, not a model with shifted K/V.
+fn fused_hf_tensor_of_the_wrong_size_is_named() {
+    let Some(root) = common::ref_dir("fused_hf_tensor_of_the_wrong_size_is_named") else {
+        return;
+    };
+    let src = root.join("random/hf/phi3");
+    let tmp = TempDir::new("fused-short");
+    copy_side_files(&src, &tmp.0);
+    let mut tensors = read_safetensors(&src.join("model.safetensors"));
+    let name = "model.layers.1.self_attn.qkv_proj.weight";
+    let t = tensors.iter_mut().find(|t| t.0 == name).unwrap();
+    assert_eq!(t.2, vec![512, 256]);
+    t.2 = vec![510, 256];
+    t.3.truncate(510 * 256 * 4);
+    write_safetensors(&tmp.0.join("model.safetensors"), &tensors);
+    let e = load::open_model(&tmp.0)
+        .err()
+        .expect("accepted a short qkv_proj")
+        .to_string();
+    assert!(
+        e.contains(name) && e.contains("blk.1.attn_qkv.weight") && e.contains("[256, 512]"),
+        "{e}"
+    );
 }
 
 /// 32 greedy tokens from the HF directory equal those of its GGUF f32 conversion (and, where the
