@@ -24,7 +24,7 @@ pub enum Error {
     Split(String),
 
     // --- models ------------------------------------------------------------------------------
-    #[error("unknown architecture '{0}' (supported: llama, qwen2, qwen3, gemma3)")]
+    #[error("unknown architecture '{0}' (supported: {names})", names = crate::model::Arch::names())]
     UnknownArchitecture(String),
     #[error("metadata key '{key}': {what}")]
     Metadata { key: String, what: String },

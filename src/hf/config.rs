@@ -10,7 +10,7 @@ use crate::gguf::{Metadata, Value};
 use crate::model::Arch;
 
 /// The `model_type` values we run, and the architecture each maps to.
-pub const MODEL_TYPES: [(&str, Arch); 7] = [
+pub const MODEL_TYPES: [(&str, Arch); 12] = [
     ("llama", Arch::Llama),
     ("mistral", Arch::Llama),
     ("qwen2", Arch::Qwen2),
@@ -18,6 +18,11 @@ pub const MODEL_TYPES: [(&str, Arch); 7] = [
     ("gemma3", Arch::Gemma3),
     ("gemma3_text", Arch::Gemma3),
     ("ministral3", Arch::Mistral3),
+    ("phi3", Arch::Phi3),
+    ("olmo2", Arch::Olmo2),
+    ("granite", Arch::Granite),
+    ("smollm3", Arch::Smollm3),
+    ("glm4", Arch::Glm4),
 ];
 
 /// Hyperparameters GGUF keys do not carry.
@@ -29,6 +34,8 @@ pub struct Extras {
     pub rope_local_base: Option<f32>,
     /// Gemma `query_pre_attn_scalar`: attention scale 1/sqrt(this).
     pub query_pre_attn_scalar: Option<f32>,
+    /// SmolLM3 `no_rope_layers` (0 = NoPE), as `true` = NoPE.
+    pub nope_layers: Option<Vec<bool>>,
 }
 
 pub struct Config {
@@ -100,14 +107,20 @@ pub fn parse(root: &J) -> Result<Config> {
     if let Some(eps) = c.f64("rms_norm_eps")? {
         put_f(&mut md, "attention.layer_norm_rms_epsilon", eps);
     }
-    // transformers' default rope_theta is 10 000 for every model_type here.
-    // transformers 5 moves it into `rope_parameters`.
-    let theta = match c.f64("rope_theta")? {
-        Some(t) => Some(t),
-        None => rope_params(&c)?.and_then(|o| o.get("rope_theta")).and_then(J::as_f64),
+    // transformers' default rope_theta is 10 000 for every model_type here. Newer configs
+    // keep it (and partial_rotary_factor) in `rope_parameters`.
+    let rp = match c.0.get("rope_parameters") {
+        Some(J::Object(o)) => Some(Fields(o)),
+        _ => None,
     };
-    put_f(&mut md, "rope.freq_base", theta.unwrap_or(10_000.0));
-    if let Some(p) = c.f64("partial_rotary_factor")? {
+    let rope_key = |key: &str| -> Result<Option<f64>> {
+        match c.f64(key)? {
+            Some(v) => Ok(Some(v)),
+            None => rp.as_ref().map_or(Ok(None), |r| r.f64(key)),
+        }
+    };
+    put_f(&mut md, "rope.freq_base", rope_key("rope_theta")?.unwrap_or(10_000.0));
+    if let Some(p) = rope_key("partial_rotary_factor")? {
         let hd = match c.u64("head_dim")? {
             Some(hd) => hd,
             None => c.req_u64("hidden_size")? / n_head.max(1),
@@ -117,14 +130,29 @@ pub fn parse(root: &J) -> Result<Config> {
     rope_scaling(&c, &mut md, a)?;
     check_activation(&c, arch)?;
     for key in ["attention_bias", "mlp_bias"] {
-        if arch == Arch::Llama && c.bool(key)? == Some(true) {
-            return Err(err(key, "is true; the llama graph has no projection biases"));
+        let unbiased = matches!(arch, Arch::Llama | Arch::Granite | Arch::Smollm3 | Arch::Olmo2);
+        if unbiased && c.bool(key)? == Some(true) {
+            return Err(err(key, format!("is true; the {a} graph has no projection biases")));
         }
     }
 
     let mut extras = Extras::default();
-    if arch == Arch::Gemma3 {
-        gemma3(&c, &mut md, &mut extras)?;
+    match arch {
+        Arch::Gemma3 => gemma3(&c, &mut md, &mut extras)?,
+        Arch::Granite => {
+            for (hf, key) in [
+                ("embedding_multiplier", "embedding_scale"),
+                ("residual_multiplier", "residual_scale"),
+                ("attention_multiplier", "attention.scale"),
+                ("logits_scaling", "logit_scale"),
+            ] {
+                if let Some(v) = c.f64(hf)? {
+                    put_f(&mut md, key, v);
+                }
+            }
+        }
+        Arch::Smollm3 => extras.nope_layers = smollm3_nope(&c)?,
+        _ => {}
     }
     // generation_config.json / tokenizer_config.json may override these; see `hf::tokenizer`.
     let bos = c.u64("bos_token_id")?.and_then(|v| u32::try_from(v).ok());
@@ -200,6 +228,33 @@ fn rope_params<'a>(c: &Fields<'a>) -> Result<Option<&'a serde_json::Map<String, 
     rs.as_object()
         .map(Some)
         .ok_or_else(|| err(key, format!("{rs} is not an object")))
+}
+
+/// SmolLM3's NoPE layers: `no_rope_layers` (1 = RoPE, 0 = NoPE per layer), else every
+/// `no_rope_layer_interval`-th layer (transformers' `SmolLM3Config`).
+fn smollm3_nope(c: &Fields) -> Result<Option<Vec<bool>>> {
+    if let Some(v) = c.get("no_rope_layers") {
+        let arr = v
+            .as_array()
+            .ok_or_else(|| err("no_rope_layers", format!("{v} is not an array")))?;
+        let flags = arr
+            .iter()
+            .map(|x| match x.as_u64() {
+                Some(0) => Ok(true),
+                Some(1) => Ok(false),
+                _ => Err(err("no_rope_layers", format!("entry {x} is not 0 or 1"))),
+            })
+            .collect::<Result<Vec<bool>>>()?;
+        return Ok(Some(flags));
+    }
+    let Some(step) = c.u64("no_rope_layer_interval")? else {
+        return Ok(None);
+    };
+    if step == 0 {
+        return Err(err("no_rope_layer_interval", "is 0"));
+    }
+    let n = c.req_u64("num_hidden_layers")?.min(1 << 16);
+    Ok(Some((0..n).map(|il| (il + 1) % step == 0).collect()))
 }
 
 /// `rope_scaling` / `rope_parameters` (`type` or `rope_type`): none/default, linear with a
@@ -421,6 +476,47 @@ mod tests {
     }
 
     #[test]
+    fn maps_granite_multipliers_smollm3_nope_and_rope_parameters() {
+        let base = json!({"hidden_size": 256, "num_hidden_layers": 4, "intermediate_size": 256,
+            "num_attention_heads": 4, "num_key_value_heads": 2});
+        let with = |extra: J| {
+            let mut o = base.clone();
+            for (k, v) in extra.as_object().unwrap() {
+                o[k] = v.clone();
+            }
+            parse(&o)
+        };
+        let g = with(
+            json!({"model_type": "granite", "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+            "attention_multiplier": 0.015625, "logits_scaling": 8.0,
+            "rope_parameters": {"rope_theta": 5e4, "rope_type": "default"}}),
+        )
+        .unwrap();
+        let md = &g.metadata;
+        assert_eq!(g.arch, Arch::Granite);
+        assert_eq!(md.get_f64("granite.embedding_scale").unwrap(), Some(12.0));
+        assert_eq!(md.get_f64("granite.residual_scale").unwrap(), Some(0.22f32 as f64));
+        assert_eq!(md.get_f64("granite.attention.scale").unwrap(), Some(0.015625));
+        assert_eq!(md.get_f64("granite.logit_scale").unwrap(), Some(8.0));
+        assert_eq!(md.get_f64("granite.rope.freq_base").unwrap(), Some(5e4));
+        assert!(with(json!({"model_type": "granite", "attention_bias": true})).is_err());
+
+        let s = with(json!({"model_type": "smollm3", "no_rope_layers": [1, 0, 1, 0]})).unwrap();
+        assert_eq!(s.extras.nope_layers, Some(vec![false, true, false, true]));
+        let s = with(json!({"model_type": "smollm3", "no_rope_layer_interval": 4})).unwrap();
+        assert_eq!(s.extras.nope_layers, Some(vec![false, false, false, true]));
+        let e = with(json!({"model_type": "smollm3", "no_rope_layers": [1, 2]}))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("no_rope_layers"), "{e}");
+
+        let z = with(json!({"model_type": "glm4", "head_dim": 64,
+            "rope_parameters": {"partial_rotary_factor": 0.5, "rope_theta": 1e4}}))
+        .unwrap();
+        assert_eq!(z.metadata.get_u64("glm4.rope.dimension_count").unwrap(), Some(32));
+    }
+
+    #[test]
     fn refuses_what_the_graph_cannot_run() {
         let base = json!({"hidden_size": 8, "num_hidden_layers": 1, "intermediate_size": 8, "num_attention_heads": 2});
         let with = |k: &str, v: J| {
@@ -428,7 +524,7 @@ mod tests {
             o[k] = v;
             parse(&o).err().map(|e| e.to_string()).unwrap_or_default()
         };
-        assert!(with("model_type", json!("phi3")).contains("'phi3' is not supported"));
+        assert!(with("model_type", json!("phi")).contains("'phi' is not supported"));
         let mut llama = base.clone();
         llama["model_type"] = json!("llama");
         let with_llama = |k: &str, v: J| {

@@ -128,6 +128,33 @@ impl HfDir {
                 weights.insert(canonical, t);
             }
         }
+        // Fused checkpoint tensors (Phi-3 qkv_proj, gate_up_proj) become views, as in a GGUF.
+        let keys = hparams::Keys {
+            md: &cfg.metadata,
+            arch: arch.name(),
+        };
+        arch.prepare_weights(&keys, &mut weights).map_err(|e| match e {
+            // Name the checkpoint's tensor beside the canonical one.
+            Error::Tensor { name, what } => match hf_names.get(&name) {
+                Some(hf) => Error::Tensor {
+                    name: hf.clone(),
+                    what: format!("(loaded as '{name}') {what}"),
+                },
+                None => Error::Tensor { name, what },
+            },
+            other => other,
+        })?;
+        for (fused, parts) in [
+            ("attn_qkv", ["attn_q", "attn_k", "attn_v"].as_slice()),
+            ("ffn_up", &["ffn_gate"]),
+        ] {
+            let split: Vec<(String, String)> = hf_names
+                .iter()
+                .filter(|(c, _)| c.ends_with(&format!(".{fused}.weight")))
+                .flat_map(|(c, h)| parts.iter().map(move |p| (c.replace(fused, p), h.clone())))
+                .collect();
+            hf_names.extend(split);
+        }
         Ok(HfDir {
             dir: dir.to_path_buf(),
             config: cfg,
@@ -151,8 +178,9 @@ impl HfDir {
             arch: arch.name(),
         };
         let mut hp = arch.hparams(&keys, &self.weights)?;
-        if matches!(arch, Arch::Llama | Arch::Mistral3) {
+        if matches!(arch, Arch::Llama | Arch::Mistral3 | Arch::Granite | Arch::Smollm3) {
             // Unpermuted HF Q/K rows: RoPE rotates (i, i + n_rot/2), not adjacent pairs.
+            // (GLM-4's HF rotation is interleaved: its GGUF rows are not permuted.)
             hp.rope.mode = RopeMode::Neox;
             hp.rope_swa.mode = RopeMode::Neox;
         }
@@ -169,6 +197,15 @@ impl HfDir {
             } else {
                 vec![false; hp.n_layer]
             };
+        }
+        if let Some(nope) = &x.nope_layers {
+            if nope.len() != hp.n_layer {
+                return Err(Error::metadata(
+                    "config.json no_rope_layers",
+                    format!("{} entries for {} layers", nope.len(), hp.n_layer),
+                ));
+            }
+            hp.nope_layers = nope.clone();
         }
         if let Some(b) = x.rope_local_base {
             hp.rope_swa.base = b;

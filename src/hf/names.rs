@@ -99,7 +99,13 @@ fn body(arch: Arch, rest: &str) -> Option<String> {
     // Gemma puts a norm after attention and another before the FFN; the others have one
     // norm between them, which HF calls post-attention and GGUF the FFN norm.
     let c = match (arch, tail) {
-        (Arch::Gemma3, "post_attention_layernorm.weight") => "post_attention_norm.weight",
+        (Arch::Gemma3 | Arch::Olmo2, "post_attention_layernorm.weight") => "post_attention_norm.weight",
+        // Phi-3's fused projections; split at load like the GGUF's (`model::fused`).
+        (Arch::Phi3, "self_attn.qkv_proj.weight") => "attn_qkv.weight",
+        (Arch::Phi3 | Arch::Glm4, "mlp.gate_up_proj.weight") => "ffn_up.weight",
+        // GLM-4 has four norms: before and after attention, before and after the MLP.
+        (Arch::Glm4, "post_self_attn_layernorm.weight") => "post_attention_norm.weight",
+        (Arch::Glm4, "post_mlp_layernorm.weight") => "post_ffw_norm.weight",
         (_, "post_attention_layernorm.weight") => "ffn_norm.weight",
         _ => LAYER.iter().find(|(h, _)| *h == tail)?.1,
     };
@@ -185,6 +191,44 @@ mod tests {
             Mapped::Skip
         );
         assert_eq!(c(g, "multi_modal_projector.mm_input_projection_weight"), Mapped::Skip);
+    }
+
+    #[test]
+    fn maps_fused_and_post_norm_names() {
+        assert_eq!(
+            c(Arch::Phi3, "model.layers.1.self_attn.qkv_proj.weight"),
+            canon("blk.1.attn_qkv.weight")
+        );
+        assert_eq!(
+            c(Arch::Phi3, "model.layers.1.mlp.gate_up_proj.weight"),
+            canon("blk.1.ffn_up.weight")
+        );
+        assert_eq!(
+            c(Arch::Llama, "model.layers.1.self_attn.qkv_proj.weight"),
+            Mapped::Unknown
+        );
+        let g = Arch::Glm4;
+        assert_eq!(
+            c(g, "model.layers.0.post_self_attn_layernorm.weight"),
+            canon("blk.0.post_attention_norm.weight")
+        );
+        assert_eq!(
+            c(g, "model.layers.0.post_attention_layernorm.weight"),
+            canon("blk.0.ffn_norm.weight")
+        );
+        assert_eq!(
+            c(g, "model.layers.0.post_mlp_layernorm.weight"),
+            canon("blk.0.post_ffw_norm.weight")
+        );
+        let o = Arch::Olmo2;
+        assert_eq!(
+            c(o, "model.layers.0.post_attention_layernorm.weight"),
+            canon("blk.0.post_attention_norm.weight")
+        );
+        assert_eq!(
+            c(o, "model.layers.0.post_feedforward_layernorm.weight"),
+            canon("blk.0.post_ffw_norm.weight")
+        );
     }
 
     #[test]

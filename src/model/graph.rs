@@ -447,6 +447,11 @@ impl<'a> Builder<'a> {
                 hp.n_embd_v(),
             );
         }
+        if opts.qk_norm_full {
+            // OLMo 2: one RMSNorm over the whole projection (all heads), before the head split.
+            q = self.norm(q, &format!("{p}.attn_q_norm.weight"), &format!("{p}.attn_q_norm"));
+            k = self.norm(k, &format!("{p}.attn_k_norm.weight"), &format!("{p}.attn_k_norm"));
+        }
         if opts.qk_norm {
             let (eps, head_dim) = (hp.rms_eps, hp.head_dim);
             q = self.push(
@@ -472,27 +477,29 @@ impl<'a> Builder<'a> {
         }
         let swa = hp.is_swa(il);
         let rope = if swa { hp.rope_swa } else { hp.rope };
-        q = self.push(
-            format!("{p}.attn_q_rope"),
-            Op::Rope {
-                x: q,
-                n_heads: hp.n_head,
-                head_dim: hp.head_dim,
-                rope,
-            },
-            hp.n_embd_q(),
-        );
-        // The temperature (Mistral 3) scales Q only.
-        k = self.push(
-            format!("{p}.attn_k_rope"),
-            Op::Rope {
-                x: k,
-                n_heads: hp.n_head_kv,
-                head_dim: hp.head_dim,
-                rope: Rope { temp: None, ..rope },
-            },
-            hp.n_embd_k(),
-        );
+        if !hp.is_nope(il) {
+            q = self.push(
+                format!("{p}.attn_q_rope"),
+                Op::Rope {
+                    x: q,
+                    n_heads: hp.n_head,
+                    head_dim: hp.head_dim,
+                    rope,
+                },
+                hp.n_embd_q(),
+            );
+            // The temperature (Mistral 3) scales Q only.
+            k = self.push(
+                format!("{p}.attn_k_rope"),
+                Op::Rope {
+                    x: k,
+                    n_heads: hp.n_head_kv,
+                    head_dim: hp.head_dim,
+                    rope: Rope { temp: None, ..rope },
+                },
+                hp.n_embd_k(),
+            );
+        }
         let mut scale = hp.attn_scale;
         if opts.scale_q {
             q = self.push(
@@ -569,10 +576,12 @@ impl<'a> Builder<'a> {
         for il in 0..self.hp.n_layer {
             let h = self.norm(x, &format!("blk.{il}.attn_norm.weight"), &format!("blk.{il}.attn_norm"));
             let a = self.attention(il, h, opts);
+            let a = self.residual_scaled(a, &format!("blk.{il}.attn_scaled"));
             x = self.add(x, a, &format!("blk.{il}.attn_res"));
             x = self.with_ffn(x, |b, x| {
                 let h = b.norm(x, &format!("blk.{il}.ffn_norm.weight"), &format!("blk.{il}.ffn_norm"));
                 let f = ffn(b, il, h);
+                let f = b.residual_scaled(f, &format!("blk.{il}.ffn_scaled"));
                 b.add(x, f, &format!("blk.{il}.ffn_res"))
             });
         }
@@ -697,6 +706,50 @@ impl<'a> Builder<'a> {
         )
     }
 
+    /// A branch output times `residual_scale` where the model has one (Granite), else itself.
+    pub fn residual_scaled(&mut self, x: NodeId, name: &str) -> NodeId {
+        match self.hp.residual_scale {
+            Some(s) => {
+                let w = self.width(x);
+                self.push(name, Op::Scale { x, s }, w)
+            }
+            None => x,
+        }
+    }
+
+    /// The decoder with norms after each branch (GLM-4, OLMo 2): per layer
+    /// x + post_attention_norm(attn(pre(x))), then x + post_ffw_norm(ffn(ffn_norm(x))), where
+    /// `pre` is `attn_norm` / `ffn_norm` with `pre_norms`, the identity without (OLMo 2).
+    pub fn post_norm_decoder(mut self, opts: AttnOpts, act: FfnAct, pre_norms: bool) -> Graph {
+        let mut x = self.embed();
+        for il in 0..self.hp.n_layer {
+            let p = format!("blk.{il}");
+            let h = if pre_norms {
+                self.norm(x, &format!("{p}.attn_norm.weight"), &format!("{p}.attn_norm"))
+            } else {
+                x
+            };
+            let a = self.attention(il, h, opts);
+            let a = self.norm(
+                a,
+                &format!("{p}.post_attention_norm.weight"),
+                &format!("{p}.attn_post_norm"),
+            );
+            x = self.add(x, a, &format!("{p}.attn_res"));
+            x = self.with_ffn(x, |b, x| {
+                let h = if pre_norms {
+                    b.norm(x, &format!("{p}.ffn_norm.weight"), &format!("{p}.ffn_norm"))
+                } else {
+                    x
+                };
+                let f = b.ffn(il, h, act);
+                let f = b.norm(f, &format!("{p}.post_ffw_norm.weight"), &format!("{p}.ffn_post_norm"));
+                b.add(x, f, &format!("{p}.ffn_res"))
+            });
+        }
+        self.head(x)
+    }
+
     /// Keeps the output rows, final norm, LM head (tied to the embedding when there is no
     /// `output.weight`), optional final soft-capping.
     pub fn head(mut self, x: NodeId) -> Graph {
@@ -709,6 +762,10 @@ impl<'a> Builder<'a> {
             "output.weight"
         };
         let mut y = self.matmul(x, w, hp.n_vocab, "result_output");
+        if let Some(d) = hp.logit_scale {
+            // llama.cpp's granite graph: ggml_scale(logits, 1 / logit_scale).
+            y = self.push("result_scaled", Op::Scale { x: y, s: 1.0 / d }, hp.n_vocab);
+        }
         if let Some(cap) = hp.final_softcap {
             y = self.push("result_softcap", Op::Softcap { x: y, cap }, hp.n_vocab);
         }
@@ -727,6 +784,9 @@ pub struct AttnOpts {
     pub sinks: bool,
     /// A bias on the output projection (`attn_output.bias`, gpt-oss).
     pub out_bias: bool,
+    /// RMSNorm over the whole Q and K projections (`attn_q_norm` `[n_head · head_dim]`),
+    /// not per head (OLMo 2).
+    pub qk_norm_full: bool,
 }
 
 /// A mixture-of-experts block's routing and activation, which llama.cpp fixes per

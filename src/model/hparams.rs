@@ -114,6 +114,13 @@ pub struct HParams {
     /// Attention-only graphs: every feed-forward block (dense or experts) left out
     /// (`Model::without_ffn`). The outputs are then not the model's.
     pub drop_ffn: bool,
+    /// Multiplies each attention and FFN output before its residual add (Granite
+    /// `residual_scale`).
+    pub residual_scale: Option<f32>,
+    /// Divides the logits (Granite `logit_scale`).
+    pub logit_scale: Option<f32>,
+    /// Layers whose Q/K skip RoPE (`true` = NoPE; SmolLM3 every 4th).
+    pub nope_layers: Vec<bool>,
 }
 
 impl HParams {
@@ -128,6 +135,9 @@ impl HParams {
     }
     pub fn is_swa(&self, layer: usize) -> bool {
         self.swa_layers.get(layer).copied().unwrap_or(false)
+    }
+    pub fn is_nope(&self, layer: usize) -> bool {
+        self.nope_layers.get(layer).copied().unwrap_or(false)
     }
 }
 
@@ -321,6 +331,9 @@ pub fn read_common(keys: &Keys, tensors: &Weights, rope_mode: RopeMode) -> Resul
         n_ff_exp: 0,
         n_ff_shexp: 0,
         drop_ffn: false,
+        residual_scale: None,
+        logit_scale: None,
+        nope_layers: vec![false; n_layer],
     })
 }
 

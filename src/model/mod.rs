@@ -2,6 +2,7 @@
 //! weights by canonical name, still raw bytes in the mapped file.
 
 pub mod arch;
+pub mod fused;
 pub mod graph;
 pub mod hparams;
 
@@ -34,11 +35,12 @@ impl Model {
         let arch = Arch::from_name(&name)?;
         let file_bytes = file.file_bytes();
         let GgufFile { metadata, tensors, .. } = file;
-        let weights: HashMap<String, Tensor> = tensors.into_iter().map(|t| (t.name.clone(), t)).collect();
+        let mut weights: HashMap<String, Tensor> = tensors.into_iter().map(|t| (t.name.clone(), t)).collect();
         let keys = hparams::Keys {
             md: &metadata,
             arch: &name,
         };
+        arch.prepare_weights(&keys, &mut weights)?;
         let hparams = arch.hparams(&keys, &weights)?;
         Model::from_parts(arch, hparams, metadata, weights, source, file_bytes)
     }

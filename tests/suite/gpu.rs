@@ -175,6 +175,9 @@ pub fn hparams(n_vocab: usize, n_head: usize, n_head_kv: usize, head_dim: usize)
         n_ff_exp: 0,
         n_ff_shexp: 0,
         drop_ffn: false,
+        residual_scale: None,
+        logit_scale: None,
+        nope_layers: vec![false],
     }
 }
 

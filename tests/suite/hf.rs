@@ -1,4 +1,4 @@
-//! Hugging Face models: the random llama/qwen2/qwen3/gemma3 safetensors directories against
+//! Hugging Face models: the random llama/qwen2/qwen3/gemma3/phi3 safetensors directories against
 //! transformers' recorded logits and against their GGUF f32 conversions run by this engine;
 //! config → hyperparameters equal to the GGUF path's; tokenizer.json against the GGUF tokenizer;
 //! sharded, wrapped and bf16 checkpoints the test writes; HF cache resolution on a fake cache
@@ -23,6 +23,8 @@ use crate::common;
 tests![
     random_hf_models_match_transformers,
     random_hf_models_greedy_equals_gguf_f32,
+    hf_dirs_rebuilt_from_gguf_match_transformers,
+    fused_hf_tensor_of_the_wrong_size_is_named,
     hf_hparams_equal_gguf_hparams,
     hf_tokenizer_matches_gguf_tokenizer,
     engine_runs_an_hf_directory,
@@ -37,7 +39,8 @@ tests![
     mutated_safetensors_never_panic,
 ];
 
-const ARCHS: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
+/// The random HF directories whose `model.safetensors` is shipped.
+const ARCHS: [&str; 5] = ["llama", "qwen2", "qwen3", "gemma3", "phi3"];
 
 fn opts(n_ctx: usize) -> SessionOptions {
     SessionOptions {
@@ -153,6 +156,130 @@ fn random_hf_models_match_transformers() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
+/// The HF name of a canonical GGUF name in `arch`'s checkpoints (the inverse of `hf::names`).
+fn hf_name(arch: &str, canonical: &str) -> String {
+    match canonical {
+        "token_embd.weight" => return "model.embed_tokens.weight".into(),
+        "output_norm.weight" => return "model.norm.weight".into(),
+        "output.weight" => return "lm_head.weight".into(),
+        _ => {}
+    }
+    let rest = canonical.strip_prefix("blk.").unwrap();
+    let (n, tail) = rest.split_once('.').unwrap();
+    let (stem, kind) = tail.rsplit_once('.').unwrap();
+    let hf = match (arch, stem) {
+        (_, "attn_norm") => "input_layernorm",
+        (_, "attn_q") => "self_attn.q_proj",
+        (_, "attn_k") => "self_attn.k_proj",
+        (_, "attn_v") => "self_attn.v_proj",
+        (_, "attn_output") => "self_attn.o_proj",
+        (_, "attn_q_norm") => "self_attn.q_norm",
+        (_, "attn_k_norm") => "self_attn.k_norm",
+        ("glm4", "ffn_up") => "mlp.gate_up_proj",
+        (_, "ffn_gate") => "mlp.gate_proj",
+        (_, "ffn_up") => "mlp.up_proj",
+        (_, "ffn_down") => "mlp.down_proj",
+        (_, "ffn_norm") => "post_attention_layernorm",
+        ("olmo2", "post_attention_norm") => "post_attention_layernorm",
+        ("olmo2", "post_ffw_norm") => "post_feedforward_layernorm",
+        ("glm4", "post_attention_norm") => "post_self_attn_layernorm",
+        ("glm4", "post_ffw_norm") => "post_mlp_layernorm",
+        _ => panic!("{arch}: no HF name for {canonical}"),
+    };
+    format!("model.layers.{n}.{hf}.{kind}")
+}
+
+/// The random dense families whose `model.safetensors` is not shipped (olmo2, granite, smollm3,
+/// glm4): their directory rebuilt from the f32 GGUF's tensors under the HF names (Q/K rows
+/// un-permuted where the converter permuted them for NORM RoPE: granite, smollm3) beside the
+/// shipped config.json, so config → hyperparameters (multipliers, NoPE layers, partial rotary in
+/// `rope_parameters`), the name table and HF's RoPE convention are checked against transformers:
+/// every position within 5e-3.
+fn hf_dirs_rebuilt_from_gguf_match_transformers() {
+    let Some(root) = common::ref_dir("hf_dirs_rebuilt_from_gguf_match_transformers") else {
+        return;
+    };
+    let r = root.join("random");
+    let tmp = TempDir::new("hf-rebuilt");
+    for arch in ["olmo2", "granite", "smollm3", "glm4"] {
+        let gguf = minfer::gguf::GgufFile::open(r.join(format!("gguf/{arch}-f32.gguf"))).unwrap();
+        let u = |k: &str| gguf.metadata.get_u64(&format!("{arch}.{k}")).unwrap().unwrap() as usize;
+        let (n_head, n_head_kv) = (u("attention.head_count"), u("attention.head_count_kv"));
+        let permuted = matches!(arch, "granite" | "smollm3");
+        let tensors: Vec<StTensor> = gguf
+            .tensors
+            .iter()
+            .map(|t| {
+                let mut bytes = t.bytes().to_vec();
+                let heads = if t.name.ends_with("attn_q.weight") {
+                    Some(n_head)
+                } else if t.name.ends_with("attn_k.weight") {
+                    Some(n_head_kv)
+                } else {
+                    None
+                };
+                if let (true, Some(h)) = (permuted, heads) {
+                    // convert_hf_to_gguf's permute: GGUF row h·hd + 2i + s is HF row h·hd + s·hd/2 + i.
+                    let rb = t.shape[0] as usize * 4;
+                    let hd = t.shape[1] as usize / h;
+                    let src = bytes.clone();
+                    for hh in 0..h {
+                        for i in 0..hd / 2 {
+                            for s in 0..2 {
+                                let (g, f) = (hh * hd + 2 * i + s, hh * hd + s * hd / 2 + i);
+                                bytes[f * rb..(f + 1) * rb].copy_from_slice(&src[g * rb..(g + 1) * rb]);
+                            }
+                        }
+                    }
+                }
+                let shape: Vec<u64> = t.shape.iter().rev().copied().collect();
+                (hf_name(arch, &t.name), "F32".to_string(), shape, bytes)
+            })
+            .collect();
+        let dir = tmp.0.join(arch);
+        std::fs::create_dir_all(&dir).unwrap();
+        copy_side_files(&r.join(format!("hf/{arch}")), &dir);
+        write_safetensors(&dir.join("model.safetensors"), &tensors);
+
+        let refs = common::read_json(&r.join(format!("refs/{arch}.hf-fp32.json")));
+        let prompt = ids(&refs["prompt_ids"]);
+        let want = common::read_npy_f32(&r.join(format!("refs/{arch}.hf-fp32.all_logits.npy")));
+        let model = open(&dir);
+        if permuted {
+            assert_eq!(model.hparams.rope.mode, RopeMode::Neox, "{arch}");
+        }
+        let worst = max_abs_diff(&logits(&dir, &prompt), &want);
+        eprintln!("{arch} (hf dir rebuilt from its GGUF): max|Δ| vs transformers {worst:.2e}");
+        assert!(worst <= 5e-3, "{arch}: max |Δ| {worst} > 5e-3");
+    }
+}
+
+/// phi3's checkpoint with a `qkv_proj` two rows short: an error naming the checkpoint tensor
+/// and the rows the split needs, not a model with shifted K/V.
+fn fused_hf_tensor_of_the_wrong_size_is_named() {
+    let Some(root) = common::ref_dir("fused_hf_tensor_of_the_wrong_size_is_named") else {
+        return;
+    };
+    let src = root.join("random/hf/phi3");
+    let tmp = TempDir::new("fused-short");
+    copy_side_files(&src, &tmp.0);
+    let mut tensors = read_safetensors(&src.join("model.safetensors"));
+    let name = "model.layers.1.self_attn.qkv_proj.weight";
+    let t = tensors.iter_mut().find(|t| t.0 == name).unwrap();
+    assert_eq!(t.2, vec![512, 256]);
+    t.2 = vec![510, 256];
+    t.3.truncate(510 * 256 * 4);
+    write_safetensors(&tmp.0.join("model.safetensors"), &tensors);
+    let e = load::open_model(&tmp.0)
+        .err()
+        .expect("accepted a short qkv_proj")
+        .to_string();
+    assert!(
+        e.contains(name) && e.contains("blk.1.attn_qkv.weight") && e.contains("[256, 512]"),
+        "{e}"
+    );
+}
+
 /// 32 greedy tokens from the HF directory equal those of its GGUF f32 conversion (and, where the
 /// margins allow, transformers' recorded ones).
 fn random_hf_models_greedy_equals_gguf_f32() {
@@ -258,7 +385,8 @@ fn hf_tokenizer_matches_gguf_tokenizer() {
         assert_eq!(hf.add_bos(), Some(prompt[0]) == hf.bos(), "{arch}: add_bos");
         assert_eq!(hf.bos(), Some(0));
         let eos_text = hf.eos().and_then(|e| hf.token_str(e)).unwrap();
-        let want_eos = if arch.starts_with("qwen") {
+        // phi3's tokenizer_config.json names its chat turn end, as qwen's do.
+        let want_eos = if arch.starts_with("qwen") || arch == "phi3" {
             "<|im_end|>"
         } else {
             "<|endoftext|>"

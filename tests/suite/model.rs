@@ -126,6 +126,30 @@ fn check_top1(all: &[f32], n_vocab: usize, top20: &serde_json::Value, min_margin
 }
 
 const RANDOM_ARCHS: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
+/// The dense families of the second batch with the GGUF types shipped in `random/gguf/`:
+/// f32/f16 are checked against transformers, the others against llama.cpp. The files the
+/// MANIFEST lists as not shipped (f16, Q8_0, Q4_K_M, Q4_0) are recreated byte-identically by
+/// `quantize`; each one made is one more entry here.
+pub const RANDOM_DENSE2: [(&str, &[&str]); 5] = [
+    ("phi3", &["f32"]),
+    ("olmo2", &["f32"]),
+    ("granite", &["f32"]),
+    ("smollm3", &["f32"]),
+    ("glm4", &["f32"]),
+];
+
+/// Every (arch, type) the random-model tests run: batch 1's archs × `types`, then the batch-2
+/// dense families' shipped files of those types.
+fn random_cases<'a>(types: &'a [&'a str]) -> Vec<(&'a str, &'a str)> {
+    let mut v: Vec<(&str, &str)> = RANDOM_ARCHS
+        .iter()
+        .flat_map(|&a| types.iter().map(move |&t| (a, t)))
+        .collect();
+    for (a, shipped) in RANDOM_DENSE2 {
+        v.extend(shipped.iter().filter(|t| types.contains(t)).map(|&t| (a, t)));
+    }
+    v
+}
 const RANDOM_QTYPES: [&str; 10] = [
     "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K",
 ];
@@ -143,16 +167,14 @@ fn random_f32_f16_models_match_transformers() {
     let Some(root) = common::ref_dir(t) else {
         return;
     };
-    for arch in RANDOM_ARCHS {
+    for (arch, ty) in random_cases(&["f32", "f16"]) {
         let hf = common::read_json(&root.join(format!("random/refs/{arch}.hf-fp32.json")));
         let prompt = ids(&hf["prompt_ids"]);
         let want = common::read_npy_f32(&root.join(format!("random/refs/{arch}.hf-fp32.all_logits.npy")));
-        for ty in ["f32", "f16"] {
-            let (got, _) = run_random(&root.join(format!("random/gguf/{arch}-{ty}.gguf")), &prompt);
-            let (maxd, nmse) = diff(&got, &want);
-            eprintln!("{arch}-{ty}: max|Δ| {maxd:.2e}, NMSE {nmse:.2e} vs transformers");
-            assert!(maxd <= 5e-3, "{arch}-{ty}: max |Δ| {maxd} > 5e-3");
-        }
+        let (got, _) = run_random(&root.join(format!("random/gguf/{arch}-{ty}.gguf")), &prompt);
+        let (maxd, nmse) = diff(&got, &want);
+        eprintln!("{arch}-{ty}: max|Δ| {maxd:.2e}, NMSE {nmse:.2e} vs transformers");
+        assert!(maxd <= 5e-3, "{arch}-{ty}: max |Δ| {maxd} > 5e-3");
     }
 }
 
@@ -169,26 +191,24 @@ fn random_quantized_models_match_llama_cpp() {
         "{:<18} {:>10} {:>10} {:>12} {:>8}",
         "model", "max|Δ|", "NMSE", "top20 max|Δ|", "top-1"
     );
-    for arch in RANDOM_ARCHS {
-        for ty in RANDOM_QTYPES {
-            let name = format!("{arch}-{ty}");
-            let r = common::read_json(&root.join(format!("random/refs/{name}.json")));
-            let prompt = ids(&r["prompt_ids"]);
-            let (all, n_vocab) = run_random(&root.join(format!("random/gguf/{name}.gguf")), &prompt);
-            let last = &all[(prompt.len() - 1) * n_vocab..];
-            let want = common::read_npy_f32(&root.join(format!("random/refs/{name}.last_logits.npy")));
-            let (maxd, nmse) = diff(last, &want);
-            let top = check_top1(&all, n_vocab, &r["top20_per_position"], 0.1);
-            eprintln!(
-                "{name:<18} {maxd:>10.3e} {nmse:>10.3e} {:>12.3e} {:>4}/{:<3}",
-                top.max_top20_delta, top.agree, top.counted
-            );
-            if !(maxd <= 0.1 || nmse <= 1e-3) {
-                failures.push(format!("{name}: last logits max|Δ| {maxd}, NMSE {nmse}"));
-            }
-            if top.agree != top.counted {
-                failures.push(format!("{name}: top-1 {}/{}", top.agree, top.counted));
-            }
+    for (arch, ty) in random_cases(&RANDOM_QTYPES) {
+        let name = format!("{arch}-{ty}");
+        let r = common::read_json(&root.join(format!("random/refs/{name}.json")));
+        let prompt = ids(&r["prompt_ids"]);
+        let (all, n_vocab) = run_random(&root.join(format!("random/gguf/{name}.gguf")), &prompt);
+        let last = &all[(prompt.len() - 1) * n_vocab..];
+        let want = common::read_npy_f32(&root.join(format!("random/refs/{name}.last_logits.npy")));
+        let (maxd, nmse) = diff(last, &want);
+        let top = check_top1(&all, n_vocab, &r["top20_per_position"], 0.1);
+        eprintln!(
+            "{name:<18} {maxd:>10.3e} {nmse:>10.3e} {:>12.3e} {:>4}/{:<3}",
+            top.max_top20_delta, top.agree, top.counted
+        );
+        if !(maxd <= 0.1 || nmse <= 1e-3) {
+            failures.push(format!("{name}: last logits max|Δ| {maxd}, NMSE {nmse}"));
+        }
+        if top.agree != top.counted {
+            failures.push(format!("{name}: top-1 {}/{}", top.agree, top.counted));
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");

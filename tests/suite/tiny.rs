@@ -93,6 +93,19 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
         w.set("mistral3.rope.scaling.yarn_log_multiplier", Value::F32(1.0));
         w.set("mistral3.attention.temperature_scale", Value::F32(0.05));
     }
+    if arch == Arch::Granite {
+        for (k, v) in [
+            ("embedding_scale", 3.0),
+            ("residual_scale", 0.5),
+            ("attention.scale", 0.1),
+            ("logit_scale", 4.0),
+        ] {
+            w.set(&format!("granite.{k}"), Value::F32(v));
+        }
+    }
+    if arch == Arch::Glm4 {
+        w.set("glm4.rope.dimension_count", u(HEAD_DIM / 2));
+    }
     let tokens: Vec<Value> = (0..N_VOCAB).map(|i| Value::String(format!("t{i}"))).collect();
     w.set("tokenizer.ggml.tokens", Value::Array(ValueType::String, tokens));
 
@@ -134,7 +147,9 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
             }
             vecs.push((format!("{p}.ffn_gate_inp_shexp.weight"), N_EMBD));
         }
-        vecs.push((format!("{p}.attn_norm.weight"), N_EMBD));
+        if arch != Arch::Olmo2 {
+            vecs.push((format!("{p}.attn_norm.weight"), N_EMBD));
+        }
         if arch == Arch::GptOss {
             // gpt-oss' pre-FFN norm has the name other files give the post-attention norm.
             vecs.push((format!("{p}.post_attention_norm.weight"), N_EMBD));
@@ -145,11 +160,27 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
             floats.push((format!("{p}.ffn_gate_exps.bias"), vec![f, e]));
             floats.push((format!("{p}.ffn_up_exps.bias"), vec![f, e]));
             floats.push((format!("{p}.ffn_down_exps.bias"), vec![N_EMBD as u64, e]));
-        } else {
+        } else if arch != Arch::Olmo2 {
             vecs.push((format!("{p}.ffn_norm.weight"), N_EMBD));
         }
+        // Fused tensors as their GGUFs store them: Q, K, V rows stacked; gate rows then up.
+        if arch == Arch::Phi3 {
+            mats.retain(|(n, _)| {
+                !n.starts_with(&format!("{p}.attn_q"))
+                    && !n.starts_with(&format!("{p}.attn_k"))
+                    && !n.starts_with(&format!("{p}.attn_v"))
+            });
+            mats.push((format!("{p}.attn_qkv.weight"), vec![N_EMBD as u64, (q + 2 * kv) as u64]));
+        }
+        if matches!(arch, Arch::Phi3 | Arch::Glm4) {
+            mats.retain(|(n, _)| *n != format!("{p}.ffn_gate.weight"));
+            mats.iter_mut()
+                .find(|(n, _)| *n == format!("{p}.ffn_up.weight"))
+                .unwrap()
+                .1 = vec![N_EMBD as u64, 2 * N_FF as u64];
+        }
         match arch {
-            Arch::Qwen2 | Arch::Qwen2Moe | Arch::GptOss => {
+            Arch::Qwen2 | Arch::Qwen2Moe | Arch::GptOss | Arch::Glm4 => {
                 vecs.push((format!("{p}.attn_q.bias"), q));
                 vecs.push((format!("{p}.attn_k.bias"), kv));
                 vecs.push((format!("{p}.attn_v.bias"), kv));
@@ -158,14 +189,18 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
                 vecs.push((format!("{p}.attn_q_norm.weight"), HEAD_DIM));
                 vecs.push((format!("{p}.attn_k_norm.weight"), HEAD_DIM));
             }
-            Arch::Llama | Arch::Mistral3 => {}
+            Arch::Olmo2 => {
+                vecs.push((format!("{p}.attn_q_norm.weight"), q));
+                vecs.push((format!("{p}.attn_k_norm.weight"), kv));
+            }
+            Arch::Llama | Arch::Mistral3 | Arch::Phi3 | Arch::Granite | Arch::Smollm3 => {}
         }
-        if arch == Arch::Gemma3 {
+        if matches!(arch, Arch::Gemma3 | Arch::Olmo2 | Arch::Glm4) {
             vecs.push((format!("{p}.post_attention_norm.weight"), N_EMBD));
             vecs.push((format!("{p}.post_ffw_norm.weight"), N_EMBD));
         }
     }
-    if matches!(arch, Arch::Llama | Arch::Qwen2Moe | Arch::GptOss) {
+    if matches!(arch, Arch::Llama | Arch::Qwen2Moe | Arch::GptOss | Arch::Olmo2) {
         mats.push(("output.weight".into(), vec![N_EMBD as u64, N_VOCAB as u64]));
     }
     if arch == Arch::Mistral3 {
@@ -305,6 +340,30 @@ fn hostile_shapes_are_named() {
         .expect("accepted frequency factors that do not fit n_rot")
         .to_string();
     assert!(e.contains("rope_freqs.weight"), "{e}");
+    // Fused tensors whose rows are not exactly their parts: named, with the sizes wanted.
+    let p = write_tiny(&dir, Arch::Phi3, QType::F32, |m| {
+        m.iter_mut().find(|(n, _)| n == "blk.1.attn_qkv.weight").unwrap().1 = vec![N_EMBD as u64, 250];
+    });
+    let e = load::open_model(&p)
+        .err()
+        .expect("accepted a short attn_qkv")
+        .to_string();
+    let want = (N_HEAD + 2 * N_HEAD_KV) * HEAD_DIM;
+    assert!(
+        e.contains("blk.1.attn_qkv.weight") && e.contains(&format!("[64, {want}]")),
+        "{e}"
+    );
+    let p = write_tiny(&dir, Arch::Glm4, QType::F32, |m| {
+        m.iter_mut().find(|(n, _)| n == "blk.2.ffn_up.weight").unwrap().1 = vec![N_EMBD as u64, N_FF as u64];
+    });
+    let e = load::open_model(&p)
+        .err()
+        .expect("accepted an unfused ffn_up")
+        .to_string();
+    assert!(
+        e.contains("blk.2.ffn_up.weight") && e.contains(&format!("[64, {}]", 2 * N_FF)),
+        "{e}"
+    );
 }
 
 /// An unknown architecture string is one error naming it; out-of-vocabulary ids and
@@ -385,11 +444,11 @@ fn trace_reads_a_named_intermediate() {
         let path = write_tiny(&dir, arch, QType::Q8_0, |_| {});
         let want = session(&path, KvType::F16, 2).eval(&PROMPT, false).unwrap();
         let mut s = session(&path, KvType::F16, 2);
-        // The graph's result: the LM head, soft-capped for gemma3.
-        let head = if arch == Arch::Gemma3 {
-            "result_softcap"
-        } else {
-            "result_output"
+        // The graph's result: the LM head, soft-capped for gemma3, divided for granite.
+        let head = match arch {
+            Arch::Gemma3 => "result_softcap",
+            Arch::Granite => "result_scaled",
+            _ => "result_output",
         };
         let t = s.trace(&PROMPT, head).unwrap();
         assert_eq!((t.rows, t.width), (1, N_VOCAB));

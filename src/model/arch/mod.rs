@@ -1,13 +1,18 @@
 //! The architecture table: one file per architecture, one match arm each.
 
 mod gemma3;
+mod glm4;
 mod gpt_oss;
+mod granite;
 mod llama;
 mod mistral3;
+mod olmo2;
+mod phi3;
 mod qwen2;
 mod qwen2moe;
 mod qwen3;
 mod qwen3moe;
+mod smollm3;
 
 use crate::error::{Error, Result};
 use crate::model::graph::{Builder, Graph};
@@ -25,10 +30,15 @@ pub enum Arch {
     Mistral3,
     #[serde(rename = "gpt-oss")]
     GptOss,
+    Phi3,
+    Olmo2,
+    Granite,
+    Smollm3,
+    Glm4,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 8] = [
+    pub const ALL: [Arch; 13] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -37,6 +47,11 @@ impl Arch {
         Arch::Qwen2Moe,
         Arch::Mistral3,
         Arch::GptOss,
+        Arch::Phi3,
+        Arch::Olmo2,
+        Arch::Granite,
+        Arch::Smollm3,
+        Arch::Glm4,
     ];
 
     /// Dispatch happens here, once, on the `general.architecture` string.
@@ -50,8 +65,18 @@ impl Arch {
             "qwen2moe" => Arch::Qwen2Moe,
             "mistral3" => Arch::Mistral3,
             "gpt-oss" => Arch::GptOss,
+            "phi3" => Arch::Phi3,
+            "olmo2" => Arch::Olmo2,
+            "granite" => Arch::Granite,
+            "smollm3" => Arch::Smollm3,
+            "glm4" => Arch::Glm4,
             other => return Err(Error::UnknownArchitecture(other.to_string())),
         })
+    }
+
+    /// Every registered name, comma-separated (for errors).
+    pub fn names() -> String {
+        Arch::ALL.map(Arch::name).join(", ")
     }
 
     pub fn name(self) -> &'static str {
@@ -64,6 +89,22 @@ impl Arch {
             Arch::Qwen2Moe => "qwen2moe",
             Arch::Mistral3 => "mistral3",
             Arch::GptOss => "gpt-oss",
+            Arch::Phi3 => "phi3",
+            Arch::Olmo2 => "olmo2",
+            Arch::Granite => "granite",
+            Arch::Smollm3 => "smollm3",
+            Arch::Glm4 => "glm4",
+        }
+    }
+
+    /// Rewrites the loaded weights into the canonical ones the graph names, before
+    /// `hparams` reads them: fused tensors become zero-copy views (Phi-3's `attn_qkv`, the
+    /// gate/up `ffn_up` of Phi-3 and GLM-4). Called by every loader.
+    pub fn prepare_weights(self, keys: &Keys, weights: &mut Weights) -> Result<()> {
+        match self {
+            Arch::Phi3 => phi3::prepare_weights(keys, weights),
+            Arch::Glm4 => glm4::prepare_weights(keys, weights),
+            _ => Ok(()),
         }
     }
 
@@ -77,6 +118,11 @@ impl Arch {
             Arch::Qwen2Moe => qwen2moe::hparams(keys, tensors),
             Arch::Mistral3 => mistral3::hparams(keys, tensors),
             Arch::GptOss => gpt_oss::hparams(keys, tensors),
+            Arch::Phi3 => phi3::hparams(keys, tensors),
+            Arch::Olmo2 => olmo2::hparams(keys, tensors),
+            Arch::Granite => granite::hparams(keys, tensors),
+            Arch::Smollm3 => smollm3::hparams(keys, tensors),
+            Arch::Glm4 => glm4::hparams(keys, tensors),
         }
     }
 
@@ -90,6 +136,11 @@ impl Arch {
             Arch::Qwen2Moe => qwen2moe::build(b),
             Arch::Mistral3 => mistral3::build(b),
             Arch::GptOss => gpt_oss::build(b),
+            Arch::Phi3 => phi3::build(b),
+            Arch::Olmo2 => olmo2::build(b),
+            Arch::Granite => granite::build(b),
+            Arch::Smollm3 => smollm3::build(b),
+            Arch::Glm4 => glm4::build(b),
         }
     }
 }

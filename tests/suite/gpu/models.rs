@@ -84,7 +84,8 @@ fn session_on(g: &Gpu, model: Arc<Model>, n_ctx: usize, kv: KvType) -> Session {
     s
 }
 
-/// Every random model (4 architectures × 12 types, and the mixtures of experts): all-position logits of the reference
+/// Every random model (4 architectures × 12 types, and the shipped files of the batch-2 dense
+/// families and mixtures of experts): all-position logits of the reference
 /// prompt, then 4 greedy decode steps, with an f16 KV cache (and once each with f32 and q8_0
 /// caches). On the weights decoded to f32 (f32 activations on both sides) against the CPU:
 /// NMSE ≤ 1e-6. On the quantized file, where both round activations to 8 bits and a last-bit
@@ -107,71 +108,74 @@ fn random_models_match_cpu() {
     .map(|ty| (ty, KvType::F16))
     .collect();
     types.extend([("f32", KvType::F32), ("Q4_K_M", KvType::Q8_0)]);
-    let mut cases: Vec<(&str, &str, KvType)> = Vec::new();
-    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
-        cases.extend(types.iter().map(|&(ty, kv)| (arch, ty, kv)));
+    let mut cases: Vec<(&str, &str, KvType)> = ["llama", "qwen2", "qwen3", "gemma3"]
+        .into_iter()
+        .flat_map(|a| types.iter().map(move |&(ty, kv)| (a, ty, kv)))
+        .collect();
+    // The batch-2 dense families: their shipped files, with the f16 cache.
+    for (a, shipped) in crate::model::RANDOM_DENSE2 {
+        cases.extend(shipped.iter().map(|&ty| (a, ty, KvType::F16)));
     }
-    // The second batch of the reference pack: the files it ships.
+    // The mixtures of experts: their shipped files.
     for (arch, tys) in [
         ("qwen3moe", &["f32", "Q8_0", "Q4_K_M"][..]),
         ("mixtral", &["f32", "Q4_K_M"]),
         ("qwen2moe", &["f32", "Q4_K_M"]),
+        ("gpt-oss", &["f32", "Q4_K_M", "MXFP4_MOE", "mxfp4-mxfp4"]),
     ] {
         cases.extend(tys.iter().map(|&ty| (arch, ty, KvType::F16)));
     }
     let mut failures = Vec::new();
-    {
-        for &(arch, ty, kv) in &cases {
-            let name = format!("{arch}-{ty}");
-            let refs = if ty.starts_with('f') {
-                format!("{arch}.hf-fp32")
-            } else {
-                name.clone()
-            };
-            let prompt = prompt_ids(&common::read_json(&root.join(format!("random/refs/{refs}.json"))));
-            let path = root.join(format!("random/gguf/{name}.gguf"));
-            let model = load::open_model(&path).unwrap();
-            let n_ctx = prompt.len() + 8;
-            let mut exact = session_of(dequantized(&model), n_ctx, BackendChoice::Cpu, kv);
-            let mut c = session_of(model, n_ctx, BackendChoice::Cpu, kv);
-            let want_exact = exact.eval(&prompt, true).unwrap();
-            let want_cpu = c.eval(&prompt, true).unwrap();
-            let mut steps = Vec::new();
-            let mut next = minfer::sampling::argmax(&want_cpu[want_cpu.len() - c.n_vocab()..]);
-            for _ in 0..4 {
-                let o = c.eval(&[next], false).unwrap();
-                steps.push((next, exact.eval(&[next], false).unwrap(), o.clone()));
-                next = minfer::sampling::argmax(&o);
-            }
-            for gb in &gs {
-                // Both sides on the same model, the full prompt, then the CPU's greedy steps.
-                let run = |m: Arc<Model>, want: &[f32], steps: &[(u32, Vec<f32>)]| {
-                    let mut g = session_on(gb, m, n_ctx, kv);
-                    let mut e = nmse(&g.eval(&prompt, true).unwrap(), want);
-                    for (tok, want) in steps {
-                        e = e.max(nmse(&g.eval(&[*tok], false).unwrap(), want));
-                    }
-                    e
-                };
-                let exact_steps: Vec<(u32, Vec<f32>)> = steps.iter().map(|(t, e, _)| (*t, e.clone())).collect();
-                let cpu_steps: Vec<(u32, Vec<f32>)> = steps.iter().map(|(t, _, c)| (*t, c.clone())).collect();
-                let e_exact = run(
-                    Arc::new(dequantized(&load::open_model(&path).unwrap())),
-                    &want_exact,
-                    &exact_steps,
-                );
-                let e_cpu = run(Arc::new(load::open_model(&path).unwrap()), &want_cpu, &cpu_steps);
-                let name = format!("{name} kv {}", kv.name());
-                eprintln!(
-                    "{name:<24} {:<10} NMSE {e_exact:.2e} vs cpu on f32 weights, {e_cpu:.2e} vs cpu",
-                    gb.label
-                );
-                if e_exact > 1e-6 || e_cpu > 5e-3 {
-                    failures.push(format!(
-                        "{}: {name}: NMSE {e_exact:.2e} (f32 weights), {e_cpu:.2e} (quantized)",
-                        gb.label
-                    ));
+    for (arch, ty, kv) in cases {
+        let name = format!("{arch}-{ty}");
+        let refs = if ty.starts_with('f') {
+            format!("{arch}.hf-fp32")
+        } else {
+            name.clone()
+        };
+        let prompt = prompt_ids(&common::read_json(&root.join(format!("random/refs/{refs}.json"))));
+        let path = root.join(format!("random/gguf/{name}.gguf"));
+        let model = load::open_model(&path).unwrap();
+        let n_ctx = prompt.len() + 8;
+        let mut exact = session_of(dequantized(&model), n_ctx, BackendChoice::Cpu, kv);
+        let mut c = session_of(model, n_ctx, BackendChoice::Cpu, kv);
+        let want_exact = exact.eval(&prompt, true).unwrap();
+        let want_cpu = c.eval(&prompt, true).unwrap();
+        let mut steps = Vec::new();
+        let mut next = minfer::sampling::argmax(&want_cpu[want_cpu.len() - c.n_vocab()..]);
+        for _ in 0..4 {
+            let o = c.eval(&[next], false).unwrap();
+            steps.push((next, exact.eval(&[next], false).unwrap(), o.clone()));
+            next = minfer::sampling::argmax(&o);
+        }
+        for gb in &gs {
+            // Both sides on the same model, the full prompt, then the CPU's greedy steps.
+            let run = |m: Arc<Model>, want: &[f32], steps: &[(u32, Vec<f32>)]| {
+                let mut g = session_on(gb, m, n_ctx, kv);
+                let mut e = nmse(&g.eval(&prompt, true).unwrap(), want);
+                for (tok, want) in steps {
+                    e = e.max(nmse(&g.eval(&[*tok], false).unwrap(), want));
                 }
+                e
+            };
+            let exact_steps: Vec<(u32, Vec<f32>)> = steps.iter().map(|(t, e, _)| (*t, e.clone())).collect();
+            let cpu_steps: Vec<(u32, Vec<f32>)> = steps.iter().map(|(t, _, c)| (*t, c.clone())).collect();
+            let e_exact = run(
+                Arc::new(dequantized(&load::open_model(&path).unwrap())),
+                &want_exact,
+                &exact_steps,
+            );
+            let e_cpu = run(Arc::new(load::open_model(&path).unwrap()), &want_cpu, &cpu_steps);
+            let name = format!("{name} kv {}", kv.name());
+            eprintln!(
+                "{name:<24} {:<10} NMSE {e_exact:.2e} vs cpu on f32 weights, {e_cpu:.2e} vs cpu",
+                gb.label
+            );
+            if e_exact > 1e-6 || e_cpu > 5e-3 {
+                failures.push(format!(
+                    "{}: {name}: NMSE {e_exact:.2e} (f32 weights), {e_cpu:.2e} (quantized)",
+                    gb.label
+                ));
             }
         }
     }
