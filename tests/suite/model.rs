@@ -138,6 +138,11 @@ pub const RANDOM_DENSE2: [(&str, &[&str]); 5] = [
     ("glm4", &["f32"]),
 ];
 
+/// The batch-2 dense families' quantized files: not shipped, recreated byte for byte by
+/// `quantize` from the f32 GGUF (`common::quantized_ref`) and held against llama.cpp's refs.
+const RANDOM_DENSE2_QUANTIZED: [&str; 6] = ["phi3", "olmo2", "granite", "smollm3", "glm4", "ministral3"];
+const RANDOM_DENSE2_QTYPES: [&str; 3] = ["Q8_0", "Q4_K_M", "Q4_0"];
+
 /// Every (arch, type) the random-model tests run: batch 1's archs × `types`, then the batch-2
 /// dense families' shipped files of those types.
 fn random_cases<'a>(types: &'a [&'a str]) -> Vec<(&'a str, &'a str)> {
@@ -191,11 +196,24 @@ fn random_quantized_models_match_llama_cpp() {
         "{:<18} {:>10} {:>10} {:>12} {:>8}",
         "model", "max|Δ|", "NMSE", "top20 max|Δ|", "top-1"
     );
-    for (arch, ty) in random_cases(&RANDOM_QTYPES) {
+    let mut cases = random_cases(&RANDOM_QTYPES);
+    for a in RANDOM_DENSE2_QUANTIZED {
+        cases.extend(RANDOM_DENSE2_QTYPES.iter().map(|&ty| (a, ty)));
+    }
+    for (arch, ty) in cases {
         let name = format!("{arch}-{ty}");
         let r = common::read_json(&root.join(format!("random/refs/{name}.json")));
         let prompt = ids(&r["prompt_ids"]);
-        let (all, n_vocab) = run_random(&root.join(format!("random/gguf/{name}.gguf")), &prompt);
+        let shipped = root.join(format!("random/gguf/{name}.gguf"));
+        let gguf = if shipped.is_file() {
+            shipped
+        } else {
+            let Some(p) = common::quantized_ref(t, &format!("{name}.gguf")) else {
+                return;
+            };
+            p
+        };
+        let (all, n_vocab) = run_random(&gguf, &prompt);
         let last = &all[(prompt.len() - 1) * n_vocab..];
         let want = common::read_npy_f32(&root.join(format!("random/refs/{name}.last_logits.npy")));
         let (maxd, nmse) = diff(last, &want);
