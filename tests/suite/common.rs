@@ -68,6 +68,16 @@ pub fn quantized_ref(test: &str, file: &str) -> Option<PathBuf> {
     crate::quantize::quantized_gguf(test, file)
 }
 
+/// A random-weight reference GGUF (`NAME` without `.gguf`): the file in `random/gguf/` where
+/// the pack ships it, else recreated by `quantize` (`quantized_ref`); `None` is a skip.
+pub fn random_gguf(test: &str, root: &Path, name: &str) -> Option<PathBuf> {
+    let shipped = root.join(format!("random/gguf/{name}.gguf"));
+    if shipped.is_file() {
+        return Some(shipped);
+    }
+    quantized_ref(test, &format!("{name}.gguf"))
+}
+
 pub fn read_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))

@@ -217,6 +217,22 @@ pub fn graph(nodes: Vec<Node>) -> Graph {
     }
 }
 
+/// One attention node over `n` tokens whose Q, K and V rows are the tables `tq`, `tk`, `tv`.
+fn attention_graph(n: usize, attn: minfer::model::Attn) -> Graph {
+    let (q, kv) = (attn.n_head * attn.head_dim, attn.n_head_kv * attn.head_dim);
+    graph(vec![
+        get_rows("tq", q, n),
+        get_rows("tk", kv, n),
+        get_rows("tv", attn.n_head_kv * attn.head_dim_v, n),
+        node(
+            "attn",
+            Op::Attention { q: 0, k: 1, v: 2, attn },
+            attn.n_head * attn.head_dim_v,
+            n,
+        ),
+    ])
+}
+
 // ---- ops ------------------------------------------------------------------------------------
 
 /// `g` on a fresh context of `b`: tokens `ids` at `pos0`.
@@ -451,33 +467,21 @@ fn attention_matches_cpu_over_steps() {
         ];
         let mdl = model(hp.clone(), weights);
         let attn = |n, flash| {
-            graph(vec![
-                get_rows("tq", n_head * hd, n),
-                get_rows("tk", n_kv * hd, n),
-                get_rows("tv", n_kv * hd, n),
-                node(
-                    "attn",
-                    Op::Attention {
-                        q: 0,
-                        k: 1,
-                        v: 2,
-                        attn: minfer::model::Attn {
-                            layer: 0,
-                            n_head,
-                            n_head_kv: n_kv,
-                            head_dim: hd,
-                            head_dim_v: hd,
-                            scale: hp.attn_scale,
-                            window,
-                            softcap,
-                            flash,
-                            sinks: false,
-                        },
-                    },
-                    n_head * hd,
-                    n,
-                ),
-            ])
+            attention_graph(
+                n,
+                minfer::model::Attn {
+                    layer: 0,
+                    n_head,
+                    n_head_kv: n_kv,
+                    head_dim: hd,
+                    head_dim_v: hd,
+                    scale: hp.attn_scale,
+                    window,
+                    softcap,
+                    flash,
+                    sinks: false,
+                },
+            )
         };
         let steps: Vec<(usize, Vec<u32>)> = vec![(0, (0..7).collect()), (7, vec![9]), (8, vec![3]), (9, vec![15])];
         for (kv, flash) in [KvType::F32, KvType::F16, KvType::Q8_0]
@@ -766,33 +770,21 @@ fn attention_sinks_match_a_direct_computation_and_cpu() {
         model(hp.clone(), w)
     };
     let attn = |n, flash, sinks| {
-        graph(vec![
-            get_rows("tq", n_head * hd, n),
-            get_rows("tk", n_kv * hd, n),
-            get_rows("tv", n_kv * hd, n),
-            node(
-                "attn",
-                Op::Attention {
-                    q: 0,
-                    k: 1,
-                    v: 2,
-                    attn: minfer::model::Attn {
-                        layer: 0,
-                        n_head,
-                        n_head_kv: n_kv,
-                        head_dim: hd,
-                        head_dim_v: hd,
-                        scale: hp.attn_scale,
-                        window: None,
-                        softcap: None,
-                        flash,
-                        sinks,
-                    },
-                },
-                n_head * hd,
-                n,
-            ),
-        ])
+        attention_graph(
+            n,
+            minfer::model::Attn {
+                layer: 0,
+                n_head,
+                n_head_kv: n_kv,
+                head_dim: hd,
+                head_dim_v: hd,
+                scale: hp.attn_scale,
+                window: None,
+                softcap: None,
+                flash,
+                sinks,
+            },
+        )
     };
     let sinks = [-2.0f32, 0.5, 3.0, 40.0];
     let mdl = with_sinks(&sinks);

@@ -80,14 +80,8 @@ fn moe_quantized_models_match_llama_cpp() {
     for name in MOE_QUANTIZED {
         let r = common::read_json(&root.join(format!("random/refs/{name}.json")));
         let prompt = ids(&r["prompt_ids"]);
-        let shipped = root.join(format!("random/gguf/{name}.gguf"));
-        let gguf = if shipped.is_file() {
-            shipped
-        } else {
-            let Some(p) = common::quantized_ref(t, &format!("{name}.gguf")) else {
-                return;
-            };
-            p
+        let Some(gguf) = common::random_gguf(t, &root, &name) else {
+            return;
         };
         let (all, n_vocab) = all_logits(&gguf, &prompt);
         let last = &all[(prompt.len() - 1) * n_vocab..];
