@@ -49,6 +49,7 @@ macro_rules! instantiate {
             q4_1_ = dot_unsigned<Q4_1>, q5_1_ = dot_unsigned<Q5_1>,
             q2_k_ = q2_k, q3_k_ = q3_k, q4_k_ = q4_k, q5_k_ = q5_k, q6_k_ = q6_k<false>, q8_k_ = q8_k);
         instantiate!(@x4 $feat, $v;
+            f32x4 = dot_float_x4<0>, f16x4 = dot_float_x4<1>, bf16x4 = dot_float_x4<2>,
             q4_0x4 = dot_signed_x4<Q4_0>, q5_0x4 = dot_signed_x4<Q5_0>,
             q8_0x4 = dot_signed_x4<Q8_0>, iq4_nlx4 = dot_signed_x4<IQ4NL>,
             q4_1x4 = dot_unsigned_x4<Q4_1>, q5_1x4 = dot_unsigned_x4<Q5_1>,
@@ -101,6 +102,9 @@ macro_rules! instantiate {
         ];
 
         pub(in crate::backend::cpu::dot) static DOT_X4: &[(QType, DotX4Fn)] = &[
+            dot_x4_fn!(F32, f32x4),
+            dot_x4_fn!(F16, f16x4),
+            dot_x4_fn!(BF16, bf16x4),
             dot_x4_fn!(Q4_0, q4_0x4),
             dot_x4_fn!(Q4_1, q4_1x4),
             dot_x4_fn!(Q5_0, q5_0x4),
@@ -328,6 +332,49 @@ pub(super) unsafe fn dot_float<const V: bool, const F: u8>(n: usize, w: &[u8], a
         1 => scalar::dot_f16(n - i, w, a),
         _ => scalar::dot_bf16(n - i, w, a),
     }
+}
+
+/// `dot_float` of four activation rows against one weight row: each weight vector is loaded
+/// (and for f16 / bf16 widened) once for the four, and each token keeps its own four
+/// accumulators in `dot_float`'s order, so its result has `dot_float`'s bits.
+#[inline(always)]
+pub(super) unsafe fn dot_float_x4<const V: bool, const F: u8>(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    let wb = if F == 0 { 4 } else { 2 };
+    let x = w.as_ptr();
+    let y = a.map(|r| r.as_ptr() as *const f32);
+    let mut acc = [[_mm256_setzero_ps(); 4]; 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for k in 0..4 {
+            let j = i + 8 * k;
+            let wv = ld_float::<F>(x.add(wb * j));
+            for t in 0..4 {
+                acc[t][k] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(y[t].add(j)), acc[t][k]);
+            }
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        let wv = ld_float::<F>(x.add(wb * i));
+        for t in 0..4 {
+            acc[t][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(y[t].add(i)), acc[t][0]);
+        }
+        i += 8;
+    }
+    let tail = &w[wb * i..];
+    let mut out = [0f32; 4];
+    for t in 0..4 {
+        let [a0, a1, a2, a3] = acc[t];
+        let sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        let at = &a[t][4 * i..];
+        out[t] = sum
+            + match F {
+                0 => scalar::dot_f32(n - i, tail, at),
+                1 => scalar::dot_f16(n - i, tail, at),
+                _ => scalar::dot_bf16(n - i, tail, at),
+            };
+    }
+    out
 }
 
 // --- 32-element blocks: signed quants × q8_0, unsigned quants (+ min) × q8_1 ---------------
