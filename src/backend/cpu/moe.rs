@@ -214,6 +214,56 @@ mod tests {
         assert!((r[2] - a / (a + b)).abs() < 1e-6, "{r:?}");
     }
 
+    /// Decode reads only the chosen experts: the others are NaN here, and the result is still
+    /// finite and equal to the chosen experts' products.
+    #[test]
+    fn matmul_id_reads_only_the_chosen_experts() {
+        use crate::quant::QType;
+        use crate::tensor::Bytes;
+        let (n_in, n_out, n_expert, k) = (64, 8, 4, 2);
+        let mut w: Vec<f32> = (0..n_in * n_out * n_expert)
+            .map(|i| ((i * 37) % 17) as f32 / 17.0 - 0.5)
+            .collect();
+        for e in [0, 2] {
+            w[e * n_in * n_out..(e + 1) * n_in * n_out].fill(f32::NAN);
+        }
+        let t = Tensor {
+            name: "exps".into(),
+            qtype: QType::F32,
+            shape: vec![n_in as u64, n_out as u64, n_expert as u64],
+            data: Bytes::from_vec(bytemuck::cast_slice(&w).to_vec()),
+            part: 0,
+            file_offset: 0,
+        };
+        let experts = expert_views(&t).unwrap();
+        let x: Vec<f32> = (0..2 * n_in).map(|i| (i % 7) as f32 - 3.0).collect();
+        let route = [3.0, 1.0, 0.5, 0.5, 1.0, 3.0, 0.5, 0.5];
+        let mut y = vec![0f32; 2 * k * n_out];
+        let pool = Pool::new(2);
+        matmul_id(
+            &pool,
+            Isa::best(),
+            &experts,
+            &x,
+            n_in,
+            &route,
+            2,
+            k,
+            &mut y,
+            &mut Vec::new(),
+        )
+        .unwrap();
+        for (slot, &e) in [3usize, 1, 1, 3].iter().enumerate() {
+            let t = slot / k;
+            for r in 0..n_out {
+                let row = &w[(e * n_out + r) * n_in..(e * n_out + r + 1) * n_in];
+                let want: f32 = row.iter().zip(&x[t * n_in..(t + 1) * n_in]).map(|(a, b)| a * b).sum();
+                let got = y[slot * n_out + r];
+                assert!((got - want).abs() <= 1e-4, "slot {slot} row {r}: {got} vs {want}");
+            }
+        }
+    }
+
     #[test]
     fn weighted_sum_and_biases_follow_the_route() {
         // Two rows, k = 2, width 2; experts 3 then 0, and 1 then 2.

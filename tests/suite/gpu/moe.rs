@@ -7,9 +7,14 @@ use minfer::backend::gpu::kernels::{act_qtype, WEIGHT_QTYPES};
 use minfer::model::{Gating, Op};
 use minfer::quant::QType;
 
+use minfer::tensor::{Bytes, Tensor};
+
 use super::{cpu, get_rows, gpus, graph, hparams, model, nmse, node, run_at, tensor};
 
-tests![moe_ops_match_cpu_for_every_qtype];
+tests![
+    moe_ops_match_cpu_for_every_qtype,
+    the_expert_matmul_reads_only_the_chosen_experts
+];
 
 const N_EXPERT: usize = 5;
 const K: usize = 2;
@@ -146,5 +151,82 @@ fn moe_ops_match_cpu_for_every_qtype() {
             }
         }
         eprintln!("{q:<7} moe ops match the CPU");
+    }
+}
+
+/// Decode reads only the chosen experts' rows: the experts no token chose are NaN, and every
+/// backend's result is still finite and the CPU's.
+fn the_expert_matmul_reads_only_the_chosen_experts() {
+    let t = "the_expert_matmul_reads_only_the_chosen_experts";
+    let gs = gpus(t, None);
+    if gs.is_empty() {
+        return;
+    }
+    let (n_in, n_out, n_expert, k, rows) = (64, 16, 8, 4, 16);
+    let chosen = [1usize, 3, 4, 6];
+    let mut w: Vec<f32> = (0..n_in * n_out * n_expert)
+        .map(|i| ((i * 37) % 17) as f32 / 17.0 - 0.5)
+        .collect();
+    for e in (0..n_expert).filter(|e| !chosen.contains(e)) {
+        w[e * n_in * n_out..(e + 1) * n_in * n_out].fill(f32::NAN);
+    }
+    let experts = Tensor {
+        name: "w".into(),
+        qtype: QType::F32,
+        shape: vec![n_in as u64, n_out as u64, n_expert as u64],
+        data: Bytes::from_vec(bytemuck::cast_slice(&w).to_vec()),
+        part: 0,
+        file_offset: 0,
+    };
+    // Route rows: the chosen experts in a row-dependent order, then their weights.
+    let route: Vec<f32> = (0..rows)
+        .flat_map(|r| {
+            let ids = (0..k).map(move |j| chosen[(r + j) % k] as f32);
+            let ws = (0..k).map(move |j| 0.1 + 0.2 * j as f32);
+            ids.chain(ws).collect::<Vec<_>>()
+        })
+        .collect();
+    let rt = Tensor {
+        name: "rt".into(),
+        qtype: QType::F32,
+        shape: vec![2 * k as u64, rows as u64],
+        data: Bytes::from_vec(bytemuck::cast_slice(&route).to_vec()),
+        part: 0,
+        file_offset: 0,
+    };
+    let mdl = model(
+        hparams(n_out, 1, 1, 64),
+        vec![experts, rt, tensor("inp", QType::F32, n_in, rows, 3, 1.0)],
+    );
+    let g = graph(vec![
+        get_rows("inp", n_in, 3),
+        get_rows("rt", 2 * k, 3),
+        node(
+            "mm",
+            Op::MatmulId {
+                x: 0,
+                route: 1,
+                weight: "w".into(),
+            },
+            k * n_out,
+            3,
+        ),
+        node("sum", Op::MoeSum { x: 2, route: 1 }, n_out, 3),
+    ]);
+    let ids = [2u32, 9, 14];
+    let want = run_at(&cpu(), &mdl, &g, &ids, 0);
+    assert!(
+        want.iter().all(|v| v.is_finite()),
+        "cpu read an unchosen expert: {want:?}"
+    );
+    for b in &gs {
+        let got = run_at(b.backend.as_ref(), &mdl, &g, &ids, 0);
+        assert!(
+            got.iter().all(|v| v.is_finite()),
+            "{}: read an unchosen expert",
+            b.label
+        );
+        let e = nmse(&got, &want);
+        assert!(e <= 1e-10, "{}: NMSE {e:.2e} against the CPU", b.label);
     }
 }
