@@ -338,6 +338,7 @@ pub(super) unsafe fn dot_float<const V: bool, const F: u8>(n: usize, w: &[u8], a
 /// (and for f16 / bf16 widened) once for the four, and each token keeps its own four
 /// accumulators in `dot_float`'s order, so its result has `dot_float`'s bits.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // the (token, accumulator) indices mirror `dot_float`'s
 pub(super) unsafe fn dot_float_x4<const V: bool, const F: u8>(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
     let wb = if F == 0 { 4 } else { 2 };
     let x = w.as_ptr();
