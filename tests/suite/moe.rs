@@ -80,7 +80,7 @@ fn moe_quantized_models_match_llama_cpp() {
     for name in MOE_QUANTIZED {
         let r = common::read_json(&root.join(format!("random/refs/{name}.json")));
         let prompt = ids(&r["prompt_ids"]);
-        let Some(gguf) = common::random_gguf(t, &root, &name) else {
+        let Some(gguf) = common::random_gguf(t, &root, name) else {
             return;
         };
         let (all, n_vocab) = all_logits(&gguf, &prompt);
