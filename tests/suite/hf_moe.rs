@@ -257,7 +257,7 @@ fn moe_hf_dirs_rebuilt_from_gguf_match_gguf_and_transformers() {
 /// logits equal that GGUF's; against llama.cpp's logits of that GGUF within the quantized-MoE
 /// tolerance (last position max |Δ| ≤ 0.1 or NMSE ≤ 1e-3, every recorded top-20 logit ≤ 0.1);
 /// against transformers' exact dequantisation per position, reported, with all but the
-/// router-flip positions ≤ 0.1.
+/// router-flip position ≤ 0.05.
 fn gpt_oss_mxfp4_checkpoint_equals_its_gguf_conversion() {
     let t = "gpt_oss_mxfp4_checkpoint_equals_its_gguf_conversion";
     let Some(root) = common::ref_dir(t) else {
@@ -317,10 +317,12 @@ fn gpt_oss_mxfp4_checkpoint_equals_its_gguf_conversion() {
         .collect();
     let shown: Vec<String> = per_pos.iter().map(|d| format!("{d:.2e}")).collect();
     eprintln!("gpt-oss-mxfp4 hf dir vs transformers per position: {}", shown.join(" "));
-    let off: Vec<usize> = (0..per_pos.len()).filter(|&p| per_pos[p] > 0.1).collect();
+    // The README's one router flip (position 18, 0.96) aside, MXFP4's Q8_0 activations cost
+    // 0.02-0.04 per position.
+    let off: Vec<usize> = (0..per_pos.len()).filter(|&p| per_pos[p] > 0.05).collect();
     assert!(
         off.len() <= 1,
-        "positions {off:?} off transformers by > 0.1: {per_pos:?}"
+        "positions {off:?} off transformers by > 0.05: {per_pos:?}"
     );
 }
 
