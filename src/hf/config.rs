@@ -617,6 +617,68 @@ mod tests {
         assert_eq!(z.metadata.get_u64("glm4.rope.dimension_count").unwrap(), Some(32));
     }
 
+    /// The expert keys convert_hf_to_gguf.py writes per MoE family, and what the graphs
+    /// hard-code refused when the config says otherwise.
+    #[test]
+    fn maps_moe_configs() {
+        let base = json!({"hidden_size": 256, "num_hidden_layers": 2, "intermediate_size": 512,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts_per_tok": 2});
+        let with = |extra: J| {
+            let mut o = base.clone();
+            for (k, v) in extra.as_object().unwrap() {
+                o[k] = v.clone();
+            }
+            parse(&o)
+        };
+        let u = |c: &Config, k: &str| c.metadata.get_u64(k).unwrap();
+        let q = with(
+            json!({"model_type": "qwen2_moe", "num_experts": 4, "moe_intermediate_size": 256,
+            "shared_expert_intermediate_size": 128, "norm_topk_prob": false, "decoder_sparse_step": 1}),
+        )
+        .unwrap();
+        assert_eq!(q.arch, Arch::Qwen2Moe);
+        assert_eq!(u(&q, "qwen2moe.expert_count"), Some(4));
+        assert_eq!(u(&q, "qwen2moe.expert_used_count"), Some(2));
+        assert_eq!(u(&q, "qwen2moe.expert_feed_forward_length"), Some(256));
+        assert_eq!(u(&q, "qwen2moe.expert_shared_feed_forward_length"), Some(128));
+        let m = with(json!({"model_type": "mixtral", "num_local_experts": 8})).unwrap();
+        assert_eq!(m.arch, Arch::Llama);
+        assert_eq!(u(&m, "llama.expert_count"), Some(8));
+        assert!(!m.metadata.contains("llama.expert_feed_forward_length"));
+        let g = with(
+            json!({"model_type": "gpt_oss", "num_local_experts": 4, "sliding_window": 16,
+            "layer_types": ["sliding_attention", "full_attention"], "swiglu_limit": 7.0,
+            "quantization_config": {"quant_method": "mxfp4"}}),
+        )
+        .unwrap();
+        assert_eq!(g.arch, Arch::GptOss);
+        assert_eq!(u(&g, "gpt-oss.attention.sliding_window"), Some(16));
+        assert_eq!(u(&g, "gpt-oss.expert_feed_forward_length"), Some(512));
+        assert_eq!(g.extras.swa_layers, Some(vec![true, false]));
+
+        let e = |extra: J| with(extra).err().map(|e| e.to_string()).unwrap_or_default();
+        let q3 = |k: &str, v: J| {
+            let mut o = json!({"model_type": "qwen3_moe", "num_experts": 4, "moe_intermediate_size": 256});
+            o[k] = v;
+            e(o)
+        };
+        assert!(q3("norm_topk_prob", json!(false)).contains("norm_topk_prob"));
+        assert!(q3("mlp_only_layers", json!([0])).contains("mlp_only_layers"));
+        assert!(q3("decoder_sparse_step", json!(2)).contains("decoder_sparse_step"));
+        assert!(q3("quantization_config", json!({"quant_method": "mxfp4"})).contains("quantization_config"));
+        assert!(q3("num_experts", json!(null)).contains("num_local_experts"));
+        assert!(
+            e(json!({"model_type": "gpt_oss", "num_local_experts": 4, "swiglu_alpha": 2.0})).contains("swiglu_alpha")
+        );
+        assert!(
+            e(json!({"model_type": "qwen3", "quantization_config": {"quant_method": "fp8"}}))
+                .contains("quantization_config")
+        );
+        assert!(
+            e(json!({"model_type": "deepseek_v3", "n_routed_experts": 8})).contains("'deepseek_v3' is not supported")
+        );
+    }
+
     #[test]
     fn refuses_what_the_graph_cannot_run() {
         let base = json!({"hidden_size": 8, "num_hidden_layers": 1, "intermediate_size": 8, "num_attention_heads": 2});

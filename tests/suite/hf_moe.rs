@@ -8,9 +8,10 @@ use std::path::Path;
 
 use minfer::gguf::GgufFile;
 use minfer::hf::HfDir;
+use minfer::model::RopeMode;
 
 use crate::common;
-use crate::hf::{copy_side_files, ids, logits, max_abs_diff, write_safetensors, StTensor, TempDir};
+use crate::hf::{copy_side_files, ids, logits, max_abs_diff, open, write_safetensors, StTensor, TempDir};
 
 tests![
     moe_hf_dirs_rebuilt_from_gguf_match_gguf_and_transformers,
@@ -241,6 +242,27 @@ fn moe_hf_dirs_rebuilt_from_gguf_match_gguf_and_transformers() {
         let refs = common::read_json(&r.join(format!("refs/{arch}.hf-fp32.json")));
         let prompt = ids(&refs["prompt_ids"]);
         let want = common::read_npy_f32(&r.join(format!("refs/{arch}.hf-fp32.all_logits.npy")));
+        // The config's keys give the GGUF's hyperparameters (mixtral: HF's unpermuted Q/K
+        // rows rotate NeoX-style), and the weights are the GGUF's names and shapes.
+        let (hm, gm) = (open(&dir), open(&r.join(format!("gguf/{arch}-f32.gguf"))));
+        let mut hp = gm.hparams.clone();
+        if arch == "mixtral" {
+            hp.rope.mode = RopeMode::Neox;
+            hp.rope_swa.mode = RopeMode::Neox;
+        }
+        let (a, b) = (
+            serde_json::to_value(&hm.hparams).unwrap(),
+            serde_json::to_value(&hp).unwrap(),
+        );
+        assert_eq!(a, b, "{arch}: HF hparams {a:#} vs GGUF {b:#}");
+        assert_eq!(hm.weights.len(), gm.weights.len(), "{arch}");
+        for (n, t) in &gm.weights {
+            assert_eq!(
+                (hm.weights[n].qtype, &hm.weights[n].shape),
+                (t.qtype, &t.shape),
+                "{arch}: {n}"
+            );
+        }
         let hf = logits(&dir, &prompt);
         let gguf = logits(&r.join(format!("gguf/{arch}-f32.gguf")), &prompt);
         let (vs_gguf, vs_tf) = (max_abs_diff(&hf, &gguf), max_abs_diff(&hf, &want));
