@@ -412,6 +412,48 @@ fn missing_or_misshapen_experts_are_named() {
     let e = err(&dir);
     assert!(e.contains(bigger) && e.contains("4 experts"), "{e}");
 
+    // gpt-oss MXFP4: scales missing, or of another shape than their blocks.
+    let src = root.join("random/hf/gpt-oss-mxfp4");
+    let f = minfer::hf::SafetensorsFile::open(&src.join("model.safetensors")).unwrap();
+    let mut all: Vec<StTensor> = f
+        .tensors(0)
+        .unwrap()
+        .into_iter()
+        .map(|t| {
+            (
+                t.name,
+                t.qtype.name().to_uppercase(),
+                t.shape.iter().rev().copied().collect(),
+                t.data.to_vec(),
+            )
+        })
+        .collect();
+    for (name, shape, data) in f.raw_u8().unwrap() {
+        all.push((name, "U8".into(), shape.iter().rev().copied().collect(), data.to_vec()));
+    }
+    let scales = "model.layers.1.mlp.experts.down_proj_scales";
+    for (tag, short) in [("g", false), ("h", true)] {
+        let dir = tmp.0.join(tag);
+        std::fs::create_dir_all(&dir).unwrap();
+        copy_side_files(&src, &dir);
+        let mut ts = all.clone();
+        if short {
+            let t = ts.iter_mut().find(|t| t.0 == scales).unwrap();
+            assert_eq!(t.2, vec![4, 256, 8]);
+            t.2 = vec![4, 256, 7];
+            t.3.truncate(4 * 256 * 7);
+        } else {
+            ts.retain(|t| t.0 != scales);
+        }
+        write_safetensors(&dir.join("model.safetensors"), &ts);
+        let e = err(&dir);
+        let want = if short { scales } else { "down_proj_blocks" };
+        assert!(
+            e.contains(want) && e.contains(if short { "[7, 256, 4]" } else { "_scales" }),
+            "{e}"
+        );
+    }
+
     let dir = tmp.0.join("f/qwen3moe");
     let mut cfg = common::read_json(&dir.parent().unwrap().parent().unwrap().join("a/qwen3moe/config.json"));
     cfg["mlp_only_layers"] = serde_json::json!([1]);
