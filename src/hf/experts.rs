@@ -384,6 +384,11 @@ pub fn repack_mxfp4(hf: &[u8; 16]) -> [u8; 16] {
 /// gpt-oss MXFP4 experts: blocks U8 ggml [16, in/32, out, E], scales [in/32, out, E] → ggml
 /// `block_mxfp4` (e, qs[16]) rows [in, out, E]; gate_up's rows de-interleaved (gate = even).
 fn mxfp4_experts(blk: &str, proj: Proj, blocks: &Piece, scales: &Piece) -> Result<Vec<Built>> {
+    for p in [blocks, scales] {
+        if let Some(q) = p.qtype {
+            return Err(bad(&p.hf_name, format!("is {q}; MXFP4 blocks and scales are U8")));
+        }
+    }
     let [b16, nb, rows, ne] = dims::<4>(blocks, "[16, in/32, out, experts]")?;
     if b16 != 16 {
         return Err(bad(&blocks.hf_name, format!("has {b16} bytes per block, not 16")));
@@ -485,6 +490,33 @@ mod tests {
             None
         );
         assert_eq!(n(Arch::Llama, "model.layers.1.mlp.up_proj.weight"), None);
+    }
+
+    /// One expert, two gate_up rows of one block: gate = row 0, up = row 1, each a 17-byte
+    /// ggml block (scale, then the repacked codes); scales without U8 blocks are refused.
+    #[test]
+    fn mxfp4_gate_up_rows_are_split_into_ggml_blocks() {
+        let piece = |name: &str, qtype, shape: Vec<u64>, data: Vec<u8>| Piece {
+            hf_name: name.into(),
+            qtype,
+            shape,
+            data: Bytes::from_vec(data),
+        };
+        let blocks: Vec<u8> = (0..32u8).collect();
+        let b = piece("x.gate_up_proj_blocks", None, vec![16, 1, 2, 1], blocks.clone());
+        let s = piece("x.gate_up_proj_scales", None, vec![1, 2, 1], vec![120, 130]);
+        let out = mxfp4_experts("blk.0", Proj::GateUp, &b, &s).unwrap();
+        let names: Vec<&str> = out.iter().map(|b| b.tensor.name.as_str()).collect();
+        assert_eq!(names, ["blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight"]);
+        for (k, built) in out.iter().enumerate() {
+            let t = &built.tensor;
+            assert_eq!((t.qtype, t.shape.clone()), (QType::MXFP4, vec![32, 1, 1]));
+            let hf: [u8; 16] = blocks[16 * k..16 * k + 16].try_into().unwrap();
+            assert_eq!(t.data[0], [120, 130][k]);
+            assert_eq!(&t.data[1..], &repack_mxfp4(&hf));
+        }
+        let f = piece("x.gate_up_proj_scales", Some(QType::F32), vec![1, 2, 1], vec![0; 8]);
+        assert!(mxfp4_experts("blk.0", Proj::GateUp, &b, &f).is_err());
     }
 
     /// HF byte j holds elements 2j, 2j+1; ggml byte j holds elements j, j+16.
