@@ -10,7 +10,7 @@ use crate::gguf::{Metadata, Value};
 use crate::model::Arch;
 
 /// The `model_type` values we run, and the architecture each maps to.
-pub const MODEL_TYPES: [(&str, Arch); 12] = [
+pub const MODEL_TYPES: [(&str, Arch); 16] = [
     ("llama", Arch::Llama),
     ("mistral", Arch::Llama),
     ("qwen2", Arch::Qwen2),
@@ -23,6 +23,10 @@ pub const MODEL_TYPES: [(&str, Arch); 12] = [
     ("granite", Arch::Granite),
     ("smollm3", Arch::Smollm3),
     ("glm4", Arch::Glm4),
+    ("qwen3_moe", Arch::Qwen3Moe),
+    ("qwen2_moe", Arch::Qwen2Moe),
+    ("mixtral", Arch::Llama),
+    ("gpt_oss", Arch::GptOss),
 ];
 
 /// Hyperparameters GGUF keys do not carry.
@@ -154,6 +158,11 @@ pub fn parse(root: &J) -> Result<Config> {
         Arch::Smollm3 => extras.nope_layers = smollm3_nope(&c)?,
         _ => {}
     }
+    if matches!(arch, Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss) || model_type == "mixtral" {
+        moe(&c, &mut md, arch, &mut extras)?;
+    } else if c.get("quantization_config").is_some() {
+        return Err(err("quantization_config", format!("is not supported for {model_type}")));
+    }
     // generation_config.json / tokenizer_config.json may override these; see `hf::tokenizer`.
     let bos = c.u64("bos_token_id")?.and_then(|v| u32::try_from(v).ok());
     let eos = ids(&c, "eos_token_id")?;
@@ -215,6 +224,98 @@ fn gemma3(c: &Fields, md: &mut Metadata, x: &mut Extras) -> Result<()> {
         x.query_pre_attn_scalar = Some(q as f32);
     }
     Ok(())
+}
+
+/// The expert keys `convert_hf_to_gguf.py` writes, and what the graphs hard-code checked:
+/// every layer sparse, Qwen3-MoE / Mixtral renormalising the top-k weights and Qwen2-MoE not,
+/// gpt-oss's clamped SwiGLU constants and its only quantization, MXFP4.
+fn moe(c: &Fields, md: &mut Metadata, arch: Arch, x: &mut Extras) -> Result<()> {
+    let a = arch.name();
+    let put = |md: &mut Metadata, key: &str, v: u64| md.insert(format!("{a}.{key}"), Value::U64(v));
+    let n_expert = match c.u64("num_experts")? {
+        Some(n) => n,
+        None => c.req_u64("num_local_experts")?,
+    };
+    put(md, "expert_count", n_expert);
+    put(md, "expert_used_count", c.req_u64("num_experts_per_tok")?);
+    match arch {
+        // Mixtral's experts are `intermediate_size` wide (`feed_forward_length`).
+        Arch::Llama => {}
+        Arch::GptOss => {
+            put(md, "expert_feed_forward_length", c.req_u64("intermediate_size")?);
+        }
+        _ => {
+            put(md, "expert_feed_forward_length", c.req_u64("moe_intermediate_size")?);
+        }
+    }
+    if let Some(n) = c.u64("shared_expert_intermediate_size")? {
+        put(md, "expert_shared_feed_forward_length", n);
+    }
+    if c.u64("decoder_sparse_step")?.is_some_and(|s| s != 1) {
+        return Err(err(
+            "decoder_sparse_step",
+            "other than 1 (dense layers between MoE layers) is not supported",
+        ));
+    }
+    if c.get("mlp_only_layers")
+        .and_then(J::as_array)
+        .is_some_and(|l| !l.is_empty())
+    {
+        return Err(err("mlp_only_layers", "dense layers in a MoE model are not supported"));
+    }
+    let renorm = !matches!(arch, Arch::Qwen2Moe);
+    if c.bool("norm_topk_prob")?.is_some_and(|n| n != renorm) {
+        return Err(err(
+            "norm_topk_prob",
+            format!(
+                "the {a} graph (as llama.cpp's) {} the top-k weights",
+                if renorm { "renormalises" } else { "does not renormalise" }
+            ),
+        ));
+    }
+    if c.bool("use_sliding_window")? == Some(true) {
+        return Err(err(
+            "use_sliding_window",
+            format!("is true; the {a} graph has no sliding window"),
+        ));
+    }
+    match c.get("quantization_config") {
+        None => {}
+        Some(q) if arch == Arch::GptOss && q.get("quant_method").and_then(J::as_str) == Some("mxfp4") => {}
+        Some(q) => return Err(err("quantization_config", format!("{q} is not supported for {a}"))),
+    }
+    if arch == Arch::GptOss {
+        // llama.cpp's swiglu_oai constants (`build_moe_ffn`), not read from the GGUF.
+        for (key, want) in [("swiglu_alpha", 1.702), ("swiglu_limit", 7.0)] {
+            if c.f64(key)?.is_some_and(|v| (v - want).abs() > 1e-6) {
+                return Err(err(key, format!("the gpt-oss graph has {want}")));
+            }
+        }
+        if let Some(w) = c.u64("sliding_window")? {
+            put(md, "attention.sliding_window", w);
+        }
+        x.swa_layers = layer_types(c)?;
+    }
+    Ok(())
+}
+
+/// `layer_types`: true = `sliding_attention`.
+fn layer_types(c: &Fields) -> Result<Option<Vec<bool>>> {
+    let Some(types) = c.get("layer_types") else {
+        return Ok(None);
+    };
+    let arr = types.as_array().ok_or_else(|| err("layer_types", "is not an array"))?;
+    arr.iter()
+        .map(|t| match t.as_str() {
+            Some("sliding_attention") => Ok(true),
+            Some("full_attention") => Ok(false),
+            _ => Err(err(
+                "layer_types",
+                format!("entry {t} is not sliding_attention/full_attention"),
+            )),
+        })
+        .collect::<Result<Vec<bool>>>()
+        .map(Some)
 }
 
 /// `rope_scaling` (transformers 5: `rope_parameters`) as an object, if there is one.
@@ -514,6 +615,68 @@ mod tests {
             "rope_parameters": {"partial_rotary_factor": 0.5, "rope_theta": 1e4}}))
         .unwrap();
         assert_eq!(z.metadata.get_u64("glm4.rope.dimension_count").unwrap(), Some(32));
+    }
+
+    /// The expert keys convert_hf_to_gguf.py writes per MoE family, and what the graphs
+    /// hard-code refused when the config says otherwise.
+    #[test]
+    fn maps_moe_configs() {
+        let base = json!({"hidden_size": 256, "num_hidden_layers": 2, "intermediate_size": 512,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts_per_tok": 2});
+        let with = |extra: J| {
+            let mut o = base.clone();
+            for (k, v) in extra.as_object().unwrap() {
+                o[k] = v.clone();
+            }
+            parse(&o)
+        };
+        let u = |c: &Config, k: &str| c.metadata.get_u64(k).unwrap();
+        let q = with(
+            json!({"model_type": "qwen2_moe", "num_experts": 4, "moe_intermediate_size": 256,
+            "shared_expert_intermediate_size": 128, "norm_topk_prob": false, "decoder_sparse_step": 1}),
+        )
+        .unwrap();
+        assert_eq!(q.arch, Arch::Qwen2Moe);
+        assert_eq!(u(&q, "qwen2moe.expert_count"), Some(4));
+        assert_eq!(u(&q, "qwen2moe.expert_used_count"), Some(2));
+        assert_eq!(u(&q, "qwen2moe.expert_feed_forward_length"), Some(256));
+        assert_eq!(u(&q, "qwen2moe.expert_shared_feed_forward_length"), Some(128));
+        let m = with(json!({"model_type": "mixtral", "num_local_experts": 8})).unwrap();
+        assert_eq!(m.arch, Arch::Llama);
+        assert_eq!(u(&m, "llama.expert_count"), Some(8));
+        assert!(!m.metadata.contains("llama.expert_feed_forward_length"));
+        let g = with(
+            json!({"model_type": "gpt_oss", "num_local_experts": 4, "sliding_window": 16,
+            "layer_types": ["sliding_attention", "full_attention"], "swiglu_limit": 7.0,
+            "quantization_config": {"quant_method": "mxfp4"}}),
+        )
+        .unwrap();
+        assert_eq!(g.arch, Arch::GptOss);
+        assert_eq!(u(&g, "gpt-oss.attention.sliding_window"), Some(16));
+        assert_eq!(u(&g, "gpt-oss.expert_feed_forward_length"), Some(512));
+        assert_eq!(g.extras.swa_layers, Some(vec![true, false]));
+
+        let e = |extra: J| with(extra).err().map(|e| e.to_string()).unwrap_or_default();
+        let q3 = |k: &str, v: J| {
+            let mut o = json!({"model_type": "qwen3_moe", "num_experts": 4, "moe_intermediate_size": 256});
+            o[k] = v;
+            e(o)
+        };
+        assert!(q3("norm_topk_prob", json!(false)).contains("norm_topk_prob"));
+        assert!(q3("mlp_only_layers", json!([0])).contains("mlp_only_layers"));
+        assert!(q3("decoder_sparse_step", json!(2)).contains("decoder_sparse_step"));
+        assert!(q3("quantization_config", json!({"quant_method": "mxfp4"})).contains("quantization_config"));
+        assert!(q3("num_experts", json!(null)).contains("num_local_experts"));
+        assert!(
+            e(json!({"model_type": "gpt_oss", "num_local_experts": 4, "swiglu_alpha": 2.0})).contains("swiglu_alpha")
+        );
+        assert!(
+            e(json!({"model_type": "qwen3", "quantization_config": {"quant_method": "fp8"}}))
+                .contains("quantization_config")
+        );
+        assert!(
+            e(json!({"model_type": "deepseek_v3", "n_routed_experts": 8})).contains("'deepseek_v3' is not supported")
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //!   that f32 copy of those few small vectors at load.
 
 pub mod config;
+pub mod experts;
 pub mod names;
 pub mod resolve;
 pub mod safetensors;
@@ -74,6 +75,7 @@ impl HfDir {
         let mut hf_names = HashMap::new();
         let mut skipped = Vec::new();
         let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut expert_pieces = Vec::new();
         for (part, (path, expected)) in files.iter().enumerate() {
             let file = SafetensorsFile::open(path)?;
             let tensors = file.tensors(part)?;
@@ -90,12 +92,46 @@ impl HfDir {
                 size: file.size,
                 n_tensors: tensors.len(),
             });
+            for (name, shape, data) in file.raw_u8()? {
+                if let Some(prev) = seen.insert(name.clone(), part) {
+                    return Err(Error::tensor(
+                        &name,
+                        format!("appears in both {} and {}", files[prev].0.display(), path.display()),
+                    ));
+                }
+                let Some(n) = experts::parse(arch, &name) else {
+                    return Err(Error::tensor(
+                        &name,
+                        "has dtype U8, which only MXFP4 expert *_blocks / *_scales may have",
+                    ));
+                };
+                let hf_name = name;
+                expert_pieces.push((
+                    n,
+                    experts::Piece {
+                        hf_name,
+                        qtype: None,
+                        shape,
+                        data,
+                    },
+                ));
+            }
             for mut t in tensors {
                 if let Some(prev) = seen.insert(t.name.clone(), part) {
                     return Err(Error::tensor(
                         &t.name,
                         format!("appears in both {} and {}", files[prev].0.display(), path.display()),
                     ));
+                }
+                if let Some(n) = experts::parse(arch, &t.name) {
+                    let piece = experts::Piece {
+                        hf_name: t.name,
+                        qtype: Some(t.qtype),
+                        shape: t.shape,
+                        data: t.data,
+                    };
+                    expert_pieces.push((n, piece));
+                    continue;
                 }
                 let canonical = match names::canonical(arch, &t.name) {
                     Mapped::Canonical(c) => c,
@@ -126,6 +162,26 @@ impl HfDir {
                 }
                 hf_names.insert(canonical.clone(), hf_name);
                 weights.insert(canonical, t);
+            }
+        }
+        if !expert_pieces.is_empty() {
+            let key = format!("{}.expert_count", arch.name());
+            let n_expert = cfg
+                .metadata
+                .get_u64(&key)?
+                .filter(|&n| n > 0 && n <= hparams::MAX_EXPERTS as u64)
+                .ok_or_else(|| {
+                    Error::metadata(&key, "missing or out of range, but the checkpoint has expert tensors")
+                })? as usize;
+            for b in experts::assemble(arch, n_expert, expert_pieces)? {
+                let canonical = b.tensor.name.clone();
+                if let Some(other) = hf_names.insert(canonical.clone(), b.hf_name.clone()) {
+                    return Err(Error::tensor(
+                        &b.hf_name,
+                        format!("maps to '{canonical}', as '{other}' already does"),
+                    ));
+                }
+                weights.insert(canonical, b.tensor);
             }
         }
         // Fused checkpoint tensors (Phi-3 qkv_proj, gate_up_proj) become views, as in a GGUF.

@@ -99,7 +99,19 @@ fn body(arch: Arch, rest: &str) -> Option<String> {
     // Gemma puts a norm after attention and another before the FFN; the others have one
     // norm between them, which HF calls post-attention and GGUF the FFN norm.
     let c = match (arch, tail) {
-        (Arch::Gemma3 | Arch::Olmo2, "post_attention_layernorm.weight") => "post_attention_norm.weight",
+        (Arch::Gemma3 | Arch::Olmo2 | Arch::GptOss, "post_attention_layernorm.weight") => "post_attention_norm.weight",
+        // Mixture-of-experts routers, Qwen2-MoE's shared expert, gpt-oss's sinks and o bias
+        // (the experts themselves: `hf::experts`).
+        (Arch::Qwen3Moe | Arch::Qwen2Moe, "mlp.gate.weight") => "ffn_gate_inp.weight",
+        (Arch::Llama, "block_sparse_moe.gate.weight" | "mlp.gate.weight") => "ffn_gate_inp.weight",
+        (Arch::Qwen2Moe, "mlp.shared_expert.gate_proj.weight") => "ffn_gate_shexp.weight",
+        (Arch::Qwen2Moe, "mlp.shared_expert.up_proj.weight") => "ffn_up_shexp.weight",
+        (Arch::Qwen2Moe, "mlp.shared_expert.down_proj.weight") => "ffn_down_shexp.weight",
+        (Arch::Qwen2Moe, "mlp.shared_expert_gate.weight") => "ffn_gate_inp_shexp.weight",
+        (Arch::GptOss, "mlp.router.weight") => "ffn_gate_inp.weight",
+        (Arch::GptOss, "mlp.router.bias") => "ffn_gate_inp.bias",
+        (Arch::GptOss, "self_attn.sinks") => "attn_sinks.weight",
+        (Arch::GptOss, "self_attn.o_proj.bias") => "attn_output.bias",
         // Phi-3's fused projections; split at load like the GGUF's (`model::fused`).
         (Arch::Phi3, "self_attn.qkv_proj.weight") => "attn_qkv.weight",
         (Arch::Phi3 | Arch::Glm4, "mlp.gate_up_proj.weight") => "ffn_up.weight",
@@ -228,6 +240,38 @@ mod tests {
         assert_eq!(
             c(o, "model.layers.0.post_feedforward_layernorm.weight"),
             canon("blk.0.post_ffw_norm.weight")
+        );
+    }
+
+    #[test]
+    fn maps_moe_routers_and_shared_experts() {
+        let l = "model.layers.1.";
+        for (arch, hf, want) in [
+            (Arch::Qwen3Moe, "mlp.gate.weight", "blk.1.ffn_gate_inp.weight"),
+            (Arch::Llama, "block_sparse_moe.gate.weight", "blk.1.ffn_gate_inp.weight"),
+            (
+                Arch::Qwen2Moe,
+                "mlp.shared_expert.down_proj.weight",
+                "blk.1.ffn_down_shexp.weight",
+            ),
+            (
+                Arch::Qwen2Moe,
+                "mlp.shared_expert_gate.weight",
+                "blk.1.ffn_gate_inp_shexp.weight",
+            ),
+            (Arch::GptOss, "mlp.router.bias", "blk.1.ffn_gate_inp.bias"),
+            (Arch::GptOss, "self_attn.sinks", "blk.1.attn_sinks.weight"),
+            (
+                Arch::GptOss,
+                "post_attention_layernorm.weight",
+                "blk.1.post_attention_norm.weight",
+            ),
+        ] {
+            assert_eq!(c(arch, &format!("{l}{hf}")), canon(want), "{hf}");
+        }
+        assert_eq!(
+            c(Arch::Qwen2, &format!("{l}mlp.shared_expert_gate.weight")),
+            Mapped::Unknown
         );
     }
 

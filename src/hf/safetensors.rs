@@ -5,7 +5,8 @@
 //! Everything in the header is checked before anything is sliced: the header length against a
 //! cap and the file, each dtype, each offset pair against the data (ordered, inside, exactly
 //! dtype × shape bytes long), and no two tensors overlapping. F32, F16 and BF16 become those
-//! qtypes; the bytes stay in the mapping.
+//! qtypes; U8 (the blocks and scales of MXFP4 checkpoints) is kept as raw bytes for the loader
+//! to assemble; the bytes stay in the mapping.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -25,7 +26,8 @@ const MAX_RANK: usize = 8;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Entry {
     pub name: String,
-    pub qtype: QType,
+    /// `None`: dtype U8, raw bytes ([`SafetensorsFile::raw_u8`]).
+    pub qtype: Option<QType>,
     pub shape: Vec<u64>,
     /// Offsets into the data section.
     pub begin: u64,
@@ -127,7 +129,7 @@ fn entry(name: &str, v: &J, data_len: u64) -> std::result::Result<Entry, String>
         Some(other) => return Err(format!("dtype is {}, not a string", kind(other))),
         None => return Err("no dtype".into()),
     };
-    let qtype = dtype_qtype(dtype)?;
+    let qtype = if dtype == "U8" { None } else { Some(dtype_qtype(dtype)?) };
     let shape: Vec<u64> = match obj.get("shape") {
         Some(J::Array(dims)) if dims.len() <= MAX_RANK => dims
             .iter()
@@ -166,7 +168,7 @@ fn entry(name: &str, v: &J, data_len: u64) -> std::result::Result<Entry, String>
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| format!("shape {shape:?} overflows"))?;
     let want = n_elems
-        .checked_mul(qtype.block_bytes() as u64)
+        .checked_mul(qtype.map_or(1, |q| q.block_bytes()) as u64)
         .ok_or_else(|| format!("shape {shape:?} overflows"))?;
     if want != end - begin {
         return Err(format!(
@@ -189,8 +191,8 @@ fn dtype_qtype(dtype: &str) -> std::result::Result<QType, String> {
         "F32" => QType::F32,
         "F16" => QType::F16,
         "BF16" => QType::BF16,
-        "F64" | "I64" | "U64" | "I32" | "U32" | "I16" | "U16" | "I8" | "U8" | "BOOL" | "F8_E4M3" | "F8_E5M2"
-        | "F8_E8M0" | "F4" | "F6_E2M3" | "F6_E3M2" | "C64" => {
+        "F64" | "I64" | "U64" | "I32" | "U32" | "I16" | "U16" | "I8" | "BOOL" | "F8_E4M3" | "F8_E5M2" | "F8_E8M0"
+        | "F4" | "F6_E2M3" | "F6_E3M2" | "C64" => {
             return Err(format!("dtype {dtype} is not supported (supported: F32, F16, BF16)"))
         }
         other => return Err(format!("unknown dtype '{other}'")),
@@ -254,7 +256,8 @@ impl SafetensorsFile {
         self.header
             .entries
             .iter()
-            .map(|e| {
+            .filter_map(|e| e.qtype.map(|q| (e, q)))
+            .map(|(e, qtype)| {
                 let file_offset = self.header.data_offset + e.begin;
                 let data = self
                     .bytes
@@ -262,12 +265,28 @@ impl SafetensorsFile {
                     .ok_or_else(|| Error::tensor(&e.name, "data outside its file"))?;
                 Ok(Tensor {
                     name: e.name.clone(),
-                    qtype: e.qtype,
+                    qtype,
                     shape: e.shape.iter().rev().copied().collect(),
                     data,
                     part,
                     file_offset,
                 })
+            })
+            .collect()
+    }
+
+    /// The U8 tensors: (name, shape in ggml order, bytes borrowed from the mapping).
+    pub fn raw_u8(&self) -> Result<Vec<(String, Vec<u64>, Bytes)>> {
+        self.header
+            .entries
+            .iter()
+            .filter(|e| e.qtype.is_none())
+            .map(|e| {
+                let data = self
+                    .bytes
+                    .slice((self.header.data_offset + e.begin) as usize, (e.end - e.begin) as usize)
+                    .ok_or_else(|| Error::tensor(&e.name, "data outside its file"))?;
+                Ok((e.name.clone(), e.shape.iter().rev().copied().collect(), data))
             })
             .collect()
     }

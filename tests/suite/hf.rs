@@ -54,7 +54,7 @@ fn opts(n_ctx: usize) -> SessionOptions {
     }
 }
 
-fn open(path: &Path) -> Arc<Model> {
+pub(crate) fn open(path: &Path) -> Arc<Model> {
     Arc::new(load::open_model(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
 }
 
@@ -62,7 +62,7 @@ fn session(path: &Path, n_ctx: usize) -> Session {
     Session::new(open(path), &opts(n_ctx)).unwrap()
 }
 
-fn ids(v: &J) -> Vec<u32> {
+pub(crate) fn ids(v: &J) -> Vec<u32> {
     v.as_array()
         .unwrap()
         .iter()
@@ -80,13 +80,13 @@ fn argmax(x: &[f32]) -> u32 {
     best as u32
 }
 
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 /// All-position logits of `prompt`.
-fn logits(path: &Path, prompt: &[u32]) -> Vec<f32> {
+pub(crate) fn logits(path: &Path, prompt: &[u32]) -> Vec<f32> {
     session(path, prompt.len() + 8).eval(prompt, true).unwrap()
 }
 
@@ -104,10 +104,10 @@ fn greedy(path: &Path, prompt: &[u32], n: usize) -> Vec<u32> {
 }
 
 /// A fresh directory under the system temp dir, removed when dropped.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl TempDir {
-    fn new(tag: &str) -> TempDir {
+    pub(crate) fn new(tag: &str) -> TempDir {
         let p = std::env::temp_dir().join(format!("minfer-hf-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
@@ -442,9 +442,9 @@ fn engine_runs_an_hf_directory() {
 // --- checkpoints the test writes ----------------------------------------------------------------
 
 /// (name, dtype, shape as written, bytes)
-type StTensor = (String, String, Vec<u64>, Vec<u8>);
+pub(crate) type StTensor = (String, String, Vec<u64>, Vec<u8>);
 
-fn write_safetensors(path: &Path, tensors: &[StTensor]) {
+pub(crate) fn write_safetensors(path: &Path, tensors: &[StTensor]) {
     let mut header = serde_json::Map::new();
     header.insert("__metadata__".into(), json!({"format": "pt"}));
     let mut off = 0usize;
@@ -480,7 +480,7 @@ fn read_safetensors(path: &Path) -> Vec<StTensor> {
         .collect()
 }
 
-fn copy_side_files(from: &Path, to: &Path) {
+pub(crate) fn copy_side_files(from: &Path, to: &Path) {
     for f in [
         "tokenizer.json",
         "tokenizer_config.json",

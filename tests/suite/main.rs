@@ -13,6 +13,7 @@
 //!   and its own tests
 //! - `gguf`      — the container: round trips, split files, real models, hostile files
 //! - `hf`        — safetensors directories vs transformers and GGUF; HF cache resolution; hostile files
+//! - `hf_moe`    — MoE safetensors: expert layouts stacked/split, gpt-oss MXFP4, bad experts
 //! - `model`     — whole-model logits against llama.cpp and transformers (CPU backend)
 //! - `moe`       — mixtures of experts: random MoE models against both oracles, the routing
 //! - `serve`     — the HTTP server: answers as `run`, streaming, concurrency, hang-ups, errors;
@@ -42,6 +43,7 @@ mod gguf;
 #[cfg(feature = "wgpu")]
 mod gpu;
 mod hf;
+mod hf_moe;
 mod model;
 mod moe;
 mod quant;
@@ -59,6 +61,7 @@ fn main() {
     tests.extend(cli::tests());
     tests.extend(gguf::tests());
     tests.extend(hf::tests());
+    tests.extend(hf_moe::tests());
     tests.extend(model::tests());
     tests.extend(moe::tests());
     tests.extend(quant::tests());
