@@ -130,12 +130,13 @@ const RANDOM_ARCHS: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
 /// f32/f16 are checked against transformers, the others against llama.cpp. The files the
 /// MANIFEST lists as not shipped (f16, Q8_0, Q4_K_M, Q4_0) are recreated byte-identically by
 /// `quantize`; each one made is one more entry here.
-pub const RANDOM_DENSE2: [(&str, &[&str]); 5] = [
+pub const RANDOM_DENSE2: [(&str, &[&str]); 6] = [
     ("phi3", &["f32"]),
     ("olmo2", &["f32"]),
     ("granite", &["f32"]),
     ("smollm3", &["f32"]),
     ("glm4", &["f32"]),
+    ("gemma4", &["f32"]),
 ];
 
 /// The batch-2 dense families' quantized files: not shipped, recreated byte for byte by
