@@ -39,10 +39,19 @@ fn row_bytes(t: KvType, width: usize) -> usize {
 }
 
 impl KvCache {
+    /// Every layer `l.k_width` / `l.v_width` wide.
+    pub fn new(l: &KvLayout) -> KvCache {
+        KvCache::with_widths(l, vec![l.k_width; l.n_layer], vec![l.v_width; l.n_layer])
+    }
+
     /// Each layer sized by its own K/V widths (`HParams::kv_widths`: none for a layer that
     /// reads another's cache); the layout checked the widest against the cache type and size.
-    pub fn new(l: &KvLayout, hp: &crate::model::HParams) -> KvCache {
-        let (k_width, v_width): (Vec<usize>, Vec<usize>) = (0..l.n_layer).map(|il| hp.kv_widths(il)).unzip();
+    pub fn for_model(l: &KvLayout, hp: &crate::model::HParams) -> KvCache {
+        let (k_width, v_width) = (0..l.n_layer).map(|il| hp.kv_widths(il)).unzip();
+        KvCache::with_widths(l, k_width, v_width)
+    }
+
+    fn with_widths(l: &KvLayout, k_width: Vec<usize>, v_width: Vec<usize>) -> KvCache {
         KvCache {
             kv_type: l.kv,
             n_cells: l.n_cells,

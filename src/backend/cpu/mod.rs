@@ -103,7 +103,7 @@ impl Backend for CpuBackend {
             model: model.clone(),
             pool: self.pool.clone(),
             kernels: self.kernels,
-            kv: KvCache::new(&KvLayout::new(model, n_cells, kv)?, &model.hparams),
+            kv: KvCache::for_model(&KvLayout::new(model, n_cells, kv)?, &model.hparams),
             plans: HashMap::new(),
             act: Vec::new(),
             rope: Vec::new(),
