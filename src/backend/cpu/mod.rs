@@ -308,7 +308,7 @@ impl CpuContext {
                 Op::Slice { col0, .. } => {
                     let (x, xw) = (&bufs[s.inputs[0]], s.in_widths[0]);
                     let (c0, w) = (*col0, s.width);
-                    if c0 + w > xw {
+                    if w == 0 || c0 + w > xw {
                         return Err(Error::InvalidArgument(format!(
                             "slice of columns {c0}..{} of a row of {xw}",
                             c0 + w
