@@ -113,12 +113,15 @@ impl KvLayout {
 
     pub fn new(model: &Model, n_cells: usize, kv: KvType) -> Result<KvLayout> {
         let hp = &model.hparams;
+        // Layers of different widths (Gemma 4) are sized by the widest; the CPU cache sizes
+        // each layer by its own (`HParams::kv_widths`), the GPU gates refuse such models.
+        let (k_width, v_width) = hp.max_kv_widths();
         let l = KvLayout {
             kv,
             n_cells,
             n_layer: hp.n_layer,
-            k_width: hp.n_embd_k(),
-            v_width: hp.n_embd_v(),
+            k_width,
+            v_width,
         };
         let be = kv.qtype().block_elems();
         if !l.k_width.is_multiple_of(be) || !l.v_width.is_multiple_of(be) {

@@ -43,6 +43,25 @@ pub enum Op {
         eps: f32,
         head_dim: usize,
     },
+    /// RMSNorm over each head-wide slice of a row, with no weight (a bare `ggml_rms_norm`;
+    /// Gemma 4's V).
+    HeadNormPlain {
+        x: NodeId,
+        eps: f32,
+        head_dim: usize,
+    },
+    /// x times the single value of `weight` (`[1]` f32; `ggml_mul` broadcasting it; Gemma 4's
+    /// `layer_output_scale`).
+    ScaleBy {
+        x: NodeId,
+        weight: String,
+    },
+    /// Columns `col0 .. col0 + width` of each row of x (a `ggml_view_2d` made contiguous;
+    /// one layer's slice of Gemma 4's per-layer inputs).
+    Slice {
+        x: NodeId,
+        col0: usize,
+    },
     /// Rotary embedding of `n_heads` heads at the step's positions.
     Rope {
         x: NodeId,
@@ -164,6 +183,9 @@ pub struct Attn {
     /// One extra logit per head in the softmax denominator, with no value
     /// (`blk.{layer}.attn_sinks.weight`, `[n_head]` f32; gpt-oss): ggml's soft_max sinks.
     pub sinks: bool,
+    /// The earlier layer whose K/V cache this one reads, writing none of its own (Gemma 4's
+    /// KV-shared layers; its k and v inputs are then unused).
+    pub kv_from: Option<usize>,
 }
 
 impl Attn {
@@ -181,6 +203,9 @@ impl Op {
             Op::AddBias { .. } => "add_bias",
             Op::RmsNorm { .. } => "rms_norm",
             Op::HeadNorm { .. } => "head_norm",
+            Op::HeadNormPlain { .. } => "head_norm_plain",
+            Op::Slice { .. } => "slice",
+            Op::ScaleBy { .. } => "scale_by",
             Op::Rope { .. } => "rope",
             Op::Attention { .. } => "attention",
             Op::Add { .. } => "add",
@@ -206,6 +231,9 @@ impl Op {
             | Op::AddBias { x, .. }
             | Op::RmsNorm { x, .. }
             | Op::HeadNorm { x, .. }
+            | Op::HeadNormPlain { x, .. }
+            | Op::Slice { x, .. }
+            | Op::ScaleBy { x, .. }
             | Op::Rope { x, .. }
             | Op::Scale { x, .. }
             | Op::Softcap { x, .. }
@@ -228,6 +256,7 @@ impl Op {
             | Op::Matmul { weight, .. }
             | Op::RmsNorm { weight, .. }
             | Op::HeadNorm { weight, .. }
+            | Op::ScaleBy { weight, .. }
             | Op::MatmulId { weight, .. } => {
                 vec![weight.into()]
             }
@@ -359,6 +388,11 @@ impl<'a> Builder<'a> {
 
     pub fn width(&self, id: NodeId) -> usize {
         self.nodes[id].width
+    }
+
+    /// Whether graphs are built with llama.cpp's flash-attention numerics.
+    pub fn flash(&self) -> bool {
+        self.key.flash
     }
 
     pub fn finish(self, result: NodeId) -> Graph {
@@ -524,6 +558,7 @@ impl<'a> Builder<'a> {
                 softcap: hp.attn_softcap,
                 flash: self.key.flash,
                 sinks: opts.sinks,
+                kv_from: None,
             },
         };
         let a = self.push(format!("{p}.attn"), attn, hp.n_head * hp.head_dim_v);

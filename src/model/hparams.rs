@@ -121,6 +121,30 @@ pub struct HParams {
     pub logit_scale: Option<f32>,
     /// Layers whose Q/K skip RoPE (`true` = NoPE; SmolLM3 every 4th).
     pub nope_layers: Vec<bool>,
+    /// Per-layer attention and FFN widths where they differ between layers (Gemma 4); empty:
+    /// every layer has the uniform `n_head_kv`, `head_dim`, `head_dim_v`, `n_ff`.
+    pub layers: Vec<LayerShape>,
+    /// Per layer, the earlier layer whose K/V cache it reads instead of writing its own
+    /// (Gemma 4's KV-shared layers); empty: none.
+    pub kv_from: Vec<Option<usize>>,
+    /// Per-layer input embeddings' width per layer (Gemma 4 `embedding_length_per_layer_input`;
+    /// 0: none).
+    pub n_embd_per_layer: usize,
+    /// Layers whose output is multiplied by `blk.N.layer_output_scale.weight` (Gemma 4);
+    /// empty: none.
+    pub layer_out_scale: Vec<bool>,
+}
+
+/// One layer's widths where a model's layers differ (Gemma 4's sliding and full layers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LayerShape {
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub head_dim_v: usize,
+    pub n_ff: usize,
+    /// The layer has its own V projection; without one, V is the K projection (Gemma 4's
+    /// full layers, `attention_k_eq_v`).
+    pub has_v: bool,
 }
 
 impl HParams {
@@ -138,6 +162,40 @@ impl HParams {
     }
     pub fn is_nope(&self, layer: usize) -> bool {
         self.nope_layers.get(layer).copied().unwrap_or(false)
+    }
+    /// Layer `il`'s widths: its own where the model has per-layer ones, else the uniform ones.
+    pub fn layer(&self, il: usize) -> LayerShape {
+        self.layers.get(il).copied().unwrap_or(LayerShape {
+            n_head_kv: self.n_head_kv,
+            head_dim: self.head_dim,
+            head_dim_v: self.head_dim_v,
+            n_ff: self.n_ff,
+            has_v: true,
+        })
+    }
+    /// Layer `il`'s K and V cache row widths (0 for a layer that reads another's cache).
+    pub fn kv_widths(&self, il: usize) -> (usize, usize) {
+        if self.kv_source(il).is_some() {
+            return (0, 0);
+        }
+        let l = self.layer(il);
+        (l.n_head_kv * l.head_dim, l.n_head_kv * l.head_dim_v)
+    }
+    /// The widest K and V rows of any layer (what a uniform cache must hold).
+    pub fn max_kv_widths(&self) -> (usize, usize) {
+        (0..self.n_layer).fold((self.n_embd_k(), self.n_embd_v()), |(k, v), il| {
+            let (kl, vl) = self.kv_widths(il);
+            (k.max(kl), v.max(vl))
+        })
+    }
+    /// Whether layers differ in their K/V widths (or share caches): a cache with one width
+    /// for every layer cannot hold such a model as it is.
+    pub fn has_layered_kv(&self) -> bool {
+        !self.layers.is_empty() || self.kv_from.iter().any(Option::is_some)
+    }
+    /// The layer whose K/V cache layer `il` reads instead of its own.
+    pub fn kv_source(&self, il: usize) -> Option<usize> {
+        self.kv_from.get(il).copied().flatten()
     }
 }
 
@@ -181,6 +239,31 @@ impl Keys<'_> {
         to_usize(&format!("{}.{key}", self.arch), v)
     }
 
+    /// A per-layer key: an array of `n_layer` counts, or one count for every layer.
+    pub fn usize_layers(&self, key: &str, n_layer: usize) -> Result<Vec<usize>> {
+        let (k, found) = self.find(key);
+        if !found {
+            return Err(Error::metadata(k, "missing"));
+        }
+        match self.md.get_array(&k).ok().flatten() {
+            Some(arr) => {
+                let vals = arr
+                    .iter()
+                    .map(|v| v.as_u64().ok_or_else(|| Error::metadata(&k, "not an array of counts")))
+                    .map(|v| v.and_then(|v| to_usize(&k, v)))
+                    .collect::<Result<Vec<usize>>>()?;
+                if vals.len() != n_layer {
+                    return Err(Error::metadata(
+                        k,
+                        format!("{} values for {n_layer} layers", vals.len()),
+                    ));
+                }
+                Ok(vals)
+            }
+            None => Ok(vec![self.usize(key)?; n_layer]),
+        }
+    }
+
     pub fn usize_or(&self, key: &str, default: usize) -> Result<usize> {
         match self.u64_opt(key)? {
             Some(v) => to_usize(&format!("{}.{key}", self.arch), v),
@@ -220,12 +303,29 @@ fn to_usize(key: &str, v: u64) -> Result<usize> {
 
 /// The common reading shared by every architecture; each arch file then adjusts its own fields.
 pub fn read_common(keys: &Keys, tensors: &Weights, rope_mode: RopeMode) -> Result<HParams> {
+    read_base(keys, tensors, rope_mode, false)
+}
+
+/// [`read_common`] for a model whose `attention.head_count_kv` and `feed_forward_length` are
+/// per-layer arrays (Gemma 4): the uniform fields get their largest values and the caller
+/// fills `HParams::layers` and checks each layer's Q/K shapes itself.
+pub fn read_layered(keys: &Keys, tensors: &Weights, rope_mode: RopeMode) -> Result<HParams> {
+    read_base(keys, tensors, rope_mode, true)
+}
+
+fn read_base(keys: &Keys, tensors: &Weights, rope_mode: RopeMode, layered: bool) -> Result<HParams> {
     let n_embd = keys.usize("embedding_length")?;
     let n_layer = keys.usize("block_count")?;
     let n_head = keys.usize("attention.head_count")?;
-    let n_head_kv = keys.usize_or("attention.head_count_kv", n_head)?;
+    let max = |v: Vec<usize>| v.into_iter().max().unwrap_or(0);
+    let n_head_kv = if layered {
+        max(keys.usize_layers("attention.head_count_kv", n_layer.min(1 << 16))?)
+    } else {
+        keys.usize_or("attention.head_count_kv", n_head)?
+    };
     // Mixture-of-experts files may give only the experts' width.
     let n_ff = match keys.u64_opt("expert_count")? {
+        _ if layered => max(keys.usize_layers("feed_forward_length", n_layer.min(1 << 16))?),
         Some(n) if n > 0 => keys.usize_or("feed_forward_length", 0)?,
         _ => keys.usize("feed_forward_length")?,
     };
@@ -258,15 +358,17 @@ pub fn read_common(keys: &Keys, tensors: &Weights, rope_mode: RopeMode) -> Resul
         .ok_or_else(|| Error::MissingTensor("token_embd.weight".into()))?;
     let n_vocab = emb.shape.get(1).copied().unwrap_or(0) as usize;
     check_shape(emb, &[n_embd, n_vocab])?;
-    // Trust the bytes: the K projection's rows give the real KV width.
-    let k = tensors
-        .get("blk.0.attn_k.weight")
-        .ok_or_else(|| Error::MissingTensor("blk.0.attn_k.weight".into()))?;
-    check_shape(k, &[n_embd, n_head_kv * head_dim])?;
-    let q = tensors
-        .get("blk.0.attn_q.weight")
-        .ok_or_else(|| Error::MissingTensor("blk.0.attn_q.weight".into()))?;
-    check_shape(q, &[n_embd, n_head * head_dim])?;
+    if !layered {
+        // Trust the bytes: the K projection's rows give the real KV width.
+        let k = tensors
+            .get("blk.0.attn_k.weight")
+            .ok_or_else(|| Error::MissingTensor("blk.0.attn_k.weight".into()))?;
+        check_shape(k, &[n_embd, n_head_kv * head_dim])?;
+        let q = tensors
+            .get("blk.0.attn_q.weight")
+            .ok_or_else(|| Error::MissingTensor("blk.0.attn_q.weight".into()))?;
+        check_shape(q, &[n_embd, n_head * head_dim])?;
+    }
 
     let n_rot = keys.usize_or("rope.dimension_count", head_dim)?;
     if n_rot > head_dim || n_rot % 2 != 0 {
@@ -334,6 +436,10 @@ pub fn read_common(keys: &Keys, tensors: &Weights, rope_mode: RopeMode) -> Resul
         residual_scale: None,
         logit_scale: None,
         nope_layers: vec![false; n_layer],
+        layers: Vec::new(),
+        kv_from: Vec::new(),
+        n_embd_per_layer: 0,
+        layer_out_scale: Vec::new(),
     })
 }
 

@@ -162,6 +162,11 @@ impl Model {
                     hparams::check_shape(t, &[*head_dim])?;
                     check_float(t)?;
                 }
+                Op::ScaleBy { weight, .. } => {
+                    let t = self.weight(weight)?;
+                    hparams::check_shape(t, &[1])?;
+                    check_float(t)?;
+                }
                 // Frequency factors and sinks are read as f32 vectors (ggml requires F32).
                 Op::Rope { rope, .. } if rope.freq_factors => {
                     let t = self.weight(graph::ROPE_FREQS)?;

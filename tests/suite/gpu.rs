@@ -178,6 +178,10 @@ pub fn hparams(n_vocab: usize, n_head: usize, n_head_kv: usize, head_dim: usize)
         residual_scale: None,
         logit_scale: None,
         nope_layers: vec![false],
+        layers: Vec::new(),
+        kv_from: Vec::new(),
+        n_embd_per_layer: 0,
+        layer_out_scale: Vec::new(),
     }
 }
 
@@ -480,6 +484,7 @@ fn attention_matches_cpu_over_steps() {
                     softcap,
                     flash,
                     sinks: false,
+                    kv_from: None,
                 },
             )
         };
@@ -783,6 +788,7 @@ fn attention_sinks_match_a_direct_computation_and_cpu() {
                 softcap: None,
                 flash,
                 sinks,
+                kv_from: None,
             },
         )
     };

@@ -130,17 +130,18 @@ const RANDOM_ARCHS: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
 /// f32/f16 are checked against transformers, the others against llama.cpp. The files the
 /// MANIFEST lists as not shipped (f16, Q8_0, Q4_K_M, Q4_0) are recreated byte-identically by
 /// `quantize`; each one made is one more entry here.
-pub const RANDOM_DENSE2: [(&str, &[&str]); 5] = [
+pub const RANDOM_DENSE2: [(&str, &[&str]); 6] = [
     ("phi3", &["f32"]),
     ("olmo2", &["f32"]),
     ("granite", &["f32"]),
     ("smollm3", &["f32"]),
     ("glm4", &["f32"]),
+    ("gemma4", &["f32"]),
 ];
 
 /// The batch-2 dense families' quantized files: not shipped, recreated byte for byte by
 /// `quantize` from the f32 GGUF (`common::quantized_ref`) and held against llama.cpp's refs.
-const RANDOM_DENSE2_QUANTIZED: [&str; 6] = ["phi3", "olmo2", "granite", "smollm3", "glm4", "ministral3"];
+const RANDOM_DENSE2_QUANTIZED: [&str; 7] = ["phi3", "olmo2", "granite", "smollm3", "glm4", "ministral3", "gemma4"];
 const RANDOM_DENSE2_QTYPES: [&str; 3] = ["Q8_0", "Q4_K_M", "Q4_0"];
 
 /// Every (arch, type) the random-model tests run: batch 1's archs × `types`, then the batch-2

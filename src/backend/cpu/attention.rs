@@ -39,14 +39,32 @@ fn row_bytes(t: KvType, width: usize) -> usize {
 }
 
 impl KvCache {
+    /// Every layer `l.k_width` / `l.v_width` wide.
     pub fn new(l: &KvLayout) -> KvCache {
+        KvCache::with_widths(l, vec![l.k_width; l.n_layer], vec![l.v_width; l.n_layer])
+    }
+
+    /// Each layer sized by its own K/V widths (`HParams::kv_widths`: none for a layer that
+    /// reads another's cache); the layout checked the widest against the cache type and size.
+    pub fn for_model(l: &KvLayout, hp: &crate::model::HParams) -> KvCache {
+        let (k_width, v_width) = (0..l.n_layer).map(|il| hp.kv_widths(il)).unzip();
+        KvCache::with_widths(l, k_width, v_width)
+    }
+
+    fn with_widths(l: &KvLayout, k_width: Vec<usize>, v_width: Vec<usize>) -> KvCache {
         KvCache {
             kv_type: l.kv,
             n_cells: l.n_cells,
-            k: (0..l.n_layer).map(|_| vec![0u8; l.k_layer_bytes()]).collect(),
-            v: (0..l.n_layer).map(|_| vec![0u8; l.v_layer_bytes()]).collect(),
-            k_width: vec![l.k_width; l.n_layer],
-            v_width: vec![l.v_width; l.n_layer],
+            k: k_width
+                .iter()
+                .map(|&w| vec![0u8; l.n_cells * row_bytes(l.kv, w)])
+                .collect(),
+            v: v_width
+                .iter()
+                .map(|&w| vec![0u8; l.n_cells * row_bytes(l.kv, w)])
+                .collect(),
+            k_width,
+            v_width,
         }
     }
 
@@ -165,15 +183,28 @@ pub fn attention(
             });
         }
     }
-    let (kw, vw) = (kv.k_width[l], kv.v_width[l]);
-    debug_assert_eq!(kw, p.n_head_kv * p.head_dim);
+    // A KV-shared layer reads the cache of `kv_from` (written earlier in this forward) and
+    // writes none.
+    let src = p.kv_from.unwrap_or(l);
+    let (kw, vw) = match (kv.k_width.get(src), kv.v_width.get(src)) {
+        (Some(&kw), Some(&vw)) if kw == p.n_head_kv * p.head_dim && vw == p.n_head_kv * p.head_dim_v => (kw, vw),
+        _ => {
+            return Err(Error::InvalidArgument(format!(
+                "layer {l}: no K/V cache of layer {src} with {} heads of {}/{}",
+                p.n_head_kv, p.head_dim, p.head_dim_v
+            )))
+        }
+    };
     let t = kv.kv_type;
     let (krb, vrb) = (row_bytes(t, kw), row_bytes(t, vw));
-    for i in 0..n {
-        let c = cell(i, step.pos[i] as usize);
-        KvCache::store(t, &k[i * kw..(i + 1) * kw], &mut kv.k[l][c * krb..(c + 1) * krb]);
-        KvCache::store(t, &v[i * vw..(i + 1) * vw], &mut kv.v[l][c * vrb..(c + 1) * vrb]);
+    if p.kv_from.is_none() {
+        for i in 0..n {
+            let c = cell(i, step.pos[i] as usize);
+            KvCache::store(t, &k[i * kw..(i + 1) * kw], &mut kv.k[l][c * krb..(c + 1) * krb]);
+            KvCache::store(t, &v[i * vw..(i + 1) * vw], &mut kv.v[l][c * vrb..(c + 1) * vrb]);
+        }
     }
+    let l = src;
 
     let (kc, vc) = (&kv.k[l], &kv.v[l]);
     let group = p.n_head / p.n_head_kv;

@@ -103,7 +103,7 @@ impl Backend for CpuBackend {
             model: model.clone(),
             pool: self.pool.clone(),
             kernels: self.kernels,
-            kv: KvCache::new(&KvLayout::new(model, n_cells, kv)?),
+            kv: KvCache::for_model(&KvLayout::new(model, n_cells, kv)?, &model.hparams),
             plans: HashMap::new(),
             act: Vec::new(),
             rope: Vec::new(),
@@ -161,6 +161,7 @@ fn compile(model: &Model, g: &Graph) -> Result<Program> {
             (
                 Op::RmsNorm { .. }
                 | Op::HeadNorm { .. }
+                | Op::ScaleBy { .. }
                 | Op::AddBias { .. }
                 | Op::AddBiasId { .. }
                 | Op::Rope { .. }
@@ -299,6 +300,24 @@ impl CpuContext {
                     y[..size].copy_from_slice(&x[..size]);
                     ops::head_norm(&mut y[..size], &s.vector, *eps, *head_dim);
                 }
+                Op::HeadNormPlain { eps, head_dim, .. } => {
+                    let x = &bufs[s.inputs[0]];
+                    y[..size].copy_from_slice(&x[..size]);
+                    ops::head_norm_plain(&mut y[..size], *eps, *head_dim);
+                }
+                Op::Slice { col0, .. } => {
+                    let (x, xw) = (&bufs[s.inputs[0]], s.in_widths[0]);
+                    let (c0, w) = (*col0, s.width);
+                    if w == 0 || c0 + w > xw {
+                        return Err(Error::InvalidArgument(format!(
+                            "slice of columns {c0}..{} of a row of {xw}",
+                            c0 + w
+                        )));
+                    }
+                    for (yr, xr) in y[..size].chunks_exact_mut(w).zip(x.chunks_exact(xw)) {
+                        yr.copy_from_slice(&xr[c0..c0 + w]);
+                    }
+                }
                 Op::Rope { head_dim, rope, .. } => {
                     let table = self.rope_table(rope, &s.vector, &step.pos);
                     let x = &bufs[s.inputs[0]];
@@ -337,6 +356,19 @@ impl CpuContext {
                     });
                 }
                 Op::Scale { s: f, .. } => {
+                    let x = &bufs[s.inputs[0]];
+                    y[..size].iter_mut().zip(&x[..size]).for_each(|(y, x)| *y = x * f);
+                }
+                Op::ScaleBy { weight, .. } => {
+                    let f = match s.vector.as_slice() {
+                        [f] => *f,
+                        v => {
+                            return Err(Error::InvalidArgument(format!(
+                                "{weight}: {} values for one scale",
+                                v.len()
+                            )))
+                        }
+                    };
                     let x = &bufs[s.inputs[0]];
                     y[..size].iter_mut().zip(&x[..size]).for_each(|(y, x)| *y = x * f);
                 }

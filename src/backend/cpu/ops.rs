@@ -18,6 +18,17 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     }
 }
 
+/// `ggml_compute_forward_rms_norm_f32` alone (no `ggml_mul`) over consecutive `head_dim`
+/// slices, in place: Gemma 4's V.
+pub fn head_norm_plain(x: &mut [f32], eps: f32, head_dim: usize) {
+    for h in x.chunks_exact_mut(head_dim.max(1)) {
+        let sum: f64 = h.iter().map(|&v| (v * v) as f64).sum();
+        let mean = (sum / h.len() as f64) as f32;
+        let scale = 1.0 / (mean + eps).sqrt();
+        h.iter_mut().for_each(|v| *v *= scale);
+    }
+}
+
 /// Per-head RMSNorm over consecutive `head_dim` slices, in place.
 pub fn head_norm(x: &mut [f32], w: &[f32], eps: f32, head_dim: usize) {
     let mut tmp = vec![0f32; head_dim];

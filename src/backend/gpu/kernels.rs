@@ -159,6 +159,13 @@ fn refuse(s: String) -> Result<(), Refusal> {
 const MAX_EXPERTS: usize = 512;
 
 pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> Result<(), Refusal> {
+    // The GPU caches give every layer one K/V width and a cache of its own.
+    if model.hparams.has_layered_kv() {
+        return refuse(format!(
+            "{}: per-layer KV widths or shared KV layers, no {backend} cache for them",
+            model.arch.name()
+        ));
+    }
     let mut seen = HashSet::new();
     for node in &graph.nodes {
         for name in node.op.weights() {
@@ -183,6 +190,9 @@ pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> R
             }
         }
         match node.op {
+            Op::Attention { attn, .. } if attn.kv_from.is_some() => {
+                return refuse(format!("{}: a KV-shared layer, no {backend} kernel", node.name));
+            }
             Op::Attention {
                 attn:
                     Attn {
@@ -239,6 +249,9 @@ pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> R
                     "{}: more than 65535 (token, expert) pairs in a step",
                     node.name
                 ));
+            }
+            Op::HeadNormPlain { .. } | Op::Slice { .. } | Op::ScaleBy { .. } => {
+                return refuse(format!("{}: {}, no {backend} kernel", node.name, node.op.kind()));
             }
             _ => {}
         }

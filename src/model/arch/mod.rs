@@ -1,6 +1,7 @@
 //! The architecture table: one file per architecture, one match arm each.
 
 mod gemma3;
+mod gemma4;
 mod glm4;
 mod gpt_oss;
 mod granite;
@@ -25,6 +26,7 @@ pub enum Arch {
     Qwen2,
     Qwen3,
     Gemma3,
+    Gemma4,
     Qwen3Moe,
     Qwen2Moe,
     Mistral3,
@@ -38,11 +40,12 @@ pub enum Arch {
 }
 
 impl Arch {
-    pub const ALL: [Arch; 13] = [
+    pub const ALL: [Arch; 14] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
         Arch::Gemma3,
+        Arch::Gemma4,
         Arch::Qwen3Moe,
         Arch::Qwen2Moe,
         Arch::Mistral3,
@@ -61,6 +64,7 @@ impl Arch {
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "gemma3" => Arch::Gemma3,
+            "gemma4" => Arch::Gemma4,
             "qwen3moe" => Arch::Qwen3Moe,
             "qwen2moe" => Arch::Qwen2Moe,
             "mistral3" => Arch::Mistral3,
@@ -85,6 +89,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
+            Arch::Gemma4 => "gemma4",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Qwen2Moe => "qwen2moe",
             Arch::Mistral3 => "mistral3",
@@ -114,6 +119,7 @@ impl Arch {
             Arch::Qwen2 => qwen2::hparams(keys, tensors),
             Arch::Qwen3 => qwen3::hparams(keys, tensors),
             Arch::Gemma3 => gemma3::hparams(keys, tensors),
+            Arch::Gemma4 => gemma4::hparams(keys, tensors),
             Arch::Qwen3Moe => qwen3moe::hparams(keys, tensors),
             Arch::Qwen2Moe => qwen2moe::hparams(keys, tensors),
             Arch::Mistral3 => mistral3::hparams(keys, tensors),
@@ -132,6 +138,7 @@ impl Arch {
             Arch::Qwen2 => qwen2::build(b),
             Arch::Qwen3 => qwen3::build(b),
             Arch::Gemma3 => gemma3::build(b),
+            Arch::Gemma4 => gemma4::build(b),
             Arch::Qwen3Moe => qwen3moe::build(b),
             Arch::Qwen2Moe => qwen2moe::build(b),
             Arch::Mistral3 => mistral3::build(b),

@@ -113,7 +113,27 @@ fn random_models_match_cpu() {
         .flat_map(|a| types.iter().map(move |&(ty, kv)| (a, ty, kv)))
         .collect();
     // The batch-2 dense families: their shipped files, with the f16 cache.
+    // gemma4 (per-layer K/V widths, shared KV layers) runs on the CPU only: every GPU refuses
+    // it by name, before upload.
     for (a, shipped) in crate::model::RANDOM_DENSE2 {
+        if a == "gemma4" {
+            let m = Arc::new(load::open_model(root.join("random/gguf/gemma4-f32.gguf")).unwrap());
+            for g in &gs {
+                match Session::on(
+                    vec![g.backend.clone()],
+                    m.clone(),
+                    &opts(32, BackendChoice::Auto, KvType::F16),
+                ) {
+                    Ok(_) => panic!("{}: accepted gemma4", g.label),
+                    Err(e) => assert!(
+                        e.to_string().contains("gemma4: per-layer KV widths"),
+                        "{}: {e}",
+                        g.label
+                    ),
+                }
+            }
+            continue;
+        }
         cases.extend(shipped.iter().map(|&ty| (a, ty, KvType::F16)));
     }
     // The mixtures of experts: their shipped files.

@@ -54,6 +54,8 @@ impl Builder<'_> {
                         softcap,
                         flash,
                         sinks,
+                        // Refused by the gate (`kernels::check_graph`).
+                        kv_from: _,
                     },
                 ..
             } => {

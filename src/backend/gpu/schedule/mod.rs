@@ -191,6 +191,10 @@ pub fn schedule(
             | Op::Scale { .. }
             | Op::Softcap { .. } => b.elementwise(node, out)?,
             Op::Output { x } => b.output(node, *x, out),
+            // Refused by the gate (`kernels::check_graph`).
+            Op::HeadNormPlain { .. } | Op::Slice { .. } | Op::ScaleBy { .. } => {
+                return Err(format!("{}: {} has no GPU kernel", node.name, node.op.kind()))
+            }
             Op::MoeRoute { .. }
             | Op::MatmulId { .. }
             | Op::AddBiasId { .. }
