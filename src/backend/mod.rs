@@ -393,7 +393,8 @@ pub struct BackendOptions {
     pub disable_wgpu: bool,
     /// Under `auto`, a software wgpu adapter (llvmpipe, WARP) may be picked too.
     pub wgpu_allow_software: bool,
-    /// wgpu: per-op GPU time from timestamp queries ([`Context::profile_report`]).
+    /// Per-op time ([`Context::profile_report`]): wgpu from timestamp queries, the CPU from its
+    /// own clock, with the weight bytes each op reads.
     pub profile: bool,
     /// Leave CUDA out (its verdict says `disabled by MINFER_DISABLE_CUDA`).
     pub disable_cuda: bool,
@@ -441,6 +442,7 @@ fn cpu_backend(threads: Option<usize>, opts: &BackendOptions) -> Result<cpu::Cpu
         Some(isa) => cpu::CpuBackend::with_isa(threads, isa),
         None => cpu::CpuBackend::new(threads),
     }
+    .map(|b| b.with_profile(opts.profile))
 }
 
 /// The wgpu backend as `opts` has it: `auto` takes hardware adapters only unless

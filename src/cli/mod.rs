@@ -34,7 +34,8 @@ use minfer::{Session, SessionOptions};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
-    /// Per-op GPU time (wgpu timestamp queries) on stderr after the run (MINFER_PROFILE=1)
+    /// Per-op time on stderr after the run (MINFER_PROFILE=1): wgpu timestamp queries; on the
+    /// CPU its clock and the weight bytes each op reads per token
     #[arg(long, global = true)]
     profile: bool,
 }

@@ -8,13 +8,16 @@ pub mod matmul;
 pub mod moe;
 pub mod ops;
 pub mod pool;
+mod profile;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use attention::KvCache;
 use dot::Isa;
 use pool::{Pool, SyncPtr};
+use profile::Profile;
 
 use super::{Backend, Context, KvLayout, KvType, Refusal, Step};
 use crate::error::{Error, Result};
@@ -25,6 +28,7 @@ use crate::tensor::Tensor;
 pub struct CpuBackend {
     pool: Arc<Pool>,
     kernels: &'static Isa,
+    profile: bool,
 }
 
 /// Threads when none are asked for: every core (`-t` overrides).
@@ -41,6 +45,7 @@ impl CpuBackend {
         Ok(CpuBackend {
             pool: Arc::new(Pool::new(n)),
             kernels: Isa::best(),
+            profile: false,
         })
     }
 
@@ -55,6 +60,12 @@ impl CpuBackend {
 
     pub fn n_threads(&self) -> usize {
         self.pool.n_threads()
+    }
+
+    /// Contexts that time every op and count the weight bytes it reads
+    /// ([`Context::profile_report`]).
+    pub fn with_profile(self, profile: bool) -> CpuBackend {
+        CpuBackend { profile, ..self }
     }
 }
 
@@ -108,6 +119,7 @@ impl Backend for CpuBackend {
             act: Vec::new(),
             rope: Vec::new(),
             groups: Vec::new(),
+            profile: self.profile.then(Profile::default),
         }))
     }
 }
@@ -148,6 +160,7 @@ struct CpuContext {
     rope: Vec<(Rope, Vec<(f32, f32)>)>,
     /// The current step's matmul groups, per row count.
     groups: Vec<(usize, matmul::Groups)>,
+    profile: Option<Profile>,
 }
 
 fn compile(model: &Model, g: &Graph) -> Result<Program> {
@@ -226,12 +239,22 @@ impl CpuContext {
     fn exec(&mut self, plan: &mut Program, step: &Step) -> Result<()> {
         self.rope.clear();
         self.groups.clear();
+        let n = step.tokens.len();
+        if let Some(p) = self.profile.as_mut() {
+            p.forward(n);
+        }
         for s in &plan.steps {
             // The planner never gives a node a live input's buffer; the output leaves the pool
             // for the step, so it and the inputs are distinct borrows.
             debug_assert!(!s.inputs.contains(&s.out));
             let mut y = std::mem::take(&mut plan.buffers[s.out]);
+            let t0 = self.profile.is_some().then(Instant::now);
             let r = self.step(s, &plan.buffers, &mut y, step);
+            if let (Some(p), Some(t0)) = (self.profile.as_mut(), t0) {
+                let ns = t0.elapsed().as_nanos() as u64;
+                let route = matches!(s.op, Op::MatmulId { .. }).then(|| &plan.buffers[s.inputs[1]][..]);
+                p.record(s, n, ns, profile::weight_bytes(s, route, n));
+            }
             plan.buffers[s.out] = y;
             r?;
         }
@@ -476,6 +499,11 @@ impl Context for CpuContext {
         out.clear();
         out.extend_from_slice(&plan.buffers[plan.result][..len]);
         Ok(())
+    }
+
+    fn profile_report(&self) -> Option<String> {
+        let p = self.profile.as_ref()?;
+        Some(p.report(self.kernels.isa(), self.pool.n_threads()))
     }
 
     fn kv_cells(&self) -> usize {
