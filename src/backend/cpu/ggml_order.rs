@@ -256,8 +256,15 @@ fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f
     // ggml's soft_max with sinks: the sink joins the max, and its `expf` (libm's) the sum.
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let max = sink.map_or(max, |s| max.max(s));
-    for s in scores.iter_mut() {
-        *s = expf(*s - max);
+    #[cfg(target_arch = "x86_64")]
+    if X86 {
+        // SAFETY: the caller runs with AVX2 and FMA (`attend_fma`).
+        unsafe { x86::exp_minus(scores, max) };
+    }
+    if !X86 || cfg!(not(target_arch = "x86_64")) {
+        for s in scores.iter_mut() {
+            *s = expf(*s - max);
+        }
     }
     // Chunks of 16 cells, the masked cells around the window zeros: laid out from the first
     // chunk's start in scratch.
@@ -449,7 +456,7 @@ fn dot_gemm4(x: [&[f32]; 4], y: &[f32]) -> [f32; 4] {
 
 /// The score dots with AVX2 + FMA, for callers that enable them; same operations, same order.
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
     /// [`reduce16`](super::reduce16) of lanes 0..8 (`lo`) and 8..16 (`hi`).
@@ -484,6 +491,61 @@ mod x86 {
             reduce(lo[2], hi[2]),
             reduce(lo[3], hi[3]),
         ]
+    }
+
+    /// [`expf`](super::expf) of 8 lanes, each lane through the same operations (so the same
+    /// bits); the scaling by 2^n in f64 as the scalar one does.
+    #[inline(always)]
+    pub unsafe fn expf8(x: __m256) -> __m256 {
+        let c = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
+        let r = c(0x4b40_0000);
+        let z = _mm256_fmadd_ps(x, c(0x3fb8_aa3b), r);
+        let n = _mm256_sub_ps(z, r);
+        let b = _mm256_fnmadd_ps(n, c(0x35bf_be8e), _mm256_fnmadd_ps(n, c(0x3f31_7200), x));
+        let u = _mm256_mul_ps(b, b);
+        let j = _mm256_fmadd_ps(
+            _mm256_fmadd_ps(
+                _mm256_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+                u,
+                _mm256_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+            ),
+            u,
+            _mm256_fmadd_ps(c(0x3f7f_fff6), b, _mm256_set1_ps(1.0)),
+        );
+        // j · 2^n in f64, one rounding back to f32.
+        let ni = _mm256_cvttps_epi32(n);
+        let scaled = |j4: __m128, n4: __m128i| {
+            let e = _mm256_slli_epi64(
+                _mm256_add_epi64(_mm256_cvtepi32_epi64(n4), _mm256_set1_epi64x(1023)),
+                52,
+            );
+            _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(j4), _mm256_castsi256_pd(e)))
+        };
+        let lo = scaled(_mm256_castps256_ps128(j), _mm256_castsi256_si128(ni));
+        let hi = scaled(_mm256_extractf128_ps(j, 1), _mm256_extracti128_si256(ni, 1));
+        let y = _mm256_set_m128(hi, lo);
+        // |n| > 192: 0 below, infinity above.
+        let abs = _mm256_andnot_ps(_mm256_set1_ps(-0.0), n);
+        let out = _mm256_cmp_ps(abs, _mm256_set1_ps(192.0), _CMP_GT_OQ);
+        let edge = _mm256_blendv_ps(
+            _mm256_set1_ps(f32::INFINITY),
+            _mm256_setzero_ps(),
+            _mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ),
+        );
+        _mm256_blendv_ps(y, edge, out)
+    }
+
+    /// `v[i] = expf(v[i] - max)` for every element, 8 at a time.
+    #[inline(always)]
+    pub unsafe fn exp_minus(v: &mut [f32], max: f32) {
+        let mut chunks = v.chunks_exact_mut(8);
+        for c in &mut chunks {
+            let x = _mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), _mm256_set1_ps(max));
+            _mm256_storeu_ps(c.as_mut_ptr(), expf8(x));
+        }
+        for s in chunks.into_remainder() {
+            *s = super::expf(*s - max);
+        }
     }
 
     /// [`dot_vec`](super::dot_vec) (`F64_TAIL`) or [`dot_vec_f32`](super::dot_vec_f32).
@@ -524,6 +586,34 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn expf8_gives_the_bits_of_expf() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            return;
+        }
+        let mut xs: Vec<f32> = (-4000..=2000).map(|i| i as f32 * 0.0437).collect();
+        xs.extend([
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            -200.0,
+            -87.5,
+            -103.9,
+            88.7,
+            133.0,
+            0.0,
+            -0.0,
+        ]);
+        xs.extend((0..64).map(|i| f32::from_bits(0xc2b0_0000 + i * 0x0004_0000)));
+        let mut got = xs.clone();
+        // SAFETY: AVX2 and FMA were detected above.
+        unsafe { x86::exp_minus(&mut got, 0.0) };
+        for (&x, g) in xs.iter().zip(got) {
+            let want = expf(x - 0.0);
+            assert!(g.to_bits() == want.to_bits(), "x={x}: {g} vs {want}");
+        }
+    }
 
     #[test]
     fn expf_is_within_two_ulp_of_exp() {

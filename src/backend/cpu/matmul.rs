@@ -131,19 +131,30 @@ pub fn matmul(
     match gemm {
         Some(g) => work.extend((0..n).map(|t| Work::One(g.row, g.row2, t))),
         None => {
-            // Rows whose kernels are the same bits in any company, gathered across groups.
+            // Rows whose kernels are the same bits in any company (single dots, and 4-token
+            // dots in their order), gathered across groups.
             let mut shared: Vec<usize> = Vec::new();
             let exact = kernels.x4_is_exact(w.qtype);
             for rows in &groups.groups {
-                let (dot, dot2, dot4) = match kernels.tiled(w.qtype) {
-                    Some((dot, dot4)) if rows.len() >= TILED_MIN_TOKENS => (dot, None, Some(dot4)),
-                    _ if exact => {
-                        shared.extend_from_slice(rows);
-                        continue;
+                match kernels.tiled(w.qtype) {
+                    Some((dot, dot4)) if rows.len() >= TILED_MIN_TOKENS => {
+                        quads_then_singles(&mut work, rows, dot, None, Some(dot4));
                     }
-                    _ => (kernels.dot(w.qtype), kernels.dot_r2(w.qtype), kernels.dot_x4(w.qtype)),
-                };
-                quads_then_singles(&mut work, rows, dot, dot2, dot4);
+                    _ if exact => shared.extend_from_slice(rows),
+                    _ => {
+                        // The group's whole fours in the 4-token order its size calls for;
+                        // the rest take single dots, which any company may share.
+                        let quads = match kernels.dot_x4(w.qtype) {
+                            Some(dot4) => {
+                                let q = rows.len() / 4 * 4;
+                                quads_then_singles(&mut work, &rows[..q], kernels.dot(w.qtype), None, Some(dot4));
+                                q
+                            }
+                            None => 0,
+                        };
+                        shared.extend_from_slice(&rows[quads..]);
+                    }
+                }
             }
             shared.sort_unstable();
             quads_then_singles(
@@ -151,7 +162,7 @@ pub fn matmul(
                 &shared,
                 kernels.dot(w.qtype),
                 kernels.dot_r2(w.qtype),
-                kernels.dot_x4(w.qtype),
+                kernels.dot_x4_exact(w.qtype),
             );
         }
     }

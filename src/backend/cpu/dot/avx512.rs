@@ -25,6 +25,7 @@ pub(super) static KERNELS: Isa = Isa {
     isa: "avx512",
     dot: dot_table(dot_table(dot_table([None; N_TYPES], &scalar::DOT), inst::DOT), WIDE),
     dot_x4: x4_table([None; N_TYPES], inst::DOT_X4),
+    x4_single: x4_table([None; N_TYPES], inst::X4_SINGLE),
     dot_r2: r2_table(inst::DOT_R2),
     tiled: tiled_table(inst::TILED),
     gemm: gemm_table(inst::GEMM, true),

@@ -356,6 +356,9 @@ pub struct Isa {
     isa: &'static str,
     dot: [Option<DotFn>; N_TYPES],
     dot_x4: [Option<DotX4Fn>; N_TYPES],
+    /// 4-token kernels in the single dot's order, for the types whose `dot_x4` sums in another
+    /// ([`Isa::dot_x4_exact`]).
+    x4_single: [Option<DotX4Fn>; N_TYPES],
     dot_r2: [Option<DotR2Fn>; N_TYPES],
     gemm: [Option<Gemm>; N_TYPES],
     /// Batch kernels summing in the order of llama.cpp's tiled K-quant GEMM, which it runs
@@ -370,6 +373,7 @@ static SCALAR: Isa = Isa {
     isa: "scalar",
     dot: dot_table([None; N_TYPES], &scalar::DOT),
     dot_x4: [None; N_TYPES],
+    x4_single: [None; N_TYPES],
     dot_r2: [None; N_TYPES],
     gemm: [None; N_TYPES],
     tiled: [None; N_TYPES],
@@ -450,6 +454,16 @@ impl Isa {
     /// any four tokens may share it.
     pub fn x4_is_exact(&self, w: QType) -> bool {
         w != QType::Q4K
+    }
+
+    /// A 4-token kernel that gives each token the bits of `dot(w)`: `dot_x4` where
+    /// [`Isa::x4_is_exact`], else the single dot's order for four tokens, where this ISA has one.
+    pub fn dot_x4_exact(&self, w: QType) -> Option<DotX4Fn> {
+        if self.x4_is_exact(w) {
+            self.dot_x4(w)
+        } else {
+            self.x4_single[w as usize]
+        }
     }
 
     /// For batches of at least [`TILED_MIN_TOKENS`]: the single and 4-token kernels of `w` in the
@@ -691,6 +705,14 @@ mod tests {
                         let got2 = r2(n, [&wb, &wb2], &abs[1]);
                         assert_eq!(got2[0].to_bits(), one(n, &wb, &abs[1]).to_bits(), "{what} r2 [0]");
                         assert_eq!(got2[1].to_bits(), one(n, &wb2, &abs[1]).to_bits(), "{what} r2 [1]");
+                    }
+                    // The 4-token kernel in the single dot's order: each token its dot's bits.
+                    if let Some(x4) = k.dot_x4_exact(w).filter(|_| k.gemm(w).is_none()) {
+                        let got4 = x4(n, &wb, [&abs[0], &abs[1], &abs[2], &abs[3]]);
+                        for (r, ab) in abs.iter().enumerate() {
+                            let one = k.dot(w)(n, &wb, ab);
+                            assert_eq!(one.to_bits(), got4[r].to_bits(), "{what} exact x4 [{r}] vs its dot");
+                        }
                     }
                     let tiled = k.tiled(w);
                     let x4s = [k.dot_x4(w), tiled.map(|t| t.1)];

@@ -305,6 +305,66 @@ unsafe fn q45_k_x4<const V: bool, const FIVE: bool>(n: usize, w: &[u8], a: [&[u8
     ]
 }
 
+/// `q4_k` for four tokens: each weight block is decoded once (scales, quants, their shuffles)
+/// and each token keeps `q4_k`'s own chain (the exact i32 sums of a block, then the two f32
+/// fmas, here one lane per token), so every token gets the bits of its single dot and any
+/// four tokens may share it.
+#[inline(always)]
+pub(in crate::backend::cpu::dot) unsafe fn q4_k_x4_gemv<const V: bool>(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    let (x, y) = (w.as_ptr(), [a[0].as_ptr(), a[1].as_ptr(), a[2].as_ptr(), a[3].as_ptr()]);
+    let (mut sum, mut sum_m) = (_mm_setzero_ps(), _mm_setzero_ps());
+    for i in 0..n / 256 {
+        let xb = x.add(144 * i);
+        let (xd, xdmin) = f16x2(xb);
+        let (scales, mins) = k4_scales(xb.add(4));
+        let mut sumi = [_mm256_setzero_si256(); 4];
+        for j in 0..4 {
+            let (lo, hi) = k4_quants::<false>(xb, j);
+            let (sl, sh) = (
+                _mm256_shuffle_epi8(scales, shuf_k4(2 * j)),
+                _mm256_shuffle_epi8(scales, shuf_k4(2 * j + 1)),
+            );
+            for (k, s) in sumi.iter_mut().enumerate() {
+                let q8 = y[k].add(292 * i + 4 + 64 * j);
+                *s = madd_acc::<V>(*s, sl, _mm256_maddubs_epi16(lo, ld256(q8)));
+                *s = madd_acc::<V>(*s, sh, _mm256_maddubs_epi16(hi, ld256(q8.add(32))));
+            }
+        }
+        let yb = [
+            y[0].add(292 * i),
+            y[1].add(292 * i),
+            y[2].add(292 * i),
+            y[3].add(292 * i),
+        ];
+        // Lane k: token k's block sums (i32 sums are exact in any order).
+        let s4 = hsum4_i32([fold128(sumi[0]), fold128(sumi[1]), fold128(sumi[2]), fold128(sumi[3])]);
+        let m4 = hsum4_i32([
+            k4_mins(mins, yb[0]),
+            k4_mins(mins, yb[1]),
+            k4_mins(mins, yb[2]),
+            k4_mins(mins, yb[3]),
+        ]);
+        let dy = _mm_set_ps(f32u(yb[3]), f32u(yb[2]), f32u(yb[1]), f32u(yb[0]));
+        sum = _mm_fmadd_ps(_mm_cvtepi32_ps(s4), _mm_mul_ps(_mm_set1_ps(xd), dy), sum);
+        sum_m = _mm_fmadd_ps(_mm_cvtepi32_ps(m4), _mm_mul_ps(_mm_set1_ps(xdmin), dy), sum_m);
+    }
+    let mut out = [0f32; 4];
+    _mm_storeu_ps(out.as_mut_ptr(), _mm_sub_ps(sum, sum_m));
+    out
+}
+
+/// The two 128-bit halves of `a` added.
+#[inline(always)]
+unsafe fn fold128(a: __m256i) -> __m128i {
+    _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1))
+}
+
+/// Lane k: the sum of `a[k]`'s four lanes.
+#[inline(always)]
+unsafe fn hsum4_i32(a: [__m128i; 4]) -> __m128i {
+    _mm_hadd_epi32(_mm_hadd_epi32(a[0], a[1]), _mm_hadd_epi32(a[2], a[3]))
+}
+
 #[inline(always)]
 pub(in crate::backend::cpu::dot) unsafe fn q4_k<const V: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     q45_k::<V, false>(n, w, a)

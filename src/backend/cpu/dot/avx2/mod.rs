@@ -28,6 +28,7 @@ pub(super) static KERNELS: Isa = Isa {
     isa: "avx2",
     dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), DOT),
     dot_x4: x4_table([None; N_TYPES], DOT_X4),
+    x4_single: x4_table([None; N_TYPES], X4_SINGLE),
     dot_r2: r2_table(DOT_R2),
     tiled: tiled_table(TILED),
     gemm: gemm_table(GEMM, false),
@@ -53,7 +54,7 @@ macro_rules! instantiate {
             q4_0x4 = dot_signed_x4<Q4_0>, q5_0x4 = dot_signed_x4<Q5_0>,
             q8_0x4 = dot_signed_x4<Q8_0>, iq4_nlx4 = dot_signed_x4<IQ4NL>,
             q4_1x4 = dot_unsigned_x4<Q4_1>, q5_1x4 = dot_unsigned_x4<Q5_1>,
-            q4_kx4 = q4_k_x4, q5_kx4 = q5_k_x4, q6_kx4 = q6_k_x4<false>);
+            q4_kx4 = q4_k_x4, q4_kx4_gemv = q4_k_x4_gemv, q5_kx4 = q5_k_x4, q6_kx4 = q6_k_x4<false>);
         instantiate!(@r2 $feat, $v;
             q5_0r2 = dot_signed_r2<Q5_0>, q8_0r2 = dot_signed_r2<Q8_0>,
             q4_1r2 = dot_unsigned_r2<Q4_1>, q5_1r2 = dot_unsigned_r2<Q5_1>);
@@ -115,6 +116,9 @@ macro_rules! instantiate {
             dot_x4_fn!(Q5K, q5_kx4),
             dot_x4_fn!(Q6K, q6_kx4),
         ];
+
+        // 4-token kernels in the single dot's order where `DOT_X4`'s is another.
+        pub(in crate::backend::cpu::dot) static X4_SINGLE: &[(QType, DotX4Fn)] = &[dot_x4_fn!(Q4K, q4_kx4_gemv)];
 
         // Types whose single-row dot is `dot_signed` / `dot_unsigned` (and so is `Gemm::row`
         // for q5_0 and q8_0).
@@ -181,7 +185,7 @@ mod inst {
     use super::*;
     instantiate!("avx2,fma,f16c", false);
 }
-pub(super) use inst::{DOT, DOT_R2, DOT_X4, GEMM, TILED};
+pub(super) use inst::{DOT, DOT_R2, DOT_X4, GEMM, TILED, X4_SINGLE};
 
 // --- helpers (ggml's names in comments) -----------------------------------------------------
 
