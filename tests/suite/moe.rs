@@ -4,8 +4,10 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::Arc;
 
-use minfer::backend::KvType;
+use minfer::backend::{BackendChoice, BackendOptions, KvType};
+use minfer::{load, Session, SessionOptions};
 
 use crate::common;
 use crate::model::{diff, ids, session};
@@ -14,6 +16,7 @@ tests![
     moe_f32_models_match_transformers,
     moe_quantized_models_match_llama_cpp,
     tokens_choose_different_experts_as_transformers_does,
+    decode_reads_the_dense_part_and_k_of_e_experts,
 ];
 
 /// The MoE archs whose f32 GGUF and transformers reference are in the pack.
@@ -156,5 +159,76 @@ fn tokens_choose_different_experts_as_transformers_does() {
             distinct.insert(ours);
         }
         assert!(distinct.len() > 1, "{arch}: every token chose {distinct:?}");
+    }
+}
+
+/// The CPU profile of one decoded token: the expert matmuls read exactly the k chosen experts
+/// of every `*_exps` tensor (k/E of their bytes), and the token's whole weight traffic is the
+/// dense part plus that share.
+fn decode_reads_the_dense_part_and_k_of_e_experts() {
+    let t = "decode_reads_the_dense_part_and_k_of_e_experts";
+    let Some(root) = common::ref_dir(t) else {
+        return;
+    };
+    for name in ["qwen3moe-f32", "qwen3moe-Q4_K_M", "gpt-oss-MXFP4_MOE"] {
+        let Some(path) = common::random_gguf(t, &root, name) else {
+            return;
+        };
+        let model = Arc::new(load::open_model(&path).unwrap());
+        let (k, e) = (model.hparams.n_expert_used as u64, model.hparams.n_expert as u64);
+        let experts: u64 = model
+            .weights
+            .iter()
+            .filter(|(n, _)| n.contains("_exps."))
+            .map(|(n, w)| if n.ends_with(".bias") { 0 } else { w.data.len() as u64 })
+            .sum();
+        let opts = SessionOptions {
+            n_ctx: 64,
+            threads: Some(2),
+            backend: BackendChoice::Cpu,
+            kv_type: Some(KvType::F16),
+            backend_options: BackendOptions {
+                profile: true,
+                ..BackendOptions::default()
+            },
+            ..SessionOptions::default()
+        };
+        let mut s = Session::new(model.clone(), &opts).unwrap();
+        s.eval(&[1, 5, 9, 14], false).unwrap();
+        for tok in [21, 3, 17] {
+            s.eval(&[tok], false).unwrap();
+        }
+        let report = s.profile_report().expect("a CPU profile");
+        let decode: Vec<&str> = report
+            .lines()
+            .skip_while(|l| !l.contains("decode steps"))
+            .skip(2)
+            .take_while(|l| l.starts_with("  "))
+            .collect();
+        let kib = |l: &str| -> f64 { l.split_whitespace().last().unwrap().parse().unwrap() };
+        let id: f64 = decode
+            .iter()
+            .filter(|l| l.trim_start().starts_with("matmul_id/"))
+            .map(|l| kib(l))
+            .sum();
+        let total = kib(decode.iter().find(|l| l.trim_start().starts_with("total")).unwrap());
+        let want = (experts * k / e) as f64 / 1024.0;
+        println!(
+            "{name}: experts {id:.1} KiB/token (k/E of {:.1} = {want:.1}), total {total:.1} KiB/token, model {:.1} KiB",
+            experts as f64 / 1024.0,
+            model.weight_bytes() as f64 / 1024.0
+        );
+        assert!(
+            (id - want).abs() <= 0.1,
+            "{name}: the expert matmuls read {id} KiB a token, k/E of the experts is {want}\n{report}"
+        );
+        // The dense part: every weight but the experts (the output matrix, attention, norms,
+        // router; one embedding row rather than the table).
+        let embd = model.weight("token_embd.weight").unwrap().data.len() as f64 / 1024.0;
+        let dense = (model.weight_bytes() - experts) as f64 / 1024.0;
+        assert!(
+            total >= id + dense - embd - 1.0 && total <= id + dense + 1.0,
+            "{name}: {total} KiB a token, dense {dense} + experts {id}\n{report}"
+        );
     }
 }
