@@ -1,7 +1,8 @@
 //! `minfer-wgpu bench MODEL`: prompt processing (pp) and generation (tg) speed per backend,
 //! in llama-bench's conventions: a warm-up run, then `r` timed runs from an empty cache;
 //! t/s as mean ± stddev over the runs; one markdown row per backend × test, or JSON records
-//! shaped like llama-bench's.
+//! shaped like llama-bench's. `-d 0,1024,4096` repeats every test after that many tokens of
+//! context (prefilled untimed, llama-bench's depth: `pp512 @ d1024`, `n_depth` in JSON).
 //!
 //! With `-npl 1,2,4,8` it is llama-batched-bench instead: for each prompt length (`-npp`),
 //! generation length (`-ntg`) and parallel count (`-npl`), `pl` sequences of `pp` random
@@ -23,6 +24,8 @@ pub struct Args {
     pub n_prompt: usize,
     pub n_gen: usize,
     pub reps: usize,
+    /// `-d`: tokens of context before each test (one row per depth).
+    pub depths: Vec<usize>,
     pub threads: Option<usize>,
     pub backends: Vec<BackendChoice>,
     pub gpu: Option<usize>,
@@ -45,6 +48,7 @@ struct Record {
     n_threads: usize,
     n_prompt: usize,
     n_gen: usize,
+    n_depth: usize,
     samples_ns: Vec<u64>,
 }
 
@@ -59,10 +63,15 @@ impl Record {
             .collect()
     }
     fn test_name(&self) -> String {
-        if self.n_gen == 0 {
+        let test = if self.n_gen == 0 {
             format!("pp{}", self.n_prompt)
         } else {
             format!("tg{}", self.n_gen)
+        };
+        if self.n_depth > 0 {
+            format!("{test} @ d{}", self.n_depth)
+        } else {
+            test
         }
     }
 }
@@ -91,15 +100,24 @@ fn prompt_tokens(n: usize, n_vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-fn time_pp(s: &mut Session, toks: &[u32]) -> Result<u64> {
+/// An empty cache, then `context` prefilled (untimed, as llama-bench's depth).
+fn start(s: &mut Session, context: &[u32], n_batch: usize) -> Result<()> {
     s.reset();
+    for c in context.chunks(n_batch.max(1)) {
+        s.eval(c, false)?;
+    }
+    Ok(())
+}
+
+fn time_pp(s: &mut Session, context: &[u32], toks: &[u32]) -> Result<u64> {
+    start(s, context, PP_BATCH)?;
     let t = Instant::now();
     s.eval(toks, false)?;
     Ok(t.elapsed().as_nanos() as u64)
 }
 
-fn time_tg(s: &mut Session, n: usize, tok: u32) -> Result<u64> {
-    s.reset();
+fn time_tg(s: &mut Session, context: &[u32], n: usize, tok: u32) -> Result<u64> {
+    start(s, context, PP_BATCH)?;
     let t = Instant::now();
     let mut next = tok;
     for _ in 0..n {
@@ -107,6 +125,9 @@ fn time_tg(s: &mut Session, n: usize, tok: u32) -> Result<u64> {
     }
     Ok(t.elapsed().as_nanos() as u64)
 }
+
+/// Tokens per forward of the pp mode's prompts and depths (llama-bench's micro-batch).
+const PP_BATCH: usize = 512;
 
 /// A session on backend `b` for the run, its log on stderr. With several backends, one that is
 /// absent is a row less (None), not the end of the run.
@@ -150,40 +171,49 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_default();
     let mut records = Vec::new();
+    let max_depth = args.depths.iter().copied().max().unwrap_or(0);
+    let n_train = model.hparams.n_ctx_train;
+    if max_depth + args.n_prompt.max(args.n_gen) > n_train {
+        anyhow::bail!(
+            "-d {max_depth} with {} test tokens is past the model's context of {n_train} tokens",
+            args.n_prompt.max(args.n_gen)
+        );
+    }
     for &b in &args.backends {
-        let Some(mut s) = session(&model, args, b, args.n_prompt.max(args.n_gen) + 16, 512)? else {
+        let n_ctx = max_depth + args.n_prompt.max(args.n_gen) + 16;
+        let Some(mut s) = session(&model, args, b, n_ctx, PP_BATCH)? else {
             continue;
         };
         let describe = s.log.first().cloned().unwrap_or_default();
         let n_threads = args.threads.unwrap_or_else(minfer::backend::cpu::default_threads);
-        let toks = prompt_tokens(args.n_prompt.max(1), s.n_vocab());
-        if args.n_prompt > 0 {
-            time_pp(&mut s, &toks)?; // warm-up
-            let samples = (0..args.reps)
-                .map(|_| time_pp(&mut s, &toks))
-                .collect::<Result<Vec<_>>>()?;
-            records.push(Record {
+        let n_vocab = s.n_vocab();
+        for &depth in &args.depths {
+            // Context and test tokens from one stream, so the test continues the context.
+            let all = prompt_tokens(depth + args.n_prompt.max(1), n_vocab);
+            let (context, toks) = all.split_at(depth);
+            let record = |n_prompt, n_gen, samples_ns| Record {
                 backend: s.backend_name.into(),
                 describe: describe.clone(),
                 n_threads,
-                n_prompt: args.n_prompt,
-                n_gen: 0,
-                samples_ns: samples,
-            });
-        }
-        if args.n_gen > 0 {
-            time_tg(&mut s, args.n_gen.min(16), toks[0])?; // warm-up
-            let samples = (0..args.reps)
-                .map(|_| time_tg(&mut s, args.n_gen, toks[0]))
-                .collect::<Result<Vec<_>>>()?;
-            records.push(Record {
-                backend: s.backend_name.into(),
-                describe,
-                n_threads,
-                n_prompt: 0,
-                n_gen: args.n_gen,
-                samples_ns: samples,
-            });
+                n_prompt,
+                n_gen,
+                n_depth: depth,
+                samples_ns,
+            };
+            if args.n_prompt > 0 {
+                time_pp(&mut s, context, toks)?; // warm-up
+                let samples = (0..args.reps)
+                    .map(|_| time_pp(&mut s, context, toks))
+                    .collect::<Result<Vec<_>>>()?;
+                records.push(record(args.n_prompt, 0, samples));
+            }
+            if args.n_gen > 0 {
+                time_tg(&mut s, context, args.n_gen.min(16), toks[0])?; // warm-up
+                let samples = (0..args.reps)
+                    .map(|_| time_tg(&mut s, context, args.n_gen, toks[0]))
+                    .collect::<Result<Vec<_>>>()?;
+                records.push(record(0, args.n_gen, samples));
+            }
         }
         super::print_profile(&s);
     }
@@ -209,6 +239,7 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
                     "n_threads": r.n_threads,
                     "n_prompt": r.n_prompt,
                     "n_gen": r.n_gen,
+                    "n_depth": r.n_depth,
                     "avg_ns": avg_ns as u64,
                     "stddev_ns": stddev_ns as u64,
                     "avg_ts": avg_ts,

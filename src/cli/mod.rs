@@ -413,6 +413,10 @@ enum Cmd {
         n_gen: usize,
         #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
         reps: usize,
+        /// Tokens of context before each test (llama-bench's `-d 0,1024,4096`): prefilled
+        /// untimed, then the pp or tg test runs after them
+        #[arg(short = 'd', long = "n-depth", value_delimiter = ',', default_values_t = [0])]
+        depth: Vec<usize>,
         #[arg(short = 't', long)]
         threads: Option<usize>,
         /// Comma-separated backends to run side by side
@@ -700,6 +704,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             n_prompt,
             n_gen,
             reps,
+            depth,
             threads,
             backend,
             gpu,
@@ -727,6 +732,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                     n_prompt,
                     n_gen,
                     reps,
+                    depths: depth,
                     threads,
                     backends,
                     gpu,

@@ -15,6 +15,7 @@ tests![
     bad_input_is_a_clear_error,
     trace_holds_one_node_against_the_first_backend,
     logits_out_holds_against_a_recorded_reference,
+    bench_sweeps_depths_and_profiles_the_cpu,
 ];
 
 const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -336,4 +337,64 @@ fn logits_out_holds_against_a_recorded_reference() {
     let mut c = bin();
     c.arg("run").arg(&gguf).args(["hello", "--prompt-ids", "1,2"]);
     expect_failure(&run(c, None), "not both");
+}
+
+/// `bench -d`: one llama-bench record per test × depth (`n_depth`), every one timed; the CPU
+/// profile on stderr with its weight column; a depth past the model's context refused by value.
+fn bench_sweeps_depths_and_profiles_the_cpu() {
+    let t = "bench_sweeps_depths_and_profiles_the_cpu";
+    let Some(root) = common::ref_dir(t) else {
+        return;
+    };
+    let Some(model) = common::random_gguf(t, &root, "qwen3moe-Q4_K_M") else {
+        return;
+    };
+    let mut c = bin();
+    c.arg("bench").arg(&model);
+    c.args([
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "2",
+        "-t",
+        "2",
+        "-d",
+        "0,40",
+        "--json",
+        "--profile",
+    ]);
+    let out = run(c, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed: {stderr}");
+    let records: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let records = records.as_array().unwrap();
+    let tests: Vec<(u64, u64, u64)> = records
+        .iter()
+        .map(|r| {
+            assert!(r["avg_ts"].as_f64().unwrap() > 0.0, "{r}");
+            assert_eq!(r["samples_ns"].as_array().unwrap().len(), 2, "{r}");
+            (
+                r["n_prompt"].as_u64().unwrap(),
+                r["n_gen"].as_u64().unwrap(),
+                r["n_depth"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(tests, [(16, 0, 0), (0, 4, 0), (16, 0, 40), (0, 4, 40)]);
+    for needle in [
+        "cpu profile",
+        "decode steps (1 token)",
+        "batched steps",
+        "weights KiB/tok",
+        "matmul_id/q4_K",
+    ] {
+        assert!(stderr.contains(needle), "no '{needle}' in the profile:\n{stderr}");
+    }
+    let mut c = bin();
+    c.arg("bench")
+        .arg(&model)
+        .args(["-p", "16", "-n", "0", "-r", "1", "-d", "600"]);
+    expect_failure(&run(c, None), "-d 600");
 }
