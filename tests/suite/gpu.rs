@@ -391,7 +391,25 @@ fn norm_rope_elementwise_ops_match_cpu() {
             Op::AddBias { x: 0, bias: "v".into() },
             w,
         ));
+        // One value for every element (Gemma 4's layer output scale).
+        cases.push((
+            format!("scale_by/{q}"),
+            vec![tensor("v", q, 1, 1, 5, 1.0)],
+            Op::ScaleBy {
+                x: 0,
+                weight: "v".into(),
+            },
+            w,
+        ));
     }
+    let op = Op::HeadNormPlain {
+        x: 0,
+        eps: 1e-6,
+        head_dim: 64,
+    };
+    cases.push(("head_norm_plain".into(), vec![], op, w));
+    // Columns 96..160 of each 192-wide row (one layer's slice of the per-layer inputs).
+    cases.push(("slice".into(), vec![], Op::Slice { x: 0, col0: 96 }, 64));
     cases.push(("add".into(), vec![], Op::Add { a: 0, b: 1 }, w));
     cases.push(("mul".into(), vec![], Op::Mul { a: 0, b: 1 }, w));
     cases.push(("swiglu".into(), vec![], Op::Swiglu { gate: 0, up: 1 }, w));

@@ -2,7 +2,7 @@
 //! assigned by liveness (`backend::alloc`, as `cpu::compile` assigns them), and per node the
 //! kernel launches — variant, parameter struct, the buffers bound in order, the workgroup
 //! counts — from one function per op family: `matmul` (get_rows, quantize_act, the matmuls),
-//! `norm`, `attention` (rope, kv_store, attention), `elementwise`, and here the output copy
+//! `norm`, `attention` (rope, kv_store, attention), `elementwise` (with slice), and here the output copy
 //! and argmax. The wgpu backend turns a schedule into bind groups, the CUDA backend into launch
 //! parameters; the kernels of both read the same words from the same bindings.
 
@@ -181,7 +181,7 @@ pub fn schedule(
         let out = b.live.place(g, i, (node.rows * node.width * 4) as u64);
         let stage = match &node.op {
             Op::GetRows { .. } | Op::Matmul { .. } => b.matmul(node, out)?,
-            Op::RmsNorm { .. } | Op::HeadNorm { .. } => b.norm(node, out)?,
+            Op::RmsNorm { .. } | Op::HeadNorm { .. } | Op::HeadNormPlain { .. } => b.norm(node, out)?,
             Op::Rope { .. } | Op::Attention { .. } => b.attention(node, out)?,
             Op::AddBias { .. }
             | Op::Add { .. }
@@ -189,12 +189,10 @@ pub fn schedule(
             | Op::Swiglu { .. }
             | Op::Geglu { .. }
             | Op::Scale { .. }
-            | Op::Softcap { .. } => b.elementwise(node, out)?,
+            | Op::Softcap { .. }
+            | Op::ScaleBy { .. }
+            | Op::Slice { .. } => b.elementwise(node, out)?,
             Op::Output { x } => b.output(node, *x, out),
-            // Refused by the gate (`kernels::check_graph`).
-            Op::HeadNormPlain { .. } | Op::Slice { .. } | Op::ScaleBy { .. } => {
-                return Err(format!("{}: {} has no GPU kernel", node.name, node.op.kind()))
-            }
             Op::MoeRoute { .. }
             | Op::MatmulId { .. }
             | Op::AddBiasId { .. }
