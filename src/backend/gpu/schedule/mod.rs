@@ -332,4 +332,62 @@ mod tests {
         assert_eq!(inputs, [true, true, true, true, false, true]);
         assert!(s.act_bytes[scratch.unwrap()] >= 3 * act_bytes(512));
     }
+
+    /// A KV-shared layer stores nothing and its attention binds the source layer's cache; the
+    /// writing layer stores into and reads its own.
+    #[test]
+    fn a_kv_shared_layer_reads_its_source_cache_and_stores_nothing() {
+        let layout = |name: &str| {
+            Some(Arc::new(WeightParts {
+                name: name.into(),
+                qtype: QType::F32,
+                row_len: 128,
+                parts: vec![(0, 64)],
+            }))
+        };
+        let attn = |layer, kv_from| crate::model::Attn {
+            layer,
+            n_head: 2,
+            n_head_kv: 1,
+            head_dim: 64,
+            head_dim_v: 64,
+            scale: 1.0,
+            window: None,
+            softcap: None,
+            flash: false,
+            sinks: false,
+            kv_from,
+        };
+        let at = |a| Op::Attention {
+            q: 0,
+            k: 0,
+            v: 0,
+            attn: a,
+        };
+        let nodes = vec![
+            node("emb", Op::GetRows { weight: "emb".into() }, 128),
+            node("blk.0.attn", at(attn(0, None)), 128),
+            node("blk.1.attn", at(attn(1, Some(0))), 128),
+        ];
+        let g = Graph {
+            key: crate::model::GraphKey::new(3, 3),
+            result: nodes.len() - 1,
+            nodes,
+        };
+        let s = schedule(&g, &layout, KvType::F16, false, 65535).unwrap();
+        let launches: Vec<Vec<(Kernel, Vec<Res>)>> = s.stages[1..]
+            .iter()
+            .map(|st| match st {
+                Stage::Compute { launches, .. } => launches.iter().map(|l| (l.variant.kernel, l.res.clone())).collect(),
+                Stage::Copy { .. } => Vec::new(),
+            })
+            .collect();
+        let kinds = |i: usize| launches[i].iter().map(|l| l.0).collect::<Vec<_>>();
+        assert_eq!(kinds(0), [Kernel::KvStore, Kernel::Attention]);
+        assert_eq!(kinds(1), [Kernel::Attention]);
+        assert_eq!(launches[0][0].1[3..5], [Res::Kc(0), Res::Vc(0)]);
+        for l in [&launches[0][1], &launches[1][0]] {
+            assert_eq!(l.1[2..4], [Res::Kc(0), Res::Vc(0)]);
+        }
+    }
 }
