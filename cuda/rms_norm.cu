@@ -1,16 +1,17 @@
 // rms_norm: y = x / sqrt(mean(x²) + eps) · w over each row. One block per row: the threads stride
 // over the row, sum their squares, and reduce across the block.
 // Also the head norm (Qwen3 / Gemma 3 Q and K norms): rows one head wide, w [head_dim].
-// ggml: ggml_compute_forward_rms_norm_f32 followed by ggml_mul.
+// ggml: ggml_compute_forward_rms_norm_f32 followed by ggml_mul. With plain = 1 no weight (Gemma 4's
+// V norm, a bare ggml_rms_norm; cpu::ops::head_norm_plain): w is bound but never read.
 //
-// Params: width, eps (f32), rows. Bindings: 1 w [width] (f32 / f16 / bf16), 2 x [rows][width],
+// Params: width, eps (f32), rows, plain. Bindings: 1 w [width] (f32 / f16 / bf16), 2 x [rows][width],
 // 3 y [rows][width]. Grid: rows (folded into (x, y)). Block: 64.
 
 struct RmsNormParams {
     u32 width;
     float eps;
     u32 rows;
-    u32 _pad0;
+    u32 plain;
 };
 
 template <class Q>
@@ -34,8 +35,14 @@ static __device__ __forceinline__ void rms_norm_body(const Params& p) {
         s += v * v;
     }
     const float scale = 1.0f / sqrtf(block_sum<WG>(s, red) / (float)width + eps);
-    for (u32 i = threadIdx.x; i < width; i += WG) {
-        y[base + i] = (x[base + i] * scale) * Q::dq1(w, i);
+    if (prm.plain == 1) {
+        for (u32 i = threadIdx.x; i < width; i += WG) {
+            y[base + i] = x[base + i] * scale;
+        }
+    } else {
+        for (u32 i = threadIdx.x; i < width; i += WG) {
+            y[base + i] = (x[base + i] * scale) * Q::dq1(w, i);
+        }
     }
 }
 

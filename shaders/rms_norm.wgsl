@@ -1,6 +1,7 @@
 // rms_norm: y = x / sqrt(mean(x²) + eps) · w over each row. One workgroup per row. Also the
 // head norm (Qwen3 / Gemma 3 Q and K norms): rows one head wide, w [head_dim].
-// ggml: ggml_compute_forward_rms_norm_f32 followed by ggml_mul.
+// ggml: ggml_compute_forward_rms_norm_f32 followed by ggml_mul. With p.plain = 1 no weight (Gemma
+// 4's V norm, a bare ggml_rms_norm; cpu::ops::head_norm_plain): w is bound but never read.
 
 override WG: u32 = 64u;
 
@@ -8,7 +9,7 @@ struct Params {
     width: u32,
     eps: f32,
     rows: u32,
-    _pad0: u32,
+    plain: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -29,7 +30,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         s += v * v;
     }
     let scale = 1.0 / sqrt(wg_sum(s, ln) / f32(p.width) + p.eps);
-    for (var i = ln.lid; i < p.width; i += WG) {
-        y[base + i] = (x[base + i] * scale) * dq1(i);
+    if (p.plain == 1u) {
+        for (var i = ln.lid; i < p.width; i += WG) {
+            y[base + i] = x[base + i] * scale;
+        }
+    } else {
+        for (var i = ln.lid; i < p.width; i += WG) {
+            y[base + i] = (x[base + i] * scale) * dq1(i);
+        }
     }
 }

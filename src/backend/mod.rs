@@ -113,8 +113,8 @@ impl KvLayout {
 
     pub fn new(model: &Model, n_cells: usize, kv: KvType) -> Result<KvLayout> {
         let hp = &model.hparams;
-        // Layers of different widths (Gemma 4) are sized by the widest; the CPU cache sizes
-        // each layer by its own (`HParams::kv_widths`), the GPU gates refuse such models.
+        // Layers of different widths (Gemma 4) are checked by the widest; every backend sizes
+        // each layer by its own (`HParams::kv_widths`, `layer_bytes`).
         let (k_width, v_width) = hp.max_kv_widths();
         let l = KvLayout {
             kv,
@@ -163,6 +163,26 @@ impl KvLayout {
 
     pub fn v_layer_bytes(&self) -> usize {
         self.n_cells * self.v_row()
+    }
+
+    /// Bytes of layer `il`'s K and V caches at its own widths (`HParams::kv_widths`: none for
+    /// a layer that reads another's cache); never more than `k_layer_bytes` / `v_layer_bytes`.
+    pub fn layer_bytes(&self, hp: &crate::model::HParams, il: usize) -> (usize, usize) {
+        let (kw, vw) = hp.kv_widths(il);
+        (
+            self.n_cells * self.kv.row_bytes(kw),
+            self.n_cells * self.kv.row_bytes(vw),
+        )
+    }
+
+    /// Bytes of the whole cache, each layer at its own widths.
+    pub fn model_bytes(&self, hp: &crate::model::HParams) -> usize {
+        (0..self.n_layer)
+            .map(|il| {
+                let (k, v) = self.layer_bytes(hp, il);
+                k + v
+            })
+            .sum()
     }
 
     /// Bytes of the whole cache.

@@ -46,6 +46,7 @@ tests![
     geglu_edges_match_cpu,
     argmax_readback_matches_logits,
     gate_refusal_falls_back_to_cpu_before_upload,
+    gate_names_gemma4_shapes_the_kernels_cannot_take,
 ];
 
 // ---- fixtures -----------------------------------------------------------------------------
@@ -391,7 +392,25 @@ fn norm_rope_elementwise_ops_match_cpu() {
             Op::AddBias { x: 0, bias: "v".into() },
             w,
         ));
+        // One value for every element (Gemma 4's layer output scale).
+        cases.push((
+            format!("scale_by/{q}"),
+            vec![tensor("v", q, 1, 1, 5, 1.0)],
+            Op::ScaleBy {
+                x: 0,
+                weight: "v".into(),
+            },
+            w,
+        ));
     }
+    let op = Op::HeadNormPlain {
+        x: 0,
+        eps: 1e-6,
+        head_dim: 64,
+    };
+    cases.push(("head_norm_plain".into(), vec![], op, w));
+    // Columns 96..160 of each 192-wide row (one layer's slice of the per-layer inputs).
+    cases.push(("slice".into(), vec![], Op::Slice { x: 0, col0: 96 }, 64));
     cases.push(("add".into(), vec![], Op::Add { a: 0, b: 1 }, w));
     cases.push(("mul".into(), vec![], Op::Mul { a: 0, b: 1 }, w));
     cases.push(("swiglu".into(), vec![], Op::Swiglu { gate: 0, up: 1 }, w));
@@ -871,4 +890,120 @@ fn attention_sinks_match_a_direct_computation_and_cpu() {
             }
         }
     }
+}
+
+/// The GPU gate (no adapter needed) takes a KV-shared layer that reads an earlier layer's
+/// cache at that layer's widths, and refuses by name what the kernels cannot take: a scale
+/// weight of more than one value, a slice past its row, a weightless norm over partial heads,
+/// a shared layer whose source writes no cache or other heads, heads wider than the cache.
+fn gate_names_gemma4_shapes_the_kernels_cannot_take() {
+    use minfer::backend::gpu::kernels::check_graph;
+    let (n, w) = (3, 128);
+    let mut hp = hparams(w, 2, 1, 64);
+    hp.n_layer = 2;
+    hp.swa_layers = vec![false; 2];
+    hp.nope_layers = vec![false; 2];
+    hp.kv_from = vec![None, Some(0)];
+    let mdl = model(
+        hp,
+        vec![
+            tensor("inp", QType::F32, w, 8, 1, 1.0),
+            tensor("s1", QType::F32, 1, 1, 2, 1.0),
+            tensor("s2", QType::F32, 2, 1, 3, 1.0),
+        ],
+    );
+    let attn = |layer, kv_from, n_head_kv| minfer::model::Attn {
+        layer,
+        n_head: 2,
+        n_head_kv,
+        head_dim: 64,
+        head_dim_v: 64,
+        scale: 1.0,
+        window: None,
+        softcap: None,
+        flash: false,
+        sinks: false,
+        kv_from,
+    };
+    let at = |a: minfer::model::Attn| Op::Attention {
+        q: 0,
+        k: 0,
+        v: 0,
+        attn: a,
+    };
+    let check = |nodes: Vec<Node>| check_graph(&mdl, &graph(nodes), KvType::F16, "wgpu");
+    let ok = vec![
+        get_rows("inp", w, n),
+        node("blk.0.attn", at(attn(0, None, 1)), w, n),
+        node("blk.1.attn", at(attn(1, Some(0), 1)), w, n),
+        node(
+            "scaled",
+            Op::ScaleBy {
+                x: 2,
+                weight: "s1".into(),
+            },
+            w,
+            n,
+        ),
+        node("pe_in", Op::Slice { x: 3, col0: 64 }, 64, n),
+        node(
+            "v_norm",
+            Op::HeadNormPlain {
+                x: 3,
+                eps: 1e-6,
+                head_dim: 64,
+            },
+            w,
+            n,
+        ),
+    ];
+    check(ok).unwrap_or_else(|r| panic!("refused: {r}"));
+    let refused = |nodes: Vec<Node>, want: &str| match check(nodes) {
+        Ok(()) => panic!("accepted; wanted a refusal with {want:?}"),
+        Err(r) => assert!(r.0.contains(want), "{r} (wanted {want:?})"),
+    };
+    let x = || get_rows("inp", w, n);
+    refused(
+        vec![
+            x(),
+            node(
+                "scaled",
+                Op::ScaleBy {
+                    x: 0,
+                    weight: "s2".into(),
+                },
+                w,
+                n,
+            ),
+        ],
+        "s2: 2 values for one scale",
+    );
+    refused(
+        vec![x(), node("pe_in", Op::Slice { x: 0, col0: 96 }, 64, n)],
+        "pe_in: columns 96..160 of a row of 128",
+    );
+    refused(
+        vec![
+            x(),
+            node(
+                "v_norm",
+                Op::HeadNormPlain {
+                    x: 0,
+                    eps: 1e-6,
+                    head_dim: 48,
+                },
+                w,
+                n,
+            ),
+        ],
+        "v_norm: width 128 is not whole heads of 48",
+    );
+    refused(
+        vec![x(), node("blk.1.attn", at(attn(1, Some(0), 1)), w, n)],
+        "blk.1.attn: reads the KV cache of layer 0, which no earlier layer writes",
+    );
+    refused(
+        vec![x(), node("blk.0.attn", at(attn(0, None, 2)), w, n)],
+        "blk.0.attn: K/V rows of 128/128 for a cache of 64/64",
+    );
 }

@@ -167,13 +167,14 @@ impl CudaContext {
         kv: KvType,
     ) -> Result<(Vec<DevBuf>, Vec<DevBuf>, usize)> {
         let l = KvLayout::new(model, n_cells, kv)?;
-        let (kb, vb) = (l.k_layer_bytes(), l.v_layer_bytes());
         let (mut kc, mut vc) = (Vec::new(), Vec::new());
-        for _ in 0..l.n_layer {
+        // Each layer at its own widths (Gemma 4's differ; a KV-shared layer has none).
+        for il in 0..l.n_layer {
+            let (kb, vb) = l.layer_bytes(&model.hparams, il);
             kc.push(dev.alloc(kb).map_err(err)?);
             vc.push(dev.alloc(vb).map_err(err)?);
         }
-        Ok((kc, vc, l.bytes()))
+        Ok((kc, vc, l.model_bytes(&model.hparams)))
     }
 
     /// Makes the step buffer hold `words` words: a bigger one (at least double) when it does

@@ -4,7 +4,7 @@
 //! backend from CUDA C++ (`cuda/`); both run the same schedule (`schedule.rs`): the same
 //! parameters, bindings and workgroup counts per dispatch.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::backend::{KvType, Refusal};
 use crate::model::{Attn, Graph, Model, Op};
@@ -159,13 +159,10 @@ fn refuse(s: String) -> Result<(), Refusal> {
 const MAX_EXPERTS: usize = 512;
 
 pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> Result<(), Refusal> {
-    // The GPU caches give every layer one K/V width and a cache of its own.
-    if model.hparams.has_layered_kv() {
-        return refuse(format!(
-            "{}: per-layer KV widths or shared KV layers, no {backend} cache for them",
-            model.arch.name()
-        ));
-    }
+    let hp = &model.hparams;
+    // The heads (n_head_kv, head_dim, head_dim_v) of each layer whose attention writes its own
+    // cache, so far in graph order: a KV-shared layer reads one of them, at those widths.
+    let mut writes: HashMap<usize, (usize, usize, usize)> = HashMap::new();
     let mut seen = HashSet::new();
     for node in &graph.nodes {
         for name in node.op.weights() {
@@ -189,10 +186,32 @@ pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> R
                 return refuse(format!("{name}: row length {k} is not a multiple of {need}"));
             }
         }
-        match node.op {
-            Op::Attention { attn, .. } if attn.kv_from.is_some() => {
-                return refuse(format!("{}: a KV-shared layer, no {backend} kernel", node.name));
+        if let Op::Attention { attn, .. } = node.op {
+            let heads = (attn.n_head_kv, attn.head_dim, attn.head_dim_v);
+            // Each layer's cache is sized by `HParams::kv_widths`: the node must match it.
+            let (kw, vw) = hp.kv_widths(attn.kv_from.unwrap_or(attn.layer));
+            if attn.layer >= hp.n_layer || (kw, vw) != (heads.0 * heads.1, heads.0 * heads.2) {
+                return refuse(format!(
+                    "{}: K/V rows of {}/{} for a cache of {kw}/{vw}",
+                    node.name,
+                    heads.0 * heads.1,
+                    heads.0 * heads.2
+                ));
             }
+            match attn.kv_from {
+                None => {
+                    writes.insert(attn.layer, heads);
+                }
+                Some(src) if writes.get(&src) == Some(&heads) => {}
+                Some(src) => {
+                    return refuse(format!(
+                        "{}: reads the KV cache of layer {src}, which no earlier layer writes with {} heads of {}/{}",
+                        node.name, heads.0, heads.1, heads.2
+                    ));
+                }
+            }
+        }
+        match node.op {
             Op::Attention {
                 attn:
                     Attn {
@@ -250,8 +269,25 @@ pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> R
                     node.name
                 ));
             }
-            Op::HeadNormPlain { .. } | Op::Slice { .. } | Op::ScaleBy { .. } => {
-                return refuse(format!("{}: {}, no {backend} kernel", node.name, node.op.kind()));
+            Op::HeadNormPlain { head_dim, .. } if head_dim == 0 || node.width % head_dim != 0 => {
+                return refuse(format!(
+                    "{}: width {} is not whole heads of {head_dim}",
+                    node.name, node.width
+                ));
+            }
+            Op::Slice { x, col0 } if node.width == 0 || col0 + node.width > graph.nodes[x].width => {
+                return refuse(format!(
+                    "{}: columns {col0}..{} of a row of {}",
+                    node.name,
+                    col0 + node.width,
+                    graph.nodes[x].width
+                ));
+            }
+            Op::ScaleBy { ref weight, .. } => {
+                let n = model.weights.get(weight.as_str()).map_or(0, |t| t.n_elements());
+                if n != 1 {
+                    return refuse(format!("{weight}: {n} values for one scale"));
+                }
             }
             _ => {}
         }

@@ -107,7 +107,8 @@ params! {
 }
 
 params! {
-    /// `add_bias`: `n` elements, rows of `width`.
+    /// `add_bias` and `scale_by`: `n` elements, rows of `width` (`scale_by`: 1, the weight's
+    /// one value for every element).
     AddBiasParams {
         n: u32,
         width: u32,
@@ -122,7 +123,8 @@ params! {
         width: u32,
         eps: f32,
         rows: u32,
-        _pad0: u32,
+        /// 1: no weight (`HeadNormPlain`, a bare `ggml_rms_norm`); binding 1 is never read.
+        plain: u32,
     }
 }
 
@@ -246,6 +248,16 @@ params! {
 }
 
 params! {
+    /// `slice`: columns `col0 .. col0 + width` of each row of `src_width`; `n` output elements.
+    SliceParams {
+        n: u32,
+        width: u32,
+        src_width: u32,
+        col0: u32,
+    }
+}
+
+params! {
     /// `argmax` over `n` logits starting at element `offset`.
     ArgmaxParams {
         n: u32,
@@ -276,7 +288,7 @@ mod tests {
                 ("width", 0, Scalar::U32),
                 ("eps", 4, Scalar::F32),
                 ("rows", 8, Scalar::U32),
-                ("_pad0", 12, Scalar::U32)
+                ("plain", 12, Scalar::U32)
             ]
         );
     }

@@ -30,6 +30,8 @@ pub enum Kernel {
     MoeSum,
     SwigluOai,
     SigmoidGate,
+    Slice,
+    ScaleBy,
 }
 
 /// How a kernel binds a buffer (binding i of group 0 is entry i).
@@ -167,7 +169,7 @@ const fn elementwise(
 }
 
 /// The table, in `Kernel` order.
-pub static KERNELS: [KernelInfo; 22] = [
+pub static KERNELS: [KernelInfo; 24] = [
     KernelInfo {
         kernel: Kernel::QuantizeAct,
         name: "quantize_act",
@@ -419,6 +421,25 @@ pub static KERNELS: [KernelInfo; 22] = [
         body(wgsl!("sigmoid_gate.wgsl")),
         cuda!("sigmoid_gate.cu"),
     ),
+    elementwise(
+        Kernel::Slice,
+        "slice",
+        &[U, R, RW],
+        of::<params::SliceParams>(),
+        body(wgsl!("slice.wgsl")),
+        cuda!("slice.cu"),
+    ),
+    KernelInfo {
+        spec: Spec::Vector,
+        ..elementwise(
+            Kernel::ScaleBy,
+            "scale_by",
+            &[U, R, R, RW],
+            of::<params::AddBiasParams>(),
+            body(wgsl!("scale_by.wgsl")),
+            cuda!("scale_by.cu"),
+        )
+    },
 ];
 
 /// The CUDA headers every program starts with, in order (`cuda/`).
@@ -429,7 +450,7 @@ pub const CUDA_HEADERS: [(&str, &str); 3] = [
 ];
 
 impl Kernel {
-    pub const ALL: [Kernel; 22] = [
+    pub const ALL: [Kernel; 24] = [
         Kernel::QuantizeAct,
         Kernel::MatmulVec,
         Kernel::Matmul,
@@ -452,6 +473,8 @@ impl Kernel {
         Kernel::MoeSum,
         Kernel::SwigluOai,
         Kernel::SigmoidGate,
+        Kernel::Slice,
+        Kernel::ScaleBy,
     ];
 
     /// The kernel's row of the table.

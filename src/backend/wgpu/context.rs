@@ -61,12 +61,18 @@ impl WgpuContext {
         kv: KvType,
     ) -> Result<(Vec<wgpu::Buffer>, Vec<wgpu::Buffer>, usize)> {
         let l = KvLayout::new(model, n_cells, kv)?;
-        let (kb, vb) = (l.k_layer_bytes() as u64, l.v_layer_bytes() as u64);
+        // Each layer at its own widths (Gemma 4's differ; a KV-shared layer has none).
+        let sizes: Vec<(u64, u64)> = (0..l.n_layer)
+            .map(|il| {
+                let (k, v) = l.layer_bytes(&model.hparams, il);
+                (k as u64, v as u64)
+            })
+            .collect();
         let max = gpu.max_binding();
-        if kb.max(vb) > max {
+        let widest = sizes.iter().map(|&(k, v)| k.max(v)).max().unwrap_or(0);
+        if widest > max {
             return Err(err(format!(
-                "a KV cache layer of {} bytes for {n_cells} cells exceeds the {max}-byte binding limit",
-                kb.max(vb)
+                "a KV cache layer of {widest} bytes for {n_cells} cells exceeds the {max}-byte binding limit"
             )));
         }
         // COPY_SRC / COPY_DST: `grow_kv` copies the cells into bigger buffers.
@@ -80,13 +86,13 @@ impl WgpuContext {
         };
         let (mut kc, mut vc) = (Vec::new(), Vec::new());
         gpu.scoped("kv cache", || {
-            for il in 0..l.n_layer {
+            for (il, &(kb, vb)) in sizes.iter().enumerate() {
                 kc.push(make(format!("k{il}"), kb));
                 vc.push(make(format!("v{il}"), vb));
             }
         })
         .map_err(err)?;
-        Ok((kc, vc, l.bytes()))
+        Ok((kc, vc, l.model_bytes(&model.hparams)))
     }
 
     /// The step buffer, `words` words long (zeroed); storage, written per forward.

@@ -1,5 +1,7 @@
 //! Position-dependent ops: `Rope` (one table per distinct RoPE) and `Attention` as `kv_store`
-//! (the step's K and V into the cache) followed by `attention` (reading the cache).
+//! (the step's K and V into the cache) followed by `attention` (reading the cache). A KV-shared
+//! layer (`Attn::kv_from`) stores nothing and reads its source layer's cache, written earlier
+//! in the same forward (the cache buffers of a layer are its own widths: `KvLayout::layer_bytes`).
 
 use super::{fold, Builder, Launch, Res, Stage};
 use crate::backend::gpu::kernels::{Kernel, Variant};
@@ -54,8 +56,7 @@ impl Builder<'_> {
                         softcap,
                         flash,
                         sinks,
-                        // Refused by the gate (`kernels::check_graph`).
-                        kv_from: _,
+                        kv_from,
                     },
                 ..
             } => {
@@ -71,53 +72,58 @@ impl Builder<'_> {
                     KvType::F16 => 2,
                     KvType::Q8_0 => 64,
                 };
-                vec![
-                    Launch {
-                        variant: Variant::with_kv(Kernel::KvStore, self.kv),
-                        params: KvStoreParams {
-                            kw,
-                            vw,
-                            n: rows,
-                            ..Default::default()
-                        }
-                        .words(),
-                        res: vec![
-                            Res::Step,
-                            self.inp(node, 1),
-                            self.inp(node, 2),
-                            Res::Kc(layer),
-                            Res::Vc(layer),
-                        ],
-                        groups: fold(((rows * (kw + vw)) / epw).div_ceil(64) as u64, self.maxg),
-                    },
-                    Launch {
-                        variant: Variant::with_kv(Kernel::Attention, self.kv).subgroups(self.subgroups),
-                        params: AttentionParams {
-                            n_head: n_head as u32,
-                            n_head_kv: n_head_kv as u32,
-                            head_dim: head_dim as u32,
-                            head_dim_v: head_dim_v as u32,
-                            scale,
-                            window: window.unwrap_or(0) as u32,
-                            softcap: softcap.unwrap_or(0.0),
-                            n: rows,
-                            flash: u32::from(flash),
-                            sinks: u32::from(sinks),
-                            ..Default::default()
-                        }
-                        .words(),
-                        res: vec![
-                            Res::Step,
-                            self.inp(node, 0),
-                            Res::Kc(layer),
-                            Res::Vc(layer),
-                            Res::Act(out),
-                            sk,
-                        ],
-                        // One workgroup per (q head, token).
-                        groups: [n_head as u32, rows, 1],
-                    },
-                ]
+                // The cache this layer reads: its own, or (shared) the source layer's, whose
+                // widths the gate checked against this layer's heads.
+                let src = kv_from.unwrap_or(layer);
+                let store = Launch {
+                    variant: Variant::with_kv(Kernel::KvStore, self.kv),
+                    params: KvStoreParams {
+                        kw,
+                        vw,
+                        n: rows,
+                        ..Default::default()
+                    }
+                    .words(),
+                    res: vec![
+                        Res::Step,
+                        self.inp(node, 1),
+                        self.inp(node, 2),
+                        Res::Kc(layer),
+                        Res::Vc(layer),
+                    ],
+                    groups: fold(((rows * (kw + vw)) / epw).div_ceil(64) as u64, self.maxg),
+                };
+                let attend = Launch {
+                    variant: Variant::with_kv(Kernel::Attention, self.kv).subgroups(self.subgroups),
+                    params: AttentionParams {
+                        n_head: n_head as u32,
+                        n_head_kv: n_head_kv as u32,
+                        head_dim: head_dim as u32,
+                        head_dim_v: head_dim_v as u32,
+                        scale,
+                        window: window.unwrap_or(0) as u32,
+                        softcap: softcap.unwrap_or(0.0),
+                        n: rows,
+                        flash: u32::from(flash),
+                        sinks: u32::from(sinks),
+                        ..Default::default()
+                    }
+                    .words(),
+                    res: vec![
+                        Res::Step,
+                        self.inp(node, 0),
+                        Res::Kc(src),
+                        Res::Vc(src),
+                        Res::Act(out),
+                        sk,
+                    ],
+                    // One workgroup per (q head, token).
+                    groups: [n_head as u32, rows, 1],
+                };
+                match kv_from {
+                    Some(_) => vec![attend],
+                    None => vec![store, attend],
+                }
             }
             op => return Err(format!("{}: {} is not rope or attention", node.name, op.kind())),
         };

@@ -1,10 +1,10 @@
 //! The element-wise ops, one invocation per element: `add_bias` (a float weight vector per
 //! row), the binary ops (`add`, `mul`, `swiglu`, `geglu`) and those with a scalar (`scale`,
-//! `softcap`).
+//! `softcap`), `scale_by` (x times a weight's one value) and `slice` (columns of each row).
 
 use super::{Builder, Launch, Res, Stage};
 use crate::backend::gpu::kernels::{Kernel, Variant};
-use crate::backend::gpu::params::{AddBiasParams, BinaryParams, KernelParams, UnaryParams};
+use crate::backend::gpu::params::{AddBiasParams, BinaryParams, KernelParams, SliceParams, UnaryParams};
 use crate::model::{Node, Op};
 
 /// Invocations per workgroup of every element-wise kernel.
@@ -28,6 +28,33 @@ impl Builder<'_> {
                     groups: self.linear(node, WG),
                 }
             }
+            Op::ScaleBy { weight, .. } => {
+                // The gate took only a one-element weight: width 1 broadcasts it.
+                let w = self.weight(weight)?;
+                Launch {
+                    variant: Variant::with_qtype(Kernel::ScaleBy, w.qtype),
+                    params: AddBiasParams {
+                        n,
+                        width: 1,
+                        ..Default::default()
+                    }
+                    .words(),
+                    res: vec![Res::Weight(w, 0), self.inp(node, 0), Res::Act(out)],
+                    groups: self.linear(node, WG),
+                }
+            }
+            &Op::Slice { x, col0 } => Launch {
+                variant: Variant::new(Kernel::Slice),
+                params: SliceParams {
+                    n,
+                    width: node.width as u32,
+                    src_width: self.g.nodes[x].width as u32,
+                    col0: col0 as u32,
+                }
+                .words(),
+                res: vec![self.inp(node, 0), Res::Act(out)],
+                groups: self.linear(node, WG),
+            },
             Op::Add { .. } | Op::Mul { .. } | Op::Swiglu { .. } | Op::Geglu { .. } => {
                 let kernel = match node.op {
                     Op::Add { .. } => Kernel::Add,

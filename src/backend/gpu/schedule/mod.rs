@@ -2,7 +2,7 @@
 //! assigned by liveness (`backend::alloc`, as `cpu::compile` assigns them), and per node the
 //! kernel launches — variant, parameter struct, the buffers bound in order, the workgroup
 //! counts — from one function per op family: `matmul` (get_rows, quantize_act, the matmuls),
-//! `norm`, `attention` (rope, kv_store, attention), `elementwise`, and here the output copy
+//! `norm`, `attention` (rope, kv_store, attention), `elementwise` (with slice), and here the output copy
 //! and argmax. The wgpu backend turns a schedule into bind groups, the CUDA backend into launch
 //! parameters; the kernels of both read the same words from the same bindings.
 
@@ -181,7 +181,7 @@ pub fn schedule(
         let out = b.live.place(g, i, (node.rows * node.width * 4) as u64);
         let stage = match &node.op {
             Op::GetRows { .. } | Op::Matmul { .. } => b.matmul(node, out)?,
-            Op::RmsNorm { .. } | Op::HeadNorm { .. } => b.norm(node, out)?,
+            Op::RmsNorm { .. } | Op::HeadNorm { .. } | Op::HeadNormPlain { .. } => b.norm(node, out)?,
             Op::Rope { .. } | Op::Attention { .. } => b.attention(node, out)?,
             Op::AddBias { .. }
             | Op::Add { .. }
@@ -189,12 +189,10 @@ pub fn schedule(
             | Op::Swiglu { .. }
             | Op::Geglu { .. }
             | Op::Scale { .. }
-            | Op::Softcap { .. } => b.elementwise(node, out)?,
+            | Op::Softcap { .. }
+            | Op::ScaleBy { .. }
+            | Op::Slice { .. } => b.elementwise(node, out)?,
             Op::Output { x } => b.output(node, *x, out),
-            // Refused by the gate (`kernels::check_graph`).
-            Op::HeadNormPlain { .. } | Op::Slice { .. } | Op::ScaleBy { .. } => {
-                return Err(format!("{}: {} has no GPU kernel", node.name, node.op.kind()))
-            }
             Op::MoeRoute { .. }
             | Op::MatmulId { .. }
             | Op::AddBiasId { .. }
@@ -333,5 +331,63 @@ mod tests {
         // The quantized matmuls read the scratch, the f16 one its input.
         assert_eq!(inputs, [true, true, true, true, false, true]);
         assert!(s.act_bytes[scratch.unwrap()] >= 3 * act_bytes(512));
+    }
+
+    /// A KV-shared layer stores nothing and its attention binds the source layer's cache; the
+    /// writing layer stores into and reads its own.
+    #[test]
+    fn a_kv_shared_layer_reads_its_source_cache_and_stores_nothing() {
+        let layout = |name: &str| {
+            Some(Arc::new(WeightParts {
+                name: name.into(),
+                qtype: QType::F32,
+                row_len: 128,
+                parts: vec![(0, 64)],
+            }))
+        };
+        let attn = |layer, kv_from| crate::model::Attn {
+            layer,
+            n_head: 2,
+            n_head_kv: 1,
+            head_dim: 64,
+            head_dim_v: 64,
+            scale: 1.0,
+            window: None,
+            softcap: None,
+            flash: false,
+            sinks: false,
+            kv_from,
+        };
+        let at = |a| Op::Attention {
+            q: 0,
+            k: 0,
+            v: 0,
+            attn: a,
+        };
+        let nodes = vec![
+            node("emb", Op::GetRows { weight: "emb".into() }, 128),
+            node("blk.0.attn", at(attn(0, None)), 128),
+            node("blk.1.attn", at(attn(1, Some(0))), 128),
+        ];
+        let g = Graph {
+            key: crate::model::GraphKey::new(3, 3),
+            result: nodes.len() - 1,
+            nodes,
+        };
+        let s = schedule(&g, &layout, KvType::F16, false, 65535).unwrap();
+        let launches: Vec<Vec<(Kernel, Vec<Res>)>> = s.stages[1..]
+            .iter()
+            .map(|st| match st {
+                Stage::Compute { launches, .. } => launches.iter().map(|l| (l.variant.kernel, l.res.clone())).collect(),
+                Stage::Copy { .. } => Vec::new(),
+            })
+            .collect();
+        let kinds = |i: usize| launches[i].iter().map(|l| l.0).collect::<Vec<_>>();
+        assert_eq!(kinds(0), [Kernel::KvStore, Kernel::Attention]);
+        assert_eq!(kinds(1), [Kernel::Attention]);
+        assert_eq!(launches[0][0].1[3..5], [Res::Kc(0), Res::Vc(0)]);
+        for l in [&launches[0][1], &launches[1][0]] {
+            assert_eq!(l.1[2..4], [Res::Kc(0), Res::Vc(0)]);
+        }
     }
 }
