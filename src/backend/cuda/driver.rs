@@ -36,8 +36,15 @@ impl Driver {
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(Refusal("no driver (libcuda.so not found)".into()));
         }
-        source::nvrtc_version().map_err(Refusal)?;
+        let nvrtc = source::nvrtc_version().map_err(Refusal)?;
         let opened = std::panic::catch_unwind(|| -> Result<Driver, String> {
+            let mut driver = 0;
+            // SAFETY: one out-parameter.
+            let rc = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver) };
+            if rc != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+                return Err(format!("cuDriverGetVersion: {rc:?}"));
+            }
+            source::check_driver(nvrtc, driver)?;
             let n = CudaContext::device_count().map_err(derr)?;
             if n <= 0 {
                 return Err("no CUDA device".into());

@@ -76,6 +76,23 @@ pub fn nvrtc_version() -> Result<(i32, i32), String> {
     Ok((rc.1, rc.2))
 }
 
+/// Whether a driver of version `driver` (`cuDriverGetVersion`: 1000·major + 10·minor) loads
+/// the PTX of NVRTC `nvrtc` (major, minor): PTX carries the ISA version of the toolkit that
+/// wrote it, and a driver older than that toolkit refuses it at module load
+/// (CUDA_ERROR_UNSUPPORTED_PTX_VERSION) — after the gate chose CUDA and the weights went up.
+/// The refusal names both versions.
+pub fn check_driver(nvrtc: (i32, i32), driver: i32) -> Result<(), String> {
+    let d = (driver / 1000, (driver % 1000) / 10);
+    if d < nvrtc {
+        return Err(format!(
+            "the CUDA driver supports CUDA {}.{} but NVRTC is {}.{}: its PTX would not load \
+             (update the driver, or put an NVRTC of at most {}.{} on LD_LIBRARY_PATH)",
+            d.0, d.1, nvrtc.0, nvrtc.1, d.0, d.1
+        ));
+    }
+    Ok(())
+}
+
 /// Compiles `k`'s program to PTX for `arch` (`compute_90`), through the disk cache when
 /// `cache` is set.
 pub fn compile(k: Kernel, arch: &str, cache: bool) -> Result<String, String> {
@@ -119,6 +136,18 @@ pub fn compile(k: Kernel, arch: &str, cache: bool) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// NVRTC 12.9 (the pinned wheel) on a 12.4 driver: refused, both versions named; on its
+    /// own driver and newer ones (13.0) taken.
+    #[test]
+    fn a_driver_older_than_nvrtc_is_refused_by_both_versions() {
+        let e = check_driver((12, 9), 12040).unwrap_err();
+        assert!(e.contains("CUDA 12.4") && e.contains("NVRTC is 12.9"), "{e}");
+        assert!(check_driver((12, 9), 12090).is_ok());
+        assert!(check_driver((12, 9), 13000).is_ok());
+        assert!(check_driver((12, 4), 12040).is_ok());
+        assert!(check_driver((13, 0), 12090).is_err());
+    }
 
     /// The qtype lists exist only as generated from the table: no source defines its own copy,
     /// and every program starts with the generated one.
