@@ -10,7 +10,9 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{hsum_ps, ld128, ld256, signed_step};
-use super::{avx2, dot_fn, dot_table, gemm_table, r2_table, scalar, tiled_table, x4_table, DotFn, Isa, N_TYPES};
+use super::{
+    avx2, dot_fn, dot_table, dot_x4_fn, gemm_table, r2_table, scalar, tiled_table, x4_table, DotFn, Isa, N_TYPES,
+};
 use crate::quant::QType;
 
 pub(super) fn supported() -> bool {
@@ -25,7 +27,10 @@ pub(super) static KERNELS: Isa = Isa {
     isa: "avx512",
     dot: dot_table(dot_table(dot_table([None; N_TYPES], &scalar::DOT), inst::DOT), WIDE),
     dot_x4: x4_table([None; N_TYPES], inst::DOT_X4),
-    x4_single: x4_table([None; N_TYPES], inst::X4_SINGLE),
+    x4_single: x4_table(
+        x4_table([None; N_TYPES], inst::X4_SINGLE),
+        &[dot_x4_fn!(Q4K, q4_k_x4_gemv)],
+    ),
     dot_r2: r2_table(inst::DOT_R2),
     tiled: tiled_table(inst::TILED),
     gemm: gemm_table(inst::GEMM, true),
@@ -115,4 +120,69 @@ unsafe fn q4_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
         0.0
     };
     _mm512_reduce_add_ps(acc) + tail
+}
+
+/// `avx2::q4_k_x4_gemv` with 512-bit registers: a register holds the low and the high nibbles
+/// of one 32-byte run of quants (sub-blocks 2j and 2j+1), their two scales, and the 64
+/// contiguous activations they multiply, so each token takes one load, one `maddubs` and one
+/// `vpdpwssd` per 64 quants. The i32 sums are exact in any order and each token's f32 chain is
+/// `q4_k`'s, so every token gets the bits of its single dot.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q4_k_x4_gemv(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
+    use avx2::{f16x2, f32u, fold128, hsum4_i32, k4_mins, k4_scales, shuf_k4};
+    let (x, y) = (w.as_ptr(), [a[0].as_ptr(), a[1].as_ptr(), a[2].as_ptr(), a[3].as_ptr()]);
+    let m4 = _mm512_set1_epi8(0xF);
+    let (mut sum, mut sum_m) = (_mm_setzero_ps(), _mm_setzero_ps());
+    for i in 0..n / 256 {
+        let xb = x.add(144 * i);
+        let (xd, xdmin) = f16x2(xb);
+        let (scales, mins) = k4_scales(xb.add(4));
+        let mut sumi = [_mm512_setzero_si512(); 4];
+        for j in 0..4 {
+            let q = ld256(xb.add(16 + 32 * j));
+            let qq = _mm512_and_si512(
+                _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1),
+                m4,
+            );
+            let sc = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_shuffle_epi8(scales, shuf_k4(2 * j))),
+                _mm256_shuffle_epi8(scales, shuf_k4(2 * j + 1)),
+                1,
+            );
+            for (k, s) in sumi.iter_mut().enumerate() {
+                let q8 = _mm512_loadu_si512(y[k].add(292 * i + 4 + 64 * j) as *const _);
+                *s = _mm512_dpwssd_epi32(*s, sc, _mm512_maddubs_epi16(qq, q8));
+            }
+        }
+        let yb = [
+            y[0].add(292 * i),
+            y[1].add(292 * i),
+            y[2].add(292 * i),
+            y[3].add(292 * i),
+        ];
+        let s4 = hsum4_i32([
+            fold128(fold256(sumi[0])),
+            fold128(fold256(sumi[1])),
+            fold128(fold256(sumi[2])),
+            fold128(fold256(sumi[3])),
+        ]);
+        let m4s = hsum4_i32([
+            k4_mins(mins, yb[0]),
+            k4_mins(mins, yb[1]),
+            k4_mins(mins, yb[2]),
+            k4_mins(mins, yb[3]),
+        ]);
+        let dy = _mm_set_ps(f32u(yb[3]), f32u(yb[2]), f32u(yb[1]), f32u(yb[0]));
+        sum = _mm_fmadd_ps(_mm_cvtepi32_ps(s4), _mm_mul_ps(_mm_set1_ps(xd), dy), sum);
+        sum_m = _mm_fmadd_ps(_mm_cvtepi32_ps(m4s), _mm_mul_ps(_mm_set1_ps(xdmin), dy), sum_m);
+    }
+    let mut out = [0f32; 4];
+    _mm_storeu_ps(out.as_mut_ptr(), _mm_sub_ps(sum, sum_m));
+    out
+}
+
+/// The two 256-bit halves of `v` added.
+#[inline(always)]
+unsafe fn fold256(v: __m512i) -> __m256i {
+    _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1))
 }

@@ -60,7 +60,7 @@ unsafe fn shuf_q3k(i: usize) -> __m256i {
 }
 
 #[inline(always)]
-unsafe fn shuf_k4(i: usize) -> __m256i {
+pub(in crate::backend::cpu::dot) unsafe fn shuf_k4(i: usize) -> __m256i {
     ld256(SHUF_K4[i].as_ptr())
 }
 
@@ -355,13 +355,13 @@ pub(in crate::backend::cpu::dot) unsafe fn q4_k_x4_gemv<const V: bool>(n: usize,
 
 /// The two 128-bit halves of `a` added.
 #[inline(always)]
-unsafe fn fold128(a: __m256i) -> __m128i {
+pub(in crate::backend::cpu::dot) unsafe fn fold128(a: __m256i) -> __m128i {
     _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1))
 }
 
 /// Lane k: the sum of `a[k]`'s four lanes.
 #[inline(always)]
-unsafe fn hsum4_i32(a: [__m128i; 4]) -> __m128i {
+pub(in crate::backend::cpu::dot) unsafe fn hsum4_i32(a: [__m128i; 4]) -> __m128i {
     _mm_hadd_epi32(_mm_hadd_epi32(a[0], a[1]), _mm_hadd_epi32(a[2], a[3]))
 }
 
