@@ -320,8 +320,15 @@ impl CpuContext {
                 }
                 Op::HeadNorm { eps, head_dim, .. } => {
                     let x = &bufs[s.inputs[0]];
-                    y[..size].copy_from_slice(&x[..size]);
-                    ops::head_norm(&mut y[..size], &s.vector, *eps, *head_dim);
+                    let (w, yp) = (s.width, SyncPtr::new(&mut y[..size]));
+                    pool.for_chunks(s.rows, 8, |_, r| {
+                        for t in r {
+                            // SAFETY: one row per task.
+                            let yr = unsafe { yp.slice(t * w, w) };
+                            yr.copy_from_slice(&x[t * w..(t + 1) * w]);
+                            ops::head_norm(yr, &s.vector, *eps, *head_dim);
+                        }
+                    });
                 }
                 Op::HeadNormPlain { eps, head_dim, .. } => {
                     let x = &bufs[s.inputs[0]];
@@ -344,16 +351,21 @@ impl CpuContext {
                 Op::Rope { head_dim, rope, .. } => {
                     let table = self.rope_table(rope, &s.vector, &step.pos);
                     let x = &bufs[s.inputs[0]];
-                    y[..size].copy_from_slice(&x[..size]);
                     let half = rope.n_rot / 2;
-                    for (t, row) in y[..size].chunks_exact_mut(s.width).enumerate() {
-                        ops::rope_row(row, *head_dim, rope, &table[t * half..(t + 1) * half]);
-                        // llama.cpp multiplies the rotated Q by the temperature (`ggml_mul`).
-                        if let Some(temp) = rope.temp {
-                            let f = temp.factor(step.pos[t]);
-                            row.iter_mut().for_each(|v| *v *= f);
+                    let (w, yp) = (s.width, SyncPtr::new(&mut y[..size]));
+                    pool.for_chunks(s.rows, 8, |_, r| {
+                        for t in r {
+                            // SAFETY: one row per task.
+                            let row = unsafe { yp.slice(t * w, w) };
+                            row.copy_from_slice(&x[t * w..(t + 1) * w]);
+                            ops::rope_row(row, *head_dim, rope, &table[t * half..(t + 1) * half]);
+                            // llama.cpp multiplies the rotated Q by the temperature (`ggml_mul`).
+                            if let Some(temp) = rope.temp {
+                                let f = temp.factor(step.pos[t]);
+                                row.iter_mut().for_each(|v| *v *= f);
+                            }
                         }
-                    }
+                    });
                 }
                 Op::Attention { attn, .. } => {
                     let (q, k, v) = (&bufs[s.inputs[0]], &bufs[s.inputs[1]], &bufs[s.inputs[2]]);
