@@ -1,4 +1,6 @@
-// add_bias: y[t, i] = x[t, i] + b[i], b a float weight vector (f32 / f16 / bf16).
+// add_bias: y[t, i] = x[t, i] + b[i], b a float weight vector (f32 / f16 / bf16); scale_by with
+// the head that makes `combine` a product (the kernel table joins them). `combine(x, w)` comes
+// from the head.
 
 override WG: u32 = 256u;
 
@@ -18,6 +20,6 @@ struct Params {
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = linear_id(gid, nwg, WG);
     if (i < p.n) {
-        y[i] = x[i] + dq1(i % p.width);
+        y[i] = combine(x[i], dq1(i % p.width));
     }
 }

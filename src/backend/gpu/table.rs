@@ -246,7 +246,10 @@ pub static KERNELS: [KernelInfo; 24] = [
             "add_bias",
             &[U, R, R, RW],
             of::<params::AddBiasParams>(),
-            body(wgsl!("add_bias.wgsl")),
+            Wgsl {
+                head: Some("fn combine(x: f32, w: f32) -> f32 { return x + w; }\n"),
+                ..body(wgsl!("add_bias.wgsl"))
+            },
             cuda!("add_bias.cu"),
         )
     },
@@ -436,8 +439,12 @@ pub static KERNELS: [KernelInfo; 24] = [
             "scale_by",
             &[U, R, R, RW],
             of::<params::AddBiasParams>(),
-            body(wgsl!("scale_by.wgsl")),
-            cuda!("scale_by.cu"),
+            // add_bias's body with a product; the file on disk includes add_bias.cu.
+            Wgsl {
+                head: Some("fn combine(x: f32, w: f32) -> f32 { return x * w; }\n"),
+                ..body(wgsl!("add_bias.wgsl"))
+            },
+            concat!("#define MF_SCALE_BY 1\n", cuda!("add_bias.cu")),
         )
     },
 ];
