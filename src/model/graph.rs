@@ -189,6 +189,24 @@ pub struct Attn {
 }
 
 impl Attn {
+    /// Layer `layer`'s plain causal attention: `n_head` query heads over `n_head_kv` KV heads of
+    /// `head_dim` (K and V), scale 1/√head_dim, no window, cap, sinks or shared cache.
+    pub fn new(layer: usize, n_head: usize, n_head_kv: usize, head_dim: usize) -> Attn {
+        Attn {
+            layer,
+            n_head,
+            n_head_kv,
+            head_dim,
+            head_dim_v: head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window: None,
+            softcap: None,
+            flash: false,
+            sinks: false,
+            kv_from: None,
+        }
+    }
+
     /// The sink weight's name where the layer has sinks.
     pub fn sinks_weight(&self) -> Option<String> {
         self.sinks.then(|| format!("blk.{}.attn_sinks.weight", self.layer))

@@ -493,17 +493,11 @@ fn attention_matches_cpu_over_steps() {
             attention_graph(
                 n,
                 minfer::model::Attn {
-                    layer: 0,
-                    n_head,
-                    n_head_kv: n_kv,
-                    head_dim: hd,
-                    head_dim_v: hd,
                     scale: hp.attn_scale,
                     window,
                     softcap,
                     flash,
-                    sinks: false,
-                    kv_from: None,
+                    ..minfer::model::Attn::new(0, n_head, n_kv, hd)
                 },
             )
         };
@@ -797,17 +791,10 @@ fn attention_sinks_match_a_direct_computation_and_cpu() {
         attention_graph(
             n,
             minfer::model::Attn {
-                layer: 0,
-                n_head,
-                n_head_kv: n_kv,
-                head_dim: hd,
-                head_dim_v: hd,
                 scale: hp.attn_scale,
-                window: None,
-                softcap: None,
                 flash,
                 sinks,
-                kv_from: None,
+                ..minfer::model::Attn::new(0, n_head, n_kv, hd)
             },
         )
     };
@@ -913,17 +900,9 @@ fn gate_names_gemma4_shapes_the_kernels_cannot_take() {
         ],
     );
     let attn = |layer, kv_from, n_head_kv| minfer::model::Attn {
-        layer,
-        n_head: 2,
-        n_head_kv,
-        head_dim: 64,
-        head_dim_v: 64,
         scale: 1.0,
-        window: None,
-        softcap: None,
-        flash: false,
-        sinks: false,
         kv_from,
+        ..minfer::model::Attn::new(layer, 2, n_head_kv, 64)
     };
     let at = |a: minfer::model::Attn| Op::Attention {
         q: 0,

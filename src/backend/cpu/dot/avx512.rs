@@ -129,7 +129,7 @@ unsafe fn q4_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// `q4_k`'s, so every token gets the bits of its single dot.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn q4_k_x4_gemv(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
-    use avx2::{f16x2, f32u, fold128, hsum4_i32, k4_mins, k4_scales, shuf_k4};
+    use avx2::{f16x2, fold128, k4_scales, shuf_k4};
     let (x, y) = (w.as_ptr(), [a[0].as_ptr(), a[1].as_ptr(), a[2].as_ptr(), a[3].as_ptr()]);
     let m4 = _mm512_set1_epi8(0xF);
     let (mut sum, mut sum_m) = (_mm_setzero_ps(), _mm_setzero_ps());
@@ -154,27 +154,13 @@ unsafe fn q4_k_x4_gemv(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
                 *s = _mm512_dpwssd_epi32(*s, sc, _mm512_maddubs_epi16(qq, q8));
             }
         }
-        let yb = [
-            y[0].add(292 * i),
-            y[1].add(292 * i),
-            y[2].add(292 * i),
-            y[3].add(292 * i),
-        ];
-        let s4 = hsum4_i32([
+        let s = [
             fold128(fold256(sumi[0])),
             fold128(fold256(sumi[1])),
             fold128(fold256(sumi[2])),
             fold128(fold256(sumi[3])),
-        ]);
-        let m4s = hsum4_i32([
-            k4_mins(mins, yb[0]),
-            k4_mins(mins, yb[1]),
-            k4_mins(mins, yb[2]),
-            k4_mins(mins, yb[3]),
-        ]);
-        let dy = _mm_set_ps(f32u(yb[3]), f32u(yb[2]), f32u(yb[1]), f32u(yb[0]));
-        sum = _mm_fmadd_ps(_mm_cvtepi32_ps(s4), _mm_mul_ps(_mm_set1_ps(xd), dy), sum);
-        sum_m = _mm_fmadd_ps(_mm_cvtepi32_ps(m4s), _mm_mul_ps(_mm_set1_ps(xdmin), dy), sum_m);
+        ];
+        avx2::q4_k_x4_block_end(s, mins, y, i, (xd, xdmin), &mut sum, &mut sum_m);
     }
     let mut out = [0f32; 4];
     _mm_storeu_ps(out.as_mut_ptr(), _mm_sub_ps(sum, sum_m));

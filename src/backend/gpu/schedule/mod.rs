@@ -346,17 +346,9 @@ mod tests {
             }))
         };
         let attn = |layer, kv_from| crate::model::Attn {
-            layer,
-            n_head: 2,
-            n_head_kv: 1,
-            head_dim: 64,
-            head_dim_v: 64,
             scale: 1.0,
-            window: None,
-            softcap: None,
-            flash: false,
-            sinks: false,
             kv_from,
+            ..crate::model::Attn::new(layer, 2, 1, 64)
         };
         let at = |a| Op::Attention {
             q: 0,

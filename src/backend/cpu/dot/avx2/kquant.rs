@@ -330,27 +330,43 @@ pub(in crate::backend::cpu::dot) unsafe fn q4_k_x4_gemv<const V: bool>(n: usize,
                 *s = madd_acc::<V>(*s, sh, _mm256_maddubs_epi16(hi, ld256(q8.add(32))));
             }
         }
-        let yb = [
-            y[0].add(292 * i),
-            y[1].add(292 * i),
-            y[2].add(292 * i),
-            y[3].add(292 * i),
-        ];
-        // Lane k: token k's block sums (i32 sums are exact in any order).
-        let s4 = hsum4_i32([fold128(sumi[0]), fold128(sumi[1]), fold128(sumi[2]), fold128(sumi[3])]);
-        let m4 = hsum4_i32([
-            k4_mins(mins, yb[0]),
-            k4_mins(mins, yb[1]),
-            k4_mins(mins, yb[2]),
-            k4_mins(mins, yb[3]),
-        ]);
-        let dy = _mm_set_ps(f32u(yb[3]), f32u(yb[2]), f32u(yb[1]), f32u(yb[0]));
-        sum = _mm_fmadd_ps(_mm_cvtepi32_ps(s4), _mm_mul_ps(_mm_set1_ps(xd), dy), sum);
-        sum_m = _mm_fmadd_ps(_mm_cvtepi32_ps(m4), _mm_mul_ps(_mm_set1_ps(xdmin), dy), sum_m);
+        let s = [fold128(sumi[0]), fold128(sumi[1]), fold128(sumi[2]), fold128(sumi[3])];
+        q4_k_x4_block_end(s, mins, y, i, (xd, xdmin), &mut sum, &mut sum_m);
     }
     let mut out = [0f32; 4];
     _mm_storeu_ps(out.as_mut_ptr(), _mm_sub_ps(sum, sum_m));
     out
+}
+
+/// The end of q4_K block `i` for four tokens: `s[k]`, token k's quant sums in four lanes, and
+/// its mins' sums (i32, exact in any order) scaled into lane k of the two f32 chains as
+/// `q4_k` scales them (`fma(Σ, d·dy, sum)`).
+#[inline(always)]
+pub(in crate::backend::cpu::dot) unsafe fn q4_k_x4_block_end(
+    s: [__m128i; 4],
+    mins: __m128i,
+    y: [*const u8; 4],
+    i: usize,
+    (xd, xdmin): (f32, f32),
+    sum: &mut __m128,
+    sum_m: &mut __m128,
+) {
+    let yb = [
+        y[0].add(292 * i),
+        y[1].add(292 * i),
+        y[2].add(292 * i),
+        y[3].add(292 * i),
+    ];
+    let s4 = hsum4_i32(s);
+    let m4 = hsum4_i32([
+        k4_mins(mins, yb[0]),
+        k4_mins(mins, yb[1]),
+        k4_mins(mins, yb[2]),
+        k4_mins(mins, yb[3]),
+    ]);
+    let dy = _mm_set_ps(f32u(yb[3]), f32u(yb[2]), f32u(yb[1]), f32u(yb[0]));
+    *sum = _mm_fmadd_ps(_mm_cvtepi32_ps(s4), _mm_mul_ps(_mm_set1_ps(xd), dy), *sum);
+    *sum_m = _mm_fmadd_ps(_mm_cvtepi32_ps(m4), _mm_mul_ps(_mm_set1_ps(xdmin), dy), *sum_m);
 }
 
 /// The two 128-bit halves of `a` added.
