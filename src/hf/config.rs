@@ -181,19 +181,7 @@ fn gemma3(c: &Fields, md: &mut Metadata, x: &mut Extras) -> Result<()> {
         md.insert("gemma3.attention.sliding_window", Value::U64(w));
     }
     // Newer configs list every layer's type; older ones give the period of the pattern.
-    if let Some(types) = c.0.get("layer_types").filter(|v| !v.is_null()) {
-        let arr = types.as_array().ok_or_else(|| err("layer_types", "is not an array"))?;
-        let swa = arr
-            .iter()
-            .map(|t| match t.as_str() {
-                Some("sliding_attention") => Ok(true),
-                Some("full_attention") => Ok(false),
-                _ => Err(err(
-                    "layer_types",
-                    format!("entry {t} is not sliding_attention/full_attention"),
-                )),
-            })
-            .collect::<Result<Vec<bool>>>()?;
+    if let Some(swa) = layer_types(c)? {
         // The GGUF converter writes the period; keep it where the types have one.
         if let Some(p) = swa.iter().position(|s| !s) {
             let period = p + 1;

@@ -211,32 +211,20 @@ pub fn write_tiny(dir: &Path, arch: Arch, qtype: QType, edit: impl FnOnce(&mut V
         vecs.push(("rope_freqs.weight".into(), HEAD_DIM / 2));
     }
     edit(&mut mats);
-    for (name, shape) in &mats {
-        let n: u64 = shape.iter().product();
-        let ty = if (shape[0] as usize).is_multiple_of(qtype.block_elems()) {
-            qtype
-        } else {
-            QType::F32
-        };
-        w.add_f32(name, ty, shape, &values(name, n as usize, 0.5)).unwrap();
-    }
     for (name, shape) in &floats {
         let n: u64 = shape.iter().product();
         w.add_f32(name, QType::F32, shape, &values(name, n as usize, 0.5))
             .unwrap();
     }
-    // A vector `edit` moved into the matrices (to reshape it) is written once, as edited.
-    for (name, n) in vecs.iter().filter(|(v, _)| !mats.iter().any(|(m, _)| m == v)) {
-        let v: Vec<f32> = values(name, *n, 0.2).iter().map(|x| 1.0 + x).collect();
-        w.add_f32(name, QType::F32, &[*n as u64], &v).unwrap();
-    }
+    add_tensors(&mut w, qtype, &mats, &vecs);
     let path = dir.join(format!("tiny-{a}-{}.gguf", qtype.name()));
     w.write(&path).unwrap();
     path
 }
 
-/// Writes `names` as `qtype` matrices (F32 where a row is not whole blocks) and `vecs` as
-/// 1 + small values.
+/// Writes `mats` as `qtype` matrices (F32 where a row is not whole blocks) and `vecs` as
+/// 1 + small values; a vector an `edit` moved into the matrices (to reshape it) is written
+/// once, as edited.
 fn add_tensors(w: &mut GgufWriter, qtype: QType, mats: &[(String, Vec<u64>)], vecs: &[(String, usize)]) {
     for (name, shape) in mats {
         let n: u64 = shape.iter().product();
