@@ -157,7 +157,7 @@ fn random_hf_models_match_transformers() {
 }
 
 /// The HF name of a canonical GGUF name in `arch`'s checkpoints (the inverse of `hf::names`).
-fn hf_name(arch: &str, canonical: &str) -> String {
+pub fn hf_name(arch: &str, canonical: &str) -> String {
     match canonical {
         "token_embd.weight" => return "model.embed_tokens.weight".into(),
         "output_norm.weight" => return "model.norm.weight".into(),
@@ -184,6 +184,16 @@ fn hf_name(arch: &str, canonical: &str) -> String {
         ("olmo2", "post_ffw_norm") => "post_feedforward_layernorm",
         ("glm4", "post_attention_norm") => "post_self_attn_layernorm",
         ("glm4", "post_ffw_norm") => "post_mlp_layernorm",
+        // The MoE families' non-expert tensors (`hf_moe` rebuilds their checkpoints).
+        ("gpt-oss", "attn_sinks") => return format!("model.layers.{n}.self_attn.sinks"),
+        ("gpt-oss", "post_attention_norm") => "post_attention_layernorm",
+        ("gpt-oss", "ffn_gate_inp") => "mlp.router",
+        ("mixtral", "ffn_gate_inp") => "block_sparse_moe.gate",
+        (_, "ffn_gate_inp") => "mlp.gate",
+        (_, "ffn_gate_shexp") => "mlp.shared_expert.gate_proj",
+        (_, "ffn_up_shexp") => "mlp.shared_expert.up_proj",
+        (_, "ffn_down_shexp") => "mlp.shared_expert.down_proj",
+        (_, "ffn_gate_inp_shexp") => "mlp.shared_expert_gate",
         _ => panic!("{arch}: no HF name for {canonical}"),
     };
     format!("model.layers.{n}.{hf}.{kind}")

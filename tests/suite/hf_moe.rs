@@ -11,7 +11,7 @@ use minfer::hf::HfDir;
 use minfer::model::RopeMode;
 
 use crate::common;
-use crate::hf::{copy_side_files, ids, logits, max_abs_diff, open, write_safetensors, StTensor, TempDir};
+use crate::hf::{copy_side_files, hf_name, ids, logits, max_abs_diff, open, write_safetensors, StTensor, TempDir};
 
 tests![
     moe_hf_dirs_rebuilt_from_gguf_match_gguf_and_transformers,
@@ -38,39 +38,6 @@ const CASES: [(&str, Layout); 4] = [
     ("qwen2moe", Layout::Fused),
     ("gpt-oss", Layout::GptOss),
 ];
-
-/// The HF name of a non-expert GGUF tensor of these families.
-fn hf_name(arch: &str, canonical: &str) -> String {
-    match canonical {
-        "token_embd.weight" => return "model.embed_tokens.weight".into(),
-        "output_norm.weight" => return "model.norm.weight".into(),
-        "output.weight" => return "lm_head.weight".into(),
-        _ => {}
-    }
-    let (n, tail) = canonical.strip_prefix("blk.").unwrap().split_once('.').unwrap();
-    let (stem, kind) = tail.rsplit_once('.').unwrap();
-    let hf = match (arch, stem) {
-        (_, "attn_norm") => "input_layernorm",
-        (_, "attn_q") => "self_attn.q_proj",
-        (_, "attn_k") => "self_attn.k_proj",
-        (_, "attn_v") => "self_attn.v_proj",
-        (_, "attn_output") => "self_attn.o_proj",
-        (_, "attn_q_norm") => "self_attn.q_norm",
-        (_, "attn_k_norm") => "self_attn.k_norm",
-        ("gpt-oss", "attn_sinks") => return format!("model.layers.{n}.self_attn.sinks"),
-        ("gpt-oss", "post_attention_norm") => "post_attention_layernorm",
-        (_, "ffn_norm") => "post_attention_layernorm",
-        ("gpt-oss", "ffn_gate_inp") => "mlp.router",
-        ("mixtral", "ffn_gate_inp") => "block_sparse_moe.gate",
-        (_, "ffn_gate_inp") => "mlp.gate",
-        (_, "ffn_gate_shexp") => "mlp.shared_expert.gate_proj",
-        (_, "ffn_up_shexp") => "mlp.shared_expert.up_proj",
-        (_, "ffn_down_shexp") => "mlp.shared_expert.down_proj",
-        (_, "ffn_gate_inp_shexp") => "mlp.shared_expert_gate",
-        _ => panic!("{arch}: no HF name for {canonical}"),
-    };
-    format!("model.layers.{n}.{hf}.{kind}")
-}
 
 /// convert_hf_to_gguf's Q/K permute undone: GGUF row h·hd + 2i + s is HF row h·hd + s·hd/2 + i.
 fn unpermute(bytes: &mut [u8], row_bytes: usize, heads: usize) {
