@@ -73,6 +73,18 @@ pub struct Tensor {
 }
 
 impl Tensor {
+    /// An F32 tensor holding `values` (`shape` in ggml order), in memory rather than a file.
+    pub fn from_f32(name: &str, shape: &[u64], values: &[f32]) -> Tensor {
+        Tensor {
+            name: name.into(),
+            qtype: QType::F32,
+            shape: shape.to_vec(),
+            data: Bytes::from_vec(bytemuck::cast_slice(values).to_vec()),
+            part: 0,
+            file_offset: 0,
+        }
+    }
+
     pub fn n_elements(&self) -> u64 {
         self.shape.iter().product()
     }

@@ -218,8 +218,6 @@ mod tests {
     /// finite and equal to the chosen experts' products.
     #[test]
     fn matmul_id_reads_only_the_chosen_experts() {
-        use crate::quant::QType;
-        use crate::tensor::Bytes;
         let (n_in, n_out, n_expert, k) = (64, 8, 4, 2);
         let mut w: Vec<f32> = (0..n_in * n_out * n_expert)
             .map(|i| ((i * 37) % 17) as f32 / 17.0 - 0.5)
@@ -227,14 +225,7 @@ mod tests {
         for e in [0, 2] {
             w[e * n_in * n_out..(e + 1) * n_in * n_out].fill(f32::NAN);
         }
-        let t = Tensor {
-            name: "exps".into(),
-            qtype: QType::F32,
-            shape: vec![n_in as u64, n_out as u64, n_expert as u64],
-            data: Bytes::from_vec(bytemuck::cast_slice(&w).to_vec()),
-            part: 0,
-            file_offset: 0,
-        };
+        let t = Tensor::from_f32("exps", &[n_in as u64, n_out as u64, n_expert as u64], &w);
         let experts = expert_views(&t).unwrap();
         let x: Vec<f32> = (0..2 * n_in).map(|i| (i % 7) as f32 - 3.0).collect();
         let route = [3.0, 1.0, 0.5, 0.5, 1.0, 3.0, 0.5, 0.5];

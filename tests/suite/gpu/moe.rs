@@ -7,7 +7,7 @@ use minfer::backend::gpu::kernels::{act_qtype, WEIGHT_QTYPES};
 use minfer::model::{Gating, Op};
 use minfer::quant::QType;
 
-use minfer::tensor::{Bytes, Tensor};
+use minfer::tensor::Tensor;
 
 use super::{cpu, get_rows, gpus, graph, hparams, model, nmse, node, run_at, tensor};
 
@@ -170,14 +170,7 @@ fn the_expert_matmul_reads_only_the_chosen_experts() {
     for e in (0..n_expert).filter(|e| !chosen.contains(e)) {
         w[e * n_in * n_out..(e + 1) * n_in * n_out].fill(f32::NAN);
     }
-    let experts = Tensor {
-        name: "w".into(),
-        qtype: QType::F32,
-        shape: vec![n_in as u64, n_out as u64, n_expert as u64],
-        data: Bytes::from_vec(bytemuck::cast_slice(&w).to_vec()),
-        part: 0,
-        file_offset: 0,
-    };
+    let experts = Tensor::from_f32("w", &[n_in as u64, n_out as u64, n_expert as u64], &w);
     // Route rows: the chosen experts in a row-dependent order, then their weights.
     let route: Vec<f32> = (0..rows)
         .flat_map(|r| {
@@ -186,14 +179,7 @@ fn the_expert_matmul_reads_only_the_chosen_experts() {
             ids.chain(ws).collect::<Vec<_>>()
         })
         .collect();
-    let rt = Tensor {
-        name: "rt".into(),
-        qtype: QType::F32,
-        shape: vec![2 * k as u64, rows as u64],
-        data: Bytes::from_vec(bytemuck::cast_slice(&route).to_vec()),
-        part: 0,
-        file_offset: 0,
-    };
+    let rt = Tensor::from_f32("rt", &[2 * k as u64, rows as u64], &route);
     let mdl = model(
         hparams(n_out, 1, 1, 64),
         vec![experts, rt, tensor("inp", QType::F32, n_in, rows, 3, 1.0)],
