@@ -40,6 +40,8 @@ pub struct Args {
     /// `-pps`: the sequences share one prompt (evaluated once, then forked).
     pub pp_shared: bool,
     pub n_batch: usize,
+    /// `-fa`: flash-attention numerics.
+    pub flash_attn: bool,
 }
 
 struct Record {
@@ -158,6 +160,8 @@ fn session(
     for line in &s.log {
         eprintln!("{line}");
     }
+    let mut s = s;
+    s.set_flash_attn(args.flash_attn);
     Ok(Some(s))
 }
 
@@ -240,6 +244,7 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
                     "n_prompt": r.n_prompt,
                     "n_gen": r.n_gen,
                     "n_depth": r.n_depth,
+                    "flash_attn": args.flash_attn,
                     "avg_ns": avg_ns as u64,
                     "stddev_ns": stddev_ns as u64,
                     "avg_ts": avg_ts,
@@ -252,19 +257,20 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    println!("| model | size | params | backend | threads | test | t/s |");
-    println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
+    println!("| model | size | params | backend | threads | fa | test | t/s |");
+    println!("| --- | ---: | ---: | --- | ---: | -: | ---: | ---: |");
     let params = model.weights.values().map(|t| t.n_elements()).sum::<u64>();
     for r in &records {
         let (avg, sd) = mean_std(&r.samples_ts());
         println!(
-            "| {} {} | {:.2} MiB | {:.2} M | {} | {} | {} | {avg:.2} ± {sd:.2} |",
+            "| {} {} | {:.2} MiB | {:.2} M | {} | {} | {} | {} | {avg:.2} ± {sd:.2} |",
             model.arch.name(),
             name,
             model.file_bytes as f64 / (1 << 20) as f64,
             params as f64 / 1e6,
             r.backend,
             r.n_threads,
+            u8::from(args.flash_attn),
             r.test_name()
         );
     }

@@ -444,6 +444,9 @@ enum Cmd {
         /// Tokens per forward
         #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
         n_batch: usize,
+        /// Flash-attention numerics (llama-bench's `-fa 1`, its CPU default)
+        #[arg(long = "flash-attn", visible_alias = "fa")]
+        flash_attn: bool,
     },
 }
 
@@ -715,6 +718,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             ntg,
             pp_shared,
             n_batch,
+            flash_attn,
         } => {
             if n_batch == 0 {
                 bail!("--batch-size must be at least 1");
@@ -744,6 +748,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                     ntg,
                     pp_shared,
                     n_batch,
+                    flash_attn,
                 },
             )
         }

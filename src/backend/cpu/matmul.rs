@@ -10,8 +10,8 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::dot::{
-    act_type, block_sums, DotFn, DotR2Fn, DotX4Fn, Isa, BLOCK_SUM_BYTES, PANEL_BLOCK_BYTES, PANEL_ROWS,
-    TILED_MIN_TOKENS,
+    act_type, block_sums, DotFn, DotR2Fn, DotX4Fn, Isa, KPanel, KTileFn, BLOCK_SUM_BYTES, K4_PANEL_BLOCK_BYTES,
+    PANEL_BLOCK_BYTES, PANEL_ROWS, TILED_MIN_TOKENS,
 };
 use super::pool::{Pool, SyncPtr};
 use crate::tensor::Tensor;
@@ -128,6 +128,12 @@ pub fn matmul(
         }
     };
     let mut work: Vec<Work> = Vec::new();
+    // With q4_K panels, the tokens of the 4-token order and of the single order, for the
+    // rows in whole panels (`work` still covers the rest).
+    let k_panel = kernels
+        .k_panel(w.qtype)
+        .filter(|_| gemm.is_none() && n >= MIN_GEMM_TOKENS);
+    let (mut panel_quads, mut panel_singles) = (Vec::new(), Vec::new());
     match gemm {
         Some(g) => work.extend((0..n).map(|t| Work::One(g.row, g.row2, t))),
         None => {
@@ -148,6 +154,9 @@ pub fn matmul(
                             Some(dot4) => {
                                 let q = rows.len() / 4 * 4;
                                 quads_then_singles(&mut work, &rows[..q], kernels.dot(w.qtype), None, Some(dot4));
+                                if k_panel.is_some() {
+                                    panel_quads.extend_from_slice(&rows[..q]);
+                                }
                                 q
                             }
                             None => 0,
@@ -157,6 +166,9 @@ pub fn matmul(
                 }
             }
             shared.sort_unstable();
+            if k_panel.is_some() {
+                panel_singles.clone_from(&shared);
+            }
             quads_then_singles(
                 &mut work,
                 &shared,
@@ -192,7 +204,53 @@ pub fn matmul(
                 }
             });
         }
+        if let Some(kp) = k_panel {
+            let r0 = rows.start;
+            rows.start += rows.len() / PANEL_ROWS * PANEL_ROWS;
+            let lists = [
+                (kp.quads, &panel_quads[..], &panel_quads[..]),
+                (kp.singles, &panel_singles[..], &panel_singles[..]),
+            ];
+            // SAFETY: rows are disjoint between tasks, so are the outputs.
+            unsafe { k_panel_band(kp, k, wb, wrb, r0..rows.start, act, arb, &lists, &yp, m) };
+        }
         by_row(&work, k, m, wb, wrb, act, arb, rows, &yp);
+    });
+}
+
+/// Rows `rows` (whole panels) of y = x·Wᵀ through q4_K panels: for each list (tile, tokens,
+/// outs), the activation row of `tokens[i]` into output row `outs[i]` (`m` wide).
+///
+/// # Safety
+/// No other thread writes these rows of those outputs meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn k_panel_band(
+    kp: KPanel,
+    k: usize,
+    wb: &[u8],
+    wrb: usize,
+    rows: Range<usize>,
+    act: &[u8],
+    arb: usize,
+    lists: &[(KTileFn, &[usize], &[usize])],
+    yp: &SyncPtr<f32>,
+    m: usize,
+) {
+    PANEL.with_borrow_mut(|panel| {
+        panel.resize(k / 256 * K4_PANEL_BLOCK_BYTES, 0);
+        for r in rows.step_by(PANEL_ROWS) {
+            (kp.pack)(k, &wb[r * wrb..], wrb, panel);
+            for &(tile, tokens, outs) in lists {
+                for (chunk, outs) in tokens.chunks(TILE_TOKENS).zip(outs.chunks(TILE_TOKENS)) {
+                    let mut out = [[0f32; PANEL_ROWS]; TILE_TOKENS];
+                    tile(k, panel, act, arb, chunk, &mut out[..chunk.len()]);
+                    for (&o, v) in outs.iter().zip(&out) {
+                        // SAFETY: the caller's.
+                        unsafe { yp.slice(o * m + r, PANEL_ROWS) }.copy_from_slice(v);
+                    }
+                }
+            }
+        }
     });
 }
 
@@ -314,6 +372,64 @@ mod tests {
                                 assert!(
                                     (got - want).abs() <= 1e-4 * want.abs().max(1.0),
                                     "{isa} {qtype} m={m} n={n} y[{t}][{r}] = {got}, scalar {want}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// q4_K's panels give each token the bits of the row kernel its place calls for: the
+    /// 4-token kernel for a group's whole fours, the single dot for the rest (and for every
+    /// token of one-token groups, as the expert matmul runs them).
+    #[test]
+    fn q4_k_panels_keep_the_row_kernels_bits() {
+        let pool = Pool::new(2);
+        let val = |i: usize, s: usize| ((i * s + 7) % 1013) as f32 / 506.0 - 1.0;
+        let k = 512;
+        for isa in ["avx2", "avx512"] {
+            let Ok(kernels) = Isa::for_isa(isa) else { continue };
+            assert!(kernels.k_panel(QType::Q4K).is_some(), "{isa} has q4_K panels");
+            let (dot, dot4) = (kernels.dot(QType::Q4K), kernels.dot_x4(QType::Q4K).unwrap());
+            for m in [8, 21, 45] {
+                let data = QType::Q4K.quantize_to_vec(&(0..k * m).map(|i| val(i, 2654435761)).collect::<Vec<_>>());
+                let w = Tensor {
+                    name: "w".into(),
+                    qtype: QType::Q4K,
+                    shape: vec![k as u64, m as u64],
+                    data: Bytes::from_vec(data.unwrap()),
+                    part: 0,
+                    file_offset: 0,
+                };
+                for n in [2, 3, 5, 11, 70] {
+                    let x: Vec<f32> = (0..n * k).map(|i| val(i, 40503)).collect();
+                    let arb = k / 256 * 292;
+                    let mut a = vec![0u8; n * arb];
+                    for t in 0..n {
+                        kernels.quantize_act(QType::Q8K, &x[t * k..(t + 1) * k], &mut a[t * arb..(t + 1) * arb]);
+                    }
+                    let singletons = Groups {
+                        groups: (0..n).map(|t| vec![t]).collect(),
+                    };
+                    for (groups, quads) in [(None, n / 4 * 4), (Some(&singletons), 0)] {
+                        let mut y = vec![f32::NAN; n * m];
+                        matmul(&pool, kernels, &w, &x, n, &mut y, &mut Vec::new(), groups);
+                        for t in 0..n {
+                            let at = &a[t * arb..(t + 1) * arb];
+                            for r in 0..m {
+                                let wr = &w.bytes()[r * w.row_bytes()..(r + 1) * w.row_bytes()];
+                                let want = if t < quads {
+                                    dot4(k, wr, [at; 4])[0]
+                                } else {
+                                    dot(k, wr, at)
+                                };
+                                let got = y[t * m + r];
+                                assert_eq!(
+                                    got.to_bits(),
+                                    want.to_bits(),
+                                    "{isa} m={m} n={n} quads={quads} y[{t}][{r}] = {got}, row kernel {want}"
                                 );
                             }
                         }

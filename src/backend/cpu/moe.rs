@@ -5,10 +5,10 @@
 //! A route row is `[id_0 … id_{k-1}, w_0 … w_{k-1}]`: the chosen experts best first, their
 //! ids as f32 (exact: ids are below 2^24), then their weights.
 
-use super::dot::Isa;
+use super::dot::{act_type, Isa, KPanel, PANEL_ROWS};
 use super::matmul::{self, Groups};
 use super::ops;
-use super::pool::Pool;
+use super::pool::{Pool, SyncPtr};
 use crate::error::{Error, Result};
 use crate::model::Gating;
 use crate::tensor::Tensor;
@@ -87,6 +87,12 @@ pub fn matmul_id(
             slots[expert_of(r, j, experts.len())?].push((t, j));
         }
     }
+    if let Some(kp) = kernels.k_panel(first.qtype) {
+        if rows >= 2 && experts.iter().all(|e| e.qtype == first.qtype && e.shape == first.shape) {
+            panels(pool, kernels, kp, experts, x, per_slot, &slots, rows, k, y, act);
+            return Ok(());
+        }
+    }
     let mut xs: Vec<f32> = Vec::new();
     let mut ys: Vec<f32> = Vec::new();
     for (w, slots) in experts.iter().zip(&slots) {
@@ -110,6 +116,88 @@ pub fn matmul_id(
         }
     }
     Ok(())
+}
+
+/// `matmul_id` through q4_K panels, in one pass over every chosen expert: the input rows are
+/// quantized once (not once per expert), each expert's panels run against the activation rows
+/// of the tokens that chose it, and every product lands in its slot's output row directly.
+#[allow(clippy::too_many_arguments)]
+fn panels(
+    pool: &Pool,
+    kernels: &Isa,
+    kp: KPanel,
+    experts: &[Tensor],
+    x: &[f32],
+    per_slot: bool,
+    slots: &[Vec<(usize, usize)>],
+    rows: usize,
+    k: usize,
+    y: &mut [f32],
+    act: &mut Vec<u8>,
+) {
+    let (n_in, n_out) = (experts[0].row_len(), experts[0].n_rows());
+    let at = act_type(experts[0].qtype);
+    let arb = n_in / at.block_elems() * at.block_bytes();
+    // Input rows: one per token, or one per slot for a per-slot input (the down projection).
+    let n_x = if per_slot { rows * k } else { rows };
+    act.resize(n_x * arb, 0);
+    let ap = SyncPtr::new(&mut act[..]);
+    pool.for_chunks(n_x, 4, |_, r| {
+        for i in r {
+            // SAFETY: each activation row is written by one task.
+            kernels.quantize_act(at, &x[i * n_in..(i + 1) * n_in], unsafe { ap.slice(i * arb, arb) });
+        }
+    });
+    let act = &act[..];
+    // Per chosen expert: its tokens' activation rows and their slots' output rows.
+    let lists: Vec<(usize, Vec<usize>, Vec<usize>)> = slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(e, s)| {
+            let ins = s.iter().map(|&(t, j)| if per_slot { t * k + j } else { t }).collect();
+            (e, ins, s.iter().map(|&(t, j)| t * k + j).collect())
+        })
+        .collect();
+    // Units: each expert's whole panels, then its last rows (one unit) where there are some.
+    let n_panels = n_out / PANEL_ROWS;
+    let per_expert = n_panels + usize::from(!n_out.is_multiple_of(PANEL_ROWS));
+    let yp = SyncPtr::new(y);
+    let dot = kernels.dot(experts[0].qtype);
+    pool.for_chunks(lists.len() * per_expert, 1, |_, units| {
+        for u in units {
+            let (e, ins, outs) = &lists[u / per_expert];
+            let (w, p) = (&experts[*e], u % per_expert);
+            let (wb, wrb) = (w.bytes(), w.row_bytes());
+            if p < n_panels {
+                let band = p * PANEL_ROWS..(p + 1) * PANEL_ROWS;
+                // SAFETY: each (expert, band) is one unit, and an output row belongs to one
+                // slot, which chose one expert.
+                unsafe {
+                    matmul::k_panel_band(
+                        kp,
+                        n_in,
+                        wb,
+                        wrb,
+                        band,
+                        act,
+                        arb,
+                        &[(kp.singles, ins, outs)],
+                        &yp,
+                        n_out,
+                    )
+                };
+            } else {
+                for (&i, &o) in ins.iter().zip(outs) {
+                    let a = &act[i * arb..(i + 1) * arb];
+                    for r in n_panels * PANEL_ROWS..n_out {
+                        // SAFETY: as above.
+                        unsafe { *yp.0.add(o * n_out + r) = dot(n_in, &wb[r * wrb..(r + 1) * wrb], a) };
+                    }
+                }
+            }
+        }
+    });
 }
 
 /// `y[t, j] = x[t, j] + bias[e]` (`bias` `[n_expert][width]`, `x`, `y` `[rows, k, width]`).
@@ -191,6 +279,7 @@ pub fn expert_views(t: &Tensor) -> Result<Vec<Tensor>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::QType;
 
     /// Softmax routing with renormalisation against a direct computation.
     #[test]
@@ -251,6 +340,69 @@ mod tests {
                 let want: f32 = row.iter().zip(&x[t * n_in..(t + 1) * n_in]).map(|(a, b)| a * b).sum();
                 let got = y[slot * n_out + r];
                 assert!((got - want).abs() <= 1e-4, "slot {slot} row {r}: {got} vs {want}");
+            }
+        }
+    }
+
+    /// The q4_K expert matmul (panels over every chosen expert, and rows past the last
+    /// panel) gives each slot the bits of the single dot, for a shared and a per-slot input.
+    #[test]
+    fn q4_k_expert_matmul_is_the_single_dot_bit_for_bit() {
+        let (n_in, n_out, n_expert, k, rows) = (512, 20, 4, 2, 7);
+        let val = |i: usize, s: usize| ((i * s + 7) % 1013) as f32 / 506.0 - 1.0;
+        let w: Vec<f32> = (0..n_in * n_out * n_expert).map(|i| val(i, 2654435761)).collect();
+        let data = QType::Q4K.quantize_to_vec(&w).unwrap();
+        let t = Tensor {
+            data: crate::tensor::Bytes::from_vec(data),
+            qtype: QType::Q4K,
+            ..Tensor::from_f32("exps", &[n_in as u64, n_out as u64, n_expert as u64], &[])
+        };
+        let experts = expert_views(&t).unwrap();
+        // Expert 2 is nobody's choice.
+        let route: Vec<f32> = (0..rows)
+            .flat_map(|t| {
+                let (a, b) = [(0, 1), (3, 0), (1, 3)][t % 3];
+                [a as f32, b as f32, 0.5, 0.5]
+            })
+            .collect();
+        let pool = Pool::new(2);
+        for isa in ["avx2", "avx512"] {
+            let Ok(kernels) = Isa::for_isa(isa) else { continue };
+            let dot = kernels.dot(QType::Q4K);
+            for per_slot in [false, true] {
+                let x_width = if per_slot { k * n_in } else { n_in };
+                let x: Vec<f32> = (0..rows * x_width).map(|i| val(i, 40503)).collect();
+                let mut y = vec![f32::NAN; rows * k * n_out];
+                matmul_id(
+                    &pool,
+                    kernels,
+                    &experts,
+                    &x,
+                    x_width,
+                    &route,
+                    rows,
+                    k,
+                    &mut y,
+                    &mut Vec::new(),
+                )
+                .unwrap();
+                let mut a = vec![0u8; n_in / 256 * 292];
+                for slot in 0..rows * k {
+                    let (t, j) = (slot / k, slot % k);
+                    let off = t * x_width + if per_slot { j * n_in } else { 0 };
+                    kernels.quantize_act(QType::Q8K, &x[off..off + n_in], &mut a);
+                    let e = experts[route[t * 2 * k + j] as usize].bytes();
+                    let rb = e.len() / n_out;
+                    for r in 0..n_out {
+                        let want = dot(n_in, &e[r * rb..(r + 1) * rb], &a);
+                        let got = y[slot * n_out + r];
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{isa} per_slot={per_slot} slot {slot} row {r}"
+                        );
+                    }
+                }
             }
         }
     }

@@ -34,6 +34,7 @@ pub(super) static KERNELS: Isa = Isa {
     dot_r2: r2_table(inst::DOT_R2),
     tiled: tiled_table(inst::TILED),
     gemm: gemm_table(inst::GEMM, true),
+    q4_k_panel: Some(inst::K4_PANEL),
     // SAFETY (these and every kernel below): the table is handed out only where `supported()`.
     q8_0: |x, out| unsafe { avx2::quantize_q8_0(x, out) },
     q8_1: |x, out| unsafe { avx2::quantize_q8_1(x, out) },
@@ -42,7 +43,9 @@ pub(super) static KERNELS: Isa = Isa {
 
 mod inst {
     use super::super::avx2::*;
-    use super::super::{dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn, DotFn, DotR2Fn, DotX4Fn, Gemm, PANEL_ROWS};
+    use super::super::{
+        dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn, k_panel_fn, DotFn, DotR2Fn, DotX4Fn, Gemm, KPanel, PANEL_ROWS,
+    };
     use crate::quant::QType;
 
     instantiate!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni", true);

@@ -89,6 +89,69 @@ pub struct Gemm {
     pub row2: Option<DotR2Fn>,
 }
 
+/// Bytes of a q4_K panel per 256-element block ([`KPanel`]).
+pub const K4_PANEL_BLOCK_BYTES: usize = 1472;
+
+/// One q4_K panel × the listed tokens: `out[i][r]` = row r · token `tokens[i]`, whose q8_K
+/// activation row starts at `act[tokens[i] * arb]`.
+pub type KTileFn = fn(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; PANEL_ROWS]]);
+
+/// The prefill micro-kernels of q4_K (ggml's repacked `q4_K_8x8` on x86): [`PANEL_ROWS`]
+/// rows decoded once into a panel (scales and mins widened, quants interleaved by groups of 4
+/// bytes, nibbles packed), so that one `vpdpbusd` of a panel group with a broadcast activation
+/// group advances all 8 rows and no horizontal sum is left. Each (row, token) keeps the f32
+/// chains of one of the row kernels, so a token's bits do not depend on the panel:
+/// `quads` those of [`Isa::dot_x4`] (the tokens of a group's whole fours, ggml's GEMM order),
+/// `singles` those of [`Isa::dot`] (the rest, its GEMV order).
+#[derive(Clone, Copy)]
+pub struct KPanel {
+    pub pack: PackFn,
+    pub quads: KTileFn,
+    pub singles: KTileFn,
+}
+
+/// Bounds of a q4_K panel tile: the panel, the listed activation rows, the outputs.
+#[inline(always)]
+fn check_k_tile(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: usize) {
+    let ab = row_bytes(QType::Q8K, n);
+    let last = tokens.iter().copied().max();
+    assert!(
+        n.is_multiple_of(256)
+            && panel.len() >= n / 256 * K4_PANEL_BLOCK_BYTES
+            && arb >= ab
+            && out >= tokens.len()
+            && last.is_none_or(|t| act.len() >= t * arb + ab),
+        "q4_K tile of {} tokens × {n}: panel {} bytes, activations {} bytes {arb} apart, {out} outputs",
+        tokens.len(),
+        panel.len(),
+        act.len()
+    );
+}
+
+/// The [`KPanel`] of q4_K from its `unsafe` bodies (CPU-feature precondition), bounds-checked.
+macro_rules! k_panel_fn {
+    ($pack:path, $quads:path, $singles:path) => {{
+        fn pack(n: usize, w: &[u8], stride: usize, panel: &mut [u8]) {
+            use $crate::backend::cpu::dot::K4_PANEL_BLOCK_BYTES;
+            $crate::backend::cpu::dot::check_rows(n, w, stride, $crate::quant::QType::Q4K);
+            assert!(n.is_multiple_of(256) && panel.len() >= n / 256 * K4_PANEL_BLOCK_BYTES);
+            // SAFETY: as in `dot_fn!`.
+            unsafe { $pack(n, w, stride, panel) }
+        }
+        fn quads(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; 8]]) {
+            $crate::backend::cpu::dot::check_k_tile(n, panel, act, arb, tokens, out.len());
+            // SAFETY: as in `dot_fn!`.
+            unsafe { $quads(n, panel, act, arb, tokens, out) }
+        }
+        fn singles(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; 8]]) {
+            $crate::backend::cpu::dot::check_k_tile(n, panel, act, arb, tokens, out.len());
+            // SAFETY: as in `dot_fn!`.
+            unsafe { $singles(n, panel, act, arb, tokens, out) }
+        }
+        $crate::backend::cpu::dot::KPanel { pack, quads, singles }
+    }};
+}
+
 /// Quantizes one f32 row into an activation format (`x.len()` a multiple of its block).
 type QuantActFn = fn(x: &[f32], out: &mut [u8]);
 
@@ -236,7 +299,7 @@ macro_rules! gemm_fn {
         )
     }};
 }
-pub(crate) use {dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn};
+pub(crate) use {dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn, k_panel_fn};
 
 /// Bounds of [`PANEL_ROWS`] weight rows `stride` bytes apart.
 #[inline(always)]
@@ -364,6 +427,8 @@ pub struct Isa {
     /// Batch kernels summing in the order of llama.cpp's tiled K-quant GEMM, which it runs
     /// from [`TILED_MIN_TOKENS`] tokens on ([`Isa::tiled`]).
     tiled: [Option<(DotFn, DotX4Fn)>; N_TYPES],
+    /// q4_K's panel kernels ([`Isa::k_panel`]).
+    q4_k_panel: Option<KPanel>,
     q8_0: QuantActFn,
     q8_1: QuantActFn,
     q8_k: QuantActFn,
@@ -377,6 +442,7 @@ static SCALAR: Isa = Isa {
     dot_r2: [None; N_TYPES],
     gemm: [None; N_TYPES],
     tiled: [None; N_TYPES],
+    q4_k_panel: None,
     q8_0: scalar::quantize_q8_0,
     q8_1: scalar::quantize_q8_1,
     q8_k: scalar::quantize_q8_k,
@@ -471,6 +537,11 @@ impl Isa {
     /// `fma(Σ as f32 · d, dy, acc)`), where this ISA has them.
     pub fn tiled(&self, w: QType) -> Option<(DotFn, DotX4Fn)> {
         self.tiled[w as usize]
+    }
+
+    /// The K-quant panel kernels for `w` (q4_K), where this ISA has them.
+    pub fn k_panel(&self, w: QType) -> Option<KPanel> {
+        self.q4_k_panel.filter(|_| w == QType::Q4K)
     }
 
     /// The packed-panel prefill kernels for `w`, where this ISA has them.

@@ -224,3 +224,158 @@ pub(in crate::backend::cpu::dot) unsafe fn gemm_tile<const V: bool, const LANES:
         t += 1;
     }
 }
+
+// --- q4_K panels ---------------------------------------------------------------------------
+
+/// Offsets in a q4_K panel block ([`K4_PANEL_BLOCK_BYTES`]): the 8 rows' d and dmin as f32,
+/// their 8 sub-block scales as i32 (sub-block-major, row r at dword r), their mins as i16
+/// pairs (per 64 quants j: row r's mins of sub-blocks 2j and 2j+1 at dword r), then the
+/// quants: per 64 quants j and group g of 4 bytes, row r's bytes qs[32j + 4g..][..4] at byte
+/// 4r (low nibbles: sub-block 2j, high: 2j+1).
+const K4P_DMIN: usize = 32;
+const K4P_SCALES: usize = 64;
+const K4P_MINS: usize = K4P_SCALES + 32 * 8;
+const K4P_QS: usize = K4P_MINS + 32 * 4;
+const _: () = assert!(K4P_QS + 32 * 32 == K4_PANEL_BLOCK_BYTES);
+
+/// Packs 8 q4_K rows (block_q4_K {d @0, dmin @2, scales[12] @4, qs[128] @16}) into a panel.
+#[inline(always)]
+pub(in crate::backend::cpu::dot) unsafe fn pack_q4_k(n: usize, w: &[u8], stride: usize, panel: &mut [u8]) {
+    let (x, p) = (w.as_ptr(), panel.as_mut_ptr());
+    for b in 0..n / 256 {
+        let pb = p.add(K4_PANEL_BLOCK_BYTES * b);
+        let mut d = [[0f32; PANEL_ROWS]; 2];
+        let mut sc = [[0i32; PANEL_ROWS]; 8];
+        let mut mn = [[0u32; PANEL_ROWS]; 4];
+        for r in 0..PANEL_ROWS {
+            let xb = x.add(stride * r + 144 * b);
+            (d[0][r], d[1][r]) = f16x2(xb);
+            let mut packed = [0u8; 12];
+            std::ptr::copy_nonoverlapping(xb.add(4), packed.as_mut_ptr(), 12);
+            for s in 0..8 {
+                let (scale, min) = crate::quant::get_scale_min_k4(s, &packed);
+                sc[s][r] = scale as i32;
+                if s % 2 == 0 {
+                    mn[s / 2][r] = min as u32;
+                } else {
+                    mn[s / 2][r] |= (min as u32) << 16;
+                }
+            }
+        }
+        std::ptr::write_unaligned(pb as *mut [[f32; PANEL_ROWS]; 2], d);
+        std::ptr::write_unaligned(pb.add(K4P_SCALES) as *mut [[i32; PANEL_ROWS]; 8], sc);
+        std::ptr::write_unaligned(pb.add(K4P_MINS) as *mut [[u32; PANEL_ROWS]; 4], mn);
+        for j in 0..4 {
+            let rows: [__m256i; PANEL_ROWS] = std::array::from_fn(|r| ld256(x.add(stride * r + 144 * b + 16 + 32 * j)));
+            for (g, v) in transpose8x32(rows).into_iter().enumerate() {
+                _mm256_storeu_si256(pb.add(K4P_QS + 32 * (8 * j + g)) as *mut __m256i, v);
+            }
+        }
+    }
+}
+
+/// One q4_K panel × `T` tokens (q8_K rows at `y[t]`): each (row, token) keeps the two f32
+/// chains of `q4_k` (quants, mins) in lane r of a register, fed by the same exact i32 sums,
+/// so its bits are those of the row's own kernel. `GEMV`: one fma per block (`q4_k`, ggml's
+/// repacked GEMV); else one per 64 quants (`q4_k_x4`, its repacked GEMM).
+#[inline(always)]
+unsafe fn q4_k_panel_tokens<const V: bool, const T: usize, const GEMV: bool>(
+    nb: usize,
+    p: *const u8,
+    y: [*const u8; T],
+) -> [__m256; T] {
+    let m4 = _mm256_set1_epi8(0xF);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut acc_m = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        let pb = p.add(K4_PANEL_BLOCK_BYTES * b);
+        let yb: [*const u8; T] = std::array::from_fn(|t| y[t].add(292 * b));
+        let (dx, dmin) = (
+            _mm256_loadu_ps(pb as *const f32),
+            _mm256_loadu_ps(pb.add(K4P_DMIN) as *const f32),
+        );
+        let mut s_blk = [_mm256_setzero_si256(); T];
+        let mut m_blk = [_mm256_setzero_si256(); T];
+        for j in 0..4 {
+            let mut lo = [_mm256_setzero_si256(); T];
+            let mut hi = [_mm256_setzero_si256(); T];
+            for g in 0..8 {
+                let q = ld256(pb.add(K4P_QS + 32 * (8 * j + g)));
+                let (ql, qh) = (_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+                for t in 0..T {
+                    let q8 = yb[t].add(4 + 64 * j + 4 * g);
+                    lo[t] = dpbusd::<V>(lo[t], ql, _mm256_set1_epi32(u32u(q8) as i32));
+                    hi[t] = dpbusd::<V>(hi[t], qh, _mm256_set1_epi32(u32u(q8.add(32)) as i32));
+                }
+            }
+            let (sl, sh) = (
+                ld256(pb.add(K4P_SCALES + 64 * j)),
+                ld256(pb.add(K4P_SCALES + 64 * j + 32)),
+            );
+            let mins = ld256(pb.add(K4P_MINS + 32 * j));
+            for t in 0..T {
+                let s = _mm256_add_epi32(_mm256_mullo_epi32(lo[t], sl), _mm256_mullo_epi32(hi[t], sh));
+                // The q8_K sums of sub-blocks 2j and 2j+1 (two i16 bsums each).
+                let bs = yb[t].add(260 + 8 * j);
+                let rd = |i: usize| std::ptr::read_unaligned(bs.add(2 * i) as *const i16) as i32;
+                let (b0, b1) = (rd(0) + rd(1), rd(2) + rd(3));
+                let pair = (b0 as u32 & 0xFFFF) | ((b1 as u32) << 16);
+                let m = _mm256_madd_epi16(mins, _mm256_set1_epi32(pair as i32));
+                if GEMV {
+                    s_blk[t] = _mm256_add_epi32(s_blk[t], s);
+                    m_blk[t] = _mm256_add_epi32(m_blk[t], m);
+                } else {
+                    let dy = _mm256_set1_ps(f32u(yb[t]));
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dx, dy), acc[t]);
+                    acc_m[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dmin, dy), acc_m[t]);
+                }
+            }
+        }
+        if GEMV {
+            for t in 0..T {
+                let dy = _mm256_set1_ps(f32u(yb[t]));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s_blk[t]), _mm256_mul_ps(dx, dy), acc[t]);
+                acc_m[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m_blk[t]), _mm256_mul_ps(dmin, dy), acc_m[t]);
+            }
+        }
+    }
+    std::array::from_fn(|t| _mm256_sub_ps(acc[t], acc_m[t]))
+}
+
+/// `KPanel::quads` / `singles`: the listed tokens through `q4_k_panel_tokens`, 4 at a time
+/// under VNNI (32 registers), 2 on AVX2, then one at a time.
+#[inline(always)]
+pub(in crate::backend::cpu::dot) unsafe fn q4_k_panel<const V: bool, const GEMV: bool>(
+    n: usize,
+    panel: &[u8],
+    act: &[u8],
+    arb: usize,
+    tokens: &[usize],
+    out: &mut [[f32; PANEL_ROWS]],
+) {
+    let (nb, p, a) = (n / 256, panel.as_ptr(), act.as_ptr());
+    let step = if V { 4 } else { 2 };
+    let mut i = 0;
+    while i + step <= tokens.len() {
+        let r = if V {
+            let y: [*const u8; 4] = std::array::from_fn(|t| a.add(arb * tokens[i + t]));
+            let r = q4_k_panel_tokens::<V, 4, GEMV>(nb, p, y);
+            for (t, v) in r.into_iter().enumerate() {
+                _mm256_storeu_ps(out[i + t].as_mut_ptr(), v);
+            }
+            4
+        } else {
+            let y: [*const u8; 2] = std::array::from_fn(|t| a.add(arb * tokens[i + t]));
+            let r = q4_k_panel_tokens::<V, 2, GEMV>(nb, p, y);
+            for (t, v) in r.into_iter().enumerate() {
+                _mm256_storeu_ps(out[i + t].as_mut_ptr(), v);
+            }
+            2
+        };
+        i += r;
+    }
+    for i in i..tokens.len() {
+        let [v] = q4_k_panel_tokens::<V, 1, GEMV>(nb, p, [a.add(arb * tokens[i])]);
+        _mm256_storeu_ps(out[i].as_mut_ptr(), v);
+    }
+}

@@ -10,14 +10,15 @@
 use std::arch::x86_64::*;
 
 use super::{
-    dot_fn, dot_r2_fn, dot_table, dot_x4_fn, gemm_fn, gemm_table, r2_table, scalar, tiled_table, x4_table, DotFn,
-    DotR2Fn, DotX4Fn, Gemm, Isa, BLOCK_SUM_BYTES, N_TYPES, PANEL_BLOCK_BYTES, PANEL_ROWS,
+    dot_fn, dot_r2_fn, dot_table, dot_x4_fn, gemm_fn, gemm_table, k_panel_fn, r2_table, scalar, tiled_table, x4_table,
+    DotFn, DotR2Fn, DotX4Fn, Gemm, Isa, KPanel, BLOCK_SUM_BYTES, K4_PANEL_BLOCK_BYTES, N_TYPES, PANEL_BLOCK_BYTES,
+    PANEL_ROWS,
 };
 use crate::quant::{e8m0_to_f32_half, QType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
 mod gemm;
 mod kquant;
-pub(super) use gemm::{gemm_row, gemm_tile, pack_signed};
+pub(super) use gemm::{gemm_row, gemm_tile, pack_q4_k, pack_signed, q4_k_panel};
 pub(super) use kquant::*;
 
 pub(super) fn supported() -> bool {
@@ -32,6 +33,7 @@ pub(super) static KERNELS: Isa = Isa {
     dot_r2: r2_table(DOT_R2),
     tiled: tiled_table(TILED),
     gemm: gemm_table(GEMM, false),
+    q4_k_panel: Some(K4_PANEL),
     // SAFETY (these and every kernel in `DOT`): the table is handed out only where `supported()`.
     q8_0: |x, out| unsafe { quantize_q8_0(x, out) },
     q8_1: |x, out| unsafe { quantize_q8_1(x, out) },
@@ -72,6 +74,20 @@ macro_rules! instantiate {
         instantiate!(@pack $feat, $v, gemm_row;
             q4_0p = Q4_0, iq4_nlp = IQ4NL, mxfp4p = MXFP4);
         instantiate!(@pack $feat, $v, dot_signed; q5_0l = Q5_0, q8_0l = Q8_0);
+
+        #[target_feature(enable = $feat)]
+        unsafe fn q4_k_pack(n: usize, w: &[u8], stride: usize, panel: &mut [u8]) {
+            pack_q4_k(n, w, stride, panel)
+        }
+        #[target_feature(enable = $feat)]
+        unsafe fn q4_k_quads(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; PANEL_ROWS]]) {
+            q4_k_panel::<$v, false>(n, panel, act, arb, tokens, out)
+        }
+        #[target_feature(enable = $feat)]
+        unsafe fn q4_k_singles(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; PANEL_ROWS]]) {
+            q4_k_panel::<$v, true>(n, panel, act, arb, tokens, out)
+        }
+        pub(in crate::backend::cpu::dot) static K4_PANEL: KPanel = k_panel_fn!(q4_k_pack, q4_k_quads, q4_k_singles);
 
         #[target_feature(enable = $feat)]
         unsafe fn tile_(n: usize, panel: &[u8], act: &[u8], arb: usize, sums: &[u8], out: &mut [[f32; PANEL_ROWS]]) {
@@ -185,7 +201,7 @@ mod inst {
     use super::*;
     instantiate!("avx2,fma,f16c", false);
 }
-pub(super) use inst::{DOT, DOT_R2, DOT_X4, GEMM, TILED, X4_SINGLE};
+pub(super) use inst::{DOT, DOT_R2, DOT_X4, GEMM, K4_PANEL, TILED, X4_SINGLE};
 
 // --- helpers (ggml's names in comments) -----------------------------------------------------
 
