@@ -140,6 +140,8 @@ struct Scratch {
     q: Vec<f32>,
     scores: Vec<f32>,
     lanes: Vec<f32>,
+    /// The task's keys transposed by tiles, for the tiled flash kernel.
+    keys_t: Vec<f32>,
 }
 
 thread_local! {
@@ -244,6 +246,7 @@ pub fn attention(
                     q: qs,
                     scores: sc,
                     lanes,
+                    keys_t: kt,
                 } = &mut *s.borrow_mut();
                 ks.resize((hi - lo) * hd, 0.0);
                 vs.resize((hi - lo) * hdv, 0.0);
@@ -262,6 +265,12 @@ pub fn attention(
                         g * hdv,
                         &mut vs[(j - lo) * hdv..(j - lo + 1) * hdv],
                     );
+                }
+                // The tiled flash kernel's keys, transposed once for the task's tokens.
+                let tiled = p.flash && t != KvType::Q8_0;
+                let tiled = tiled && (t0..t1).any(|i| step.run[i] as usize >= ggml_order::FLASH_TILED_MIN_TOKENS);
+                if tiled {
+                    ggml_order::pack_keys_t(ks, hd, lo, kt);
                 }
                 for i in t0..t1 {
                     let pos = step.pos[i] as usize;
@@ -295,6 +304,10 @@ pub fn attention(
                                 q: qs,
                                 keys: &ks[(first - lo) * hd..(pos + 1 - lo) * hd],
                                 vals: &vs[(first - lo) * hdv..(pos + 1 - lo) * hdv],
+                                keys_t: (tiled && kind == Kind::FlashTiled).then(|| {
+                                    let tile = first / ggml_order::FLASH_TILE - lo / ggml_order::FLASH_TILE;
+                                    &kt[tile * hd * ggml_order::FLASH_TILE..]
+                                }),
                             };
                             ggml_order::attend(kind, &h, sc, lanes, o);
                             continue;

@@ -166,6 +166,10 @@ pub struct Head<'a> {
     pub q: &'a [f32],
     pub keys: &'a [f32],
     pub vals: &'a [f32],
+    /// For [`Kind::FlashTiled`], optionally: the keys transposed by tiles (as ggml packs them),
+    /// from the tile holding `first` on: `[tile][d][TILE]`, a tile's cells at positions
+    /// `first / TILE * TILE + TILE · tile + 0..TILE` (those outside `first..first + n` are not read).
+    pub keys_t: Option<&'a [f32]>,
 }
 
 /// Which of ggml's attention kernels a head follows.
@@ -182,31 +186,50 @@ pub enum Kind {
 /// One head through `kind` into `out`; `scores` and `lanes` are scratch.
 pub fn attend(kind: Kind, h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has the features the function is compiled for.
-        return unsafe { attend_fma(kind, h, scores, lanes, out) };
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
+        // SAFETY: the CPU has the features the functions are compiled for.
+        return unsafe {
+            if is_x86_feature_detected!("avx512f") {
+                attend_avx512(kind, h, scores, lanes, out)
+            } else {
+                attend_fma(kind, h, scores, lanes, out)
+            }
+        };
     }
-    attend_body::<false>(kind, h, scores, lanes, out)
+    attend_body::<false, false>(kind, h, scores, lanes, out)
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn attend_fma(kind: Kind, h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
-    attend_body::<true>(kind, h, scores, lanes, out)
+    attend_body::<true, false>(kind, h, scores, lanes, out)
+}
+
+/// `attend_fma` with 512-bit registers for the dots and P·V (the same operations per lane).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+unsafe fn attend_avx512(kind: Kind, h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
+    attend_body::<true, true>(kind, h, scores, lanes, out)
 }
 
 #[inline(always)]
-fn attend_body<const X86: bool>(kind: Kind, h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
+fn attend_body<const X86: bool, const Z: bool>(
+    kind: Kind,
+    h: &Head,
+    scores: &mut Vec<f32>,
+    lanes: &mut Vec<f32>,
+    out: &mut [f32],
+) {
     match kind {
-        Kind::Plain => head_body::<X86>(h, scores, lanes, out),
+        Kind::Plain => head_body::<X86, Z>(h, scores, lanes, out),
         Kind::FlashChunk => flash_chunk::<X86>(h, out),
-        Kind::FlashTiled => flash_tiled(h, out),
+        Kind::FlashTiled => flash_tiled::<X86, Z>(h, out),
     }
 }
 
-/// `X86`: the caller enables AVX2 and FMA, so the score dots may use them.
+/// `X86`: the caller enables AVX2 and FMA, so the score dots may use them; `Z`: and AVX-512F.
 #[inline(always)]
-fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
+fn head_body<const X86: bool, const Z: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f32>, out: &mut [f32]) {
     let &Head {
         order,
         f16,
@@ -217,6 +240,7 @@ fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f
         q,
         keys,
         vals,
+        keys_t: _,
     } = h;
     let (hd, hdv) = (q.len(), out.len());
     scores.clear();
@@ -231,7 +255,13 @@ fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f
             if X86 {
                 // SAFETY: the caller runs with AVX2 and FMA (`attend_fma`); each key row is as
                 // long as q, a whole number of 16s.
-                scores.extend(unsafe { x86::dot_gemm4(k, q) });
+                scores.extend(unsafe {
+                    if Z {
+                        x86::dot_gemm4_z(k, q)
+                    } else {
+                        x86::dot_gemm4(k, q)
+                    }
+                });
                 continue;
             }
             scores.extend(dot_gemm4(k, q));
@@ -280,20 +310,44 @@ fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f
         sum += (s - max).exp() as f64;
     }
     let inv = (1.0 / sum) as f32;
-    for s in scores.iter_mut() {
-        *s *= inv;
-        if f16 {
-            *s = half::f16::from_f32(*s).to_f32();
+    #[cfg(target_arch = "x86_64")]
+    if X86 {
+        // SAFETY: the caller runs with AVX2, FMA and F16C (`attend_fma`).
+        unsafe { x86::scale_round(scores, inv, f16) };
+    }
+    if !X86 || cfg!(not(target_arch = "x86_64")) {
+        for s in scores.iter_mut() {
+            *s *= inv;
+            if f16 {
+                *s = half::f16::from_f32(*s).to_f32();
+            }
         }
     }
     // P·V: lane-major accumulators, each lane's chain in cell order.
     let nl = order.lanes();
-    lanes.clear();
-    lanes.resize(nl * hdv, 0.0);
-    for (jj, (&p, v)) in scores.iter().zip(vals.chunks_exact(hdv)).enumerate() {
-        let lane = (first + jj) % nl;
-        for (a, &x) in lanes[lane * hdv..(lane + 1) * hdv].iter_mut().zip(v) {
-            *a = x.mul_add(p, *a);
+    let mut done = false;
+    #[cfg(target_arch = "x86_64")]
+    if X86 && nl == 16 && hdv.is_multiple_of(8) {
+        lanes.resize(nl * hdv, 0.0);
+        let (v, l) = (&vals[..scores.len() * hdv], &mut lanes[..nl * hdv]);
+        // SAFETY: as above (`Z`: and AVX-512F); `vals` holds a row per score, `lanes` 16 rows.
+        unsafe {
+            if Z && hdv.is_multiple_of(32) {
+                x86::pv_lanes16_z(scores, v, first, hdv, l)
+            } else {
+                x86::pv_lanes16(scores, v, first, hdv, l)
+            }
+        };
+        done = true;
+    }
+    if !done {
+        lanes.clear();
+        lanes.resize(nl * hdv, 0.0);
+        for (jj, (&p, v)) in scores.iter().zip(vals.chunks_exact(hdv)).enumerate() {
+            let lane = (first + jj) % nl;
+            for (a, &x) in lanes[lane * hdv..(lane + 1) * hdv].iter_mut().zip(v) {
+                *a = x.mul_add(p, *a);
+            }
         }
     }
     // Fold the lanes row by row (vector-wide over d), in the reductions' order.
@@ -320,14 +374,36 @@ fn head_body<const X86: bool>(h: &Head, scores: &mut Vec<f32>, lanes: &mut Vec<f
 /// Query rows from which ggml's flash attention runs its tiled kernel.
 pub const FLASH_TILED_MIN_TOKENS: usize = 64;
 
+/// Cells per KV tile of ggml's tiled flash attention.
+pub const FLASH_TILE: usize = 64;
+
+/// Packs `keys` (rows of `hd`, the cells `first..first + n`) transposed by tiles, as
+/// [`Head::keys_t`] reads them.
+pub fn pack_keys_t(keys: &[f32], hd: usize, first: usize, out: &mut Vec<f32>) {
+    let n = keys.len() / hd.max(1);
+    let t0 = first / FLASH_TILE * FLASH_TILE;
+    let tiles = (first + n - t0).div_ceil(FLASH_TILE);
+    out.clear();
+    out.resize(tiles * hd * FLASH_TILE, 0.0);
+    for (j, k) in keys.chunks_exact(hd).enumerate() {
+        let c = first + j - t0;
+        let base = (c / FLASH_TILE) * hd * FLASH_TILE + c % FLASH_TILE;
+        for (d, &kd) in k.iter().enumerate() {
+            out[base + d * FLASH_TILE] = kd;
+        }
+    }
+}
+
 /// One query head through ggml's tiled flash attention (`flash_attn_ext_tiled`, batches of
 /// [`FLASH_TILED_MIN_TOKENS`] or more): Q in f32, 64-cell tiles; per tile the scores as fused
 /// chains over the head dim, an online max with `expf` rescaling, the tile's softmax sum
 /// (`ggml_vec_soft_max_f32`) added in f64, and P·V as fused chains over the tile's cells into
-/// an f32 accumulator. `h.f16` and `h.order` play no part here.
+/// an f32 accumulator. `h.f16` and `h.order` play no part here. With `X86` and
+/// [`Head::keys_t`], a tile's scores run 64 cells wide and P·V keeps the accumulator in
+/// registers: the same operations per cell and per element.
 #[inline(always)]
-fn flash_tiled(h: &Head, out: &mut [f32]) {
-    const TILE: usize = 64;
+fn flash_tiled<const X86: bool, const Z: bool>(h: &Head, out: &mut [f32]) {
+    const TILE: usize = FLASH_TILE;
     // ggml folds a softcap into the scale: tanh(s · scale / cap) · cap.
     let scale = h.softcap.map_or(h.scale, |cap| h.scale / cap);
     let (hd, hdv) = (h.q.len(), out.len());
@@ -336,17 +412,40 @@ fn flash_tiled(h: &Head, out: &mut [f32]) {
     out.fill(0.0);
     let mut kq = [0f32; TILE];
     let mut t0 = h.first / TILE * TILE;
+    let wide = X86 && cfg!(target_arch = "x86_64") && hdv.is_multiple_of(8);
+    let mut tile = 0;
     while t0 < h.first + n {
         // Cells t0..t0 + TILE; those outside first..first + n are masked.
         let (lo, hi) = (t0.max(h.first), (t0 + TILE).min(h.first + n));
-        for c in lo..hi {
-            let k = &h.keys[(c - h.first) * hd..(c - h.first + 1) * hd];
-            let mut acc = 0f32;
-            for (&qd, &kd) in h.q.iter().zip(k) {
-                acc = qd.mul_add(kd, acc);
+        let mut scored = false;
+        #[cfg(target_arch = "x86_64")]
+        if let (true, Some(kt)) = (X86, h.keys_t) {
+            let mut raw = [0f32; TILE];
+            // SAFETY: the caller runs with AVX2 and FMA (`attend_fma`); the tile holds hd rows.
+            let kt = &kt[tile * hd * TILE..(tile + 1) * hd * TILE];
+            unsafe {
+                if Z {
+                    x86::kq_tile_z(h.q, kt, &mut raw)
+                } else {
+                    x86::kq_tile(h.q, kt, &mut raw)
+                }
+            };
+            for c in lo..hi {
+                let v = raw[c - t0] * scale;
+                kq[c - t0] = h.softcap.map_or(v, |cap| cap * v.tanh());
             }
-            let v = acc * scale;
-            kq[c - t0] = h.softcap.map_or(v, |cap| cap * v.tanh());
+            scored = true;
+        }
+        if !scored {
+            for c in lo..hi {
+                let k = &h.keys[(c - h.first) * hd..(c - h.first + 1) * hd];
+                let mut acc = 0f32;
+                for (&qd, &kd) in h.q.iter().zip(k) {
+                    acc = qd.mul_add(kd, acc);
+                }
+                let v = acc * scale;
+                kq[c - t0] = h.softcap.map_or(v, |cap| cap * v.tanh());
+            }
         }
         let tile_max = kq[lo - t0..hi - t0].iter().copied().fold(f32::NEG_INFINITY, f32::max);
         if tile_max > f32::NEG_INFINITY {
@@ -368,14 +467,28 @@ fn flash_tiled(h: &Head, out: &mut [f32]) {
                 .map(|c| reduce16(c.try_into().unwrap_or(&[0.0; 16])) as f64)
                 .sum();
             s = (s as f64 + sum) as f32;
-            for c in lo..hi {
-                let v = &h.vals[(c - h.first) * hdv..(c - h.first + 1) * hdv];
-                for (o, &vd) in out.iter_mut().zip(v) {
-                    *o = e[c - t0].mul_add(vd, *o);
+            let vals = &h.vals[(lo - h.first) * hdv..(hi - h.first) * hdv];
+            #[cfg(target_arch = "x86_64")]
+            if wide {
+                // SAFETY: as above; `vals` holds a row per cell of lo..hi, hdv a multiple of 8.
+                unsafe {
+                    if Z && hdv.is_multiple_of(16) {
+                        x86::pv_rows_z(&e[lo - t0..hi - t0], vals, out)
+                    } else {
+                        x86::pv_rows(&e[lo - t0..hi - t0], vals, out)
+                    }
+                };
+            }
+            if !wide {
+                for (c, v) in (lo..hi).zip(vals.chunks_exact(hdv)) {
+                    for (o, &vd) in out.iter_mut().zip(v) {
+                        *o = e[c - t0].mul_add(vd, *o);
+                    }
                 }
             }
         }
         t0 += TILE;
+        tile += 1;
     }
     apply_sink(h.sink, m, &mut s, out);
     let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
@@ -535,6 +648,208 @@ pub(crate) mod x86 {
         _mm256_blendv_ps(y, edge, out)
     }
 
+    /// P·V into 16 lanes (`lanes[l * hdv..][..hdv]`, every lane written): cell `jj` (at
+    /// position `first + jj`) weights its V row into lane `(first + jj) % 16`, each lane's
+    /// chain `a = fma(v, p, a)` in cell order from 0. The accumulators stay in registers: 8
+    /// lanes × 8 of the head dim at a time. `hdv` a multiple of 8, `vals` `scores.len()` rows.
+    #[inline(always)]
+    pub unsafe fn pv_lanes16(scores: &[f32], vals: &[f32], first: usize, hdv: usize, lanes: &mut [f32]) {
+        let (n, pad) = (scores.len() as isize, (first % 16) as isize);
+        let (p, v, out) = (scores.as_ptr(), vals.as_ptr(), lanes.as_mut_ptr());
+        for dc in (0..hdv).step_by(8) {
+            for half in [0isize, 8] {
+                let mut acc = [_mm256_setzero_ps(); 8];
+                // Cell of lane `half + i` in the run of 16 starting at `base`: base + half + i.
+                let mut base = -pad;
+                while base < n {
+                    let c0 = base + half;
+                    if c0 >= 0 && c0 + 8 <= n {
+                        for (i, a) in acc.iter_mut().enumerate() {
+                            let c = (c0 as usize) + i;
+                            *a = _mm256_fmadd_ps(_mm256_loadu_ps(v.add(c * hdv + dc)), _mm256_set1_ps(*p.add(c)), *a);
+                        }
+                    } else {
+                        for (i, a) in acc.iter_mut().enumerate() {
+                            let c = c0 + i as isize;
+                            if c >= 0 && c < n {
+                                let c = c as usize;
+                                *a = _mm256_fmadd_ps(
+                                    _mm256_loadu_ps(v.add(c * hdv + dc)),
+                                    _mm256_set1_ps(*p.add(c)),
+                                    *a,
+                                );
+                            }
+                        }
+                    }
+                    base += 16;
+                }
+                for (i, a) in acc.into_iter().enumerate() {
+                    _mm256_storeu_ps(out.add((half as usize + i) * hdv + dc), a);
+                }
+            }
+        }
+    }
+
+    /// One query against a tile of transposed keys (`kt[d * 64 + c]`): `out[c]` = the fused
+    /// chain `acc = fma(q[d], k_c[d], acc)` over d from 0, 64 cells at once.
+    #[inline(always)]
+    pub unsafe fn kq_tile(q: &[f32], kt: &[f32], out: &mut [f32; 64]) {
+        let mut acc = [_mm256_setzero_ps(); 8];
+        let k = kt.as_ptr();
+        for (d, &qd) in q.iter().enumerate().take(kt.len() / 64) {
+            let qd = _mm256_set1_ps(qd);
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k.add(64 * d + 8 * i)), *a);
+            }
+        }
+        for (i, a) in acc.into_iter().enumerate() {
+            _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), a);
+        }
+    }
+
+    /// `out[d] = fma(e[c], v_c[d], out[d])` for every cell c in order (`vals`: `e.len()` rows of
+    /// `out.len()`, a multiple of 8), 64 of `out` held in registers at a time.
+    #[inline(always)]
+    pub unsafe fn pv_rows(e: &[f32], vals: &[f32], out: &mut [f32]) {
+        let hdv = out.len();
+        let (v, o) = (vals.as_ptr(), out.as_mut_ptr());
+        let n = e.len().min(vals.len() / hdv.max(1));
+        for d0 in (0..hdv).step_by(64) {
+            let w = (hdv - d0).min(64) / 8;
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for (i, a) in acc.iter_mut().enumerate().take(w) {
+                *a = _mm256_loadu_ps(o.add(d0 + 8 * i));
+            }
+            for (c, &ec) in e.iter().enumerate().take(n) {
+                let ec = _mm256_set1_ps(ec);
+                let row = v.add(c * hdv + d0);
+                for (i, a) in acc.iter_mut().enumerate().take(w) {
+                    *a = _mm256_fmadd_ps(ec, _mm256_loadu_ps(row.add(8 * i)), *a);
+                }
+            }
+            for (i, a) in acc.into_iter().enumerate().take(w) {
+                _mm256_storeu_ps(o.add(d0 + 8 * i), a);
+            }
+        }
+    }
+
+    /// [`dot_gemm4`] with one 512-bit register per row (lanes 0..8 and 8..16 as its `lo` and
+    /// `hi`), reduced in the same order.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avx512f")]
+    pub unsafe fn dot_gemm4_z(x: [&[f32]; 4], y: &[f32]) -> [f32; 4] {
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let x = [x[0].as_ptr(), x[1].as_ptr(), x[2].as_ptr(), x[3].as_ptr()];
+        for c in (0..y.len() / 16 * 16).step_by(16) {
+            let yc = _mm512_loadu_ps(y.as_ptr().add(c));
+            for k in 0..4 {
+                acc[k] = _mm512_fmadd_ps(_mm512_loadu_ps(x[k].add(c)), yc, acc[k]);
+            }
+        }
+        let r = |a: __m512| {
+            let lo = _mm512_castps512_ps256(a);
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+            reduce(lo, hi)
+        };
+        [r(acc[0]), r(acc[1]), r(acc[2]), r(acc[3])]
+    }
+
+    /// [`pv_lanes16`] with 512-bit registers: 8 lanes × 32 of the head dim at a time (`hdv` a
+    /// multiple of 32).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avx512f")]
+    pub unsafe fn pv_lanes16_z(scores: &[f32], vals: &[f32], first: usize, hdv: usize, lanes: &mut [f32]) {
+        let (n, pad) = (scores.len() as isize, (first % 16) as isize);
+        let (p, v, out) = (scores.as_ptr(), vals.as_ptr(), lanes.as_mut_ptr());
+        for dc in (0..hdv).step_by(32) {
+            for half in [0isize, 8] {
+                let mut acc = [[_mm512_setzero_ps(); 2]; 8];
+                let mut base = -pad;
+                while base < n {
+                    let c0 = base + half;
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        let c = c0 + i as isize;
+                        if c >= 0 && c < n {
+                            let (pc, row) = (_mm512_set1_ps(*p.add(c as usize)), v.add(c as usize * hdv + dc));
+                            a[0] = _mm512_fmadd_ps(_mm512_loadu_ps(row), pc, a[0]);
+                            a[1] = _mm512_fmadd_ps(_mm512_loadu_ps(row.add(16)), pc, a[1]);
+                        }
+                    }
+                    base += 16;
+                }
+                for (i, a) in acc.into_iter().enumerate() {
+                    let o = out.add((half as usize + i) * hdv + dc);
+                    _mm512_storeu_ps(o, a[0]);
+                    _mm512_storeu_ps(o.add(16), a[1]);
+                }
+            }
+        }
+    }
+
+    /// [`kq_tile`] with 512-bit registers.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avx512f")]
+    pub unsafe fn kq_tile_z(q: &[f32], kt: &[f32], out: &mut [f32; 64]) {
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let k = kt.as_ptr();
+        for (d, &qd) in q.iter().enumerate().take(kt.len() / 64) {
+            let qd = _mm512_set1_ps(qd);
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k.add(64 * d + 16 * i)), *a);
+            }
+        }
+        for (i, a) in acc.into_iter().enumerate() {
+            _mm512_storeu_ps(out.as_mut_ptr().add(16 * i), a);
+        }
+    }
+
+    /// [`pv_rows`] with 512-bit registers (`out.len()` a multiple of 16).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avx512f")]
+    pub unsafe fn pv_rows_z(e: &[f32], vals: &[f32], out: &mut [f32]) {
+        let hdv = out.len();
+        let (v, o) = (vals.as_ptr(), out.as_mut_ptr());
+        let n = e.len().min(vals.len() / hdv.max(1));
+        for d0 in (0..hdv).step_by(128) {
+            let w = (hdv - d0).min(128) / 16;
+            let mut acc = [_mm512_setzero_ps(); 8];
+            for (i, a) in acc.iter_mut().enumerate().take(w) {
+                *a = _mm512_loadu_ps(o.add(d0 + 16 * i));
+            }
+            for (c, &ec) in e.iter().enumerate().take(n) {
+                let ec = _mm512_set1_ps(ec);
+                let row = v.add(c * hdv + d0);
+                for (i, a) in acc.iter_mut().enumerate().take(w) {
+                    *a = _mm512_fmadd_ps(ec, _mm512_loadu_ps(row.add(16 * i)), *a);
+                }
+            }
+            for (i, a) in acc.into_iter().enumerate().take(w) {
+                _mm512_storeu_ps(o.add(d0 + 16 * i), a);
+            }
+        }
+    }
+
+    /// `v[i] *= inv`, then (`f16`) rounded to f16 precision (`vcvtps2ph`, to nearest even).
+    #[inline(always)]
+    pub unsafe fn scale_round(v: &mut [f32], inv: f32, f16: bool) {
+        let mut chunks = v.chunks_exact_mut(8);
+        for c in &mut chunks {
+            let x = _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr()), _mm256_set1_ps(inv));
+            let x = if f16 {
+                _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
+            } else {
+                x
+            };
+            _mm256_storeu_ps(c.as_mut_ptr(), x);
+        }
+        for s in chunks.into_remainder() {
+            *s *= inv;
+            if f16 {
+                *s = half::f16::from_f32(*s).to_f32();
+            }
+        }
+    }
+
     /// `v[i] = expf(v[i] - max)` for every element, 8 at a time.
     #[inline(always)]
     pub unsafe fn exp_minus(v: &mut [f32], max: f32) {
@@ -667,6 +982,8 @@ mod tests {
                         .collect();
                     for kind in [Kind::Plain, Kind::FlashChunk, Kind::FlashTiled] {
                         for order in [Order::Gemm, Order::Vec] {
+                            let mut keys_t = Vec::new();
+                            pack_keys_t(&keys, hd, first, &mut keys_t);
                             let h = Head {
                                 sink: None,
                                 order,
@@ -677,9 +994,50 @@ mod tests {
                                 q: &q,
                                 keys: &keys,
                                 vals: &vals,
+                                keys_t: None,
                             };
                             let mut out = vec![f32::NAN; hdv];
-                            attend(kind, &h, &mut Vec::new(), &mut Vec::new(), &mut out);
+                            attend(
+                                kind,
+                                &Head {
+                                    keys_t: Some(&keys_t),
+                                    ..h
+                                },
+                                &mut Vec::new(),
+                                &mut Vec::new(),
+                                &mut out,
+                            );
+                            // The portable body is the same operations in the same order.
+                            let mut portable = vec![f32::NAN; hdv];
+                            attend_body::<false, false>(kind, &h, &mut Vec::new(), &mut Vec::new(), &mut portable);
+                            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(
+                                bits(&out),
+                                bits(&portable),
+                                "hd {hd} n {n} f16 {f16} kind {} order {}",
+                                kind as u8,
+                                order as u8
+                            );
+                            // And the 256-bit bodies, where `attend` took the 512-bit ones.
+                            #[cfg(target_arch = "x86_64")]
+                            if is_x86_feature_detected!("avx2")
+                                && is_x86_feature_detected!("fma")
+                                && is_x86_feature_detected!("f16c")
+                            {
+                                let mut narrow = vec![f32::NAN; hdv];
+                                let ht = Head {
+                                    keys_t: Some(&keys_t),
+                                    ..h
+                                };
+                                // SAFETY: the features were detected.
+                                unsafe { attend_fma(kind, &ht, &mut Vec::new(), &mut Vec::new(), &mut narrow) };
+                                assert_eq!(
+                                    bits(&narrow),
+                                    bits(&portable),
+                                    "avx2: hd {hd} n {n} f16 {f16} kind {}",
+                                    kind as u8
+                                );
+                            }
                             // f16 probabilities (plain) and accumulators (flash) bound the error.
                             let tol = if f16 { 4e-3 } else { 1e-5 };
                             for (d, (&g, &w)) in out.iter().zip(&want).enumerate() {
