@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::dot::{
-    act_type, block_sums, DotFn, DotR2Fn, DotX4Fn, Isa, KPanel, KTileFn, BLOCK_SUM_BYTES, K4_PANEL_BLOCK_BYTES,
+    act_type, block_sums, DotFn, DotR2Fn, DotX4Fn, Gemm, Isa, KPanel, KTileFn, BLOCK_SUM_BYTES, K4_PANEL_BLOCK_BYTES,
     PANEL_BLOCK_BYTES, PANEL_ROWS, TILED_MIN_TOKENS,
 };
 use super::pool::{Pool, SyncPtr};
@@ -249,6 +249,47 @@ pub(super) unsafe fn k_panel_band(
                         unsafe { yp.slice(o * m + r, PANEL_ROWS) }.copy_from_slice(v);
                     }
                 }
+            }
+        }
+    });
+}
+
+/// One panel (rows `r..r + PANEL_ROWS`) of y = x·Wᵀ through a [`Gemm`]: consecutive activation
+/// rows (and their block sums) from `act` / `sums`, row i into output row `outs[i]`.
+///
+/// # Safety
+/// No other thread writes these rows of those outputs meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm_band(
+    g: Gemm,
+    k: usize,
+    wb: &[u8],
+    wrb: usize,
+    r: usize,
+    act: &[u8],
+    arb: usize,
+    sums: &[u8],
+    srb: usize,
+    outs: &[usize],
+    yp: &SyncPtr<f32>,
+    m: usize,
+) {
+    PANEL.with_borrow_mut(|panel| {
+        panel.resize(k / 32 * PANEL_BLOCK_BYTES, 0);
+        (g.pack)(k, &wb[r * wrb..], wrb, panel);
+        for (t0, outs) in (0..outs.len()).step_by(TILE_TOKENS).zip(outs.chunks(TILE_TOKENS)) {
+            let mut out = [[0f32; PANEL_ROWS]; TILE_TOKENS];
+            (g.tile)(
+                k,
+                panel,
+                &act[t0 * arb..],
+                arb,
+                &sums[t0 * srb..],
+                &mut out[..outs.len()],
+            );
+            for (&o, v) in outs.iter().zip(&out) {
+                // SAFETY: the caller's.
+                unsafe { yp.slice(o * m + r, PANEL_ROWS) }.copy_from_slice(v);
             }
         }
     });

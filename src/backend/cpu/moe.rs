@@ -5,7 +5,7 @@
 //! A route row is `[id_0 … id_{k-1}, w_0 … w_{k-1}]`: the chosen experts best first, their
 //! ids as f32 (exact: ids are below 2^24), then their weights.
 
-use super::dot::{act_type, Isa, KPanel, PANEL_ROWS};
+use super::dot::{act_type, block_sums, Gemm, Isa, KPanel, BLOCK_SUM_BYTES, PANEL_ROWS};
 use super::matmul::{self, Groups};
 use super::ops;
 use super::pool::{Pool, SyncPtr};
@@ -90,6 +90,12 @@ pub fn matmul_id(
     if let Some(kp) = kernels.k_panel(first.qtype) {
         if rows >= 2 && experts.iter().all(|e| e.qtype == first.qtype && e.shape == first.shape) {
             panels(pool, kernels, kp, experts, x, per_slot, &slots, rows, k, y, act);
+            return Ok(());
+        }
+    }
+    if let Some(g) = kernels.gemm(first.qtype) {
+        if rows >= 2 && experts.iter().all(|e| e.qtype == first.qtype && e.shape == first.shape) {
+            panels_gemm(pool, kernels, g, experts, x, per_slot, &slots, rows, k, y, act);
             return Ok(());
         }
     }
@@ -193,6 +199,87 @@ fn panels(
                     for r in n_panels * PANEL_ROWS..n_out {
                         // SAFETY: as above.
                         unsafe { *yp.0.add(o * n_out + r) = dot(n_in, &wb[r * wrb..(r + 1) * wrb], a) };
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// `matmul_id` through a type's [`Gemm`] panels, in one pass as [`panels`]: the input rows
+/// quantized once with their block sums, then copied expert by expert into runs of rows (the
+/// tiles read consecutive rows), each expert's panels run against its run, and every product
+/// lands in its slot's output row.
+#[allow(clippy::too_many_arguments)]
+fn panels_gemm(
+    pool: &Pool,
+    kernels: &Isa,
+    g: Gemm,
+    experts: &[Tensor],
+    x: &[f32],
+    per_slot: bool,
+    slots: &[Vec<(usize, usize)>],
+    rows: usize,
+    k: usize,
+    y: &mut [f32],
+    act: &mut Vec<u8>,
+) {
+    let (n_in, n_out) = (experts[0].row_len(), experts[0].n_rows());
+    let at = act_type(experts[0].qtype);
+    let arb = n_in / at.block_elems() * at.block_bytes();
+    let srb = n_in / 32 * BLOCK_SUM_BYTES;
+    let n_x = if per_slot { rows * k } else { rows };
+    // The input rows (act, then sums), then each expert's run of them (act, then sums).
+    let n_slots: usize = slots.iter().map(Vec::len).sum();
+    act.resize((n_x + n_slots) * (arb + srb), 0);
+    let (inp, runs) = act.split_at_mut(n_x * (arb + srb));
+    {
+        let (a, sm) = inp.split_at_mut(n_x * arb);
+        let (ap, sp) = (SyncPtr::new(a), SyncPtr::new(sm));
+        pool.for_chunks(n_x, 4, |_, r| {
+            for i in r {
+                // SAFETY: each row's activation and sums are written by one task.
+                let (dst, sdst) = unsafe { (ap.slice(i * arb, arb), sp.slice(i * srb, srb)) };
+                kernels.quantize_act(at, &x[i * n_in..(i + 1) * n_in], dst);
+                block_sums(dst, g.off, sdst);
+            }
+        });
+    }
+    let (in_act, in_sums) = inp.split_at(n_x * arb);
+    let (run_act, run_sums) = runs.split_at_mut(n_slots * arb);
+    // Per chosen expert: (expert, first row of its run, its slots' output rows).
+    let mut lists: Vec<(usize, usize, Vec<usize>)> = Vec::new();
+    let mut at_row = 0;
+    for (e, s) in slots.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
+        for (i, &(t, j)) in s.iter().enumerate() {
+            let src = if per_slot { t * k + j } else { t };
+            let dst = at_row + i;
+            run_act[dst * arb..(dst + 1) * arb].copy_from_slice(&in_act[src * arb..(src + 1) * arb]);
+            run_sums[dst * srb..(dst + 1) * srb].copy_from_slice(&in_sums[src * srb..(src + 1) * srb]);
+        }
+        lists.push((e, at_row, s.iter().map(|&(t, j)| t * k + j).collect()));
+        at_row += s.len();
+    }
+    let (run_act, run_sums) = (&run_act[..], &run_sums[..]);
+    let n_panels = n_out / PANEL_ROWS;
+    let per_expert = n_panels + usize::from(!n_out.is_multiple_of(PANEL_ROWS));
+    let yp = SyncPtr::new(y);
+    pool.for_chunks(lists.len() * per_expert, 1, |_, units| {
+        for u in units {
+            let (e, r0, outs) = &lists[u / per_expert];
+            let (w, p) = (&experts[*e], u % per_expert);
+            let (wb, wrb) = (w.bytes(), w.row_bytes());
+            let (a, sm) = (&run_act[r0 * arb..], &run_sums[r0 * srb..]);
+            if p < n_panels {
+                // SAFETY: each (expert, band) is one unit, and an output row belongs to one
+                // slot, which chose one expert.
+                unsafe { matmul::gemm_band(g, n_in, wb, wrb, p * PANEL_ROWS, a, arb, sm, srb, outs, &yp, n_out) };
+            } else {
+                for (i, &o) in outs.iter().enumerate() {
+                    let ai = &a[i * arb..(i + 1) * arb];
+                    for r in n_panels * PANEL_ROWS..n_out {
+                        // SAFETY: as above.
+                        unsafe { *yp.0.add(o * n_out + r) = (g.row)(n_in, &wb[r * wrb..(r + 1) * wrb], ai) };
                     }
                 }
             }
@@ -344,17 +431,24 @@ mod tests {
         }
     }
 
-    /// The q4_K expert matmul (panels over every chosen expert, and rows past the last
-    /// panel) gives each slot the bits of the single dot, for a shared and a per-slot input.
+    /// The one-pass expert matmuls (q4_K panels, and the panels of the types with a `Gemm`,
+    /// over every chosen expert, and rows past the last panel) give each slot the bits of the
+    /// row kernel (q4_K's single dot, `Gemm::row`), for a shared and a per-slot input.
     #[test]
-    fn q4_k_expert_matmul_is_the_single_dot_bit_for_bit() {
+    fn expert_matmul_panels_are_the_row_kernel_bit_for_bit() {
+        for qtype in [QType::Q4K, QType::Q8_0, QType::Q4_0, QType::MXFP4] {
+            expert_panels_case(qtype);
+        }
+    }
+
+    fn expert_panels_case(qtype: QType) {
         let (n_in, n_out, n_expert, k, rows) = (512, 20, 4, 2, 7);
         let val = |i: usize, s: usize| ((i * s + 7) % 1013) as f32 / 506.0 - 1.0;
         let w: Vec<f32> = (0..n_in * n_out * n_expert).map(|i| val(i, 2654435761)).collect();
-        let data = QType::Q4K.quantize_to_vec(&w).unwrap();
+        let data = qtype.quantize_to_vec(&w).unwrap();
         let t = Tensor {
             data: crate::tensor::Bytes::from_vec(data),
-            qtype: QType::Q4K,
+            qtype,
             ..Tensor::from_f32("exps", &[n_in as u64, n_out as u64, n_expert as u64], &[])
         };
         let experts = expert_views(&t).unwrap();
@@ -368,7 +462,12 @@ mod tests {
         let pool = Pool::new(2);
         for isa in ["avx2", "avx512"] {
             let Ok(kernels) = Isa::for_isa(isa) else { continue };
-            let dot = kernels.dot(QType::Q4K);
+            let dot = match kernels.gemm(qtype) {
+                Some(g) => g.row,
+                None if kernels.k_panel(qtype).is_some() => kernels.dot(qtype),
+                None => continue,
+            };
+            let at = act_type(qtype);
             for per_slot in [false, true] {
                 let x_width = if per_slot { k * n_in } else { n_in };
                 let x: Vec<f32> = (0..rows * x_width).map(|i| val(i, 40503)).collect();
@@ -386,11 +485,11 @@ mod tests {
                     &mut Vec::new(),
                 )
                 .unwrap();
-                let mut a = vec![0u8; n_in / 256 * 292];
+                let mut a = vec![0u8; n_in / at.block_elems() * at.block_bytes()];
                 for slot in 0..rows * k {
                     let (t, j) = (slot / k, slot % k);
                     let off = t * x_width + if per_slot { j * n_in } else { 0 };
-                    kernels.quantize_act(QType::Q8K, &x[off..off + n_in], &mut a);
+                    kernels.quantize_act(at, &x[off..off + n_in], &mut a);
                     let e = experts[route[t * 2 * k + j] as usize].bytes();
                     let rb = e.len() / n_out;
                     for r in 0..n_out {
