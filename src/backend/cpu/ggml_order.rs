@@ -267,6 +267,16 @@ fn head_body<const X86: bool, const Z: bool>(h: &Head, scores: &mut Vec<f32>, la
             scores.extend(dot_gemm4(k, q));
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    if Z && !gemm && hd.is_multiple_of(64) {
+        // `ggml_vec_dot_*` without a tail, four keys at a time.
+        while ks.len() >= 4 {
+            let k: [&[f32]; 4] = std::array::from_fn(|_| ks.next().unwrap_or(&[]));
+            // SAFETY: the caller runs with AVX-512F (`attend_avx512`); each key row is as long
+            // as q, a whole number of 64s.
+            scores.extend(unsafe { x86::dot_vec4_z(k, q) });
+        }
+    }
     for k in ks {
         scores.push(if gemm {
             dot_gemm(k, q)
@@ -754,6 +764,30 @@ pub(crate) mod x86 {
         [r(acc[0]), r(acc[1]), r(acc[2]), r(acc[3])]
     }
 
+    /// [`dot_vec`] of four rows `x` against `y` (`y.len()` a multiple of 64, so no tail), one
+    /// 512-bit register per 16-lane accumulator, folded and reduced in the same order.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avx512f")]
+    pub unsafe fn dot_vec4_z(x: [&[f32]; 4], y: &[f32]) -> [f32; 4] {
+        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+        let x = [x[0].as_ptr(), x[1].as_ptr(), x[2].as_ptr(), x[3].as_ptr()];
+        for i in (0..y.len() / 64 * 64).step_by(64) {
+            for j in 0..4 {
+                let yj = _mm512_loadu_ps(y.as_ptr().add(i + 16 * j));
+                for k in 0..4 {
+                    acc[k][j] = _mm512_fmadd_ps(_mm512_loadu_ps(x[k].add(i + 16 * j)), yj, acc[k][j]);
+                }
+            }
+        }
+        let r = |a: [__m512; 4]| {
+            let f = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+            let lo = _mm512_castps512_ps256(f);
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1));
+            reduce(lo, hi)
+        };
+        [r(acc[0]), r(acc[1]), r(acc[2]), r(acc[3])]
+    }
+
     /// [`pv_lanes16`] with 512-bit registers: 8 lanes × 32 of the head dim at a time (`hdv` a
     /// multiple of 32).
     #[inline]
@@ -767,12 +801,21 @@ pub(crate) mod x86 {
                 let mut base = -pad;
                 while base < n {
                     let c0 = base + half;
-                    for (i, a) in acc.iter_mut().enumerate() {
-                        let c = c0 + i as isize;
-                        if c >= 0 && c < n {
-                            let (pc, row) = (_mm512_set1_ps(*p.add(c as usize)), v.add(c as usize * hdv + dc));
+                    if c0 >= 0 && c0 + 8 <= n {
+                        for (i, a) in acc.iter_mut().enumerate() {
+                            let c = c0 as usize + i;
+                            let (pc, row) = (_mm512_set1_ps(*p.add(c)), v.add(c * hdv + dc));
                             a[0] = _mm512_fmadd_ps(_mm512_loadu_ps(row), pc, a[0]);
                             a[1] = _mm512_fmadd_ps(_mm512_loadu_ps(row.add(16)), pc, a[1]);
+                        }
+                    } else {
+                        for (i, a) in acc.iter_mut().enumerate() {
+                            let c = c0 + i as isize;
+                            if c >= 0 && c < n {
+                                let (pc, row) = (_mm512_set1_ps(*p.add(c as usize)), v.add(c as usize * hdv + dc));
+                                a[0] = _mm512_fmadd_ps(_mm512_loadu_ps(row), pc, a[0]);
+                                a[1] = _mm512_fmadd_ps(_mm512_loadu_ps(row.add(16)), pc, a[1]);
+                            }
                         }
                     }
                     base += 16;

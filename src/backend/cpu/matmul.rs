@@ -189,12 +189,12 @@ pub fn matmul(
             let r0 = rows.start;
             rows.start += rows.len() / PANEL_ROWS * PANEL_ROWS;
             PANEL.with_borrow_mut(|panel| {
-                panel.resize(k / 32 * PANEL_BLOCK_BYTES, 0);
+                let panel = panel_of(panel, k / 32 * PANEL_BLOCK_BYTES);
+                let mut out = [[0f32; PANEL_ROWS]; TILE_TOKENS];
                 for r in (r0..rows.start).step_by(PANEL_ROWS) {
                     (g.pack)(k, &wb[r * wrb..], wrb, panel);
                     for t0 in (0..n).step_by(TILE_TOKENS) {
                         let nt = TILE_TOKENS.min(n - t0);
-                        let mut out = [[0f32; PANEL_ROWS]; TILE_TOKENS];
                         (g.tile)(k, panel, &act[t0 * arb..], arb, &sums[t0 * srb..], &mut out[..nt]);
                         for (t, o) in (t0..).zip(&out[..nt]) {
                             // SAFETY: rows are disjoint between tasks, so are these outputs.
@@ -237,12 +237,12 @@ pub(super) unsafe fn k_panel_band(
     m: usize,
 ) {
     PANEL.with_borrow_mut(|panel| {
-        panel.resize(k / 256 * K4_PANEL_BLOCK_BYTES, 0);
+        let panel = panel_of(panel, k / 256 * K4_PANEL_BLOCK_BYTES);
+        let mut out = [[0f32; PANEL_ROWS]; TILE_TOKENS];
         for r in rows.step_by(PANEL_ROWS) {
             (kp.pack)(k, &wb[r * wrb..], wrb, panel);
             for &(tile, tokens, outs) in lists {
                 for (chunk, outs) in tokens.chunks(TILE_TOKENS).zip(outs.chunks(TILE_TOKENS)) {
-                    let mut out = [[0f32; PANEL_ROWS]; TILE_TOKENS];
                     tile(k, panel, act, arb, chunk, &mut out[..chunk.len()]);
                     for (&o, v) in outs.iter().zip(&out) {
                         // SAFETY: the caller's.
@@ -275,10 +275,10 @@ pub(super) unsafe fn gemm_band(
     m: usize,
 ) {
     PANEL.with_borrow_mut(|panel| {
-        panel.resize(k / 32 * PANEL_BLOCK_BYTES, 0);
+        let panel = panel_of(panel, k / 32 * PANEL_BLOCK_BYTES);
+        let mut out = [[0f32; PANEL_ROWS]; TILE_TOKENS];
         (g.pack)(k, &wb[r * wrb..], wrb, panel);
         for (t0, outs) in (0..outs.len()).step_by(TILE_TOKENS).zip(outs.chunks(TILE_TOKENS)) {
-            let mut out = [[0f32; PANEL_ROWS]; TILE_TOKENS];
             (g.tile)(
                 k,
                 panel,
@@ -293,6 +293,15 @@ pub(super) unsafe fn gemm_band(
             }
         }
     });
+}
+
+/// The first `len` bytes of a thread's panel scratch, grown (never shrunk) to hold them: a
+/// thread packing panels of two sizes in turn does not zero it again each time.
+fn panel_of(panel: &mut Vec<u8>, len: usize) -> &mut [u8] {
+    if panel.len() < len {
+        panel.resize(len, 0);
+    }
+    &mut panel[..len]
 }
 
 /// `rows` as work: their whole fours through `dot4` (where there is one), the rest one by one
