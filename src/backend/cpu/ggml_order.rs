@@ -469,8 +469,16 @@ fn flash_tiled<const X86: bool, const Z: bool>(h: &Head, out: &mut [f32]) {
             }
             m = mnew;
             let mut e = [0f32; TILE];
-            for c in lo..hi {
-                e[c - t0] = expf(kq[c - t0] - m);
+            #[cfg(target_arch = "x86_64")]
+            if X86 {
+                e[lo - t0..hi - t0].copy_from_slice(&kq[lo - t0..hi - t0]);
+                // SAFETY: as above.
+                unsafe { x86::exp_minus(&mut e[lo - t0..hi - t0], m) };
+            }
+            if !X86 || cfg!(not(target_arch = "x86_64")) {
+                for c in lo..hi {
+                    e[c - t0] = expf(kq[c - t0] - m);
+                }
             }
             let sum: f64 = e
                 .chunks_exact(16)
@@ -846,29 +854,42 @@ pub(crate) mod x86 {
         }
     }
 
-    /// [`pv_rows`] with 512-bit registers (`out.len()` a multiple of 16).
+    /// [`pv_rows`] with 512-bit registers (`out.len()` a multiple of 16), up to 128 of `out`
+    /// in registers per pass over the cells.
     #[inline]
     #[target_feature(enable = "avx2,fma,avx512f")]
     pub unsafe fn pv_rows_z(e: &[f32], vals: &[f32], out: &mut [f32]) {
         let hdv = out.len();
-        let (v, o) = (vals.as_ptr(), out.as_mut_ptr());
         let n = e.len().min(vals.len() / hdv.max(1));
         for d0 in (0..hdv).step_by(128) {
-            let w = (hdv - d0).min(128) / 16;
-            let mut acc = [_mm512_setzero_ps(); 8];
-            for (i, a) in acc.iter_mut().enumerate().take(w) {
-                *a = _mm512_loadu_ps(o.add(d0 + 16 * i));
+            let args = (&e[..n], vals.as_ptr().add(d0), hdv, out.as_mut_ptr().add(d0));
+            match (hdv - d0).min(128) / 16 {
+                1 => pv_rows_zw::<1>(args),
+                2 => pv_rows_zw::<2>(args),
+                3 => pv_rows_zw::<3>(args),
+                4 => pv_rows_zw::<4>(args),
+                5 => pv_rows_zw::<5>(args),
+                6 => pv_rows_zw::<6>(args),
+                7 => pv_rows_zw::<7>(args),
+                _ => pv_rows_zw::<8>(args),
             }
-            for (c, &ec) in e.iter().enumerate().take(n) {
-                let ec = _mm512_set1_ps(ec);
-                let row = v.add(c * hdv + d0);
-                for (i, a) in acc.iter_mut().enumerate().take(w) {
-                    *a = _mm512_fmadd_ps(ec, _mm512_loadu_ps(row.add(16 * i)), *a);
-                }
+        }
+    }
+
+    /// `W` registers of `out` (at `o`) through every cell: rows of `vals` (at `v`) `hdv` apart.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,avx512f")]
+    unsafe fn pv_rows_zw<const W: usize>((e, v, hdv, o): (&[f32], *const f32, usize, *mut f32)) {
+        let mut acc: [__m512; W] = std::array::from_fn(|i| _mm512_loadu_ps(o.add(16 * i)));
+        for (c, &ec) in e.iter().enumerate() {
+            let ec = _mm512_set1_ps(ec);
+            let row = v.add(c * hdv);
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(ec, _mm512_loadu_ps(row.add(16 * i)), *a);
             }
-            for (i, a) in acc.into_iter().enumerate().take(w) {
-                _mm512_storeu_ps(o.add(d0 + 16 * i), a);
-            }
+        }
+        for (i, a) in acc.into_iter().enumerate() {
+            _mm512_storeu_ps(o.add(16 * i), a);
         }
     }
 
