@@ -782,8 +782,8 @@ pub(crate) mod x86 {
         for i in (0..y.len() / 64 * 64).step_by(64) {
             for j in 0..4 {
                 let yj = _mm512_loadu_ps(y.as_ptr().add(i + 16 * j));
-                for k in 0..4 {
-                    acc[k][j] = _mm512_fmadd_ps(_mm512_loadu_ps(x[k].add(i + 16 * j)), yj, acc[k][j]);
+                for (xk, a) in x.iter().zip(acc.iter_mut()) {
+                    a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(xk.add(i + 16 * j)), yj, a[j]);
                 }
             }
         }
