@@ -10,8 +10,8 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::dot::{
-    act_type, block_sums, DotFn, DotR2Fn, DotX4Fn, Gemm, Isa, KPanel, KTileFn, BLOCK_SUM_BYTES, K4_PANEL_BLOCK_BYTES,
-    PANEL_BLOCK_BYTES, PANEL_ROWS, TILED_MIN_TOKENS,
+    act_type, block_sums, DotFn, DotR2Fn, DotX4Fn, Gemm, Isa, KPanel, BLOCK_SUM_BYTES, K4_PANEL_BLOCK_BYTES,
+    PANEL_BLOCK_BYTES, PANEL_ROWS, TILED_MIN_TOKENS, WIDE_ROWS,
 };
 use super::pool::{Pool, SyncPtr};
 use crate::tensor::Tensor;
@@ -180,9 +180,14 @@ pub fn matmul(
     }
     let yp = SyncPtr::new(y);
     // A multiple of the panel height, so that only the matrix's last rows miss a panel.
+    let band = if k_panel.is_some_and(|kp| kp.wide.is_some()) {
+        WIDE_ROWS
+    } else {
+        PANEL_ROWS
+    };
     let rows_per_task = (m / (pool.n_threads() * TASKS_PER_THREAD))
         .max(MIN_ROWS_PER_TASK)
-        .next_multiple_of(PANEL_ROWS);
+        .next_multiple_of(band);
     pool.for_chunks(m, rows_per_task, |_, rows| {
         let mut rows = rows;
         if let Some(g) = packed {
@@ -208,8 +213,8 @@ pub fn matmul(
             let r0 = rows.start;
             rows.start += rows.len() / PANEL_ROWS * PANEL_ROWS;
             let lists = [
-                (kp.quads, &panel_quads[..], &panel_quads[..]),
-                (kp.singles, &panel_singles[..], &panel_singles[..]),
+                (KOrder::Quads, &panel_quads[..], &panel_quads[..]),
+                (KOrder::Singles, &panel_singles[..], &panel_singles[..]),
             ];
             // SAFETY: rows are disjoint between tasks, so are the outputs.
             unsafe { k_panel_band(kp, k, wb, wrb, r0..rows.start, act, arb, &lists, &yp, m) };
@@ -218,8 +223,18 @@ pub fn matmul(
     });
 }
 
-/// Rows `rows` (whole panels) of y = x·Wᵀ through q4_K panels: for each list (tile, tokens,
-/// outs), the activation row of `tokens[i]` into output row `outs[i]` (`m` wide).
+/// Which of a [`KPanel`]'s orders a list of tokens takes.
+#[derive(Clone, Copy)]
+pub(super) enum KOrder {
+    /// `dot_x4`'s (the tokens of a group's whole fours).
+    Quads,
+    /// `dot`'s.
+    Singles,
+}
+
+/// Rows `rows` (whole panels) of y = x·Wᵀ through q4_K panels (16 rows at a time where the
+/// ISA has wide ones): for each list (order, tokens, outs), the activation row of `tokens[i]`
+/// into output row `outs[i]` (`m` wide).
 ///
 /// # Safety
 /// No other thread writes these rows of those outputs meanwhile.
@@ -232,16 +247,45 @@ pub(super) unsafe fn k_panel_band(
     rows: Range<usize>,
     act: &[u8],
     arb: usize,
-    lists: &[(KTileFn, &[usize], &[usize])],
+    lists: &[(KOrder, &[usize], &[usize])],
     yp: &SyncPtr<f32>,
     m: usize,
 ) {
+    let mut rows = rows;
+    if let Some(wide) = kp.wide {
+        PANEL.with_borrow_mut(|panel| {
+            let panel = panel_of(panel, k / 256 * 2 * K4_PANEL_BLOCK_BYTES);
+            let mut out = [[0f32; WIDE_ROWS]; TILE_TOKENS];
+            while rows.len() >= WIDE_ROWS {
+                let r = rows.start;
+                (wide.pack)(k, &wb[r * wrb..], wrb, panel);
+                for &(order, tokens, outs) in lists {
+                    let wtile = match order {
+                        KOrder::Quads => wide.quads,
+                        KOrder::Singles => wide.singles,
+                    };
+                    for (chunk, outs) in tokens.chunks(TILE_TOKENS).zip(outs.chunks(TILE_TOKENS)) {
+                        wtile(k, panel, act, arb, chunk, &mut out[..chunk.len()]);
+                        for (&o, v) in outs.iter().zip(&out) {
+                            // SAFETY: the caller's.
+                            unsafe { yp.slice(o * m + r, WIDE_ROWS) }.copy_from_slice(v);
+                        }
+                    }
+                }
+                rows.start += WIDE_ROWS;
+            }
+        });
+    }
     PANEL.with_borrow_mut(|panel| {
         let panel = panel_of(panel, k / 256 * K4_PANEL_BLOCK_BYTES);
         let mut out = [[0f32; PANEL_ROWS]; TILE_TOKENS];
         for r in rows.step_by(PANEL_ROWS) {
             (kp.pack)(k, &wb[r * wrb..], wrb, panel);
-            for &(tile, tokens, outs) in lists {
+            for &(order, tokens, outs) in lists {
+                let tile = match order {
+                    KOrder::Quads => kp.quads,
+                    KOrder::Singles => kp.singles,
+                };
                 for (chunk, outs) in tokens.chunks(TILE_TOKENS).zip(outs.chunks(TILE_TOKENS)) {
                     tile(k, panel, act, arb, chunk, &mut out[..chunk.len()]);
                     for (&o, v) in outs.iter().zip(&out) {

@@ -5,7 +5,7 @@
 //! A route row is `[id_0 … id_{k-1}, w_0 … w_{k-1}]`: the chosen experts best first, their
 //! ids as f32 (exact: ids are below 2^24), then their weights.
 
-use super::dot::{act_type, block_sums, Gemm, Isa, KPanel, BLOCK_SUM_BYTES, PANEL_ROWS};
+use super::dot::{act_type, block_sums, Gemm, Isa, KPanel, BLOCK_SUM_BYTES, PANEL_ROWS, WIDE_ROWS};
 use super::matmul::{self, Groups};
 use super::ops;
 use super::pool::{Pool, SyncPtr};
@@ -165,9 +165,12 @@ fn panels(
             (e, ins, s.iter().map(|&(t, j)| t * k + j).collect())
         })
         .collect();
-    // Units: each expert's whole panels, then its last rows (one unit) where there are some.
+    // Units: each expert's bands of whole panels (16 rows where the panels are wide), then its
+    // last rows (one unit) where there are some.
+    let band_rows = if kp.wide.is_some() { WIDE_ROWS } else { PANEL_ROWS };
     let n_panels = n_out / PANEL_ROWS;
-    let per_expert = n_panels + usize::from(!n_out.is_multiple_of(PANEL_ROWS));
+    let n_bands = n_panels.div_ceil(band_rows / PANEL_ROWS);
+    let per_expert = n_bands + usize::from(!n_out.is_multiple_of(PANEL_ROWS));
     let yp = SyncPtr::new(y);
     let dot = kernels.dot(experts[0].qtype);
     pool.for_chunks(lists.len() * per_expert, 1, |_, units| {
@@ -175,8 +178,8 @@ fn panels(
             let (e, ins, outs) = &lists[u / per_expert];
             let (w, p) = (&experts[*e], u % per_expert);
             let (wb, wrb) = (w.bytes(), w.row_bytes());
-            if p < n_panels {
-                let band = p * PANEL_ROWS..(p + 1) * PANEL_ROWS;
+            if p < n_bands {
+                let band = p * band_rows..((p + 1) * band_rows).min(n_panels * PANEL_ROWS);
                 // SAFETY: each (expert, band) is one unit, and an output row belongs to one
                 // slot, which chose one expert.
                 unsafe {
@@ -188,7 +191,7 @@ fn panels(
                         band,
                         act,
                         arb,
-                        &[(kp.singles, ins, outs)],
+                        &[(matmul::KOrder::Singles, ins, outs)],
                         &yp,
                         n_out,
                     )
@@ -442,7 +445,7 @@ mod tests {
     }
 
     fn expert_panels_case(qtype: QType) {
-        let (n_in, n_out, n_expert, k, rows) = (512, 20, 4, 2, 7);
+        let (n_in, n_out, n_expert, k, rows) = (512, 28, 4, 2, 7);
         let val = |i: usize, s: usize| ((i * s + 7) % 1013) as f32 / 506.0 - 1.0;
         let w: Vec<f32> = (0..n_in * n_out * n_expert).map(|i| val(i, 2654435761)).collect();
         let data = qtype.quantize_to_vec(&w).unwrap();

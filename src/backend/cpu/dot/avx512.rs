@@ -11,7 +11,8 @@ use std::arch::x86_64::*;
 
 use super::avx2::{hsum_ps, ld128, ld256, signed_step};
 use super::{
-    avx2, dot_fn, dot_table, dot_x4_fn, gemm_table, r2_table, scalar, tiled_table, x4_table, DotFn, Isa, N_TYPES,
+    avx2, dot_fn, dot_table, dot_x4_fn, gemm_table, k_panel_wide_fn, r2_table, scalar, tiled_table, x4_table, DotFn,
+    Isa, KPanel, K4_PANEL_BLOCK_BYTES, N_TYPES, WIDE_ROWS,
 };
 use crate::quant::QType;
 
@@ -34,7 +35,14 @@ pub(super) static KERNELS: Isa = Isa {
     dot_r2: r2_table(inst::DOT_R2),
     tiled: tiled_table(inst::TILED),
     gemm: gemm_table(inst::GEMM, true),
-    q4_k_panel: Some(inst::K4_PANEL),
+    q4_k_panel: Some(KPanel {
+        wide: Some(k_panel_wide_fn!(
+            pack_q4_k16,
+            q4_k_panel16::<false>,
+            q4_k_panel16::<true>
+        )),
+        ..inst::K4_PANEL
+    }),
     // SAFETY (these and every kernel below): the table is handed out only where `supported()`.
     q8_0: |x, out| unsafe { avx2::quantize_q8_0(x, out) },
     q8_1: |x, out| unsafe { avx2::quantize_q8_1(x, out) },
@@ -174,4 +182,138 @@ unsafe fn q4_k_x4_gemv(n: usize, w: &[u8], a: [&[u8]; 4]) -> [f32; 4] {
 #[inline(always)]
 unsafe fn fold256(v: __m512i) -> __m256i {
     _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1))
+}
+
+// --- q4_K panels of 16 rows ------------------------------------------------------------------
+
+/// Offsets in a 16-row q4_K panel block (`2 * K4_PANEL_BLOCK_BYTES`): `avx2::pack_q4_k`'s
+/// layout 16 rows wide, so that a 512-bit register holds one group of 4 quants of all 16.
+const P16_DMIN: usize = 64;
+const P16_SCALES: usize = 128;
+const P16_MINS: usize = P16_SCALES + 64 * 8;
+const P16_QS: usize = P16_MINS + 64 * 4;
+const _: () = assert!(P16_QS + 64 * 32 == 2 * K4_PANEL_BLOCK_BYTES);
+
+/// Packs 16 q4_K rows into a 16-row panel.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn pack_q4_k16(n: usize, w: &[u8], stride: usize, panel: &mut [u8]) {
+    let (x, p) = (w.as_ptr(), panel.as_mut_ptr());
+    for b in 0..n / 256 {
+        let pb = p.add(2 * K4_PANEL_BLOCK_BYTES * b);
+        let mut d = [[0f32; WIDE_ROWS]; 2];
+        let mut sc = [[0i32; WIDE_ROWS]; 8];
+        let mut mn = [[0u32; WIDE_ROWS]; 4];
+        for r in 0..WIDE_ROWS {
+            let xb = x.add(stride * r + 144 * b);
+            (d[0][r], d[1][r]) = avx2::f16x2(xb);
+            let mut packed = [0u8; 12];
+            std::ptr::copy_nonoverlapping(xb.add(4), packed.as_mut_ptr(), 12);
+            for s in 0..8 {
+                let (scale, min) = crate::quant::get_scale_min_k4(s, &packed);
+                sc[s][r] = scale as i32;
+                mn[s / 2][r] |= (min as u32) << (16 * (s % 2));
+            }
+        }
+        std::ptr::write_unaligned(pb as *mut [[f32; WIDE_ROWS]; 2], d);
+        std::ptr::write_unaligned(pb.add(P16_SCALES) as *mut [[i32; WIDE_ROWS]; 8], sc);
+        std::ptr::write_unaligned(pb.add(P16_MINS) as *mut [[u32; WIDE_ROWS]; 4], mn);
+        for j in 0..4 {
+            for half in 0..2 {
+                let rows: [__m256i; 8] =
+                    std::array::from_fn(|r| ld256(x.add(stride * (8 * half + r) + 144 * b + 16 + 32 * j)));
+                for (g, v) in avx2::transpose8x32(rows).into_iter().enumerate() {
+                    _mm256_storeu_si256(pb.add(P16_QS + 64 * (8 * j + g) + 32 * half) as *mut __m256i, v);
+                }
+            }
+        }
+    }
+}
+
+/// `avx2::q4_k_panel_tokens` over a 16-row panel: lane r of each register is row r, with the
+/// same exact i32 sums and the same f32 chains, so the same bits.
+#[inline(always)]
+unsafe fn q4_k_panel16_tokens<const T: usize, const GEMV: bool>(
+    nb: usize,
+    p: *const u8,
+    y: [*const u8; T],
+) -> [__m512; T] {
+    let m4 = _mm512_set1_epi8(0xF);
+    let mut acc = [_mm512_setzero_ps(); T];
+    let mut acc_m = [_mm512_setzero_ps(); T];
+    let rd32 = |q: *const u8| std::ptr::read_unaligned(q as *const u32) as i32;
+    for b in 0..nb {
+        let pb = p.add(2 * K4_PANEL_BLOCK_BYTES * b);
+        let yb: [*const u8; T] = std::array::from_fn(|t| y[t].add(292 * b));
+        let (dx, dmin) = (
+            _mm512_loadu_ps(pb as *const f32),
+            _mm512_loadu_ps(pb.add(P16_DMIN) as *const f32),
+        );
+        let mut s_blk = [_mm512_setzero_si512(); T];
+        let mut m_blk = [_mm512_setzero_si512(); T];
+        for j in 0..4 {
+            let mut lo = [_mm512_setzero_si512(); T];
+            let mut hi = [_mm512_setzero_si512(); T];
+            for g in 0..8 {
+                let q = _mm512_loadu_si512(pb.add(P16_QS + 64 * (8 * j + g)) as *const _);
+                let (ql, qh) = (_mm512_and_si512(q, m4), _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+                for t in 0..T {
+                    let q8 = yb[t].add(4 + 64 * j + 4 * g);
+                    lo[t] = _mm512_dpbusd_epi32(lo[t], ql, _mm512_set1_epi32(rd32(q8)));
+                    hi[t] = _mm512_dpbusd_epi32(hi[t], qh, _mm512_set1_epi32(rd32(q8.add(32))));
+                }
+            }
+            let sl = _mm512_loadu_si512(pb.add(P16_SCALES + 128 * j) as *const _);
+            let sh = _mm512_loadu_si512(pb.add(P16_SCALES + 128 * j + 64) as *const _);
+            let mins = _mm512_loadu_si512(pb.add(P16_MINS + 64 * j) as *const _);
+            for t in 0..T {
+                let s = _mm512_add_epi32(_mm512_mullo_epi32(lo[t], sl), _mm512_mullo_epi32(hi[t], sh));
+                let bs = yb[t].add(260 + 8 * j);
+                let rd = |i: usize| std::ptr::read_unaligned(bs.add(2 * i) as *const i16) as i32;
+                let (b0, b1) = (rd(0) + rd(1), rd(2) + rd(3));
+                let pair = (b0 as u32 & 0xFFFF) | ((b1 as u32) << 16);
+                let m = _mm512_madd_epi16(mins, _mm512_set1_epi32(pair as i32));
+                if GEMV {
+                    s_blk[t] = _mm512_add_epi32(s_blk[t], s);
+                    m_blk[t] = _mm512_add_epi32(m_blk[t], m);
+                } else {
+                    let dy = _mm512_set1_ps(std::ptr::read_unaligned(yb[t] as *const f32));
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dx, dy), acc[t]);
+                    acc_m[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dmin, dy), acc_m[t]);
+                }
+            }
+        }
+        if GEMV {
+            for t in 0..T {
+                let dy = _mm512_set1_ps(std::ptr::read_unaligned(yb[t] as *const f32));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_blk[t]), _mm512_mul_ps(dx, dy), acc[t]);
+                acc_m[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m_blk[t]), _mm512_mul_ps(dmin, dy), acc_m[t]);
+            }
+        }
+    }
+    std::array::from_fn(|t| _mm512_sub_ps(acc[t], acc_m[t]))
+}
+
+/// `KPanelWide::quads` / `singles`: the listed tokens 4 at a time, then one at a time.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q4_k_panel16<const GEMV: bool>(
+    n: usize,
+    panel: &[u8],
+    act: &[u8],
+    arb: usize,
+    tokens: &[usize],
+    out: &mut [[f32; WIDE_ROWS]],
+) {
+    let (nb, p, a) = (n / 256, panel.as_ptr(), act.as_ptr());
+    let mut i = 0;
+    while i + 4 <= tokens.len() {
+        let y: [*const u8; 4] = std::array::from_fn(|t| a.add(arb * tokens[i + t]));
+        for (t, v) in q4_k_panel16_tokens::<4, GEMV>(nb, p, y).into_iter().enumerate() {
+            _mm512_storeu_ps(out[i + t].as_mut_ptr(), v);
+        }
+        i += 4;
+    }
+    for i in i..tokens.len() {
+        let [v] = q4_k_panel16_tokens::<1, GEMV>(nb, p, [a.add(arb * tokens[i])]);
+        _mm512_storeu_ps(out[i].as_mut_ptr(), v);
+    }
 }

@@ -108,16 +108,46 @@ pub struct KPanel {
     pub pack: PackFn,
     pub quads: KTileFn,
     pub singles: KTileFn,
+    /// The same over 16 rows at once, where the ISA has the registers for it.
+    pub wide: Option<KPanelWide>,
+}
+
+/// Rows of a [`KPanelWide`] panel.
+pub const WIDE_ROWS: usize = 16;
+
+/// One 16-row q4_K panel × the listed tokens ([`KTileFn`] with 16 rows).
+pub type KTileWideFn =
+    fn(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; WIDE_ROWS]]);
+
+/// [`KPanel`]'s kernels over [`WIDE_ROWS`] rows: the same operations per (row, token).
+#[derive(Clone, Copy)]
+pub struct KPanelWide {
+    /// Packs 16 rows (`stride` apart) into `2 * K4_PANEL_BLOCK_BYTES` bytes per block.
+    pub pack: PackFn,
+    pub quads: KTileWideFn,
+    pub singles: KTileWideFn,
+}
+
+/// Bounds of `rows` rows of `n` elements, `stride` bytes apart in `w`.
+#[inline(always)]
+fn check_rows_n(n: usize, w: &[u8], stride: usize, wq: QType, rows: usize) {
+    let rb = row_bytes(wq, n);
+    assert!(
+        stride >= rb && w.len() >= (rows - 1) * stride + rb,
+        "{} panel of {n}: {} bytes hold no {rows} rows {stride} apart",
+        wq.name(),
+        w.len()
+    );
 }
 
 /// Bounds of a q4_K panel tile: the panel, the listed activation rows, the outputs.
 #[inline(always)]
-fn check_k_tile(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: usize) {
+fn check_k_tile(n: usize, panel: &[u8], block_bytes: usize, act: &[u8], arb: usize, tokens: &[usize], out: usize) {
     let ab = row_bytes(QType::Q8K, n);
     let last = tokens.iter().copied().max();
     assert!(
         n.is_multiple_of(256)
-            && panel.len() >= n / 256 * K4_PANEL_BLOCK_BYTES
+            && panel.len() >= n / 256 * block_bytes
             && arb >= ab
             && out >= tokens.len()
             && last.is_none_or(|t| act.len() >= t * arb + ab),
@@ -128,9 +158,49 @@ fn check_k_tile(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize]
     );
 }
 
+/// The [`KPanelWide`] of q4_K from its `unsafe` bodies, bounds-checked.
+macro_rules! k_panel_wide_fn {
+    ($pack:path, $quads:path, $singles:path) => {{
+        fn pack(n: usize, w: &[u8], stride: usize, panel: &mut [u8]) {
+            use $crate::backend::cpu::dot::{K4_PANEL_BLOCK_BYTES, WIDE_ROWS};
+            $crate::backend::cpu::dot::check_rows_n(n, w, stride, $crate::quant::QType::Q4K, WIDE_ROWS);
+            assert!(n.is_multiple_of(256) && panel.len() >= n / 256 * 2 * K4_PANEL_BLOCK_BYTES);
+            // SAFETY: as in `dot_fn!`.
+            unsafe { $pack(n, w, stride, panel) }
+        }
+        fn quads(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; 16]]) {
+            $crate::backend::cpu::dot::check_k_tile(
+                n,
+                panel,
+                2 * $crate::backend::cpu::dot::K4_PANEL_BLOCK_BYTES,
+                act,
+                arb,
+                tokens,
+                out.len(),
+            );
+            // SAFETY: as in `dot_fn!`.
+            unsafe { $quads(n, panel, act, arb, tokens, out) }
+        }
+        fn singles(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; 16]]) {
+            $crate::backend::cpu::dot::check_k_tile(
+                n,
+                panel,
+                2 * $crate::backend::cpu::dot::K4_PANEL_BLOCK_BYTES,
+                act,
+                arb,
+                tokens,
+                out.len(),
+            );
+            // SAFETY: as in `dot_fn!`.
+            unsafe { $singles(n, panel, act, arb, tokens, out) }
+        }
+        $crate::backend::cpu::dot::KPanelWide { pack, quads, singles }
+    }};
+}
+
 /// The [`KPanel`] of q4_K from its `unsafe` bodies (CPU-feature precondition), bounds-checked.
 macro_rules! k_panel_fn {
-    ($pack:path, $quads:path, $singles:path) => {{
+    ($pack:path, $quads:path, $singles:path, $wide:expr) => {{
         fn pack(n: usize, w: &[u8], stride: usize, panel: &mut [u8]) {
             use $crate::backend::cpu::dot::K4_PANEL_BLOCK_BYTES;
             $crate::backend::cpu::dot::check_rows(n, w, stride, $crate::quant::QType::Q4K);
@@ -139,16 +209,37 @@ macro_rules! k_panel_fn {
             unsafe { $pack(n, w, stride, panel) }
         }
         fn quads(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; 8]]) {
-            $crate::backend::cpu::dot::check_k_tile(n, panel, act, arb, tokens, out.len());
+            $crate::backend::cpu::dot::check_k_tile(
+                n,
+                panel,
+                $crate::backend::cpu::dot::K4_PANEL_BLOCK_BYTES,
+                act,
+                arb,
+                tokens,
+                out.len(),
+            );
             // SAFETY: as in `dot_fn!`.
             unsafe { $quads(n, panel, act, arb, tokens, out) }
         }
         fn singles(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; 8]]) {
-            $crate::backend::cpu::dot::check_k_tile(n, panel, act, arb, tokens, out.len());
+            $crate::backend::cpu::dot::check_k_tile(
+                n,
+                panel,
+                $crate::backend::cpu::dot::K4_PANEL_BLOCK_BYTES,
+                act,
+                arb,
+                tokens,
+                out.len(),
+            );
             // SAFETY: as in `dot_fn!`.
             unsafe { $singles(n, panel, act, arb, tokens, out) }
         }
-        $crate::backend::cpu::dot::KPanel { pack, quads, singles }
+        $crate::backend::cpu::dot::KPanel {
+            pack,
+            quads,
+            singles,
+            wide: $wide,
+        }
     }};
 }
 
@@ -299,7 +390,7 @@ macro_rules! gemm_fn {
         )
     }};
 }
-pub(crate) use {dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn, k_panel_fn};
+pub(crate) use {dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn, k_panel_fn, k_panel_wide_fn};
 
 /// Bounds of [`PANEL_ROWS`] weight rows `stride` bytes apart.
 #[inline(always)]

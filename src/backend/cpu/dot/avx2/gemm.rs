@@ -7,7 +7,7 @@ use super::*;
 
 /// Transposes 8 rows of 8 dwords: out[j] holds dword j of every row, row r at dword r.
 #[inline(always)]
-unsafe fn transpose8x32(r: [__m256i; 8]) -> [__m256i; 8] {
+pub(in crate::backend::cpu::dot) unsafe fn transpose8x32(r: [__m256i; 8]) -> [__m256i; 8] {
     let t = [
         _mm256_unpacklo_epi32(r[0], r[1]),
         _mm256_unpackhi_epi32(r[0], r[1]),

@@ -18,7 +18,7 @@ use crate::quant::{e8m0_to_f32_half, QType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
 mod gemm;
 mod kquant;
-pub(super) use gemm::{gemm_row, gemm_tile, pack_q4_k, pack_signed, q4_k_panel};
+pub(super) use gemm::{gemm_row, gemm_tile, pack_q4_k, pack_signed, q4_k_panel, transpose8x32};
 pub(super) use kquant::*;
 
 pub(super) fn supported() -> bool {
@@ -87,7 +87,7 @@ macro_rules! instantiate {
         unsafe fn q4_k_singles(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; PANEL_ROWS]]) {
             q4_k_panel::<$v, true>(n, panel, act, arb, tokens, out)
         }
-        pub(in crate::backend::cpu::dot) static K4_PANEL: KPanel = k_panel_fn!(q4_k_pack, q4_k_quads, q4_k_singles);
+        pub(in crate::backend::cpu::dot) static K4_PANEL: KPanel = k_panel_fn!(q4_k_pack, q4_k_quads, q4_k_singles, None);
 
         #[target_feature(enable = $feat)]
         unsafe fn tile_(n: usize, panel: &[u8], act: &[u8], arb: usize, sums: &[u8], out: &mut [[f32; PANEL_ROWS]]) {
