@@ -392,6 +392,21 @@ fn bench_sweeps_depths_and_profiles_the_cpu() {
     ] {
         assert!(stderr.contains(needle), "no '{needle}' in the profile:\n{stderr}");
     }
+    // Every record says which attention numerics it timed; `--fa` is llama-bench's `-fa 1`.
+    assert!(records.iter().all(|r| r["flash_attn"] == false), "{records:?}");
+    let mut c = bin();
+    c.arg("bench")
+        .arg(&model)
+        .args(["-p", "80", "-n", "0", "-r", "1", "--fa", "--json"]);
+    let out = run(c, None);
+    assert!(
+        out.status.success(),
+        "bench --fa failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fa: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(fa[0]["flash_attn"], true, "{fa}");
+    assert!(fa[0]["avg_ts"].as_f64().unwrap() > 0.0, "{fa}");
     let mut c = bin();
     c.arg("bench")
         .arg(&model)
