@@ -337,15 +337,16 @@ fn head_body<const X86: bool, const Z: bool>(h: &Head, scores: &mut Vec<f32>, la
     let nl = order.lanes();
     let mut done = false;
     #[cfg(target_arch = "x86_64")]
-    if X86 && nl == 16 && hdv.is_multiple_of(8) {
+    if X86 && hdv.is_multiple_of(8) {
         lanes.resize(nl * hdv, 0.0);
         let (v, l) = (&vals[..scores.len() * hdv], &mut lanes[..nl * hdv]);
-        // SAFETY: as above (`Z`: and AVX-512F); `vals` holds a row per score, `lanes` 16 rows.
+        // SAFETY: as above (`Z`: and AVX-512F); `vals` holds a row per score, `lanes` nl rows.
         unsafe {
-            if Z && hdv.is_multiple_of(32) {
-                x86::pv_lanes16_z(scores, v, first, hdv, l)
-            } else {
-                x86::pv_lanes16(scores, v, first, hdv, l)
+            match (Z && hdv.is_multiple_of(32), nl) {
+                (true, 16) => x86::pv_lanes_z::<16>(scores, v, first, hdv, l),
+                (true, _) => x86::pv_lanes_z::<64>(scores, v, first, hdv, l),
+                (false, 16) => x86::pv_lanes::<16>(scores, v, first, hdv, l),
+                (false, _) => x86::pv_lanes::<64>(scores, v, first, hdv, l),
             }
         };
         done = true;
@@ -666,18 +667,18 @@ pub(crate) mod x86 {
         _mm256_blendv_ps(y, edge, out)
     }
 
-    /// P·V into 16 lanes (`lanes[l * hdv..][..hdv]`, every lane written): cell `jj` (at
-    /// position `first + jj`) weights its V row into lane `(first + jj) % 16`, each lane's
+    /// P·V into `NL` lanes (`lanes[l * hdv..][..hdv]`, every lane written; NL a multiple of 8):
+    /// cell `jj` (at position `first + jj`) weights its V row into lane `(first + jj) % NL`, each lane's
     /// chain `a = fma(v, p, a)` in cell order from 0. The accumulators stay in registers: 8
     /// lanes × 8 of the head dim at a time. `hdv` a multiple of 8, `vals` `scores.len()` rows.
     #[inline(always)]
-    pub unsafe fn pv_lanes16(scores: &[f32], vals: &[f32], first: usize, hdv: usize, lanes: &mut [f32]) {
-        let (n, pad) = (scores.len() as isize, (first % 16) as isize);
+    pub unsafe fn pv_lanes<const NL: usize>(scores: &[f32], vals: &[f32], first: usize, hdv: usize, lanes: &mut [f32]) {
+        let (n, pad) = (scores.len() as isize, (first % NL) as isize);
         let (p, v, out) = (scores.as_ptr(), vals.as_ptr(), lanes.as_mut_ptr());
         for dc in (0..hdv).step_by(8) {
-            for half in [0isize, 8] {
+            for half in (0..NL as isize).step_by(8) {
                 let mut acc = [_mm256_setzero_ps(); 8];
-                // Cell of lane `half + i` in the run of 16 starting at `base`: base + half + i.
+                // Cell of lane `half + i` in the run of NL starting at `base`: base + half + i.
                 let mut base = -pad;
                 while base < n {
                     let c0 = base + half;
@@ -699,7 +700,7 @@ pub(crate) mod x86 {
                             }
                         }
                     }
-                    base += 16;
+                    base += NL as isize;
                 }
                 for (i, a) in acc.into_iter().enumerate() {
                     _mm256_storeu_ps(out.add((half as usize + i) * hdv + dc), a);
@@ -796,15 +797,21 @@ pub(crate) mod x86 {
         [r(acc[0]), r(acc[1]), r(acc[2]), r(acc[3])]
     }
 
-    /// [`pv_lanes16`] with 512-bit registers: 8 lanes × 32 of the head dim at a time (`hdv` a
+    /// [`pv_lanes`] with 512-bit registers: 8 lanes × 32 of the head dim at a time (`hdv` a
     /// multiple of 32).
     #[inline]
     #[target_feature(enable = "avx2,fma,avx512f")]
-    pub unsafe fn pv_lanes16_z(scores: &[f32], vals: &[f32], first: usize, hdv: usize, lanes: &mut [f32]) {
-        let (n, pad) = (scores.len() as isize, (first % 16) as isize);
+    pub unsafe fn pv_lanes_z<const NL: usize>(
+        scores: &[f32],
+        vals: &[f32],
+        first: usize,
+        hdv: usize,
+        lanes: &mut [f32],
+    ) {
+        let (n, pad) = (scores.len() as isize, (first % NL) as isize);
         let (p, v, out) = (scores.as_ptr(), vals.as_ptr(), lanes.as_mut_ptr());
         for dc in (0..hdv).step_by(32) {
-            for half in [0isize, 8] {
+            for half in (0..NL as isize).step_by(8) {
                 let mut acc = [[_mm512_setzero_ps(); 2]; 8];
                 let mut base = -pad;
                 while base < n {
@@ -826,7 +833,7 @@ pub(crate) mod x86 {
                             }
                         }
                     }
-                    base += 16;
+                    base += NL as isize;
                 }
                 for (i, a) in acc.into_iter().enumerate() {
                     let o = out.add((half as usize + i) * hdv + dc);
