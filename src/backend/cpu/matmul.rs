@@ -180,7 +180,7 @@ pub fn matmul(
     }
     let yp = SyncPtr::new(y);
     // A multiple of the panel height, so that only the matrix's last rows miss a panel.
-    let band = if k_panel.is_some_and(|kp| kp.wide.is_some()) {
+    let band = if k_panel.is_some_and(|kp| kp.wide.is_some()) || packed.is_some_and(|g| g.wide.is_some()) {
         WIDE_ROWS
     } else {
         PANEL_ROWS
@@ -193,21 +193,8 @@ pub fn matmul(
         if let Some(g) = packed {
             let r0 = rows.start;
             rows.start += rows.len() / PANEL_ROWS * PANEL_ROWS;
-            PANEL.with_borrow_mut(|panel| {
-                let panel = panel_of(panel, k / 32 * PANEL_BLOCK_BYTES);
-                let mut out = [[0f32; PANEL_ROWS]; TILE_TOKENS];
-                for r in (r0..rows.start).step_by(PANEL_ROWS) {
-                    (g.pack)(k, &wb[r * wrb..], wrb, panel);
-                    for t0 in (0..n).step_by(TILE_TOKENS) {
-                        let nt = TILE_TOKENS.min(n - t0);
-                        (g.tile)(k, panel, &act[t0 * arb..], arb, &sums[t0 * srb..], &mut out[..nt]);
-                        for (t, o) in (t0..).zip(&out[..nt]) {
-                            // SAFETY: rows are disjoint between tasks, so are these outputs.
-                            unsafe { yp.slice(t * m + r, PANEL_ROWS) }.copy_from_slice(o);
-                        }
-                    }
-                }
-            });
+            // SAFETY: rows are disjoint between tasks, so are these outputs.
+            unsafe { gemm_band(g, k, wb, wrb, r0..rows.start, (act, arb, sums, srb), n, None, &yp, m) };
         }
         if let Some(kp) = k_panel {
             let r0 = rows.start;
@@ -298,8 +285,9 @@ pub(super) unsafe fn k_panel_band(
     });
 }
 
-/// One panel (rows `r..r + PANEL_ROWS`) of y = x·Wᵀ through a [`Gemm`]: consecutive activation
-/// rows (and their block sums) from `act` / `sums`, row i into output row `outs[i]`.
+/// Rows `rows` (whole panels; 16 at a time where the [`Gemm`] has a wide tile) of y = x·Wᵀ
+/// through a [`Gemm`]: `n` consecutive activation rows (and their block sums) from `act` /
+/// `sums`, row t into output row `outs[t]` (or t).
 ///
 /// # Safety
 /// No other thread writes these rows of those outputs meanwhile.
@@ -309,31 +297,49 @@ pub(super) unsafe fn gemm_band(
     k: usize,
     wb: &[u8],
     wrb: usize,
-    r: usize,
-    act: &[u8],
-    arb: usize,
-    sums: &[u8],
-    srb: usize,
-    outs: &[usize],
+    rows: Range<usize>,
+    (act, arb, sums, srb): (&[u8], usize, &[u8], usize),
+    n: usize,
+    outs: Option<&[usize]>,
     yp: &SyncPtr<f32>,
     m: usize,
 ) {
+    let pb = k / 32 * PANEL_BLOCK_BYTES;
+    let out_row = |t: usize| outs.map_or(t, |o| o[t]);
+    let mut rows = rows;
+    if let Some(wide) = g.wide {
+        PANEL.with_borrow_mut(|panel| {
+            let panel = panel_of(panel, 2 * pb);
+            let mut out = [[0f32; WIDE_ROWS]; TILE_TOKENS];
+            while rows.len() >= WIDE_ROWS {
+                let r = rows.start;
+                let (pa, pz) = panel.split_at_mut(pb);
+                (g.pack)(k, &wb[r * wrb..], wrb, pa);
+                (g.pack)(k, &wb[(r + PANEL_ROWS) * wrb..], wrb, pz);
+                for t0 in (0..n).step_by(TILE_TOKENS) {
+                    let nt = TILE_TOKENS.min(n - t0);
+                    wide(k, panel, &act[t0 * arb..], arb, &sums[t0 * srb..], &mut out[..nt]);
+                    for (t, v) in (t0..).zip(&out[..nt]) {
+                        // SAFETY: the caller's.
+                        unsafe { yp.slice(out_row(t) * m + r, WIDE_ROWS) }.copy_from_slice(v);
+                    }
+                }
+                rows.start += WIDE_ROWS;
+            }
+        });
+    }
     PANEL.with_borrow_mut(|panel| {
-        let panel = panel_of(panel, k / 32 * PANEL_BLOCK_BYTES);
+        let panel = panel_of(panel, pb);
         let mut out = [[0f32; PANEL_ROWS]; TILE_TOKENS];
-        (g.pack)(k, &wb[r * wrb..], wrb, panel);
-        for (t0, outs) in (0..outs.len()).step_by(TILE_TOKENS).zip(outs.chunks(TILE_TOKENS)) {
-            (g.tile)(
-                k,
-                panel,
-                &act[t0 * arb..],
-                arb,
-                &sums[t0 * srb..],
-                &mut out[..outs.len()],
-            );
-            for (&o, v) in outs.iter().zip(&out) {
-                // SAFETY: the caller's.
-                unsafe { yp.slice(o * m + r, PANEL_ROWS) }.copy_from_slice(v);
+        for r in rows.step_by(PANEL_ROWS) {
+            (g.pack)(k, &wb[r * wrb..], wrb, panel);
+            for t0 in (0..n).step_by(TILE_TOKENS) {
+                let nt = TILE_TOKENS.min(n - t0);
+                (g.tile)(k, panel, &act[t0 * arb..], arb, &sums[t0 * srb..], &mut out[..nt]);
+                for (t, v) in (t0..).zip(&out[..nt]) {
+                    // SAFETY: the caller's.
+                    unsafe { yp.slice(out_row(t) * m + r, PANEL_ROWS) }.copy_from_slice(v);
+                }
             }
         }
     });
@@ -524,6 +530,52 @@ mod tests {
                                     got.to_bits(),
                                     want.to_bits(),
                                     "{isa} m={m} n={n} quads={quads} y[{t}][{r}] = {got}, row kernel {want}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The types with panels give every token, in a batch of any size, the bits of
+    /// `Gemm::row` (narrow and wide tiles, and the rows outside whole panels).
+    #[test]
+    fn gemm_panels_keep_the_row_bits() {
+        let pool = Pool::new(2);
+        let val = |i: usize, s: usize| ((i * s + 7) % 1013) as f32 / 506.0 - 1.0;
+        let k = 256;
+        for isa in ["avx2", "avx512"] {
+            let Ok(kernels) = Isa::for_isa(isa) else { continue };
+            for qtype in [QType::Q4_0, QType::Q5_0, QType::Q8_0, QType::IQ4NL, QType::MXFP4] {
+                let Some(g) = kernels.gemm(qtype) else { continue };
+                for m in [16, 24, 45] {
+                    let data = qtype.quantize_to_vec(&(0..k * m).map(|i| val(i, 2654435761)).collect::<Vec<_>>());
+                    let w = Tensor {
+                        name: "w".into(),
+                        qtype,
+                        shape: vec![k as u64, m as u64],
+                        data: Bytes::from_vec(data.unwrap()),
+                        part: 0,
+                        file_offset: 0,
+                    };
+                    for n in [2, 9, 70] {
+                        let x: Vec<f32> = (0..n * k).map(|i| val(i, 40503)).collect();
+                        let at = act_type(qtype);
+                        let arb = k / at.block_elems() * at.block_bytes();
+                        let mut y = vec![f32::NAN; n * m];
+                        matmul(&pool, kernels, &w, &x, n, &mut y, &mut Vec::new(), None);
+                        let mut a = vec![0u8; arb];
+                        for t in 0..n {
+                            kernels.quantize_act(at, &x[t * k..(t + 1) * k], &mut a);
+                            for r in 0..m {
+                                let wr = &w.bytes()[r * w.row_bytes()..(r + 1) * w.row_bytes()];
+                                let want = (g.row)(k, wr, &a);
+                                assert_eq!(
+                                    y[t * m + r].to_bits(),
+                                    want.to_bits(),
+                                    "{isa} {qtype} m={m} n={n} y[{t}][{r}]"
                                 );
                             }
                         }

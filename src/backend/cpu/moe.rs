@@ -264,8 +264,10 @@ fn panels_gemm(
         at_row += s.len();
     }
     let (run_act, run_sums) = (&run_act[..], &run_sums[..]);
+    let band_rows = if g.wide.is_some() { WIDE_ROWS } else { PANEL_ROWS };
     let n_panels = n_out / PANEL_ROWS;
-    let per_expert = n_panels + usize::from(!n_out.is_multiple_of(PANEL_ROWS));
+    let n_bands = n_panels.div_ceil(band_rows / PANEL_ROWS);
+    let per_expert = n_bands + usize::from(!n_out.is_multiple_of(PANEL_ROWS));
     let yp = SyncPtr::new(y);
     pool.for_chunks(lists.len() * per_expert, 1, |_, units| {
         for u in units {
@@ -273,10 +275,24 @@ fn panels_gemm(
             let (w, p) = (&experts[*e], u % per_expert);
             let (wb, wrb) = (w.bytes(), w.row_bytes());
             let (a, sm) = (&run_act[r0 * arb..], &run_sums[r0 * srb..]);
-            if p < n_panels {
+            if p < n_bands {
+                let band = p * band_rows..((p + 1) * band_rows).min(n_panels * PANEL_ROWS);
                 // SAFETY: each (expert, band) is one unit, and an output row belongs to one
                 // slot, which chose one expert.
-                unsafe { matmul::gemm_band(g, n_in, wb, wrb, p * PANEL_ROWS, a, arb, sm, srb, outs, &yp, n_out) };
+                unsafe {
+                    matmul::gemm_band(
+                        g,
+                        n_in,
+                        wb,
+                        wrb,
+                        band,
+                        (a, arb, sm, srb),
+                        outs.len(),
+                        Some(outs),
+                        &yp,
+                        n_out,
+                    )
+                };
             } else {
                 for (i, &o) in outs.iter().enumerate() {
                     let ai = &a[i * arb..(i + 1) * arb];

@@ -11,8 +11,8 @@ use std::arch::x86_64::*;
 
 use super::avx2::{hsum_ps, ld128, ld256, signed_step};
 use super::{
-    avx2, dot_fn, dot_table, dot_x4_fn, gemm_table, k_panel_wide_fn, r2_table, scalar, tiled_table, x4_table, DotFn,
-    Isa, KPanel, K4_PANEL_BLOCK_BYTES, N_TYPES, WIDE_ROWS,
+    avx2, dot_fn, dot_table, dot_x4_fn, gemm_table, gemm_wide_fn, k_panel_wide_fn, r2_table, scalar, tiled_table,
+    x4_table, DotFn, Gemm, Isa, KPanel, BLOCK_SUM_BYTES, K4_PANEL_BLOCK_BYTES, N_TYPES, PANEL_BLOCK_BYTES, WIDE_ROWS,
 };
 use crate::quant::QType;
 
@@ -34,7 +34,7 @@ pub(super) static KERNELS: Isa = Isa {
     ),
     dot_r2: r2_table(inst::DOT_R2),
     tiled: tiled_table(inst::TILED),
-    gemm: gemm_table(inst::GEMM, true),
+    gemm: with_wide(gemm_table(inst::GEMM, true)),
     q4_k_panel: Some(KPanel {
         wide: Some(k_panel_wide_fn!(
             pack_q4_k16,
@@ -315,5 +315,158 @@ unsafe fn q4_k_panel16<const GEMV: bool>(
     for i in i..tokens.len() {
         let [v] = q4_k_panel16_tokens::<1, GEMV>(nb, p, [a.add(arb * tokens[i])]);
         _mm512_storeu_ps(out[i].as_mut_ptr(), v);
+    }
+}
+
+// --- 16-row tiles of the signed types' panels ------------------------------------------------
+
+/// Each [`Gemm`] with its wide tile: ggml's lane order for q5_0 and q8_0 (as their `tile`),
+/// one i32 per block for the others.
+const fn with_wide(mut t: [Option<Gemm>; N_TYPES]) -> [Option<Gemm>; N_TYPES] {
+    let mut i = 0;
+    while i < N_TYPES {
+        if let Some(g) = &mut t[i] {
+            g.wide = Some(if i == QType::Q5_0 as usize || i == QType::Q8_0 as usize {
+                gemm_wide_fn!(gemm_tile16::<true>)
+            } else {
+                gemm_wide_fn!(gemm_tile16::<false>)
+            });
+        }
+        i += 1;
+    }
+    t
+}
+
+/// Group `j` of block `b` of two panels (`pa`, `pb`) as one register: rows 0..8, then 8..16.
+#[inline(always)]
+unsafe fn group16(pa: *const u8, pb: *const u8, off: usize) -> __m512i {
+    _mm512_inserti64x4(_mm512_castsi256_si512(ld256(pa.add(off))), ld256(pb.add(off)), 1)
+}
+
+/// The 16 rows' scales of block `b`.
+#[inline(always)]
+unsafe fn scales16(pa: *const u8, pb: *const u8) -> __m512 {
+    let lo = _mm256_loadu_ps(pa as *const f32);
+    let hi = _mm256_loadu_ps(pb as *const f32);
+    _mm512_castpd_ps(_mm512_insertf64x4(
+        _mm512_castps_pd(_mm512_castps256_ps512(lo)),
+        _mm256_castps_pd(hi),
+        1,
+    ))
+}
+
+/// `avx2::gemm_tokens` over 16 rows: lane r is row r, with the same sums and fmas.
+#[inline(always)]
+unsafe fn gemm_tokens16<const T: usize>(
+    nb: usize,
+    pa: *const u8,
+    pb: *const u8,
+    a: *const u8,
+    arb: usize,
+    s: *const u8,
+) -> [__m512; T] {
+    let rd = |p: *const u8| std::ptr::read_unaligned(p as *const u32);
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..nb {
+        let (ba, bb) = (pa.add(PANEL_BLOCK_BYTES * b), pb.add(PANEL_BLOCK_BYTES * b));
+        let sb = |t: usize| s.add(BLOCK_SUM_BYTES * nb * t + 8 * b);
+        let mut sumi: [__m512i; T] = std::array::from_fn(|t| _mm512_set1_epi32(rd(sb(t).add(4)) as i32));
+        for j in 0..8 {
+            let wq = group16(ba, bb, 32 + 32 * j);
+            for (t, si) in sumi.iter_mut().enumerate() {
+                let y = _mm512_set1_epi32(rd(a.add(t * arb + 34 * b + 2 + 4 * j)) as i32);
+                *si = _mm512_dpbusd_epi32(*si, wq, y);
+            }
+        }
+        let dx = scales16(ba, bb);
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let d = _mm512_mul_ps(dx, _mm512_set1_ps(std::ptr::read_unaligned(sb(t) as *const f32)));
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), d, *acc);
+        }
+    }
+    acc
+}
+
+/// `avx2::lanes_tokens` over 16 rows: each (row, token)'s 8 lanes in 8 registers, row r at
+/// lane r, folded as `hsum_float_8` at the end.
+#[inline(always)]
+unsafe fn lanes_tokens16<const T: usize>(
+    nb: usize,
+    pa: *const u8,
+    pb: *const u8,
+    a: *const u8,
+    arb: usize,
+    s: *const u8,
+) -> [__m512; T] {
+    let rd = |p: *const u8| std::ptr::read_unaligned(p as *const u32);
+    let mut acc = [[_mm512_setzero_ps(); 8]; T];
+    for b in 0..nb {
+        let (ba, bb) = (pa.add(PANEL_BLOCK_BYTES * b), pb.add(PANEL_BLOCK_BYTES * b));
+        let dx = scales16(ba, bb);
+        let d: [__m512; T] = std::array::from_fn(|t| {
+            let st = s.add(BLOCK_SUM_BYTES * nb * t);
+            _mm512_mul_ps(
+                dx,
+                _mm512_set1_ps(std::ptr::read_unaligned(st.add(8 * b) as *const f32)),
+            )
+        });
+        for j in 0..8 {
+            let wq = group16(ba, bb, 32 + 32 * j);
+            for t in 0..T {
+                let st = s.add(BLOCK_SUM_BYTES * nb * t);
+                let init = _mm512_set1_epi32(rd(st.add(8 * nb + 32 * b + 4 * j)) as i32);
+                let yj = _mm512_set1_epi32(rd(a.add(t * arb + 34 * b + 2 + 4 * j)) as i32);
+                let pj = _mm512_dpbusd_epi32(init, wq, yj);
+                acc[t][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pj), d[t], acc[t][j]);
+            }
+        }
+    }
+    std::array::from_fn(|t| {
+        let l = &acc[t];
+        let even = _mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6]));
+        let odd = _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7]));
+        _mm512_add_ps(even, odd)
+    })
+}
+
+/// `Gemm::wide`: two panels back to back × the tokens, 8 (block sums) or 2 (lanes) at a time.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn gemm_tile16<const LANES: bool>(
+    n: usize,
+    panels: &[u8],
+    act: &[u8],
+    arb: usize,
+    sums: &[u8],
+    out: &mut [[f32; WIDE_ROWS]],
+) {
+    let nb = n / 32;
+    let pa = panels.as_ptr();
+    let pb = pa.add(nb * PANEL_BLOCK_BYTES);
+    let (a, s) = (act.as_ptr(), sums.as_ptr());
+    let tok = |t: usize| (a.add(arb * t), s.add(BLOCK_SUM_BYTES * nb * t));
+    let mut t = 0;
+    let step = if LANES { 2 } else { 8 };
+    while t + step <= out.len() {
+        let (at, st) = tok(t);
+        if LANES {
+            for (i, v) in lanes_tokens16::<2>(nb, pa, pb, at, arb, st).into_iter().enumerate() {
+                _mm512_storeu_ps(out[t + i].as_mut_ptr(), v);
+            }
+        } else {
+            for (i, v) in gemm_tokens16::<8>(nb, pa, pb, at, arb, st).into_iter().enumerate() {
+                _mm512_storeu_ps(out[t + i].as_mut_ptr(), v);
+            }
+        }
+        t += step;
+    }
+    while t < out.len() {
+        let (at, st) = tok(t);
+        let [v] = if LANES {
+            lanes_tokens16::<1>(nb, pa, pb, at, arb, st)
+        } else {
+            gemm_tokens16::<1>(nb, pa, pb, at, arb, st)
+        };
+        _mm512_storeu_ps(out[t].as_mut_ptr(), v);
+        t += 1;
     }
 }

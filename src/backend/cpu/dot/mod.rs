@@ -87,6 +87,31 @@ pub struct Gemm {
     pub row: DotFn,
     /// `row` for two weight rows at once, bit-identical to it, where there is one.
     pub row2: Option<DotR2Fn>,
+    /// `tile` over two panels packed back to back (16 rows), where the ISA has the registers
+    /// for it: the same operations per (row, token).
+    pub wide: Option<TileWideFn>,
+}
+
+/// Two panels back to back × `out.len()` tokens: `out[t][r]` = row r (of 16) · token t, as
+/// [`TileFn`].
+pub type TileWideFn = fn(n: usize, panels: &[u8], act: &[u8], arb: usize, sums: &[u8], out: &mut [[f32; WIDE_ROWS]]);
+
+/// The wide tile of a [`Gemm`] from its `unsafe` body, bounds-checked.
+macro_rules! gemm_wide_fn {
+    ($tile:path) => {{
+        fn tile(n: usize, panels: &[u8], act: &[u8], arb: usize, sums: &[u8], out: &mut [[f32; 16]]) {
+            use $crate::backend::cpu::dot::PANEL_BLOCK_BYTES;
+            assert!(
+                panels.len() >= 2 * (n / 32 * PANEL_BLOCK_BYTES),
+                "{n}-wide double panel: {} bytes",
+                panels.len()
+            );
+            $crate::backend::cpu::dot::check_acts(n, act, arb, sums, out.len());
+            // SAFETY: as in `dot_fn!`.
+            unsafe { $tile(n, panels, act, arb, sums, out) }
+        }
+        tile as $crate::backend::cpu::dot::TileWideFn
+    }};
 }
 
 /// Bytes of a q4_K panel per 256-element block ([`KPanel`]).
@@ -386,11 +411,12 @@ macro_rules! gemm_fn {
                 tile,
                 row: $crate::backend::cpu::dot::dot_fn!($wq, $row).1,
                 row2: $row2,
+                wide: None,
             },
         )
     }};
 }
-pub(crate) use {dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn, k_panel_fn, k_panel_wide_fn};
+pub(crate) use {dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn, gemm_wide_fn, k_panel_fn, k_panel_wide_fn};
 
 /// Bounds of [`PANEL_ROWS`] weight rows `stride` bytes apart.
 #[inline(always)]
