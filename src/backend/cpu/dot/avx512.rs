@@ -410,6 +410,7 @@ unsafe fn lanes_tokens16<const T: usize>(
                 _mm512_set1_ps(std::ptr::read_unaligned(st.add(8 * b) as *const f32)),
             )
         });
+        #[allow(clippy::needless_range_loop)] // j also picks the panel group and the sums
         for j in 0..8 {
             let wq = group16(ba, bb, 32 + 32 * j);
             for t in 0..T {
