@@ -426,13 +426,30 @@ mod tests {
     use crate::quant::QType;
     use crate::tensor::Bytes;
 
+    /// Deterministic values in -1..1.
+    fn val(i: usize, s: usize) -> f32 {
+        ((i * s + 7) % 1013) as f32 / 506.0 - 1.0
+    }
+
+    /// A `[k, m]` weight of `qtype` quantized from `val`.
+    fn weight(qtype: QType, k: usize, m: usize) -> Tensor {
+        let data = qtype.quantize_to_vec(&(0..k * m).map(|i| val(i, 2654435761)).collect::<Vec<_>>());
+        Tensor {
+            name: "w".into(),
+            qtype,
+            shape: vec![k as u64, m as u64],
+            data: Bytes::from_vec(data.unwrap()),
+            part: 0,
+            file_offset: 0,
+        }
+    }
+
     /// Every path (panels and their leftover rows, 4-token and single dots, tiles longer than
     /// `TILE_TOKENS`) against the scalar dot of each (token, row), on every ISA.
     #[test]
     fn matmul_matches_the_scalar_dot_for_awkward_shapes() {
         let pool = Pool::new(2);
         let scalar = Isa::for_isa("scalar").unwrap();
-        let val = |i: usize, s: usize| ((i * s + 7) % 1013) as f32 / 506.0 - 1.0;
         for qtype in [
             QType::Q4_0,
             QType::Q5_0,
@@ -443,15 +460,7 @@ mod tests {
         ] {
             let k = if qtype.block_elems() == 256 { 512 } else { 96 };
             for m in [8, 21, 45] {
-                let data = qtype.quantize_to_vec(&(0..k * m).map(|i| val(i, 2654435761)).collect::<Vec<_>>());
-                let w = Tensor {
-                    name: "w".into(),
-                    qtype,
-                    shape: vec![k as u64, m as u64],
-                    data: Bytes::from_vec(data.unwrap()),
-                    part: 0,
-                    file_offset: 0,
-                };
+                let w = weight(qtype, k, m);
                 for n in [1, 3, 5, 11, 70] {
                     let x: Vec<f32> = (0..n * k).map(|i| val(i, 40503)).collect();
                     let at = act_type(qtype);
@@ -487,22 +496,13 @@ mod tests {
     #[test]
     fn q4_k_panels_keep_the_row_kernels_bits() {
         let pool = Pool::new(2);
-        let val = |i: usize, s: usize| ((i * s + 7) % 1013) as f32 / 506.0 - 1.0;
         let k = 512;
         for isa in ["avx2", "avx512"] {
             let Ok(kernels) = Isa::for_isa(isa) else { continue };
             assert!(kernels.k_panel(QType::Q4K).is_some(), "{isa} has q4_K panels");
             let (dot, dot4) = (kernels.dot(QType::Q4K), kernels.dot_x4(QType::Q4K).unwrap());
             for m in [8, 21, 45] {
-                let data = QType::Q4K.quantize_to_vec(&(0..k * m).map(|i| val(i, 2654435761)).collect::<Vec<_>>());
-                let w = Tensor {
-                    name: "w".into(),
-                    qtype: QType::Q4K,
-                    shape: vec![k as u64, m as u64],
-                    data: Bytes::from_vec(data.unwrap()),
-                    part: 0,
-                    file_offset: 0,
-                };
+                let w = weight(QType::Q4K, k, m);
                 for n in [2, 3, 5, 11, 70] {
                     let x: Vec<f32> = (0..n * k).map(|i| val(i, 40503)).collect();
                     let arb = k / 256 * 292;
@@ -544,22 +544,13 @@ mod tests {
     #[test]
     fn gemm_panels_keep_the_row_bits() {
         let pool = Pool::new(2);
-        let val = |i: usize, s: usize| ((i * s + 7) % 1013) as f32 / 506.0 - 1.0;
         let k = 256;
         for isa in ["avx2", "avx512"] {
             let Ok(kernels) = Isa::for_isa(isa) else { continue };
             for qtype in [QType::Q4_0, QType::Q5_0, QType::Q8_0, QType::IQ4NL, QType::MXFP4] {
                 let Some(g) = kernels.gemm(qtype) else { continue };
                 for m in [16, 24, 45] {
-                    let data = qtype.quantize_to_vec(&(0..k * m).map(|i| val(i, 2654435761)).collect::<Vec<_>>());
-                    let w = Tensor {
-                        name: "w".into(),
-                        qtype,
-                        shape: vec![k as u64, m as u64],
-                        data: Bytes::from_vec(data.unwrap()),
-                        part: 0,
-                        file_offset: 0,
-                    };
+                    let w = weight(qtype, k, m);
                     for n in [2, 9, 70] {
                         let x: Vec<f32> = (0..n * k).map(|i| val(i, 40503)).collect();
                         let at = act_type(qtype);

@@ -11,6 +11,7 @@ use super::ops;
 use super::pool::{Pool, SyncPtr};
 use crate::error::{Error, Result};
 use crate::model::Gating;
+use crate::quant::QType;
 use crate::tensor::Tensor;
 
 /// llama.cpp clamps the sum of the chosen weights to f16's smallest normal (2^-14,
@@ -87,15 +88,23 @@ pub fn matmul_id(
             slots[expert_of(r, j, experts.len())?].push((t, j));
         }
     }
+    let job = || Job {
+        experts,
+        x,
+        per_slot,
+        slots: &slots,
+        rows,
+        k,
+    };
     if let Some(kp) = kernels.k_panel(first.qtype) {
         if rows >= 2 && experts.iter().all(|e| e.qtype == first.qtype && e.shape == first.shape) {
-            panels(pool, kernels, kp, experts, x, per_slot, &slots, rows, k, y, act);
+            panels(pool, kernels, kp, &job(), y, act);
             return Ok(());
         }
     }
     if let Some(g) = kernels.gemm(first.qtype) {
         if rows >= 2 && experts.iter().all(|e| e.qtype == first.qtype && e.shape == first.shape) {
-            panels_gemm(pool, kernels, g, experts, x, per_slot, &slots, rows, k, y, act);
+            panels_gemm(pool, kernels, g, &job(), y, act);
             return Ok(());
         }
     }
@@ -127,33 +136,11 @@ pub fn matmul_id(
 /// `matmul_id` through q4_K panels, in one pass over every chosen expert: the input rows are
 /// quantized once (not once per expert), each expert's panels run against the activation rows
 /// of the tokens that chose it, and every product lands in its slot's output row directly.
-#[allow(clippy::too_many_arguments)]
-fn panels(
-    pool: &Pool,
-    kernels: &Isa,
-    kp: KPanel,
-    experts: &[Tensor],
-    x: &[f32],
-    per_slot: bool,
-    slots: &[Vec<(usize, usize)>],
-    rows: usize,
-    k: usize,
-    y: &mut [f32],
-    act: &mut Vec<u8>,
-) {
-    let (n_in, n_out) = (experts[0].row_len(), experts[0].n_rows());
-    let at = act_type(experts[0].qtype);
-    let arb = n_in / at.block_elems() * at.block_bytes();
-    // Input rows: one per token, or one per slot for a per-slot input (the down projection).
-    let n_x = if per_slot { rows * k } else { rows };
+fn panels(pool: &Pool, kernels: &Isa, kp: KPanel, job: &Job, y: &mut [f32], act: &mut Vec<u8>) {
+    let (experts, x, per_slot, slots, k) = (job.experts, job.x, job.per_slot, job.slots, job.k);
+    let (n_in, n_out, at, arb, n_x) = job.shape();
     act.resize(n_x * arb, 0);
-    let ap = SyncPtr::new(&mut act[..]);
-    pool.for_chunks(n_x, 4, |_, r| {
-        for i in r {
-            // SAFETY: each activation row is written by one task.
-            kernels.quantize_act(at, &x[i * n_in..(i + 1) * n_in], unsafe { ap.slice(i * arb, arb) });
-        }
-    });
+    quantize_inputs(pool, kernels, at, &x[..n_x * n_in], n_in, None, act);
     let act = &act[..];
     // Per chosen expert: its tokens' activation rows and their slots' output rows.
     let lists: Vec<(usize, Vec<usize>, Vec<usize>)> = slots
@@ -165,12 +152,7 @@ fn panels(
             (e, ins, s.iter().map(|&(t, j)| t * k + j).collect())
         })
         .collect();
-    // Units: each expert's bands of whole panels (16 rows where the panels are wide), then its
-    // last rows (one unit) where there are some.
-    let band_rows = if kp.wide.is_some() { WIDE_ROWS } else { PANEL_ROWS };
-    let n_panels = n_out / PANEL_ROWS;
-    let n_bands = n_panels.div_ceil(band_rows / PANEL_ROWS);
-    let per_expert = n_bands + usize::from(!n_out.is_multiple_of(PANEL_ROWS));
+    let (band_rows, n_panels, n_bands, per_expert) = units(n_out, kp.wide.is_some());
     let yp = SyncPtr::new(y);
     let dot = kernels.dot(experts[0].qtype);
     pool.for_chunks(lists.len() * per_expert, 1, |_, units| {
@@ -209,45 +191,75 @@ fn panels(
     });
 }
 
+/// One expert matmul for the one-pass paths: the experts, the input (one row per token, or per
+/// slot for a per-slot input: the down projection) and each expert's slots `(token, j)`.
+struct Job<'a> {
+    experts: &'a [Tensor],
+    x: &'a [f32],
+    per_slot: bool,
+    slots: &'a [Vec<(usize, usize)>],
+    rows: usize,
+    k: usize,
+}
+
+impl Job<'_> {
+    /// (n_in, n_out, activation type, its row bytes, input rows).
+    fn shape(&self) -> (usize, usize, QType, usize, usize) {
+        let (n_in, n_out) = (self.experts[0].row_len(), self.experts[0].n_rows());
+        let at = act_type(self.experts[0].qtype);
+        let n_x = if self.per_slot { self.rows * self.k } else { self.rows };
+        (n_in, n_out, at, n_in / at.block_elems() * at.block_bytes(), n_x)
+    }
+}
+
+/// Quantizes the rows of `x` (`n_in` wide) into `act`'s first rows (`at`), and with `sums` (a
+/// [`Gemm`]'s offset) their block sums after them, in parallel.
+fn quantize_inputs(pool: &Pool, kernels: &Isa, at: QType, x: &[f32], n_in: usize, sums: Option<i32>, act: &mut [u8]) {
+    let n_x = x.len() / n_in;
+    let arb = n_in / at.block_elems() * at.block_bytes();
+    let srb = if sums.is_some() { n_in / 32 * BLOCK_SUM_BYTES } else { 0 };
+    let (a, sm) = act[..n_x * (arb + srb)].split_at_mut(n_x * arb);
+    let (ap, sp) = (SyncPtr::new(a), SyncPtr::new(sm));
+    pool.for_chunks(n_x, 4, |_, r| {
+        for i in r {
+            // SAFETY: each row's activation and sums are written by one task.
+            let dst = unsafe { ap.slice(i * arb, arb) };
+            kernels.quantize_act(at, &x[i * n_in..(i + 1) * n_in], dst);
+            if let Some(off) = sums {
+                // SAFETY: as above.
+                block_sums(dst, off, unsafe { sp.slice(i * srb, srb) });
+            }
+        }
+    });
+}
+
+/// An expert's units of work over `n_out` rows: bands of whole panels (16 rows where `wide`),
+/// then its last rows (one unit) where there are some: (band rows, whole panels, bands, units).
+fn units(n_out: usize, wide: bool) -> (usize, usize, usize, usize) {
+    let band_rows = if wide { WIDE_ROWS } else { PANEL_ROWS };
+    let n_panels = n_out / PANEL_ROWS;
+    let n_bands = n_panels.div_ceil(band_rows / PANEL_ROWS);
+    (
+        band_rows,
+        n_panels,
+        n_bands,
+        n_bands + usize::from(!n_out.is_multiple_of(PANEL_ROWS)),
+    )
+}
+
 /// `matmul_id` through a type's [`Gemm`] panels, in one pass as [`panels`]: the input rows
 /// quantized once with their block sums, then copied expert by expert into runs of rows (the
 /// tiles read consecutive rows), each expert's panels run against its run, and every product
 /// lands in its slot's output row.
-#[allow(clippy::too_many_arguments)]
-fn panels_gemm(
-    pool: &Pool,
-    kernels: &Isa,
-    g: Gemm,
-    experts: &[Tensor],
-    x: &[f32],
-    per_slot: bool,
-    slots: &[Vec<(usize, usize)>],
-    rows: usize,
-    k: usize,
-    y: &mut [f32],
-    act: &mut Vec<u8>,
-) {
-    let (n_in, n_out) = (experts[0].row_len(), experts[0].n_rows());
-    let at = act_type(experts[0].qtype);
-    let arb = n_in / at.block_elems() * at.block_bytes();
+fn panels_gemm(pool: &Pool, kernels: &Isa, g: Gemm, job: &Job, y: &mut [f32], act: &mut Vec<u8>) {
+    let (experts, x, per_slot, slots, k) = (job.experts, job.x, job.per_slot, job.slots, job.k);
+    let (n_in, n_out, at, arb, n_x) = job.shape();
     let srb = n_in / 32 * BLOCK_SUM_BYTES;
-    let n_x = if per_slot { rows * k } else { rows };
     // The input rows (act, then sums), then each expert's run of them (act, then sums).
     let n_slots: usize = slots.iter().map(Vec::len).sum();
     act.resize((n_x + n_slots) * (arb + srb), 0);
     let (inp, runs) = act.split_at_mut(n_x * (arb + srb));
-    {
-        let (a, sm) = inp.split_at_mut(n_x * arb);
-        let (ap, sp) = (SyncPtr::new(a), SyncPtr::new(sm));
-        pool.for_chunks(n_x, 4, |_, r| {
-            for i in r {
-                // SAFETY: each row's activation and sums are written by one task.
-                let (dst, sdst) = unsafe { (ap.slice(i * arb, arb), sp.slice(i * srb, srb)) };
-                kernels.quantize_act(at, &x[i * n_in..(i + 1) * n_in], dst);
-                block_sums(dst, g.off, sdst);
-            }
-        });
-    }
+    quantize_inputs(pool, kernels, at, &x[..n_x * n_in], n_in, Some(g.off), inp);
     let (in_act, in_sums) = inp.split_at(n_x * arb);
     let (run_act, run_sums) = runs.split_at_mut(n_slots * arb);
     // Per chosen expert: (expert, first row of its run, its slots' output rows).
@@ -264,10 +276,7 @@ fn panels_gemm(
         at_row += s.len();
     }
     let (run_act, run_sums) = (&run_act[..], &run_sums[..]);
-    let band_rows = if g.wide.is_some() { WIDE_ROWS } else { PANEL_ROWS };
-    let n_panels = n_out / PANEL_ROWS;
-    let n_bands = n_panels.div_ceil(band_rows / PANEL_ROWS);
-    let per_expert = n_bands + usize::from(!n_out.is_multiple_of(PANEL_ROWS));
+    let (band_rows, n_panels, n_bands, per_expert) = units(n_out, g.wide.is_some());
     let yp = SyncPtr::new(y);
     pool.for_chunks(lists.len() * per_expert, 1, |_, units| {
         for u in units {
@@ -385,7 +394,6 @@ pub fn expert_views(t: &Tensor) -> Result<Vec<Tensor>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::QType;
 
     /// Softmax routing with renormalisation against a direct computation.
     #[test]

@@ -183,82 +183,45 @@ fn check_k_tile(n: usize, panel: &[u8], block_bytes: usize, act: &[u8], arb: usi
     );
 }
 
-/// The [`KPanelWide`] of q4_K from its `unsafe` bodies, bounds-checked.
-macro_rules! k_panel_wide_fn {
-    ($pack:path, $quads:path, $singles:path) => {{
+/// q4_K panel kernels over `$rows` rows from their `unsafe` bodies (CPU-feature precondition),
+/// bounds-checked: `(pack, quads, singles)` for [`KPanel`] (8 rows) or [`KPanelWide`] (16).
+macro_rules! k_panel_parts {
+    ($rows:literal, $pack:path, $quads:path, $singles:path) => {{
+        use $crate::backend::cpu::dot::{check_k_tile, check_rows_n, K4_PANEL_BLOCK_BYTES};
+        // Panel bytes per 256-element block.
+        const BLOCK: usize = $rows / 8 * K4_PANEL_BLOCK_BYTES;
         fn pack(n: usize, w: &[u8], stride: usize, panel: &mut [u8]) {
-            use $crate::backend::cpu::dot::{K4_PANEL_BLOCK_BYTES, WIDE_ROWS};
-            $crate::backend::cpu::dot::check_rows_n(n, w, stride, $crate::quant::QType::Q4K, WIDE_ROWS);
-            assert!(n.is_multiple_of(256) && panel.len() >= n / 256 * 2 * K4_PANEL_BLOCK_BYTES);
+            check_rows_n(n, w, stride, $crate::quant::QType::Q4K, $rows);
+            assert!(n.is_multiple_of(256) && panel.len() >= n / 256 * BLOCK);
             // SAFETY: as in `dot_fn!`.
             unsafe { $pack(n, w, stride, panel) }
         }
-        fn quads(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; 16]]) {
-            $crate::backend::cpu::dot::check_k_tile(
-                n,
-                panel,
-                2 * $crate::backend::cpu::dot::K4_PANEL_BLOCK_BYTES,
-                act,
-                arb,
-                tokens,
-                out.len(),
-            );
+        fn quads(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; $rows]]) {
+            check_k_tile(n, panel, BLOCK, act, arb, tokens, out.len());
             // SAFETY: as in `dot_fn!`.
             unsafe { $quads(n, panel, act, arb, tokens, out) }
         }
-        fn singles(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; 16]]) {
-            $crate::backend::cpu::dot::check_k_tile(
-                n,
-                panel,
-                2 * $crate::backend::cpu::dot::K4_PANEL_BLOCK_BYTES,
-                act,
-                arb,
-                tokens,
-                out.len(),
-            );
+        fn singles(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; $rows]]) {
+            check_k_tile(n, panel, BLOCK, act, arb, tokens, out.len());
             // SAFETY: as in `dot_fn!`.
             unsafe { $singles(n, panel, act, arb, tokens, out) }
         }
+        (pack, quads, singles)
+    }};
+}
+
+/// The [`KPanelWide`] of q4_K (16 rows).
+macro_rules! k_panel_wide_fn {
+    ($pack:path, $quads:path, $singles:path) => {{
+        let (pack, quads, singles) = $crate::backend::cpu::dot::k_panel_parts!(16, $pack, $quads, $singles);
         $crate::backend::cpu::dot::KPanelWide { pack, quads, singles }
     }};
 }
 
-/// The [`KPanel`] of q4_K from its `unsafe` bodies (CPU-feature precondition), bounds-checked.
+/// The [`KPanel`] of q4_K (8 rows), with its wide kernels where there are some.
 macro_rules! k_panel_fn {
     ($pack:path, $quads:path, $singles:path, $wide:expr) => {{
-        fn pack(n: usize, w: &[u8], stride: usize, panel: &mut [u8]) {
-            use $crate::backend::cpu::dot::K4_PANEL_BLOCK_BYTES;
-            $crate::backend::cpu::dot::check_rows(n, w, stride, $crate::quant::QType::Q4K);
-            assert!(n.is_multiple_of(256) && panel.len() >= n / 256 * K4_PANEL_BLOCK_BYTES);
-            // SAFETY: as in `dot_fn!`.
-            unsafe { $pack(n, w, stride, panel) }
-        }
-        fn quads(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; 8]]) {
-            $crate::backend::cpu::dot::check_k_tile(
-                n,
-                panel,
-                $crate::backend::cpu::dot::K4_PANEL_BLOCK_BYTES,
-                act,
-                arb,
-                tokens,
-                out.len(),
-            );
-            // SAFETY: as in `dot_fn!`.
-            unsafe { $quads(n, panel, act, arb, tokens, out) }
-        }
-        fn singles(n: usize, panel: &[u8], act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; 8]]) {
-            $crate::backend::cpu::dot::check_k_tile(
-                n,
-                panel,
-                $crate::backend::cpu::dot::K4_PANEL_BLOCK_BYTES,
-                act,
-                arb,
-                tokens,
-                out.len(),
-            );
-            // SAFETY: as in `dot_fn!`.
-            unsafe { $singles(n, panel, act, arb, tokens, out) }
-        }
+        let (pack, quads, singles) = $crate::backend::cpu::dot::k_panel_parts!(8, $pack, $quads, $singles);
         $crate::backend::cpu::dot::KPanel {
             pack,
             quads,
@@ -416,18 +379,12 @@ macro_rules! gemm_fn {
         )
     }};
 }
-pub(crate) use {dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn, gemm_wide_fn, k_panel_fn, k_panel_wide_fn};
+pub(crate) use {dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn, gemm_wide_fn, k_panel_fn, k_panel_parts, k_panel_wide_fn};
 
 /// Bounds of [`PANEL_ROWS`] weight rows `stride` bytes apart.
 #[inline(always)]
 fn check_rows(n: usize, w: &[u8], stride: usize, wq: QType) {
-    let rb = row_bytes(wq, n);
-    assert!(
-        stride >= rb && w.len() >= (PANEL_ROWS - 1) * stride + rb,
-        "{} panel of {n}: {} bytes hold no {PANEL_ROWS} rows {stride} apart",
-        wq.name(),
-        w.len()
-    );
+    check_rows_n(n, w, stride, wq, PANEL_ROWS)
 }
 
 /// Bounds of a panel of `n` elements.
