@@ -522,7 +522,6 @@ fn flash_tiled<const X86: bool, const Z: bool>(h: &Head, out: &mut [f32]) {
 #[inline(always)]
 fn flash_chunk<const X86: bool>(h: &Head, out: &mut [f32]) {
     let (hd, hdv) = (h.q.len(), out.len());
-    let f16r = |x: f32| if h.f16 { half::f16::from_f32(x).to_f32() } else { x };
     let scale = h.softcap.map_or(h.scale, |cap| h.scale / cap);
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
     out.fill(0.0);
@@ -534,21 +533,51 @@ fn flash_chunk<const X86: bool>(h: &Head, out: &mut [f32]) {
         if s > m {
             ms = (m - s).exp();
             m = s;
-            for o in out.iter_mut() {
-                *o = f16r(*o * ms);
-            }
+            scale_acc::<X86>(out, ms, h.f16);
         } else {
             vs = (s - m).exp();
         }
-        for (o, &x) in out.iter_mut().zip(v) {
-            *o = f16r(x.mul_add(vs, *o));
-        }
+        mad_acc::<X86>(out, v, vs, h.f16);
         sum = sum.mul_add(ms, vs);
     }
     apply_sink(h.sink, m, &mut sum, out);
     let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
     for o in out.iter_mut() {
         *o *= inv;
+    }
+}
+
+/// `out[i] = r(out[i] · s)`, `r` rounding to f16 with an f16 cache (`ggml_vec_scale_f16`,
+/// `_f32`).
+#[inline(always)]
+fn scale_acc<const X86: bool>(out: &mut [f32], s: f32, f16: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if X86 {
+        // SAFETY: the caller runs with AVX2, FMA and F16C (`attend_fma`).
+        return unsafe { x86::scale_round(out, s, f16) };
+    }
+    for o in out.iter_mut() {
+        *o *= s;
+    }
+    if f16 {
+        out.iter_mut().for_each(|o| *o = half::f16::from_f32(*o).to_f32());
+    }
+}
+
+/// `out[i] = r(v[i] · s + out[i])`, one fused multiply-add, `r` as in [`scale_acc`]
+/// (`ggml_vec_mad_f16`, `_f32`).
+#[inline(always)]
+fn mad_acc<const X86: bool>(out: &mut [f32], v: &[f32], s: f32, f16: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if X86 {
+        // SAFETY: as in `scale_acc`.
+        return unsafe { x86::mad_round(out, v, s, f16) };
+    }
+    for (o, &x) in out.iter_mut().zip(v) {
+        *o = x.mul_add(s, *o);
+    }
+    if f16 {
+        out.iter_mut().for_each(|o| *o = half::f16::from_f32(*o).to_f32());
     }
 }
 
@@ -917,6 +946,28 @@ pub(crate) mod x86 {
             *s *= inv;
             if f16 {
                 *s = half::f16::from_f32(*s).to_f32();
+            }
+        }
+    }
+
+    /// [`mad_acc`](super::mad_acc): `out[i] = r(fma(v[i], s, out[i]))`, 8 at a time.
+    #[inline(always)]
+    pub unsafe fn mad_round(out: &mut [f32], v: &[f32], s: f32, f16: bool) {
+        let (n8, v) = (out.len() / 8 * 8, &v[..out.len()]);
+        let (o, x) = (out.as_mut_ptr(), v.as_ptr());
+        for i in (0..n8).step_by(8) {
+            let y = _mm256_fmadd_ps(_mm256_loadu_ps(x.add(i)), _mm256_set1_ps(s), _mm256_loadu_ps(o.add(i)));
+            let y = if f16 {
+                _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(y))
+            } else {
+                y
+            };
+            _mm256_storeu_ps(o.add(i), y);
+        }
+        for (o, &x) in out[n8..].iter_mut().zip(&v[n8..]) {
+            *o = x.mul_add(s, *o);
+            if f16 {
+                *o = half::f16::from_f32(*o).to_f32();
             }
         }
     }

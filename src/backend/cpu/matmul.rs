@@ -10,10 +10,11 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::dot::{
-    act_type, block_sums, DotFn, DotR2Fn, DotX4Fn, Gemm, Isa, KPanel, BLOCK_SUM_BYTES, K4_PANEL_BLOCK_BYTES,
-    PANEL_BLOCK_BYTES, PANEL_ROWS, TILED_MIN_TOKENS, WIDE_ROWS,
+    act_type, block_sums, DotFn, DotR2Fn, DotX4Fn, Gemm, Isa, KPanel, RowTileFn, BLOCK_SUM_BYTES, K4_PANEL_BLOCK_BYTES,
+    PANEL_BLOCK_BYTES, PANEL_ROWS, ROW_TILE, TILED_MIN_TOKENS, WIDE_ROWS,
 };
 use super::pool::{Pool, SyncPtr};
+use crate::quant::QType;
 use crate::tensor::Tensor;
 
 /// Weight rows per task, at least. 16 rows of a 576-wide Q4_1 matrix are 6 KB: they stay in
@@ -28,6 +29,9 @@ const TASKS_PER_THREAD: usize = 16;
 const MIN_GEMM_TOKENS: usize = 2;
 /// Tokens per `Gemm::tile` call (its output buffer is on the stack).
 const TILE_TOKENS: usize = 64;
+/// Tokens per [`RowTileFn`] call: 32 f32 activation rows of 256 and a 16-row band of weights
+/// fit in L1 together.
+const ROW_TILE_TOKENS: usize = 32;
 
 thread_local! {
     /// Each thread's panel scratch.
@@ -87,6 +91,19 @@ pub fn matmul(
     debug_assert_eq!(y.len(), n * m);
     let at = act_type(w.qtype);
     let arb = k / at.block_elems() * at.block_bytes();
+    let wb = w.bytes();
+    let wrb = w.row_bytes();
+    if let Some(rt) = kernels.row_tile(w.qtype).filter(|_| n >= MIN_GEMM_TOKENS) {
+        // The float types take f32 activations: the tiles read x itself.
+        debug_assert_eq!(at, QType::F32);
+        let (act, tokens) = (bytemuck::cast_slice(x), (0..n).collect::<Vec<_>>());
+        let (dot, yp) = (kernels.dot(w.qtype), SyncPtr::new(y));
+        pool.for_chunks(m, rows_per_task(pool, m, WIDE_ROWS), |_, rows| {
+            // SAFETY: rows are disjoint between tasks, so are the outputs.
+            unsafe { row_tile_band(rt, dot, k, wb, wrb, rows, (act, arb), (&tokens, &tokens), &yp, m) };
+        });
+        return;
+    }
     let gemm = kernels.gemm(w.qtype);
     let packed = gemm.filter(|_| n >= MIN_GEMM_TOKENS);
     // With panels, the activation rows are followed by their block sums.
@@ -113,8 +130,6 @@ pub fn matmul(
         }
     }
     let (act, sums) = (&act[..], &sums[..]);
-    let wb = w.bytes();
-    let wrb = w.row_bytes();
     // With a Gemm, the rows outside panels (all of them below MIN_GEMM_TOKENS) take `Gemm::row`,
     // which matches the panels bit for bit, whatever the batch. Otherwise each group of rows
     // takes its kernels by its own size: 4-token dots for its whole fours, the tiled order
@@ -179,16 +194,12 @@ pub fn matmul(
         }
     }
     let yp = SyncPtr::new(y);
-    // A multiple of the panel height, so that only the matrix's last rows miss a panel.
     let band = if k_panel.is_some_and(|kp| kp.wide.is_some()) || packed.is_some_and(|g| g.wide.is_some()) {
         WIDE_ROWS
     } else {
         PANEL_ROWS
     };
-    let rows_per_task = (m / (pool.n_threads() * TASKS_PER_THREAD))
-        .max(MIN_ROWS_PER_TASK)
-        .next_multiple_of(band);
-    pool.for_chunks(m, rows_per_task, |_, rows| {
+    pool.for_chunks(m, rows_per_task(pool, m, band), |_, rows| {
         let mut rows = rows;
         if let Some(g) = packed {
             let r0 = rows.start;
@@ -208,6 +219,53 @@ pub fn matmul(
         }
         by_row(&work, k, m, wb, wrb, act, arb, rows, &yp);
     });
+}
+
+/// Weight rows per task for an `m`-row matrix: a multiple of `band` (the panel height), so
+/// that only the matrix's last rows miss a panel.
+fn rows_per_task(pool: &Pool, m: usize, band: usize) -> usize {
+    (m / (pool.n_threads() * TASKS_PER_THREAD))
+        .max(MIN_ROWS_PER_TASK)
+        .next_multiple_of(band)
+}
+
+/// Rows `rows` of y = x·Wᵀ through a float type's [`RowTileFn`], [`ROW_TILE`] rows at a time
+/// (the last rows through `dot`, whose bits the tile has): activation row `tokens[i]` into
+/// output row `outs[i]` (`m` wide).
+///
+/// # Safety
+/// No other thread writes these rows of those outputs meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn row_tile_band(
+    rt: RowTileFn,
+    dot: DotFn,
+    k: usize,
+    wb: &[u8],
+    wrb: usize,
+    rows: Range<usize>,
+    (act, arb): (&[u8], usize),
+    (tokens, outs): (&[usize], &[usize]),
+    yp: &SyncPtr<f32>,
+    m: usize,
+) {
+    let whole = rows.start + rows.len() / ROW_TILE * ROW_TILE;
+    let mut out = [[0f32; ROW_TILE]; ROW_TILE_TOKENS];
+    for (chunk, outs) in tokens.chunks(ROW_TILE_TOKENS).zip(outs.chunks(ROW_TILE_TOKENS)) {
+        for r in (rows.start..whole).step_by(ROW_TILE) {
+            rt(k, &wb[r * wrb..], wrb, act, arb, chunk, &mut out[..chunk.len()]);
+            for (&o, v) in outs.iter().zip(&out) {
+                // SAFETY: the caller's.
+                unsafe { yp.slice(o * m + r, ROW_TILE) }.copy_from_slice(v);
+            }
+        }
+        for r in whole..rows.end {
+            for (&t, &o) in chunk.iter().zip(outs) {
+                let v = dot(k, &wb[r * wrb..(r + 1) * wrb], &act[t * arb..(t + 1) * arb]);
+                // SAFETY: the caller's.
+                unsafe { *yp.0.add(o * m + r) = v };
+            }
+        }
+    }
 }
 
 /// Which of a [`KPanel`]'s orders a list of tokens takes.
@@ -423,7 +481,6 @@ fn by_row(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::QType;
     use crate::tensor::Bytes;
 
     /// Deterministic values in -1..1.
@@ -530,6 +587,43 @@ mod tests {
                                     got.to_bits(),
                                     want.to_bits(),
                                     "{isa} m={m} n={n} quads={quads} y[{t}][{r}] = {got}, row kernel {want}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The float types give every token, in a batch of any size, the bits of their single dot
+    /// on every ISA: through the row tiles where the ISA has them (whole tiles, rows outside
+    /// them, one to three tokens a call, rows with 8-element and scalar tails), otherwise
+    /// through the 4-token dots.
+    #[test]
+    fn float_matmuls_keep_the_dot_bits() {
+        let pool = Pool::new(2);
+        for isa in ["scalar", "avx2", "avx512", "neon"] {
+            let Ok(kernels) = Isa::for_isa(isa) else { continue };
+            for qtype in [QType::F32, QType::F16, QType::BF16] {
+                if isa == "avx512" {
+                    assert!(kernels.row_tile(qtype).is_some(), "avx512 has {qtype} row tiles");
+                }
+                let dot = kernels.dot(qtype);
+                for (k, m) in [(256, 21), (100, 4), (360, 7), (45, 16)] {
+                    let w = weight(qtype, k, m);
+                    for n in [2, 3, 5, 70] {
+                        let x: Vec<f32> = (0..n * k).map(|i| val(i, 40503)).collect();
+                        let mut y = vec![f32::NAN; n * m];
+                        matmul(&pool, kernels, &w, &x, n, &mut y, &mut Vec::new(), None);
+                        for t in 0..n {
+                            let a: &[u8] = bytemuck::cast_slice(&x[t * k..(t + 1) * k]);
+                            for r in 0..m {
+                                let wr = &w.bytes()[r * w.row_bytes()..(r + 1) * w.row_bytes()];
+                                assert_eq!(
+                                    y[t * m + r].to_bits(),
+                                    dot(k, wr, a).to_bits(),
+                                    "{isa} {qtype} k={k} m={m} n={n} y[{t}][{r}]"
                                 );
                             }
                         }

@@ -5,7 +5,7 @@
 //! A route row is `[id_0 … id_{k-1}, w_0 … w_{k-1}]`: the chosen experts best first, their
 //! ids as f32 (exact: ids are below 2^24), then their weights.
 
-use super::dot::{act_type, block_sums, Gemm, Isa, KPanel, BLOCK_SUM_BYTES, PANEL_ROWS, WIDE_ROWS};
+use super::dot::{act_type, block_sums, Gemm, Isa, KPanel, RowTileFn, BLOCK_SUM_BYTES, PANEL_ROWS, WIDE_ROWS};
 use super::matmul::{self, Groups};
 use super::ops;
 use super::pool::{Pool, SyncPtr};
@@ -108,6 +108,12 @@ pub fn matmul_id(
             return Ok(());
         }
     }
+    if let Some(rt) = kernels.row_tile(first.qtype) {
+        if rows >= 2 && experts.iter().all(|e| e.qtype == first.qtype && e.shape == first.shape) {
+            row_tiles(pool, kernels, rt, &job(), y);
+            return Ok(());
+        }
+    }
     let mut xs: Vec<f32> = Vec::new();
     let mut ys: Vec<f32> = Vec::new();
     for (w, slots) in experts.iter().zip(&slots) {
@@ -137,21 +143,12 @@ pub fn matmul_id(
 /// quantized once (not once per expert), each expert's panels run against the activation rows
 /// of the tokens that chose it, and every product lands in its slot's output row directly.
 fn panels(pool: &Pool, kernels: &Isa, kp: KPanel, job: &Job, y: &mut [f32], act: &mut Vec<u8>) {
-    let (experts, x, per_slot, slots, k) = (job.experts, job.x, job.per_slot, job.slots, job.k);
+    let (experts, x) = (job.experts, job.x);
     let (n_in, n_out, at, arb, n_x) = job.shape();
     act.resize(n_x * arb, 0);
     quantize_inputs(pool, kernels, at, &x[..n_x * n_in], n_in, None, act);
     let act = &act[..];
-    // Per chosen expert: its tokens' activation rows and their slots' output rows.
-    let lists: Vec<(usize, Vec<usize>, Vec<usize>)> = slots
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| !s.is_empty())
-        .map(|(e, s)| {
-            let ins = s.iter().map(|&(t, j)| if per_slot { t * k + j } else { t }).collect();
-            (e, ins, s.iter().map(|&(t, j)| t * k + j).collect())
-        })
-        .collect();
+    let lists = job.expert_rows();
     let (band_rows, n_panels, n_bands, per_expert) = units(n_out, kp.wide.is_some());
     let yp = SyncPtr::new(y);
     let dot = kernels.dot(experts[0].qtype);
@@ -191,6 +188,41 @@ fn panels(pool: &Pool, kernels: &Isa, kp: KPanel, job: &Job, y: &mut [f32], act:
     });
 }
 
+/// `matmul_id` of float experts in one pass: the tiles read each expert's rows in place, 16 at
+/// a time, against the input rows of the tokens that chose it (the input itself: the float
+/// types take f32 activations), and every product lands in its slot's output row.
+fn row_tiles(pool: &Pool, kernels: &Isa, rt: RowTileFn, job: &Job, y: &mut [f32]) {
+    let (n_in, n_out, at, arb, n_x) = job.shape();
+    debug_assert_eq!(at, QType::F32);
+    let act: &[u8] = bytemuck::cast_slice(&job.x[..n_x * n_in]);
+    let lists = job.expert_rows();
+    let n_bands = n_out.div_ceil(WIDE_ROWS);
+    let (dot, yp) = (kernels.dot(job.experts[0].qtype), SyncPtr::new(y));
+    pool.for_chunks(lists.len() * n_bands, 1, |_, units| {
+        for u in units {
+            let (e, ins, outs) = &lists[u / n_bands];
+            let (w, b) = (&job.experts[*e], u % n_bands);
+            let band = b * WIDE_ROWS..((b + 1) * WIDE_ROWS).min(n_out);
+            // SAFETY: each (expert, band) is one unit, and an output row belongs to one slot,
+            // which chose one expert.
+            unsafe {
+                matmul::row_tile_band(
+                    rt,
+                    dot,
+                    n_in,
+                    w.bytes(),
+                    w.row_bytes(),
+                    band,
+                    (act, arb),
+                    (ins, outs),
+                    &yp,
+                    n_out,
+                )
+            };
+        }
+    });
+}
+
 /// One expert matmul for the one-pass paths: the experts, the input (one row per token, or per
 /// slot for a per-slot input: the down projection) and each expert's slots `(token, j)`.
 struct Job<'a> {
@@ -203,6 +235,23 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
+    /// Per chosen expert: (expert, its tokens' input rows, their slots' output rows).
+    fn expert_rows(&self) -> Vec<(usize, Vec<usize>, Vec<usize>)> {
+        let k = self.k;
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.is_empty())
+            .map(|(e, s)| {
+                let ins = s
+                    .iter()
+                    .map(|&(t, j)| if self.per_slot { t * k + j } else { t })
+                    .collect();
+                (e, ins, s.iter().map(|&(t, j)| t * k + j).collect())
+            })
+            .collect()
+    }
+
     /// (n_in, n_out, activation type, its row bytes, input rows).
     fn shape(&self) -> (usize, usize, QType, usize, usize) {
         let (n_in, n_out) = (self.experts[0].row_len(), self.experts[0].n_rows());
@@ -463,13 +512,18 @@ mod tests {
     /// row kernel (q4_K's single dot, `Gemm::row`), for a shared and a per-slot input.
     #[test]
     fn expert_matmul_panels_are_the_row_kernel_bit_for_bit() {
-        for qtype in [QType::Q4K, QType::Q8_0, QType::Q4_0, QType::MXFP4] {
-            expert_panels_case(qtype);
+        for qtype in [QType::Q4K, QType::Q8_0, QType::Q4_0, QType::MXFP4, QType::F16] {
+            expert_panels_case(qtype, 512, 28);
+        }
+        // Float rows read in place, with tails in the rows (100 = 3·32 + 4) and rows outside
+        // whole tiles (30).
+        for qtype in [QType::F32, QType::BF16] {
+            expert_panels_case(qtype, 100, 30);
         }
     }
 
-    fn expert_panels_case(qtype: QType) {
-        let (n_in, n_out, n_expert, k, rows) = (512, 28, 4, 2, 7);
+    fn expert_panels_case(qtype: QType, n_in: usize, n_out: usize) {
+        let (n_expert, k, rows) = (4, 2, 7);
         let val = |i: usize, s: usize| ((i * s + 7) % 1013) as f32 / 506.0 - 1.0;
         let w: Vec<f32> = (0..n_in * n_out * n_expert).map(|i| val(i, 2654435761)).collect();
         let data = qtype.quantize_to_vec(&w).unwrap();
@@ -489,9 +543,14 @@ mod tests {
         let pool = Pool::new(2);
         for isa in ["avx2", "avx512"] {
             let Ok(kernels) = Isa::for_isa(isa) else { continue };
+            if isa == "avx512" && matches!(qtype, QType::F32 | QType::F16 | QType::BF16) {
+                assert!(kernels.row_tile(qtype).is_some(), "avx512 has {qtype} row tiles");
+            }
             let dot = match kernels.gemm(qtype) {
                 Some(g) => g.row,
-                None if kernels.k_panel(qtype).is_some() => kernels.dot(qtype),
+                None if kernels.k_panel(qtype).is_some() || kernels.row_tile(qtype).is_some() => kernels.dot(qtype),
+                // Floats without tiles: one matmul per expert, single-token groups.
+                None if matches!(qtype, QType::F32 | QType::F16 | QType::BF16) => kernels.dot(qtype),
                 None => continue,
             };
             let at = act_type(qtype);

@@ -9,10 +9,10 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{hsum_ps, ld128, ld256, signed_step};
+use super::avx2::{hsum_ps, ld128, ld256, ld_float, signed_step};
 use super::{
-    avx2, dot_fn, dot_table, dot_x4_fn, gemm_table, gemm_wide_fn, k_panel_wide_fn, r2_table, scalar, tiled_table,
-    x4_table, DotFn, Gemm, Isa, KPanel, BLOCK_SUM_BYTES, K4_PANEL_BLOCK_BYTES, N_TYPES, PANEL_BLOCK_BYTES, WIDE_ROWS,
+    avx2, dot_fn, dot_x4_fn, gemm_table, gemm_wide_fn, k_panel_wide_fn, row_tile_fn, scalar, table, tiled_table, DotFn,
+    Gemm, Isa, KPanel, BLOCK_SUM_BYTES, K4_PANEL_BLOCK_BYTES, N_TYPES, PANEL_BLOCK_BYTES, ROW_TILE, WIDE_ROWS,
 };
 use crate::quant::QType;
 
@@ -26,13 +26,13 @@ pub(super) fn supported() -> bool {
 
 pub(super) static KERNELS: Isa = Isa {
     isa: "avx512",
-    dot: dot_table(dot_table(dot_table([None; N_TYPES], &scalar::DOT), inst::DOT), WIDE),
-    dot_x4: x4_table([None; N_TYPES], inst::DOT_X4),
-    x4_single: x4_table(
-        x4_table([None; N_TYPES], inst::X4_SINGLE),
+    dot: table(table(table([None; N_TYPES], &scalar::DOT), inst::DOT), WIDE),
+    dot_x4: table([None; N_TYPES], inst::DOT_X4),
+    x4_single: table(
+        table([None; N_TYPES], inst::X4_SINGLE),
         &[dot_x4_fn!(Q4K, q4_k_x4_gemv)],
     ),
-    dot_r2: r2_table(inst::DOT_R2),
+    dot_r2: table([None; N_TYPES], inst::DOT_R2),
     tiled: tiled_table(inst::TILED),
     gemm: with_wide(gemm_table(inst::GEMM, true)),
     q4_k_panel: Some(KPanel {
@@ -43,6 +43,14 @@ pub(super) static KERNELS: Isa = Isa {
         )),
         ..inst::K4_PANEL
     }),
+    row_tile: table(
+        [None; N_TYPES],
+        &[
+            row_tile_fn!(F32, float_rows::<0>),
+            row_tile_fn!(F16, float_rows::<1>),
+            row_tile_fn!(BF16, float_rows::<2>),
+        ],
+    ),
     // SAFETY (these and every kernel below): the table is handed out only where `supported()`.
     q8_0: |x, out| unsafe { avx2::quantize_q8_0(x, out) },
     q8_1: |x, out| unsafe { avx2::quantize_q8_1(x, out) },
@@ -469,5 +477,145 @@ unsafe fn gemm_tile16<const LANES: bool>(
         };
         _mm512_storeu_ps(out[t].as_mut_ptr(), v);
         t += 1;
+    }
+}
+
+// --- float rows × tokens, read in place ---------------------------------------------------------
+
+/// 16 weights at `p` as f32: `F` = 0 f32, 1 f16, 2 bf16 (`avx2::ld_float`, twice as wide).
+#[inline(always)]
+unsafe fn ld_float16<const F: u8>(p: *const u8) -> __m512 {
+    match F {
+        0 => _mm512_loadu_ps(p as *const f32),
+        1 => _mm512_cvtph_ps(ld256(p)),
+        _ => _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ld256(p)), 16)),
+    }
+}
+
+/// The 256-bit halves of `u` and `v` added, side by side: `[u.lo + u.hi | v.lo + v.hi]`.
+#[inline(always)]
+unsafe fn fold_halves(u: __m512, v: __m512) -> __m512 {
+    _mm512_add_ps(
+        _mm512_shuffle_f32x4::<0b01_00_01_00>(u, v),
+        _mm512_shuffle_f32x4::<0b11_10_11_10>(u, v),
+    )
+}
+
+/// `avx2::dot_float`'s last sums, `hsum_ps((a0 + a1) + (a2 + a3))`, of four (row, token)
+/// pairs at once, each pair's accumulators held as `[a0|a1]` and `[a2|a3]`: every addition
+/// pairs the same lanes as `hsum_ps` does, so each of the four keeps its bits.
+#[inline(always)]
+unsafe fn hsum4(acc: [[__m512; 2]; ROW_TILE]) -> __m128 {
+    // The 8-lane sums (a0 + a1) + (a2 + a3) of pairs 0, 1 and of pairs 2, 3.
+    let s01 = _mm512_add_ps(fold_halves(acc[0][0], acc[1][0]), fold_halves(acc[0][1], acc[1][1]));
+    let s23 = _mm512_add_ps(fold_halves(acc[2][0], acc[3][0]), fold_halves(acc[2][1], acc[3][1]));
+    // hsum_ps: high 128 bits + low, then lanes 2, 3 onto 0, 1, then lane 1 onto 0 (one
+    // 128-bit lane per pair from here).
+    let lo = _mm512_shuffle_f32x4::<0b10_00_10_00>(s01, s23);
+    let hi = _mm512_shuffle_f32x4::<0b11_01_11_01>(s01, s23);
+    let r = _mm512_add_ps(hi, lo);
+    let r = _mm512_add_ps(r, _mm512_permute_ps::<0b11_10_11_10>(r));
+    let r = _mm512_add_ps(r, _mm512_movehdup_ps(r));
+    _mm512_castps512_ps128(_mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        r,
+    ))
+}
+
+/// `avx2::dot_float` of [`ROW_TILE`] weight rows `x` against `T` activation rows `y`, in its
+/// order: its accumulators a0..a3 (8 lanes over elements 32i + 8j.., j = 0..4) held as
+/// `[a0|a1]` and `[a2|a3]`, the 8-element steps after the last 32 into a0's lanes, the last
+/// sums by [`hsum4`], then the scalar tail. 4 × 3 pairs are 24 accumulators, and each loaded
+/// vector serves 3 or 4 of them.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // the (token, row, half) indices mirror `dot_float`'s
+unsafe fn float_tokens<const F: u8, const T: usize>(
+    n: usize,
+    x: [*const u8; ROW_TILE],
+    y: [*const f32; T],
+) -> [__m128; T] {
+    let wb = if F == 0 { 4 } else { 2 };
+    let mut acc = [[[_mm512_setzero_ps(); 2]; ROW_TILE]; T];
+    let mut i = 0;
+    while i + 32 <= n {
+        for h in 0..2 {
+            let j = i + 16 * h;
+            let mut w = [_mm512_setzero_ps(); ROW_TILE];
+            for r in 0..ROW_TILE {
+                w[r] = ld_float16::<F>(x[r].add(wb * j));
+            }
+            for t in 0..T {
+                let a = _mm512_loadu_ps(y[t].add(j));
+                for r in 0..ROW_TILE {
+                    acc[t][r][h] = _mm512_fmadd_ps(w[r], a, acc[t][r][h]);
+                }
+            }
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        let mut w = [_mm512_setzero_ps(); ROW_TILE];
+        for r in 0..ROW_TILE {
+            w[r] = _mm512_castps256_ps512(ld_float::<F>(x[r].add(wb * i)));
+        }
+        for t in 0..T {
+            let a = _mm512_castps256_ps512(_mm256_loadu_ps(y[t].add(i)));
+            for r in 0..ROW_TILE {
+                acc[t][r][0] = _mm512_mask3_fmadd_ps(w[r], a, acc[t][r][0], 0xFF);
+            }
+        }
+        i += 8;
+    }
+    let mut out = [_mm_setzero_ps(); T];
+    for t in 0..T {
+        // `dot_float` adds its scalar tail even when it is empty (+0.0).
+        let mut tail = [0f32; ROW_TILE];
+        if i < n {
+            let at = std::slice::from_raw_parts(y[t].add(i) as *const u8, 4 * (n - i));
+            for (r, v) in tail.iter_mut().enumerate() {
+                let wt = std::slice::from_raw_parts(x[r].add(wb * i), wb * (n - i));
+                *v = match F {
+                    0 => scalar::dot_f32(n - i, wt, at),
+                    1 => scalar::dot_f16(n - i, wt, at),
+                    _ => scalar::dot_bf16(n - i, wt, at),
+                };
+            }
+        }
+        out[t] = _mm_add_ps(hsum4(acc[t]), _mm_loadu_ps(tail.as_ptr()));
+    }
+    out
+}
+
+/// [`RowTileFn`](super::RowTileFn) of the float types (`F` as in [`ld_float16`]): 3 tokens
+/// at a time, then the last one or two.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn float_rows<const F: u8>(
+    n: usize,
+    w: &[u8],
+    stride: usize,
+    act: &[u8],
+    arb: usize,
+    tokens: &[usize],
+    out: &mut [[f32; ROW_TILE]],
+) {
+    let x: [*const u8; ROW_TILE] = std::array::from_fn(|r| w.as_ptr().add(r * stride));
+    let y = |i: usize| act.as_ptr().add(tokens[i] * arb) as *const f32;
+    let mut i = 0;
+    while i + 3 <= tokens.len() {
+        let s = float_tokens::<F, 3>(n, x, [y(i), y(i + 1), y(i + 2)]);
+        for (o, s) in out[i..i + 3].iter_mut().zip(s) {
+            _mm_storeu_ps(o.as_mut_ptr(), s);
+        }
+        i += 3;
+    }
+    match tokens.len() - i {
+        2 => {
+            let s = float_tokens::<F, 2>(n, x, [y(i), y(i + 1)]);
+            for (o, s) in out[i..i + 2].iter_mut().zip(s) {
+                _mm_storeu_ps(o.as_mut_ptr(), s);
+            }
+        }
+        1 => _mm_storeu_ps(out[i].as_mut_ptr(), float_tokens::<F, 1>(n, x, [y(i)])[0]),
+        _ => {}
     }
 }

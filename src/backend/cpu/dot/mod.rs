@@ -153,6 +153,52 @@ pub struct KPanelWide {
     pub singles: KTileWideFn,
 }
 
+/// Weight rows per [`RowTileFn`] call.
+pub const ROW_TILE: usize = 4;
+
+/// [`ROW_TILE`] weight rows (`stride` bytes apart in `w`, read in place) × the listed
+/// activation rows (`act[tokens[i] * arb..]`): `out[i][r]` = row r · token `tokens[i]`, with
+/// the bits of [`Isa::dot`]. The prefill kernel of the float types, whose rows need no
+/// decoding into a panel: each weight vector and each activation vector is loaded once for
+/// several (row, token) pairs.
+pub type RowTileFn =
+    fn(n: usize, w: &[u8], stride: usize, act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; ROW_TILE]]);
+
+/// [`RowTileFn`] entry for `$wq` from its `unsafe` body, bounds-checked.
+macro_rules! row_tile_fn {
+    ($wq:ident, $k:path) => {{
+        fn f(n: usize, w: &[u8], stride: usize, act: &[u8], arb: usize, tokens: &[usize], out: &mut [[f32; 4]]) {
+            use $crate::backend::cpu::dot::{check_row_tile, QType};
+            check_row_tile(n, w, stride, QType::$wq, (act, arb, tokens), out.len());
+            // SAFETY: as in `dot_fn!`.
+            unsafe { $k(n, w, stride, act, arb, tokens, out) }
+        }
+        ($crate::quant::QType::$wq, f as $crate::backend::cpu::dot::RowTileFn)
+    }};
+}
+
+/// Bounds of a [`RowTileFn`] call: the weight rows, the listed activation rows, the outputs.
+#[inline(always)]
+fn check_row_tile(
+    n: usize,
+    w: &[u8],
+    stride: usize,
+    wq: QType,
+    (act, arb, tokens): (&[u8], usize, &[usize]),
+    out: usize,
+) {
+    check_rows_n(n, w, stride, wq, ROW_TILE);
+    let ab = row_bytes(act_type(wq), n);
+    let last = tokens.iter().copied().max();
+    assert!(
+        arb >= ab && out >= tokens.len() && last.is_none_or(|t| act.len() >= t * arb + ab),
+        "{} row tile of {} tokens × {n}: activations {} bytes {arb} apart, {out} outputs",
+        wq.name(),
+        tokens.len(),
+        act.len()
+    );
+}
+
 /// Bounds of `rows` rows of `n` elements, `stride` bytes apart in `w`.
 #[inline(always)]
 fn check_rows_n(n: usize, w: &[u8], stride: usize, wq: QType, rows: usize) {
@@ -379,7 +425,9 @@ macro_rules! gemm_fn {
         )
     }};
 }
-pub(crate) use {dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn, gemm_wide_fn, k_panel_fn, k_panel_parts, k_panel_wide_fn};
+pub(crate) use {
+    dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn, gemm_wide_fn, k_panel_fn, k_panel_parts, k_panel_wide_fn, row_tile_fn,
+};
 
 /// Bounds of [`PANEL_ROWS`] weight rows `stride` bytes apart.
 #[inline(always)]
@@ -433,7 +481,7 @@ pub fn block_sums(a: &[u8], off: i32, out: &mut [u8]) {
 }
 
 /// Builds a per-qtype table from `base` with `over` entries replacing theirs.
-const fn dot_table(base: [Option<DotFn>; N_TYPES], over: &[(QType, DotFn)]) -> [Option<DotFn>; N_TYPES] {
+const fn table<T: Copy>(base: [Option<T>; N_TYPES], over: &[(QType, T)]) -> [Option<T>; N_TYPES] {
     let mut t = base;
     let mut i = 0;
     while i < over.len() {
@@ -448,26 +496,6 @@ const fn tiled_table(over: &[(QType, DotFn, DotX4Fn)]) -> [Option<(DotFn, DotX4F
     let mut i = 0;
     while i < over.len() {
         t[over[i].0 as usize] = Some((over[i].1, over[i].2));
-        i += 1;
-    }
-    t
-}
-
-const fn r2_table(over: &[(QType, DotR2Fn)]) -> [Option<DotR2Fn>; N_TYPES] {
-    let mut t = [None; N_TYPES];
-    let mut i = 0;
-    while i < over.len() {
-        t[over[i].0 as usize] = Some(over[i].1);
-        i += 1;
-    }
-    t
-}
-
-const fn x4_table(base: [Option<DotX4Fn>; N_TYPES], over: &[(QType, DotX4Fn)]) -> [Option<DotX4Fn>; N_TYPES] {
-    let mut t = base;
-    let mut i = 0;
-    while i < over.len() {
-        t[over[i].0 as usize] = Some(over[i].1);
         i += 1;
     }
     t
@@ -503,6 +531,7 @@ pub struct Isa {
     tiled: [Option<(DotFn, DotX4Fn)>; N_TYPES],
     /// q4_K's panel kernels ([`Isa::k_panel`]).
     q4_k_panel: Option<KPanel>,
+    row_tile: [Option<RowTileFn>; N_TYPES],
     q8_0: QuantActFn,
     q8_1: QuantActFn,
     q8_k: QuantActFn,
@@ -510,13 +539,14 @@ pub struct Isa {
 
 static SCALAR: Isa = Isa {
     isa: "scalar",
-    dot: dot_table([None; N_TYPES], &scalar::DOT),
+    dot: table([None; N_TYPES], &scalar::DOT),
     dot_x4: [None; N_TYPES],
     x4_single: [None; N_TYPES],
     dot_r2: [None; N_TYPES],
     gemm: [None; N_TYPES],
     tiled: [None; N_TYPES],
     q4_k_panel: None,
+    row_tile: [None; N_TYPES],
     q8_0: scalar::quantize_q8_0,
     q8_1: scalar::quantize_q8_1,
     q8_k: scalar::quantize_q8_k,
@@ -616,6 +646,12 @@ impl Isa {
     /// The K-quant panel kernels for `w` (q4_K), where this ISA has them.
     pub fn k_panel(&self, w: QType) -> Option<KPanel> {
         self.q4_k_panel.filter(|_| w == QType::Q4K)
+    }
+
+    /// The in-place prefill kernel of a float weight type ([`RowTileFn`]), where this ISA has
+    /// one.
+    pub fn row_tile(&self, w: QType) -> Option<RowTileFn> {
+        self.row_tile[w as usize]
     }
 
     /// The packed-panel prefill kernels for `w`, where this ISA has them.

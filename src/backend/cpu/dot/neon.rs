@@ -23,7 +23,7 @@ pub(super) use tables::{kernels, supported};
 
 #[cfg(target_arch = "aarch64")]
 mod tables {
-    use super::super::{dot_fn, dot_table, dot_x4_fn, scalar, x4_table, DotFn, DotX4Fn, Isa, N_TYPES};
+    use super::super::{dot_fn, dot_x4_fn, scalar, table, DotFn, DotX4Fn, Isa, N_TYPES};
     use super::*;
     use crate::quant::QType;
 
@@ -85,12 +85,13 @@ mod tables {
 
     static DOTPROD: Isa = Isa {
         isa: "neon",
-        dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), dotprod::DOT),
-        dot_x4: x4_table([None; N_TYPES], dotprod::DOT_X4),
+        dot: table(table([None; N_TYPES], &scalar::DOT), dotprod::DOT),
+        dot_x4: table([None; N_TYPES], dotprod::DOT_X4),
         x4_single: [None; N_TYPES],
         dot_r2: [None; N_TYPES],
         tiled: [None; N_TYPES],
         q4_k_panel: None,
+        row_tile: [None; N_TYPES],
         gemm: [None; N_TYPES],
         q8_0: scalar::quantize_q8_0,
         q8_1: scalar::quantize_q8_1,
@@ -99,12 +100,13 @@ mod tables {
 
     static BASE: Isa = Isa {
         isa: "neon",
-        dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), base::DOT),
-        dot_x4: x4_table([None; N_TYPES], base::DOT_X4),
+        dot: table(table([None; N_TYPES], &scalar::DOT), base::DOT),
+        dot_x4: table([None; N_TYPES], base::DOT_X4),
         x4_single: [None; N_TYPES],
         dot_r2: [None; N_TYPES],
         tiled: [None; N_TYPES],
         q4_k_panel: None,
+        row_tile: [None; N_TYPES],
         gemm: [None; N_TYPES],
         q8_0: scalar::quantize_q8_0,
         q8_1: scalar::quantize_q8_1,

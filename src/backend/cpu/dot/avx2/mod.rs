@@ -10,9 +10,8 @@
 use std::arch::x86_64::*;
 
 use super::{
-    dot_fn, dot_r2_fn, dot_table, dot_x4_fn, gemm_fn, gemm_table, k_panel_fn, r2_table, scalar, tiled_table, x4_table,
-    DotFn, DotR2Fn, DotX4Fn, Gemm, Isa, KPanel, BLOCK_SUM_BYTES, K4_PANEL_BLOCK_BYTES, N_TYPES, PANEL_BLOCK_BYTES,
-    PANEL_ROWS,
+    dot_fn, dot_r2_fn, dot_x4_fn, gemm_fn, gemm_table, k_panel_fn, scalar, table, tiled_table, DotFn, DotR2Fn, DotX4Fn,
+    Gemm, Isa, KPanel, BLOCK_SUM_BYTES, K4_PANEL_BLOCK_BYTES, N_TYPES, PANEL_BLOCK_BYTES, PANEL_ROWS,
 };
 use crate::quant::{e8m0_to_f32_half, QType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
@@ -27,13 +26,14 @@ pub(super) fn supported() -> bool {
 
 pub(super) static KERNELS: Isa = Isa {
     isa: "avx2",
-    dot: dot_table(dot_table([None; N_TYPES], &scalar::DOT), DOT),
-    dot_x4: x4_table([None; N_TYPES], DOT_X4),
-    x4_single: x4_table([None; N_TYPES], X4_SINGLE),
-    dot_r2: r2_table(DOT_R2),
+    dot: table(table([None; N_TYPES], &scalar::DOT), DOT),
+    dot_x4: table([None; N_TYPES], DOT_X4),
+    x4_single: table([None; N_TYPES], X4_SINGLE),
+    dot_r2: table([None; N_TYPES], DOT_R2),
     tiled: tiled_table(TILED),
     gemm: gemm_table(GEMM, false),
     q4_k_panel: Some(K4_PANEL),
+    row_tile: [None; N_TYPES],
     // SAFETY (these and every kernel in `DOT`): the table is handed out only where `supported()`.
     q8_0: |x, out| unsafe { quantize_q8_0(x, out) },
     q8_1: |x, out| unsafe { quantize_q8_1(x, out) },
@@ -317,7 +317,7 @@ pub(super) unsafe fn madd_acc<const V: bool>(acc: __m256i, a: __m256i, b: __m256
 
 /// 8 weights at `p` as f32: `F` = 0 f32, 1 f16, 2 bf16.
 #[inline(always)]
-unsafe fn ld_float<const F: u8>(p: *const u8) -> __m256 {
+pub(super) unsafe fn ld_float<const F: u8>(p: *const u8) -> __m256 {
     match F {
         0 => _mm256_loadu_ps(p as *const f32),
         1 => _mm256_cvtph_ps(ld128(p)),
