@@ -272,6 +272,8 @@ pub fn attention(
                 if tiled {
                     ggml_order::pack_keys_t(ks, hd, lo, kt);
                 }
+                // The tiled flash kernel's queries, run together after the others.
+                let mut tiled_queries: Vec<ggml_order::TiledQuery> = Vec::new();
                 for i in t0..t1 {
                     let pos = step.pos[i] as usize;
                     let run = step.run[i] as usize;
@@ -288,11 +290,20 @@ pub fn attention(
                             (true, _) if run >= ggml_order::FLASH_TILED_MIN_TOKENS => Some(Kind::FlashTiled),
                             (true, _) => Some(Kind::FlashChunk),
                         };
-                        // The tiled kernel keeps q in f32; the others convert it like the cache.
-                        if kind != Some(Kind::FlashTiled) {
-                            round_like_cache(t, qs);
-                        }
                         let sink = sinks.map(|sk| sk[h]);
+                        if tiled && kind == Some(Kind::FlashTiled) {
+                            // The tiled kernel keeps q in f32.
+                            tiled_queries.push(ggml_order::TiledQuery {
+                                q: &q[i * qw + h * hd..i * qw + (h + 1) * hd],
+                                first,
+                                end: pos + 1,
+                                sink,
+                                out: o,
+                            });
+                            continue;
+                        }
+                        // The other kernels convert q like the cache.
+                        round_like_cache(t, qs);
                         if let Some(kind) = kind {
                             let h = ggml_order::Head {
                                 order,
@@ -304,10 +315,7 @@ pub fn attention(
                                 q: qs,
                                 keys: &ks[(first - lo) * hd..(pos + 1 - lo) * hd],
                                 vals: &vs[(first - lo) * hdv..(pos + 1 - lo) * hdv],
-                                keys_t: (tiled && kind == Kind::FlashTiled).then(|| {
-                                    let tile = first / ggml_order::FLASH_TILE - lo / ggml_order::FLASH_TILE;
-                                    &kt[tile * hd * ggml_order::FLASH_TILE..]
-                                }),
+                                keys_t: None,
                             };
                             ggml_order::attend(kind, &h, sc, lanes, o);
                             continue;
@@ -330,6 +338,17 @@ pub fn attention(
                             axpy(o, w, &vs[(j - lo) * hdv..(j - lo + 1) * hdv]);
                         }
                     }
+                }
+                if !tiled_queries.is_empty() {
+                    let cells = ggml_order::TiledCells {
+                        scale: p.scale,
+                        softcap: p.softcap,
+                        lo,
+                        keys: ks,
+                        keys_t: kt,
+                        vals: vs,
+                    };
+                    ggml_order::flash_tiled_many(&cells, &mut tiled_queries);
                 }
             });
         }

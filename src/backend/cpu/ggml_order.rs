@@ -14,6 +14,8 @@
 //! Every step is an IEEE operation in a fixed order, so any ISA reproduces it; [`attend`] runs
 //! the bodies compiled once more with AVX2 and FMA where the CPU has them.
 
+use std::ops::Range;
+
 /// `_mm512_reduce_add_ps` (GCC's expansion): halves, quarters, then pairs.
 #[inline(always)]
 fn reduce16(a: &[f32; 16]) -> f32 {
@@ -415,23 +417,19 @@ pub fn pack_keys_t(keys: &[f32], hd: usize, first: usize, out: &mut Vec<f32>) {
 #[inline(always)]
 fn flash_tiled<const X86: bool, const Z: bool>(h: &Head, out: &mut [f32]) {
     const TILE: usize = FLASH_TILE;
-    // ggml folds a softcap into the scale: tanh(s · scale / cap) · cap.
-    let scale = h.softcap.map_or(h.scale, |cap| h.scale / cap);
     let (hd, hdv) = (h.q.len(), out.len());
     let n = h.keys.len() / hd;
-    let (mut m, mut s) = (f32::NEG_INFINITY, 0f32);
-    out.fill(0.0);
-    let mut kq = [0f32; TILE];
+    let mut st = Online::new(out);
     let mut t0 = h.first / TILE * TILE;
     let wide = X86 && cfg!(target_arch = "x86_64") && hdv.is_multiple_of(8);
     let mut tile = 0;
     while t0 < h.first + n {
         // Cells t0..t0 + TILE; those outside first..first + n are masked.
         let (lo, hi) = (t0.max(h.first), (t0 + TILE).min(h.first + n));
+        let mut raw = [0f32; TILE];
         let mut scored = false;
         #[cfg(target_arch = "x86_64")]
         if let (true, Some(kt)) = (X86, h.keys_t) {
-            let mut raw = [0f32; TILE];
             // SAFETY: the caller runs with AVX2 and FMA (`attend_fma`); the tile holds hd rows.
             let kt = &kt[tile * hd * TILE..(tile + 1) * hd * TILE];
             unsafe {
@@ -441,10 +439,6 @@ fn flash_tiled<const X86: bool, const Z: bool>(h: &Head, out: &mut [f32]) {
                     x86::kq_tile(h.q, kt, &mut raw)
                 }
             };
-            for c in lo..hi {
-                let v = raw[c - t0] * scale;
-                kq[c - t0] = h.softcap.map_or(v, |cap| cap * v.tanh());
-            }
             scored = true;
         }
         if !scored {
@@ -454,38 +448,11 @@ fn flash_tiled<const X86: bool, const Z: bool>(h: &Head, out: &mut [f32]) {
                 for (&qd, &kd) in h.q.iter().zip(k) {
                     acc = qd.mul_add(kd, acc);
                 }
-                let v = acc * scale;
-                kq[c - t0] = h.softcap.map_or(v, |cap| cap * v.tanh());
+                raw[c - t0] = acc;
             }
         }
-        let tile_max = kq[lo - t0..hi - t0].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        if tile_max > f32::NEG_INFINITY {
-            let mnew = m.max(tile_max);
-            if mnew > m {
-                let ms = (m - mnew).exp();
-                for o in out.iter_mut() {
-                    *o *= ms;
-                }
-                s *= ms;
-            }
-            m = mnew;
-            let mut e = [0f32; TILE];
-            #[cfg(target_arch = "x86_64")]
-            if X86 {
-                e[lo - t0..hi - t0].copy_from_slice(&kq[lo - t0..hi - t0]);
-                // SAFETY: as above.
-                unsafe { x86::exp_minus(&mut e[lo - t0..hi - t0], m) };
-            }
-            if !X86 || cfg!(not(target_arch = "x86_64")) {
-                for c in lo..hi {
-                    e[c - t0] = expf(kq[c - t0] - m);
-                }
-            }
-            let sum: f64 = e
-                .chunks_exact(16)
-                .map(|c| reduce16(c.try_into().unwrap_or(&[0.0; 16])) as f64)
-                .sum();
-            s = (s as f64 + sum) as f32;
+        let mut e = [0f32; TILE];
+        if st.tile::<X86>((h.scale, h.softcap), &raw, t0, lo..hi, &mut e, out) {
             let vals = &h.vals[(lo - h.first) * hdv..(hi - h.first) * hdv];
             #[cfg(target_arch = "x86_64")]
             if wide {
@@ -509,10 +476,272 @@ fn flash_tiled<const X86: bool, const Z: bool>(h: &Head, out: &mut [f32]) {
         t0 += TILE;
         tile += 1;
     }
-    apply_sink(h.sink, m, &mut s, out);
-    let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
-    for o in out.iter_mut() {
-        *o *= inv;
+    st.finish(h.sink, out);
+}
+
+/// One query of [`flash_tiled_many`]: its row, its cells `first..end`, its sink, its output.
+pub struct TiledQuery<'a> {
+    pub q: &'a [f32],
+    pub first: usize,
+    pub end: usize,
+    pub sink: Option<f32>,
+    pub out: &'a mut [f32],
+}
+
+/// The cells `lo..` that the queries of [`flash_tiled_many`] share: their key rows, the same
+/// keys packed by [`pack_keys_t`] (from `lo`), their value rows.
+pub struct TiledCells<'a> {
+    pub scale: f32,
+    pub softcap: Option<f32>,
+    pub lo: usize,
+    pub keys: &'a [f32],
+    pub keys_t: &'a [f32],
+    pub vals: &'a [f32],
+}
+
+impl TiledCells<'_> {
+    /// A query alone (its row, cells `first..end`, sink, value width), as [`attend`] takes it.
+    fn head<'a>(&'a self, q: &'a [f32], (first, end): (usize, usize), sink: Option<f32>, hdv: usize) -> Head<'a> {
+        let hd = q.len();
+        let (a, b) = (first - self.lo, end - self.lo);
+        let tile = first / FLASH_TILE - self.lo / FLASH_TILE;
+        Head {
+            order: Order::Gemm,
+            f16: false,
+            scale: self.scale,
+            softcap: self.softcap,
+            sink,
+            first,
+            q,
+            keys: &self.keys[a * hd..b * hd],
+            vals: &self.vals[a * hdv..b * hdv],
+            keys_t: Some(&self.keys_t[tile * hd * FLASH_TILE..]),
+        }
+    }
+}
+
+/// [`Kind::FlashTiled`] for several queries over the same cells, each with the bits [`attend`]
+/// gives it alone. With AVX-512 four queries run together, so that each K and V vector loaded
+/// serves four.
+pub fn flash_tiled_many(cells: &TiledCells, queries: &mut [TiledQuery]) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+    {
+        // SAFETY: the CPU has the features the function is compiled for.
+        return unsafe { tiled_many_avx512(cells, queries) };
+    }
+    for q in queries {
+        let h = cells.head(q.q, (q.first, q.end), q.sink, q.out.len());
+        attend(Kind::FlashTiled, &h, &mut Vec::new(), &mut Vec::new(), q.out);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+unsafe fn tiled_many_avx512(cells: &TiledCells, queries: &mut [TiledQuery]) {
+    let mut rest = &mut queries[..];
+    if queries_fit(cells, rest) {
+        let mut fours = rest.chunks_exact_mut(4);
+        for four in &mut fours {
+            if let [a, b, c, d] = four {
+                tiled4(cells, [a, b, c, d]);
+            }
+        }
+        rest = fours.into_remainder();
+    }
+    for q in rest {
+        let h = cells.head(q.q, (q.first, q.end), q.sink, q.out.len());
+        flash_tiled::<true, true>(&h, q.out);
+    }
+}
+
+/// P·V of one query's `cells` (of the tile at `t0`, weights `e`; value rows from `vals`)
+/// into `out` (no closure: it would not inherit the caller's target features).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn pv_cells(cells: Range<usize>, t0: usize, e: &[f32; FLASH_TILE], vals: *const f32, out: &mut [f32]) {
+    if !cells.is_empty() {
+        let vals = std::slice::from_raw_parts(vals, cells.len() * out.len());
+        x86::pv_rows_z(&e[cells.start - t0..cells.end - t0], vals, out);
+    }
+}
+
+/// Whether [`tiled4`] takes these queries: one head dim and one value width (a multiple of
+/// 16) for all.
+fn queries_fit(cells: &TiledCells, queries: &[TiledQuery]) -> bool {
+    let Some(q0) = queries.first() else { return false };
+    let (hd, hdv) = (q0.q.len(), q0.out.len());
+    hdv.is_multiple_of(16)
+        && queries
+            .iter()
+            .all(|q| q.q.len() == hd && q.out.len() == hdv && q.first >= cells.lo && q.end > q.first)
+        && queries.iter().all(|q| {
+            let tiles = (q.end - cells.lo / FLASH_TILE * FLASH_TILE).div_ceil(FLASH_TILE);
+            cells.keys_t.len() >= tiles * hd * FLASH_TILE && cells.vals.len() >= (q.end - cells.lo) * hdv
+        })
+}
+
+/// [`flash_tiled`] (X86, Z) of four queries at once ([`queries_fit`]): per tile the four
+/// score rows from one pass over the keys, each query's softmax step alone, then P·V with
+/// each query's cells in order: those before the four's common run, the run (four at once),
+/// those after.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn tiled4(cells: &TiledCells, qs: [&mut TiledQuery; 4]) {
+    const TILE: usize = FLASH_TILE;
+    let (hd, hdv) = (qs[0].q.len(), qs[0].out.len());
+    let [a, b, c, d] = qs;
+    let mut qs = [a, b, c, d];
+    let mut st: [Online; 4] = [
+        Online::new(qs[0].out),
+        Online::new(qs[1].out),
+        Online::new(qs[2].out),
+        Online::new(qs[3].out),
+    ];
+    let first = qs.iter().map(|q| q.first).min().unwrap_or(0);
+    let end = qs.iter().map(|q| q.end).max().unwrap_or(0);
+    let base = cells.lo / TILE;
+    let q = [qs[0].q.as_ptr(), qs[1].q.as_ptr(), qs[2].q.as_ptr(), qs[3].q.as_ptr()];
+    let vrow = |c: usize| cells.vals.as_ptr().add((c - cells.lo) * hdv);
+    let mut t0 = first / TILE * TILE;
+    while t0 < end {
+        let kt = &cells.keys_t[(t0 / TILE - base) * hd * TILE..(t0 / TILE - base + 1) * hd * TILE];
+        let mut raw = [[0f32; TILE]; 4];
+        x86::kq_tile_z4(q, hd, kt, &mut raw);
+        let mut e = [[0f32; TILE]; 4];
+        let mut runs: [Option<Range<usize>>; 4] = [None, None, None, None];
+        for j in 0..4 {
+            let (lo, hi) = (t0.max(qs[j].first), (t0 + TILE).min(qs[j].end));
+            if lo < hi && st[j].tile::<true>((cells.scale, cells.softcap), &raw[j], t0, lo..hi, &mut e[j], qs[j].out) {
+                runs[j] = Some(lo..hi);
+            }
+        }
+        let common = match &runs {
+            [Some(r0), Some(r1), Some(r2), Some(r3)] => {
+                let c0 = r0.start.max(r1.start).max(r2.start).max(r3.start);
+                let c1 = r0.end.min(r1.end).min(r2.end).min(r3.end);
+                (c0 < c1).then_some(c0..c1)
+            }
+            _ => None,
+        };
+        match common {
+            Some(cr) => {
+                for j in 0..4 {
+                    let r = runs[j].clone().unwrap_or_default();
+                    pv_cells(r.start..cr.start, t0, &e[j], vrow(r.start), qs[j].out);
+                }
+                let ep = [
+                    e[0].as_ptr().add(cr.start - t0),
+                    e[1].as_ptr().add(cr.start - t0),
+                    e[2].as_ptr().add(cr.start - t0),
+                    e[3].as_ptr().add(cr.start - t0),
+                ];
+                let op = [
+                    qs[0].out.as_mut_ptr(),
+                    qs[1].out.as_mut_ptr(),
+                    qs[2].out.as_mut_ptr(),
+                    qs[3].out.as_mut_ptr(),
+                ];
+                x86::pv_rows_z4(ep, cr.len(), vrow(cr.start), hdv, op);
+                for j in 0..4 {
+                    let r = runs[j].clone().unwrap_or_default();
+                    pv_cells(cr.end..r.end, t0, &e[j], vrow(cr.end), qs[j].out);
+                }
+            }
+            None => {
+                for j in 0..4 {
+                    if let Some(r) = runs[j].clone() {
+                        pv_cells(r.clone(), t0, &e[j], vrow(r.start), qs[j].out);
+                    }
+                }
+            }
+        }
+        t0 += TILE;
+    }
+    for (st, q) in st.into_iter().zip(qs.iter_mut()) {
+        st.finish(q.sink, q.out);
+    }
+}
+
+/// One query's online softmax through the tiles of [`flash_tiled`]: the running max and sum.
+struct Online {
+    m: f32,
+    s: f32,
+}
+
+impl Online {
+    /// Starts a query, zeroing its accumulator.
+    fn new(out: &mut [f32]) -> Online {
+        out.fill(0.0);
+        Online {
+            m: f32::NEG_INFINITY,
+            s: 0.0,
+        }
+    }
+
+    /// One tile (cells `t0..t0 + FLASH_TILE`, of which `cells` are the query's) from its raw
+    /// scores: scaled (and capped: ggml folds a softcap into the scale, tanh(s · scale / cap) ·
+    /// cap), the max moved on with the accumulator and the sum rescaled, `e` set to the cells'
+    /// exps (zero elsewhere) and their sum added in f64. False when the tile has nothing to add.
+    #[inline(always)]
+    fn tile<const X86: bool>(
+        &mut self,
+        (scale, softcap): (f32, Option<f32>),
+        raw: &[f32; FLASH_TILE],
+        t0: usize,
+        cells: Range<usize>,
+        e: &mut [f32; FLASH_TILE],
+        out: &mut [f32],
+    ) -> bool {
+        let (lo, hi) = (cells.start - t0, cells.end - t0);
+        let scale = softcap.map_or(scale, |cap| scale / cap);
+        let mut kq = [0f32; FLASH_TILE];
+        for c in lo..hi {
+            let v = raw[c] * scale;
+            kq[c] = softcap.map_or(v, |cap| cap * v.tanh());
+        }
+        let tile_max = kq[lo..hi].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if tile_max == f32::NEG_INFINITY {
+            return false;
+        }
+        let mnew = self.m.max(tile_max);
+        if mnew > self.m {
+            let ms = (self.m - mnew).exp();
+            for o in out.iter_mut() {
+                *o *= ms;
+            }
+            self.s *= ms;
+        }
+        self.m = mnew;
+        #[cfg(target_arch = "x86_64")]
+        if X86 {
+            e[lo..hi].copy_from_slice(&kq[lo..hi]);
+            // SAFETY: the caller runs with AVX2 and FMA (`attend_fma`).
+            unsafe { x86::exp_minus(&mut e[lo..hi], mnew) };
+        }
+        if !X86 || cfg!(not(target_arch = "x86_64")) {
+            for c in lo..hi {
+                e[c] = expf(kq[c] - mnew);
+            }
+        }
+        let sum: f64 = e
+            .chunks_exact(16)
+            .map(|c| reduce16(c.try_into().unwrap_or(&[0.0; 16])) as f64)
+            .sum();
+        self.s = (self.s as f64 + sum) as f32;
+        true
+    }
+
+    /// The sink, then the division by the sum.
+    fn finish(mut self, sink: Option<f32>, out: &mut [f32]) {
+        apply_sink(sink, self.m, &mut self.s, out);
+        let inv = if self.s == 0.0 { 0.0 } else { 1.0 / self.s };
+        for o in out.iter_mut() {
+            *o *= inv;
+        }
     }
 }
 
@@ -752,6 +981,78 @@ pub(crate) mod x86 {
         }
         for (i, a) in acc.into_iter().enumerate() {
             _mm256_storeu_ps(out.as_mut_ptr().add(8 * i), a);
+        }
+    }
+
+    /// [`kq_tile_z`] of four queries (`hd` each) against one tile `kt` (`hd` rows of 64): each
+    /// key vector loaded once for the four.
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // (query, register) indices, as in the one-query kernel
+    pub unsafe fn kq_tile_z4(q: [*const f32; 4], hd: usize, kt: &[f32], out: &mut [[f32; 64]; 4]) {
+        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+        let k = kt.as_ptr();
+        for d in 0..hd.min(kt.len() / 64) {
+            let kv = [
+                _mm512_loadu_ps(k.add(64 * d)),
+                _mm512_loadu_ps(k.add(64 * d + 16)),
+                _mm512_loadu_ps(k.add(64 * d + 32)),
+                _mm512_loadu_ps(k.add(64 * d + 48)),
+            ];
+            for j in 0..4 {
+                let qd = _mm512_set1_ps(*q[j].add(d));
+                for i in 0..4 {
+                    acc[j][i] = _mm512_fmadd_ps(qd, kv[i], acc[j][i]);
+                }
+            }
+        }
+        for j in 0..4 {
+            for i in 0..4 {
+                _mm512_storeu_ps(out[j].as_mut_ptr().add(16 * i), acc[j][i]);
+            }
+        }
+    }
+
+    /// [`pv_rows_z`] of four queries over the same `n` cells (`e[j]`: query j's weights,
+    /// `vals`: n rows of `hdv`, a multiple of 16; `out[j]`: hdv each): each V vector loaded once
+    /// for the four, 64 of each output in registers at a time.
+    #[inline(always)]
+    pub unsafe fn pv_rows_z4(e: [*const f32; 4], n: usize, vals: *const f32, hdv: usize, out: [*mut f32; 4]) {
+        for d0 in (0..hdv).step_by(64) {
+            match (hdv - d0).min(64) / 16 {
+                1 => pv_rows_z4w::<1>(e, n, vals.add(d0), hdv, out.map(|o| o.add(d0))),
+                2 => pv_rows_z4w::<2>(e, n, vals.add(d0), hdv, out.map(|o| o.add(d0))),
+                3 => pv_rows_z4w::<3>(e, n, vals.add(d0), hdv, out.map(|o| o.add(d0))),
+                _ => pv_rows_z4w::<4>(e, n, vals.add(d0), hdv, out.map(|o| o.add(d0))),
+            }
+        }
+    }
+
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // (query, register) indices
+    unsafe fn pv_rows_z4w<const W: usize>(e: [*const f32; 4], n: usize, v: *const f32, hdv: usize, o: [*mut f32; 4]) {
+        let mut acc = [[_mm512_setzero_ps(); W]; 4];
+        for j in 0..4 {
+            for i in 0..W {
+                acc[j][i] = _mm512_loadu_ps(o[j].add(16 * i));
+            }
+        }
+        for c in 0..n {
+            let row = v.add(c * hdv);
+            let mut vv = [_mm512_setzero_ps(); W];
+            for i in 0..W {
+                vv[i] = _mm512_loadu_ps(row.add(16 * i));
+            }
+            for j in 0..4 {
+                let ec = _mm512_set1_ps(*e[j].add(c));
+                for i in 0..W {
+                    acc[j][i] = _mm512_fmadd_ps(ec, vv[i], acc[j][i]);
+                }
+            }
+        }
+        for j in 0..4 {
+            for i in 0..W {
+                _mm512_storeu_ps(o[j].add(16 * i), acc[j][i]);
+            }
         }
     }
 
@@ -1024,6 +1325,10 @@ pub(crate) mod x86 {
 mod tests {
     use super::*;
 
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn expf8_gives_the_bits_of_expf() {
@@ -1066,6 +1371,73 @@ mod tests {
 
     /// Every kind and order against attention in f64, with a window (`first` > 0), a head
     /// dim that is no multiple of 16 or 64, f16 and f32 values, and a softcap.
+    /// Queries run together through the tiled kernel each keep the bits of their own run: ends
+    /// inside a tile, at a tile's edge and in the next tile, starts that differ (a window),
+    /// sinks, a softcap, value widths the four-query kernel takes (64, 128) and one it leaves
+    /// to the single one (24), and groups of four with leftovers.
+    #[test]
+    fn tiled_queries_together_keep_each_ones_bits() {
+        let val = |i: usize, s: usize| ((i * s + 3) % 101) as f32 / 50.0 - 1.0;
+        for (hd, hdv, lo, n) in [(64, 64, 0, 200), (64, 128, 5, 150), (40, 24, 0, 90)] {
+            let keys: Vec<f32> = (0..n * hd).map(|i| val(i, 13)).collect();
+            let vals: Vec<f32> = (0..n * hdv).map(|i| val(i, 29)).collect();
+            let mut keys_t = Vec::new();
+            pack_keys_t(&keys, hd, lo, &mut keys_t);
+            for softcap in [None, Some(3.0)] {
+                let cells = TiledCells {
+                    scale: 0.125,
+                    softcap,
+                    lo,
+                    keys: &keys,
+                    keys_t: &keys_t,
+                    vals: &vals,
+                };
+                // (first, end) per query: consecutive ends, a tile's edge, windows.
+                let spans: Vec<(usize, usize)> = [
+                    (lo, 64),
+                    (lo, 65),
+                    (lo, 66),
+                    (lo, 67),
+                    (lo, lo + n),
+                    (lo + 20, lo + n - 1),
+                    (lo + 3, 128),
+                    (lo + 70, lo + n - 2),
+                    (lo, 10),
+                ]
+                .into_iter()
+                .filter(|&(f, e)| f < e && e <= lo + n)
+                .collect();
+                let rows: Vec<Vec<f32>> = (0..spans.len())
+                    .map(|j| (0..hd).map(|i| val(i + 97 * j, 7)).collect())
+                    .collect();
+                let sink = |j: usize| (j % 3 == 1).then_some(0.5 * j as f32);
+                let mut outs = vec![vec![f32::NAN; hdv]; spans.len()];
+                let mut queries: Vec<TiledQuery> = outs
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(j, out)| TiledQuery {
+                        q: &rows[j],
+                        first: spans[j].0,
+                        end: spans[j].1,
+                        sink: sink(j),
+                        out,
+                    })
+                    .collect();
+                flash_tiled_many(&cells, &mut queries);
+                for (j, &(first, end)) in spans.iter().enumerate() {
+                    let h = cells.head(&rows[j], (first, end), sink(j), hdv);
+                    let mut alone = vec![f32::NAN; hdv];
+                    attend(Kind::FlashTiled, &h, &mut Vec::new(), &mut Vec::new(), &mut alone);
+                    assert_eq!(
+                        bits(&outs[j]),
+                        bits(&alone),
+                        "hd {hd} hdv {hdv} cap {softcap:?} query {j} cells {first}..{end}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_kind_is_attention() {
         let val = |i: usize, s: usize| ((i * s + 3) % 101) as f32 / 50.0 - 1.0;
@@ -1132,7 +1504,6 @@ mod tests {
                             // The portable body is the same operations in the same order.
                             let mut portable = vec![f32::NAN; hdv];
                             attend_body::<false, false>(kind, &h, &mut Vec::new(), &mut Vec::new(), &mut portable);
-                            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                             assert_eq!(
                                 bits(&out),
                                 bits(&portable),
