@@ -93,8 +93,9 @@ pub fn matmul(
     let arb = k / at.block_elems() * at.block_bytes();
     let wb = w.bytes();
     let wrb = w.row_bytes();
-    if let Some(rt) = kernels.row_tile(w.qtype).filter(|_| n >= MIN_GEMM_TOKENS) {
-        // The float types take f32 activations: the tiles read x itself.
+    if let Some(rt) = kernels.row_tile(w.qtype) {
+        // The float types take f32 activations: the tiles read x itself (and share each
+        // activation load between four rows, for a single token too).
         debug_assert_eq!(at, QType::F32);
         let (act, tokens) = (bytemuck::cast_slice(x), (0..n).collect::<Vec<_>>());
         let (dot, yp) = (kernels.dot(w.qtype), SyncPtr::new(y));
@@ -596,10 +597,10 @@ mod tests {
         }
     }
 
-    /// The float types give every token, in a batch of any size, the bits of their single dot
-    /// on every ISA: through the row tiles where the ISA has them (whole tiles, rows outside
-    /// them, one to three tokens a call, rows with 8-element and scalar tails), otherwise
-    /// through the 4-token dots.
+    /// The float types give every token, alone or in a batch of any size, the bits of their
+    /// single dot on every ISA: through the row tiles where the ISA has them (whole tiles, rows
+    /// outside them, one to three tokens a call, rows with 8-element and scalar tails),
+    /// otherwise through the 4-token dots.
     #[test]
     fn float_matmuls_keep_the_dot_bits() {
         let pool = Pool::new(2);
@@ -612,7 +613,7 @@ mod tests {
                 let dot = kernels.dot(qtype);
                 for (k, m) in [(256, 21), (100, 4), (360, 7), (45, 16)] {
                     let w = weight(qtype, k, m);
-                    for n in [2, 3, 5, 70] {
+                    for n in [1, 2, 3, 5, 70] {
                         let x: Vec<f32> = (0..n * k).map(|i| val(i, 40503)).collect();
                         let mut y = vec![f32::NAN; n * m];
                         matmul(&pool, kernels, &w, &x, n, &mut y, &mut Vec::new(), None);

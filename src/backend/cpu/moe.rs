@@ -96,21 +96,23 @@ pub fn matmul_id(
         rows,
         k,
     };
-    if let Some(kp) = kernels.k_panel(first.qtype) {
-        if rows >= 2 && experts.iter().all(|e| e.qtype == first.qtype && e.shape == first.shape) {
+    // One pass over every chosen expert where the experts share a type and shape: float rows
+    // read in place; one token's single dots; q4_K and the types with a `Gemm` through panels.
+    if experts.iter().all(|e| e.qtype == first.qtype && e.shape == first.shape) {
+        if let Some(rt) = kernels.row_tile(first.qtype) {
+            row_tiles(pool, kernels, rt, &job(), y);
+            return Ok(());
+        }
+        if rows == 1 {
+            one_token(pool, kernels, &job(), y, act);
+            return Ok(());
+        }
+        if let Some(kp) = kernels.k_panel(first.qtype) {
             panels(pool, kernels, kp, &job(), y, act);
             return Ok(());
         }
-    }
-    if let Some(g) = kernels.gemm(first.qtype) {
-        if rows >= 2 && experts.iter().all(|e| e.qtype == first.qtype && e.shape == first.shape) {
+        if let Some(g) = kernels.gemm(first.qtype) {
             panels_gemm(pool, kernels, g, &job(), y, act);
-            return Ok(());
-        }
-    }
-    if let Some(rt) = kernels.row_tile(first.qtype) {
-        if rows >= 2 && experts.iter().all(|e| e.qtype == first.qtype && e.shape == first.shape) {
-            row_tiles(pool, kernels, rt, &job(), y);
             return Ok(());
         }
     }
@@ -219,6 +221,50 @@ fn row_tiles(pool: &Pool, kernels: &Isa, rt: RowTileFn, job: &Job, y: &mut [f32]
                     n_out,
                 )
             };
+        }
+    });
+}
+
+/// `matmul_id` of one token (decode) in one pass: its input rows quantized once, each (expert,
+/// 16-row band) one unit of a single pool dispatch, every product the single dot the matmul of
+/// one token takes (`Gemm::row` for the types with panels; two rows at a time where the type
+/// has a two-row kernel of the same bits).
+fn one_token(pool: &Pool, kernels: &Isa, job: &Job, y: &mut [f32], act: &mut Vec<u8>) {
+    let (n_in, n_out, at, arb, n_x) = job.shape();
+    act.resize(n_x * arb, 0);
+    quantize_inputs(pool, kernels, at, &job.x[..n_x * n_in], n_in, None, act);
+    let act = &act[..];
+    let qtype = job.experts[0].qtype;
+    let (dot, dot2) = match kernels.gemm(qtype) {
+        Some(g) => (g.row, g.row2),
+        None => (kernels.dot(qtype), kernels.dot_r2(qtype)),
+    };
+    let lists = job.expert_rows();
+    let n_bands = n_out.div_ceil(WIDE_ROWS);
+    let yp = SyncPtr::new(y);
+    pool.for_chunks(lists.len() * n_bands, 1, |_, units| {
+        for u in units {
+            let (e, ins, outs) = &lists[u / n_bands];
+            let (w, b) = (&job.experts[*e], u % n_bands);
+            let (wb, wrb) = (w.bytes(), w.row_bytes());
+            let band = b * WIDE_ROWS..((b + 1) * WIDE_ROWS).min(n_out);
+            let row = |r: usize| &wb[r * wrb..(r + 1) * wrb];
+            for (&i, &o) in ins.iter().zip(outs) {
+                let a = &act[i * arb..(i + 1) * arb];
+                // SAFETY: each (expert, band) is one unit, and an output row belongs to one
+                // slot, which chose one expert.
+                let yr = unsafe { yp.slice(o * n_out + band.start, band.len()) };
+                let mut done = 0;
+                if let Some(dot2) = dot2 {
+                    for (y2, r) in yr.chunks_exact_mut(2).zip(band.clone().step_by(2)) {
+                        y2.copy_from_slice(&dot2(n_in, [row(r), row(r + 1)], a));
+                        done += 2;
+                    }
+                }
+                for (yi, r) in yr[done..].iter_mut().zip(band.start + done..band.end) {
+                    *yi = dot(n_in, row(r), a);
+                }
+            }
         }
     });
 }
@@ -507,12 +553,22 @@ mod tests {
         }
     }
 
-    /// The one-pass expert matmuls (q4_K panels, and the panels of the types with a `Gemm`,
-    /// over every chosen expert, and rows past the last panel) give each slot the bits of the
-    /// row kernel (q4_K's single dot, `Gemm::row`), for a shared and a per-slot input.
+    /// The one-pass expert matmuls (q4_K panels, the panels of the types with a `Gemm`, float
+    /// rows read in place, one token's single dots; over every chosen expert, and rows past the
+    /// last panel or tile) give each slot the bits of the row kernel (the single dot,
+    /// `Gemm::row`), for a batch and one token, a shared and a per-slot input.
     #[test]
     fn expert_matmul_panels_are_the_row_kernel_bit_for_bit() {
-        for qtype in [QType::Q4K, QType::Q8_0, QType::Q4_0, QType::MXFP4, QType::F16] {
+        // q6_K and q4_1 have no panels: one token only.
+        for qtype in [
+            QType::Q4K,
+            QType::Q8_0,
+            QType::Q4_0,
+            QType::MXFP4,
+            QType::F16,
+            QType::Q6K,
+            QType::Q4_1,
+        ] {
             expert_panels_case(qtype, 512, 28);
         }
         // Float rows read in place, with tails in the rows (100 = 3·32 + 4) and rows outside
@@ -523,7 +579,14 @@ mod tests {
     }
 
     fn expert_panels_case(qtype: QType, n_in: usize, n_out: usize) {
-        let (n_expert, k, rows) = (4, 2, 7);
+        // A batch, and one token (decode).
+        for rows in [7, 1] {
+            expert_case(qtype, n_in, n_out, rows);
+        }
+    }
+
+    fn expert_case(qtype: QType, n_in: usize, n_out: usize, rows: usize) {
+        let (n_expert, k) = (4, 2);
         let val = |i: usize, s: usize| ((i * s + 7) % 1013) as f32 / 506.0 - 1.0;
         let w: Vec<f32> = (0..n_in * n_out * n_expert).map(|i| val(i, 2654435761)).collect();
         let data = qtype.quantize_to_vec(&w).unwrap();
@@ -549,8 +612,9 @@ mod tests {
             let dot = match kernels.gemm(qtype) {
                 Some(g) => g.row,
                 None if kernels.k_panel(qtype).is_some() || kernels.row_tile(qtype).is_some() => kernels.dot(qtype),
-                // Floats without tiles: one matmul per expert, single-token groups.
-                None if matches!(qtype, QType::F32 | QType::F16 | QType::BF16) => kernels.dot(qtype),
+                // Floats without tiles: one matmul per expert, single-token groups; one token:
+                // its single dots.
+                None if rows == 1 || matches!(qtype, QType::F32 | QType::F16 | QType::BF16) => kernels.dot(qtype),
                 None => continue,
             };
             let at = act_type(qtype);
@@ -584,7 +648,7 @@ mod tests {
                         assert_eq!(
                             got.to_bits(),
                             want.to_bits(),
-                            "{isa} per_slot={per_slot} slot {slot} row {r}"
+                            "{isa} {qtype} rows={rows} per_slot={per_slot} slot {slot} row {r}"
                         );
                     }
                 }

@@ -346,8 +346,10 @@ pub(super) unsafe fn dot_float<const V: bool, const F: u8>(n: usize, w: &[u8], a
         _mm256_add_ps(acc[0], acc[1]),
         _mm256_add_ps(acc[2], acc[3]),
     ));
+    // The scalar tail of no elements is +0.0, added all the same (it turns a -0.0 sum to +0.0).
     let (w, a) = (&w[wb * i..], &a[4 * i..]);
     sum + match F {
+        _ if i == n => 0.0,
         0 => scalar::dot_f32(n - i, w, a),
         1 => scalar::dot_f16(n - i, w, a),
         _ => scalar::dot_bf16(n - i, w, a),
