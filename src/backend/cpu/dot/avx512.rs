@@ -533,11 +533,21 @@ unsafe fn float_tokens<const F: u8, const T: usize>(
     n: usize,
     x: [*const u8; ROW_TILE],
     y: [*const f32; T],
+    ahead: usize,
 ) -> [__m128; T] {
     let wb = if F == 0 { 4 } else { 2 };
     let mut acc = [[[_mm512_setzero_ps(); 2]; ROW_TILE]; T];
     let mut i = 0;
     while i + 32 <= n {
+        if ahead > 0 {
+            // The same elements of the rows `ahead` bytes on (the next four), a step's cache
+            // lines each: the four short streams are too short for the hardware prefetcher.
+            for r in 0..ROW_TILE {
+                for off in (0..32 * wb).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(x[r].wrapping_add(wb * i + ahead + off) as *const i8);
+                }
+            }
+        }
         for h in 0..2 {
             let j = i + 16 * h;
             let mut w = [_mm512_setzero_ps(); ROW_TILE];
@@ -600,9 +610,11 @@ unsafe fn float_rows<const F: u8>(
 ) {
     let x: [*const u8; ROW_TILE] = std::array::from_fn(|r| w.as_ptr().add(r * stride));
     let y = |i: usize| act.as_ptr().add(tokens[i] * arb) as *const f32;
+    // One or two tokens (decode) stream the rows once: fetch the next four ahead.
+    let ahead = if tokens.len() < 3 { ROW_TILE * stride } else { 0 };
     let mut i = 0;
     while i + 3 <= tokens.len() {
-        let s = float_tokens::<F, 3>(n, x, [y(i), y(i + 1), y(i + 2)]);
+        let s = float_tokens::<F, 3>(n, x, [y(i), y(i + 1), y(i + 2)], 0);
         for (o, s) in out[i..i + 3].iter_mut().zip(s) {
             _mm_storeu_ps(o.as_mut_ptr(), s);
         }
@@ -610,12 +622,12 @@ unsafe fn float_rows<const F: u8>(
     }
     match tokens.len() - i {
         2 => {
-            let s = float_tokens::<F, 2>(n, x, [y(i), y(i + 1)]);
+            let s = float_tokens::<F, 2>(n, x, [y(i), y(i + 1)], ahead);
             for (o, s) in out[i..i + 2].iter_mut().zip(s) {
                 _mm_storeu_ps(o.as_mut_ptr(), s);
             }
         }
-        1 => _mm_storeu_ps(out[i].as_mut_ptr(), float_tokens::<F, 1>(n, x, [y(i)])[0]),
+        1 => _mm_storeu_ps(out[i].as_mut_ptr(), float_tokens::<F, 1>(n, x, [y(i)], ahead)[0]),
         _ => {}
     }
 }

@@ -109,36 +109,73 @@ unsafe fn gemm_tokens<const V: bool, const T: usize>(
 #[inline(always)]
 pub(in crate::backend::cpu::dot) unsafe fn gemm_row<const V: bool, B: Signed>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let (x, y, nb) = (w.as_ptr(), a.as_ptr(), n / 32);
-    // (a fn, not a closure: closures do not inherit the caller's target features)
-    #[inline(always)]
-    unsafe fn blk<const V: bool, B: Signed>(x: *const u8, y: *const u8, b: usize) -> (f32, __m256i) {
-        let yb = y.add(34 * b);
-        let (dx, qx) = B::decode(x.add(B::BYTES * b));
-        let p = dot_us8::<V>(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(ld256(yb.add(2)), qx));
-        (dx * f16(yb), p)
-    }
     let mut acc = 0f32;
     let mut b = 0;
-    // Four blocks' horizontal sums at once; the fma chain stays one block at a time.
     while b + 4 <= nb {
-        let [(d0, p0), (d1, p1), (d2, p2), (d3, p3)] = [
-            blk::<V, B>(x, y, b),
-            blk::<V, B>(x, y, b + 1),
-            blk::<V, B>(x, y, b + 2),
-            blk::<V, B>(x, y, b + 3),
-        ];
-        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
-        let s = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
-        let mut si = [0f32; 4];
-        _mm_storeu_ps(si.as_mut_ptr(), s);
-        for (si, d) in si.into_iter().zip([d0, d1, d2, d3]) {
-            acc = si.mul_add(d, acc);
-        }
+        acc = row_blocks4::<V, B>(x, y, b, acc);
         b += 4;
     }
     for b in b..nb {
-        let (d, p) = blk::<V, B>(x, y, b);
-        acc = (hsum_i32(p) as f32).mul_add(d, acc);
+        acc = row_block::<V, B>(x, y, b, acc);
+    }
+    acc
+}
+
+/// [`gemm_row`] of two rows against one token, their chains interleaved: each row's bits.
+#[inline(always)]
+pub(in crate::backend::cpu::dot) unsafe fn gemm_row_r2<const V: bool, B: Signed>(
+    n: usize,
+    w: [&[u8]; 2],
+    a: &[u8],
+) -> [f32; 2] {
+    let (x0, x1, y, nb) = (w[0].as_ptr(), w[1].as_ptr(), a.as_ptr(), n / 32);
+    let (mut acc0, mut acc1) = (0f32, 0f32);
+    let mut b = 0;
+    while b + 4 <= nb {
+        acc0 = row_blocks4::<V, B>(x0, y, b, acc0);
+        acc1 = row_blocks4::<V, B>(x1, y, b, acc1);
+        b += 4;
+    }
+    for b in b..nb {
+        acc0 = row_block::<V, B>(x0, y, b, acc0);
+        acc1 = row_block::<V, B>(x1, y, b, acc1);
+    }
+    [acc0, acc1]
+}
+
+/// Block `b` of row `x` against token `y`: (dx·dy, the 8 lanes of Σq·y).
+#[inline(always)]
+unsafe fn row_sums<const V: bool, B: Signed>(x: *const u8, y: *const u8, b: usize) -> (f32, __m256i) {
+    let yb = y.add(34 * b);
+    let (dx, qx) = B::decode(x.add(B::BYTES * b));
+    let p = dot_us8::<V>(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(ld256(yb.add(2)), qx));
+    (dx * f16(yb), p)
+}
+
+/// [`gemm_row`]'s chain over block `b`: `acc + Σq·y · dx·dy`, one fma.
+#[inline(always)]
+unsafe fn row_block<const V: bool, B: Signed>(x: *const u8, y: *const u8, b: usize, acc: f32) -> f32 {
+    let (d, p) = row_sums::<V, B>(x, y, b);
+    (hsum_i32(p) as f32).mul_add(d, acc)
+}
+
+/// [`row_block`] over blocks b..b + 4, their horizontal sums taken at once (the fma chain
+/// stays one block at a time).
+#[inline(always)]
+unsafe fn row_blocks4<const V: bool, B: Signed>(x: *const u8, y: *const u8, b: usize, acc: f32) -> f32 {
+    let [(d0, p0), (d1, p1), (d2, p2), (d3, p3)] = [
+        row_sums::<V, B>(x, y, b),
+        row_sums::<V, B>(x, y, b + 1),
+        row_sums::<V, B>(x, y, b + 2),
+        row_sums::<V, B>(x, y, b + 3),
+    ];
+    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+    let s = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+    let mut si = [0f32; 4];
+    _mm_storeu_ps(si.as_mut_ptr(), s);
+    let mut acc = acc;
+    for (si, d) in si.into_iter().zip([d0, d1, d2, d3]) {
+        acc = si.mul_add(d, acc);
     }
     acc
 }

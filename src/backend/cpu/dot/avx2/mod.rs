@@ -17,7 +17,7 @@ use crate::quant::{e8m0_to_f32_half, QType, KVALUES_IQ4NL, KVALUES_MXFP4};
 
 mod gemm;
 mod kquant;
-pub(super) use gemm::{gemm_row, gemm_tile, pack_q4_k, pack_signed, q4_k_panel, transpose8x32};
+pub(super) use gemm::{gemm_row, gemm_row_r2, gemm_tile, pack_q4_k, pack_signed, q4_k_panel, transpose8x32};
 pub(super) use kquant::*;
 
 pub(super) fn supported() -> bool {
@@ -59,7 +59,8 @@ macro_rules! instantiate {
             q4_kx4 = q4_k_x4, q4_kx4_gemv = q4_k_x4_gemv, q5_kx4 = q5_k_x4, q6_kx4 = q6_k_x4<false>);
         instantiate!(@r2 $feat, $v;
             q5_0r2 = dot_signed_r2<Q5_0>, q8_0r2 = dot_signed_r2<Q8_0>,
-            q4_1r2 = dot_unsigned_r2<Q4_1>, q5_1r2 = dot_unsigned_r2<Q5_1>);
+            q4_1r2 = dot_unsigned_r2<Q4_1>, q5_1r2 = dot_unsigned_r2<Q5_1>,
+            q4_0g2 = gemm_row_r2<Q4_0>, iq4_nlg2 = gemm_row_r2<IQ4NL>, mxfp4g2 = gemm_row_r2<MXFP4>);
         #[target_feature(enable = $feat)]
         unsafe fn q6_k_tiled(n: usize, w: &[u8], a: &[u8]) -> f32 {
             q6_k::<$v, true>(n, w, a)
@@ -148,11 +149,11 @@ macro_rules! instantiate {
         // q5_0 and q8_0 (which ggml does not repack on x86) sum in ggml's lane order, the
         // others as ggml's repacked GEMMs do: one i32 per block.
         pub(in crate::backend::cpu::dot) static GEMM: &[(QType, Gemm)] = &[
-            gemm_fn!(Q4_0, <Q4_0 as Signed>::OFF as i32, q4_0p, tile_, q4_0p::row),
+            gemm_fn!(Q4_0, <Q4_0 as Signed>::OFF as i32, q4_0p, tile_, q4_0p::row, q4_0g2),
             gemm_fn!(Q5_0, <Q5_0 as Signed>::OFF as i32, q5_0l, lanes_, q5_0l::row, q5_0r2),
             gemm_fn!(Q8_0, <Q8_0 as Signed>::OFF as i32, q8_0l, lanes_, q8_0l::row, q8_0r2),
-            gemm_fn!(IQ4NL, <IQ4NL as Signed>::OFF as i32, iq4_nlp, tile_, iq4_nlp::row),
-            gemm_fn!(MXFP4, <MXFP4 as Signed>::OFF as i32, mxfp4p, tile_, mxfp4p::row),
+            gemm_fn!(IQ4NL, <IQ4NL as Signed>::OFF as i32, iq4_nlp, tile_, iq4_nlp::row, iq4_nlg2),
+            gemm_fn!(MXFP4, <MXFP4 as Signed>::OFF as i32, mxfp4p, tile_, mxfp4p::row, mxfp4g2),
         ];
     };
     (@one $feat:literal, $v:literal; $($name:ident = $body:ident $(<$t:tt>)?),* $(,)?) => {
