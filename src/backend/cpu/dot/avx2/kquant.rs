@@ -338,6 +338,43 @@ pub(in crate::backend::cpu::dot) unsafe fn q4_k_x4_gemv<const V: bool>(n: usize,
     out
 }
 
+/// `q4_k` of two rows against one token: the token's loads shared, each row's two chains in
+/// its own lane (the exact i32 sums of a block, then `fma(Σ, d·dy, sum)`), so each row gets
+/// the bits of its single dot.
+#[inline(always)]
+pub(in crate::backend::cpu::dot) unsafe fn q4_k_r2<const V: bool>(n: usize, w: [&[u8]; 2], a: &[u8]) -> [f32; 2] {
+    let (x, y) = ([w[0].as_ptr(), w[1].as_ptr()], a.as_ptr());
+    let (mut sum, mut sum_m) = (_mm_setzero_ps(), _mm_setzero_ps());
+    for i in 0..n / 256 {
+        let yb = y.add(292 * i);
+        let (mut s, mut m) = ([_mm_setzero_si128(); 4], [_mm_setzero_si128(); 4]);
+        let (mut d, mut dmin) = ([0f32; 4], [0f32; 4]);
+        for r in 0..2 {
+            let xb = x[r].add(144 * i);
+            (d[r], dmin[r]) = f16x2(xb);
+            let (scales, mins) = k4_scales(xb.add(4));
+            let mut sumi = _mm256_setzero_si256();
+            for j in 0..4 {
+                let (lo, hi) = k4_quants::<false>(xb, j);
+                let q8 = yb.add(4 + 64 * j);
+                let pl = _mm256_maddubs_epi16(lo, ld256(q8));
+                let ph = _mm256_maddubs_epi16(hi, ld256(q8.add(32)));
+                sumi = madd_acc::<V>(sumi, _mm256_shuffle_epi8(scales, shuf_k4(2 * j)), pl);
+                sumi = madd_acc::<V>(sumi, _mm256_shuffle_epi8(scales, shuf_k4(2 * j + 1)), ph);
+            }
+            s[r] = fold128(sumi);
+            m[r] = k4_mins(mins, yb);
+        }
+        let dy = _mm_set1_ps(f32u(yb));
+        let (s2, m2) = (hsum4_i32(s), hsum4_i32(m));
+        sum = _mm_fmadd_ps(_mm_cvtepi32_ps(s2), _mm_mul_ps(_mm_loadu_ps(d.as_ptr()), dy), sum);
+        sum_m = _mm_fmadd_ps(_mm_cvtepi32_ps(m2), _mm_mul_ps(_mm_loadu_ps(dmin.as_ptr()), dy), sum_m);
+    }
+    let mut out = [0f32; 4];
+    _mm_storeu_ps(out.as_mut_ptr(), _mm_sub_ps(sum, sum_m));
+    [out[0], out[1]]
+}
+
 /// The end of q4_K block `i` for four tokens: `s[k]`, token k's quant sums in four lanes, and
 /// its mins' sums (i32, exact in any order) scaled into lane k of the two f32 chains as
 /// `q4_k` scales them (`fma(Σ, d·dy, sum)`).

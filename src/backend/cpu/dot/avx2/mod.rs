@@ -59,7 +59,7 @@ macro_rules! instantiate {
             q4_kx4 = q4_k_x4, q4_kx4_gemv = q4_k_x4_gemv, q5_kx4 = q5_k_x4, q6_kx4 = q6_k_x4<false>);
         instantiate!(@r2 $feat, $v;
             q5_0r2 = dot_signed_r2<Q5_0>, q8_0r2 = dot_signed_r2<Q8_0>,
-            q4_1r2 = dot_unsigned_r2<Q4_1>, q5_1r2 = dot_unsigned_r2<Q5_1>,
+            q4_1r2 = dot_unsigned_r2<Q4_1>, q5_1r2 = dot_unsigned_r2<Q5_1>, q4_kr2 = q4_k_r2,
             q4_0g2 = gemm_row_r2<Q4_0>, iq4_nlg2 = gemm_row_r2<IQ4NL>, mxfp4g2 = gemm_row_r2<MXFP4>);
         #[target_feature(enable = $feat)]
         unsafe fn q6_k_tiled(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -144,6 +144,7 @@ macro_rules! instantiate {
             dot_r2_fn!(Q5_0, q5_0r2),
             dot_r2_fn!(Q5_1, q5_1r2),
             dot_r2_fn!(Q8_0, q8_0r2),
+            dot_r2_fn!(Q4K, q4_kr2),
         ];
 
         // q5_0 and q8_0 (which ggml does not repack on x86) sum in ggml's lane order, the
