@@ -73,7 +73,7 @@ pub fn f32_to_bf16(f: f32) -> u16 {
 /// Half the value of an e8m0 exponent, `2^(e - 128)` (pairs with the doubled
 /// [`KVALUES_MXFP4`]). ggml: `ggml_e8m0_to_fp32_half`; e = 255 is not treated as NaN there either.
 #[inline]
-pub fn e8m0_to_f32_half(e: u8) -> f32 {
+pub const fn e8m0_to_f32_half(e: u8) -> f32 {
     let bits = if e < 2 {
         0x0020_0000u32 << e // 2^-128, 2^-127: subnormal
     } else {

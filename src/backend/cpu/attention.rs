@@ -248,10 +248,19 @@ pub fn attention(
                     lanes,
                     keys_t: kt,
                 } = &mut *s.borrow_mut();
-                ks.resize((hi - lo) * hd, 0.0);
-                vs.resize((hi - lo) * hdv, 0.0);
                 qs.resize(hd, 0.0);
-                for j in lo..hi {
+                // One token's one-chunk flash kernel over an f32 cache whose cells lie in
+                // order (a lone sequence's usual case) reads K and V in place.
+                let one_chunk = p.flash && t1 - t0 == 1 && (step.run[t0] as usize) < ggml_order::FLASH_TILED_MIN_TOKENS;
+                let in_place = if one_chunk && t == KvType::F32 {
+                    f32_rows_in_place((kc, krb), (vc, vrb), |j| cell(t0, j), lo..hi)
+                } else {
+                    None
+                };
+                let (kn, vn) = if in_place.is_some() { (0, 0) } else { (hi - lo, hi - lo) };
+                ks.resize(kn * hd, 0.0);
+                vs.resize(vn * hdv, 0.0);
+                for j in lo..lo + kn {
                     let cj = cell(t0, j);
                     KvCache::load(
                         t,
@@ -305,6 +314,19 @@ pub fn attention(
                         // The other kernels convert q like the cache.
                         round_like_cache(t, qs);
                         if let Some(kind) = kind {
+                            let (keys, vals, stride) = match in_place {
+                                // Head g of cells first..=pos: rows kw / vw floats apart.
+                                Some((k, v)) => (
+                                    &k[(first - lo) * kw + g * hd..(pos - lo) * kw + (g + 1) * hd],
+                                    &v[(first - lo) * vw + g * hdv..(pos - lo) * vw + (g + 1) * hdv],
+                                    [kw, vw],
+                                ),
+                                None => (
+                                    &ks[(first - lo) * hd..(pos + 1 - lo) * hd],
+                                    &vs[(first - lo) * hdv..(pos + 1 - lo) * hdv],
+                                    [hd, hdv],
+                                ),
+                            };
                             let h = ggml_order::Head {
                                 order,
                                 f16: t == KvType::F16,
@@ -313,8 +335,9 @@ pub fn attention(
                                 sink,
                                 first,
                                 q: qs,
-                                keys: &ks[(first - lo) * hd..(pos + 1 - lo) * hd],
-                                vals: &vs[(first - lo) * hdv..(pos + 1 - lo) * hdv],
+                                keys,
+                                vals,
+                                stride,
                                 keys_t: None,
                             };
                             ggml_order::attend(kind, &h, sc, lanes, o);
@@ -354,6 +377,23 @@ pub fn attention(
         }
     });
     Ok(())
+}
+
+/// The K and V rows of cells `cells` as f32 slices of an f32 cache (`(bytes, row bytes)` per
+/// layer), where the sequence's cells for them lie in order and the bytes are aligned.
+fn f32_rows_in_place<'a>(
+    (kc, krb): (&'a [u8], usize),
+    (vc, vrb): (&'a [u8], usize),
+    cell: impl Fn(usize) -> usize,
+    cells: std::ops::Range<usize>,
+) -> Option<(&'a [f32], &'a [f32])> {
+    let (c0, n) = (cell(cells.start), cells.len());
+    if !cells.clone().all(|j| cell(j) == c0 + (j - cells.start)) {
+        return None;
+    }
+    let k = bytemuck::try_cast_slice::<u8, f32>(kc.get(c0 * krb..(c0 + n) * krb)?).ok()?;
+    let v = bytemuck::try_cast_slice::<u8, f32>(vc.get(c0 * vrb..(c0 + n) * vrb)?).ok()?;
+    Some((k, v))
 }
 
 /// [`softmax`] with one more logit in the denominator (`ggml_compute_forward_soft_max_f32`

@@ -168,6 +168,10 @@ pub struct Head<'a> {
     pub q: &'a [f32],
     pub keys: &'a [f32],
     pub vals: &'a [f32],
+    /// How far apart (in floats) the rows of `keys` and `vals` start: `[hd, hdv]` for rows
+    /// back to back; wider for [`Kind::FlashChunk`] reading a cache in place (the other kinds
+    /// take rows back to back).
+    pub stride: [usize; 2],
     /// For [`Kind::FlashTiled`], optionally: the keys transposed by tiles (as ggml packs them),
     /// from the tile holding `first` on: `[tile][d][TILE]`, a tile's cells at positions
     /// `first / TILE * TILE + TILE · tile + 0..TILE` (those outside `first..first + n` are not read).
@@ -242,9 +246,11 @@ fn head_body<const X86: bool, const Z: bool>(h: &Head, scores: &mut Vec<f32>, la
         q,
         keys,
         vals,
+        stride,
         keys_t: _,
     } = h;
     let (hd, hdv) = (q.len(), out.len());
+    debug_assert_eq!(stride, [hd, hdv], "the plain kernel takes rows back to back");
     scores.clear();
     let mut ks = keys.chunks_exact(hd);
     // With an f32 cache ggml never converts q, so KQ stays with `ggml_vec_dot_f32`.
@@ -418,6 +424,7 @@ pub fn pack_keys_t(keys: &[f32], hd: usize, first: usize, out: &mut Vec<f32>) {
 fn flash_tiled<const X86: bool, const Z: bool>(h: &Head, out: &mut [f32]) {
     const TILE: usize = FLASH_TILE;
     let (hd, hdv) = (h.q.len(), out.len());
+    debug_assert_eq!(h.stride, [hd, hdv], "the tiled kernel takes rows back to back");
     let n = h.keys.len() / hd;
     let mut st = Online::new(out);
     let mut t0 = h.first / TILE * TILE;
@@ -515,6 +522,7 @@ impl TiledCells<'_> {
             q,
             keys: &self.keys[a * hd..b * hd],
             vals: &self.vals[a * hdv..b * hdv],
+            stride: [hd, hdv],
             keys_t: Some(&self.keys_t[tile * hd * FLASH_TILE..]),
         }
     }
@@ -754,7 +762,11 @@ fn flash_chunk<const X86: bool>(h: &Head, out: &mut [f32]) {
     let scale = h.softcap.map_or(h.scale, |cap| h.scale / cap);
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
     out.fill(0.0);
-    for (k, v) in h.keys.chunks_exact(hd).zip(h.vals.chunks_exact(hdv)) {
+    let [ks, vs] = h.stride;
+    // Rows `ks` / `vs` apart, the last one just long enough.
+    let n = (h.keys.len() + ks).saturating_sub(hd) / ks.max(1);
+    for j in 0..n {
+        let (k, v) = (&h.keys[j * ks..j * ks + hd], &h.vals[j * vs..j * vs + hdv]);
         let dot = dot_vec_any::<X86>(h.f16, h.q, k);
         let s = dot * scale;
         let s = h.softcap.map_or(s, |cap| cap * s.tanh());

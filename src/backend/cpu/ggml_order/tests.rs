@@ -163,6 +163,7 @@ fn every_kind_is_attention() {
                             q: &q,
                             keys: &keys,
                             vals: &vals,
+                            stride: [hd, hdv],
                             keys_t: None,
                         };
                         let mut out = vec![f32::NAN; hdv];
@@ -233,4 +234,47 @@ fn dots_are_exact_on_small_integers() {
         dot_gemm(&x[..192], &y[..192]),
         x[..192].iter().zip(&y).map(|(a, b)| a * b).sum::<f32>()
     );
+}
+
+/// The one-chunk flash kernel reading a cache's rows in place (two heads interleaved, rows a
+/// cell apart) gives the bits of the same rows packed back to back.
+#[test]
+fn one_chunk_reads_rows_in_place_as_packed() {
+    let val = |i: usize, s: usize| ((i * s + 3) % 101) as f32 / 50.0 - 1.0;
+    let (hd, hdv, n, heads) = (64, 64, 37, 2);
+    // Cache rows: every head's key (value) of a cell side by side.
+    let kc: Vec<f32> = (0..n * heads * hd).map(|i| val(i, 13)).collect();
+    let vc: Vec<f32> = (0..n * heads * hdv).map(|i| val(i, 29)).collect();
+    let q: Vec<f32> = (0..hd).map(|i| val(i, 7)).collect();
+    for g in 0..heads {
+        let keys: Vec<f32> = (0..n).flat_map(|c| kc[(c * heads + g) * hd..][..hd].to_vec()).collect();
+        let vals: Vec<f32> = (0..n)
+            .flat_map(|c| vc[(c * heads + g) * hdv..][..hdv].to_vec())
+            .collect();
+        let head = |keys, vals, stride| Head {
+            order: Order::Vec,
+            f16: false,
+            scale: 0.125,
+            softcap: None,
+            sink: Some(0.3),
+            first: 0,
+            q: &q,
+            keys,
+            vals,
+            stride,
+            keys_t: None,
+        };
+        let mut packed = vec![f32::NAN; hdv];
+        let h = head(&keys[..], &vals[..], [hd, hdv]);
+        attend(Kind::FlashChunk, &h, &mut Vec::new(), &mut Vec::new(), &mut packed);
+        let mut in_place = vec![f32::NAN; hdv];
+        let (ks, vs) = (heads * hd, heads * hdv);
+        let h = head(
+            &kc[g * hd..(n - 1) * ks + (g + 1) * hd],
+            &vc[g * hdv..(n - 1) * vs + (g + 1) * hdv],
+            [ks, vs],
+        );
+        attend(Kind::FlashChunk, &h, &mut Vec::new(), &mut Vec::new(), &mut in_place);
+        assert_eq!(bits(&in_place), bits(&packed), "head {g}");
+    }
 }
