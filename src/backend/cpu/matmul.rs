@@ -460,22 +460,41 @@ fn by_row(
                 }
             }
             Work::One(dot, dot2, t) => {
-                let a = &act[t * arb..(t + 1) * arb];
                 // SAFETY: rows are disjoint between tasks, so are these output ranges.
                 let yrow = unsafe { yp.slice(t * m + rows.start, rows.len()) };
-                let w_row = |r: usize| &wb[r * wrb..(r + 1) * wrb];
-                let mut done = 0;
-                if let Some(dot2) = dot2 {
-                    for (y2, r) in yrow.chunks_exact_mut(2).zip(rows.clone().step_by(2)) {
-                        y2.copy_from_slice(&dot2(k, [w_row(r), w_row(r + 1)], a));
-                        done += 2;
-                    }
-                }
-                for (yi, r) in yrow[done..].iter_mut().zip(rows.start + done..rows.end) {
-                    *yi = dot(k, w_row(r), a);
-                }
+                dot_rows(
+                    (dot, dot2),
+                    k,
+                    (wb, wrb),
+                    rows.clone(),
+                    &act[t * arb..(t + 1) * arb],
+                    yrow,
+                );
             }
         }
+    }
+}
+
+/// One token's products with weight rows `rows` into `y` (one per row): two rows at a time
+/// through `dot2` where there is one, the rest through `dot`.
+pub(super) fn dot_rows(
+    (dot, dot2): (DotFn, Option<DotR2Fn>),
+    k: usize,
+    (wb, wrb): (&[u8], usize),
+    rows: Range<usize>,
+    a: &[u8],
+    y: &mut [f32],
+) {
+    let w_row = |r: usize| &wb[r * wrb..(r + 1) * wrb];
+    let mut done = 0;
+    if let Some(dot2) = dot2 {
+        for (y2, r) in y.chunks_exact_mut(2).zip(rows.clone().step_by(2)) {
+            y2.copy_from_slice(&dot2(k, [w_row(r), w_row(r + 1)], a));
+            done += 2;
+        }
+    }
+    for (yi, r) in y[done..].iter_mut().zip(rows.start + done..rows.end) {
+        *yi = dot(k, w_row(r), a);
     }
 }
 

@@ -248,22 +248,18 @@ fn one_token(pool: &Pool, kernels: &Isa, job: &Job, y: &mut [f32], act: &mut Vec
             let (w, b) = (&job.experts[*e], u % n_bands);
             let (wb, wrb) = (w.bytes(), w.row_bytes());
             let band = b * WIDE_ROWS..((b + 1) * WIDE_ROWS).min(n_out);
-            let row = |r: usize| &wb[r * wrb..(r + 1) * wrb];
             for (&i, &o) in ins.iter().zip(outs) {
-                let a = &act[i * arb..(i + 1) * arb];
                 // SAFETY: each (expert, band) is one unit, and an output row belongs to one
                 // slot, which chose one expert.
                 let yr = unsafe { yp.slice(o * n_out + band.start, band.len()) };
-                let mut done = 0;
-                if let Some(dot2) = dot2 {
-                    for (y2, r) in yr.chunks_exact_mut(2).zip(band.clone().step_by(2)) {
-                        y2.copy_from_slice(&dot2(n_in, [row(r), row(r + 1)], a));
-                        done += 2;
-                    }
-                }
-                for (yi, r) in yr[done..].iter_mut().zip(band.start + done..band.end) {
-                    *yi = dot(n_in, row(r), a);
-                }
+                matmul::dot_rows(
+                    (dot, dot2),
+                    n_in,
+                    (wb, wrb),
+                    band.clone(),
+                    &act[i * arb..(i + 1) * arb],
+                    yr,
+                );
             }
         }
     });

@@ -210,6 +210,22 @@ unsafe fn hbit16(hbits: __m256i, b: usize) -> __m256i {
 /// mins, each scaled into its own f32 chain, the mins' chain subtracted at the end.
 /// block_q4_K {d @0, dmin @2, scales[12] @4, qs[128] @16};
 /// block_q5_K {d, dmin, scales[12], qh[32] @16, qs[128] @48}.
+/// The exact i32 sums of q4_K (q5_K with `FIVE`) block `xb`, its `scales` unpacked, against
+/// the q8_K block `yb`: Σ scale·q·y over the block in 8 lanes.
+#[inline(always)]
+unsafe fn k4_block_sums<const V: bool, const FIVE: bool>(xb: *const u8, yb: *const u8, scales: __m256i) -> __m256i {
+    let mut sumi = _mm256_setzero_si256();
+    for j in 0..4 {
+        let (lo, hi) = k4_quants::<FIVE>(xb, j);
+        let q8 = yb.add(4 + 64 * j);
+        let pl = _mm256_maddubs_epi16(lo, ld256(q8));
+        let ph = _mm256_maddubs_epi16(hi, ld256(q8.add(32)));
+        sumi = madd_acc::<V>(sumi, _mm256_shuffle_epi8(scales, shuf_k4(2 * j)), pl);
+        sumi = madd_acc::<V>(sumi, _mm256_shuffle_epi8(scales, shuf_k4(2 * j + 1)), ph);
+    }
+    sumi
+}
+
 #[inline(always)]
 unsafe fn q45_k<const V: bool, const FIVE: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let (x, y, bb) = (w.as_ptr(), a.as_ptr(), if FIVE { 176 } else { 144 });
@@ -221,15 +237,7 @@ unsafe fn q45_k<const V: bool, const FIVE: bool>(n: usize, w: &[u8], a: &[u8]) -
         let dy = f32u(yb);
         let (xd, xdmin) = f16x2(xb);
         let (scales, mins) = k4_scales(xb.add(4));
-        let mut sumi = _mm256_setzero_si256();
-        for j in 0..4 {
-            let (lo, hi) = k4_quants::<FIVE>(xb, j);
-            let q8 = yb.add(4 + 64 * j);
-            let pl = _mm256_maddubs_epi16(lo, ld256(q8));
-            let ph = _mm256_maddubs_epi16(hi, ld256(q8.add(32)));
-            sumi = madd_acc::<V>(sumi, _mm256_shuffle_epi8(scales, shuf_k4(2 * j)), pl);
-            sumi = madd_acc::<V>(sumi, _mm256_shuffle_epi8(scales, shuf_k4(2 * j + 1)), ph);
-        }
+        let sumi = k4_block_sums::<V, FIVE>(xb, yb, scales);
         let m = k4_mins(mins, yb);
         if FIVE {
             acc_m = _mm_fmadd_ps(_mm_set1_ps(-dy * xdmin), _mm_cvtepi32_ps(m), acc_m);
@@ -353,16 +361,7 @@ pub(in crate::backend::cpu::dot) unsafe fn q4_k_r2<const V: bool>(n: usize, w: [
             let xb = x[r].add(144 * i);
             (d[r], dmin[r]) = f16x2(xb);
             let (scales, mins) = k4_scales(xb.add(4));
-            let mut sumi = _mm256_setzero_si256();
-            for j in 0..4 {
-                let (lo, hi) = k4_quants::<false>(xb, j);
-                let q8 = yb.add(4 + 64 * j);
-                let pl = _mm256_maddubs_epi16(lo, ld256(q8));
-                let ph = _mm256_maddubs_epi16(hi, ld256(q8.add(32)));
-                sumi = madd_acc::<V>(sumi, _mm256_shuffle_epi8(scales, shuf_k4(2 * j)), pl);
-                sumi = madd_acc::<V>(sumi, _mm256_shuffle_epi8(scales, shuf_k4(2 * j + 1)), ph);
-            }
-            s[r] = fold128(sumi);
+            s[r] = fold128(k4_block_sums::<V, false>(xb, yb, scales));
             m[r] = k4_mins(mins, yb);
         }
         let dy = _mm_set1_ps(f32u(yb));
