@@ -257,10 +257,11 @@ pub fn attention(
                 } else {
                     None
                 };
-                let (kn, vn) = if in_place.is_some() { (0, 0) } else { (hi - lo, hi - lo) };
-                ks.resize(kn * hd, 0.0);
-                vs.resize(vn * hdv, 0.0);
-                for j in lo..lo + kn {
+                // The cells decoded into scratch: all of them, or none when read in place.
+                let copied = if in_place.is_some() { 0 } else { hi - lo };
+                ks.resize(copied * hd, 0.0);
+                vs.resize(copied * hdv, 0.0);
+                for j in lo..lo + copied {
                     let cj = cell(t0, j);
                     KvCache::load(
                         t,

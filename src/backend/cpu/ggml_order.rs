@@ -598,11 +598,9 @@ fn queries_fit(cells: &TiledCells, queries: &[TiledQuery]) -> bool {
 /// those after.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn tiled4(cells: &TiledCells, qs: [&mut TiledQuery; 4]) {
+unsafe fn tiled4(cells: &TiledCells, mut qs: [&mut TiledQuery; 4]) {
     const TILE: usize = FLASH_TILE;
     let (hd, hdv) = (qs[0].q.len(), qs[0].out.len());
-    let [a, b, c, d] = qs;
-    let mut qs = [a, b, c, d];
     let mut st: [Online; 4] = [
         Online::new(qs[0].out),
         Online::new(qs[1].out),

@@ -5,6 +5,8 @@
 //! A route row is `[id_0 … id_{k-1}, w_0 … w_{k-1}]`: the chosen experts best first, their
 //! ids as f32 (exact: ids are below 2^24), then their weights.
 
+use std::ops::Range;
+
 use super::dot::{act_type, block_sums, Gemm, Isa, KPanel, RowTileFn, BLOCK_SUM_BYTES, PANEL_ROWS, WIDE_ROWS};
 use super::matmul::{self, Groups};
 use super::ops;
@@ -197,30 +199,41 @@ fn row_tiles(pool: &Pool, kernels: &Isa, rt: RowTileFn, job: &Job, y: &mut [f32]
     let (n_in, n_out, at, arb, n_x) = job.shape();
     debug_assert_eq!(at, QType::F32);
     let act: &[u8] = bytemuck::cast_slice(&job.x[..n_x * n_in]);
+    let (dot, yp) = (kernels.dot(job.experts[0].qtype), SyncPtr::new(y));
+    each_band(pool, job, n_out, |w, (ins, outs), band| {
+        // SAFETY: each (expert, band) is one unit, and an output row belongs to one slot,
+        // which chose one expert.
+        unsafe {
+            matmul::row_tile_band(
+                rt,
+                dot,
+                n_in,
+                w.bytes(),
+                w.row_bytes(),
+                band,
+                (act, arb),
+                (ins, outs),
+                &yp,
+                n_out,
+            )
+        };
+    });
+}
+
+/// `f(expert, (its tokens' input rows, their slots' output rows), band)` for every chosen
+/// expert and 16-row band of its `n_out` rows, each one unit of a single pool dispatch.
+fn each_band(pool: &Pool, job: &Job, n_out: usize, f: impl Fn(&Tensor, (&[usize], &[usize]), Range<usize>) + Sync) {
     let lists = job.expert_rows();
     let n_bands = n_out.div_ceil(WIDE_ROWS);
-    let (dot, yp) = (kernels.dot(job.experts[0].qtype), SyncPtr::new(y));
     pool.for_chunks(lists.len() * n_bands, 1, |_, units| {
         for u in units {
             let (e, ins, outs) = &lists[u / n_bands];
-            let (w, b) = (&job.experts[*e], u % n_bands);
-            let band = b * WIDE_ROWS..((b + 1) * WIDE_ROWS).min(n_out);
-            // SAFETY: each (expert, band) is one unit, and an output row belongs to one slot,
-            // which chose one expert.
-            unsafe {
-                matmul::row_tile_band(
-                    rt,
-                    dot,
-                    n_in,
-                    w.bytes(),
-                    w.row_bytes(),
-                    band,
-                    (act, arb),
-                    (ins, outs),
-                    &yp,
-                    n_out,
-                )
-            };
+            let b = u % n_bands;
+            f(
+                &job.experts[*e],
+                (ins, outs),
+                b * WIDE_ROWS..((b + 1) * WIDE_ROWS).min(n_out),
+            );
         }
     });
 }
@@ -239,28 +252,14 @@ fn one_token(pool: &Pool, kernels: &Isa, job: &Job, y: &mut [f32], act: &mut Vec
         Some(g) => (g.row, g.row2),
         None => (kernels.dot(qtype), kernels.dot_r2(qtype)),
     };
-    let lists = job.expert_rows();
-    let n_bands = n_out.div_ceil(WIDE_ROWS);
     let yp = SyncPtr::new(y);
-    pool.for_chunks(lists.len() * n_bands, 1, |_, units| {
-        for u in units {
-            let (e, ins, outs) = &lists[u / n_bands];
-            let (w, b) = (&job.experts[*e], u % n_bands);
-            let (wb, wrb) = (w.bytes(), w.row_bytes());
-            let band = b * WIDE_ROWS..((b + 1) * WIDE_ROWS).min(n_out);
-            for (&i, &o) in ins.iter().zip(outs) {
-                // SAFETY: each (expert, band) is one unit, and an output row belongs to one
-                // slot, which chose one expert.
-                let yr = unsafe { yp.slice(o * n_out + band.start, band.len()) };
-                matmul::dot_rows(
-                    (dot, dot2),
-                    n_in,
-                    (wb, wrb),
-                    band.clone(),
-                    &act[i * arb..(i + 1) * arb],
-                    yr,
-                );
-            }
+    each_band(pool, job, n_out, |w, (ins, outs), band| {
+        for (&i, &o) in ins.iter().zip(outs) {
+            // SAFETY: each (expert, band) is one unit, and an output row belongs to one slot,
+            // which chose one expert.
+            let yr = unsafe { yp.slice(o * n_out + band.start, band.len()) };
+            let a = &act[i * arb..(i + 1) * arb];
+            matmul::dot_rows((dot, dot2), n_in, (w.bytes(), w.row_bytes()), band.clone(), a, yr);
         }
     });
 }
