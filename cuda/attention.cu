@@ -14,10 +14,11 @@
 // tid + 64a (a < 8, so head_dim_v ≤ 512).
 //
 // Params: n_head, n_head_kv, head_dim (even, ≤ 512), head_dim_v (≤ 512), scale (f32), window
-// (0 = none), softcap (f32, 0 = none), n (tokens), flash (0 / 1), sinks (0 / 1).
+// (0 = none), softcap (f32, 0 = none), n (tokens), flash (0 / 1), sinks (0 / 1),
+// t0 (the launch's first token).
 // Bindings: 1 step (Step::words: [n, 0, 0, 0], (pos, 4 + 2n + off) per token, the cell lists),
 // 2 q [n][n_head · head_dim], 3 kc, 4 vc (cache words, one row per cell),
-// 5 o [n][n_head · head_dim_v], 6 sk [n_head] (read only with sinks). Grid: (n_head, n). Block: 64.
+// 5 o [n][n_head · head_dim_v], 6 sk [n_head] (read only with sinks). Grid: (n_head, tokens of this launch). Block: 64.
 
 struct AttentionParams {
     u32 n_head, n_head_kv, head_dim, head_dim_v;
@@ -27,7 +28,8 @@ struct AttentionParams {
     u32 n;         // tokens
     u32 flash;     // 0 / 1
     u32 sinks;     // 0 / 1
-    u32 _pad1, _pad2;
+    u32 t0;        // the first token of this launch (blockIdx.y is t - t0)
+    u32 _pad2;
 };
 
 template <class KV>
@@ -53,7 +55,7 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
     const bool flash = prm.flash != 0;
     const bool sinks = prm.sinks != 0;
     const u32 h = blockIdx.x;
-    const u32 t = blockIdx.y;
+    const u32 t = blockIdx.y + prm.t0;
     const u32 tid = threadIdx.x;
     const u32 g = h / (n_head / n_head_kv);
     const u32 pos = step[4 + 2 * t];

@@ -52,7 +52,13 @@ struct MatmulParams {
     u32 ids;  // matmul_vec_id: slots per token; y has a row per slot (0: the plain matmuls)
     u32 x_slot;   // matmul_vec_id: 1 where x has a row per slot
     u32 n_expert; // matmul_vec_id: experts in the weight, `rows` rows each
+    u32 acc;      // 1: y += x · W (a fused residual add; y holds the residual)
 };
+
+// A matmul's output element: s, or (acc, a fused residual add) y + s.
+static __device__ __forceinline__ void store_y(float* y, float s, u32 acc) {
+    *y = acc ? *y + s : s;
+}
 struct BinaryParams {
     u32 n;
     u32 _pad0, _pad1, _pad2;
@@ -336,5 +342,47 @@ static __device__ __forceinline__ void unary_body(const Params& p) {
     const u32 i = linear_id<WG>();
     if (i < prm.n) {
         y[i] = OP::op(x[i], s);
+    }
+}
+
+// One block of a matmul's activations rounded as the CPU rounds them (quantize_act.cu's header
+// gives the numerics; quantize_act.wgsl's quantize_block is the same, operation for operation):
+// act 0 q8_0, 1 q8_1 (32 elements), 2 q8_K (256). v: the block's floats; o: where x~ = d · q
+// goes; cor (q8_1): where its correction goes. quantize_act and the fused rms_norm round
+// through this.
+static __device__ __forceinline__ void quantize_block(u32 act, const float* v, float* o, float* cor) {
+    const u32 qk = act == 2 ? 256 : 32;
+    float amax = 0.0f, mx = 0.0f;
+    for (u32 i = 0; i < qk; i++) {
+        if (fabsf(v[i]) > amax) {
+            amax = fabsf(v[i]);
+            mx = v[i];
+        }
+    }
+    if (act == 2) {
+        if (amax == 0.0f) {
+            for (u32 i = 0; i < qk; i++) {
+                o[i] = 0.0f;
+            }
+            return;
+        }
+        const float iscale = -127.0f / mx;
+        const float d = 1.0f / iscale;
+        for (u32 i = 0; i < qk; i++) {
+            o[i] = mul_rn(d, fminf(rintf(mul_rn(iscale, v[i])), 127.0f));
+        }
+        return;
+    }
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float d16 = round_f16(d);
+    float sq = 0.0f;
+    for (u32 i = 0; i < qk; i++) {
+        const float q = rintf(mul_rn(v[i], id));
+        sq += q;
+        o[i] = mul_rn(d16, q);
+    }
+    if (act == 1) {
+        *cor = round_f16(mul_rn(sq, d)) - mul_rn(d16, sq);
     }
 }

@@ -120,7 +120,7 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
         for (u32 j = 0; j < 4; j++) {
             const u32 t = n0 + ty + 8 * j;
             if (r < rows && t < n) {
-                y[t * m + row0 + r] = acc[i][j];
+                store_y(y + t * m + row0 + r, acc[i][j], prm.acc);
             }
         }
     }

@@ -119,7 +119,7 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
             // Uniform across the block: every thread takes this path and its barrier.
             const float s = seg_sum<TPR>(matmul_vec_i8<Q>(p, reinterpret_cast<const float*>(xt), xc, r, wrow, lane));
             if (r < rows && lane == 0) {
-                y[yrow * m + row0 + r] = s;
+                store_y(y + yrow * m + row0 + r, s, prm.acc);
             }
             return;
         }
@@ -137,7 +137,7 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
     }
     const float s = seg_sum<TPR>(acc);
     if (r < rows && lane == 0) {
-        y[yrow * m + row0 + r] = s;
+        store_y(y + yrow * m + row0 + r, s, prm.acc);
     }
 }
 

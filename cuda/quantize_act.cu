@@ -6,7 +6,7 @@
 //                q4_1 / q5_1 block multiplies)
 //   q8_K         256-element blocks, iscale = −127 / (signed value of largest magnitude),
 //                q = min(rint(iscale · x), 127), d = 1 / iscale
-// One thread per block.
+// One thread per block (quantize_block, common.cuh).
 //
 // Params: k (row length, whole blocks), n (tokens). Bindings: 1 x [n][k], 2 y [n][k] (+ [n][k / 32]).
 // Grid: ceil(blocks / 64) folded into (x, y). Block: 64.
@@ -28,41 +28,8 @@ static __device__ __forceinline__ void quantize_act_body(const Params& p) {
     if (b >= n * (k / QK)) {
         return;
     }
-    const float* v = x + (unsigned long long)b * QK;
-    float* o = y + (unsigned long long)b * QK;
-    float amax = 0.0f, mx = 0.0f;
-    for (u32 i = 0; i < QK; i++) {
-        if (fabsf(v[i]) > amax) {
-            amax = fabsf(v[i]);
-            mx = v[i];
-        }
-    }
-    if constexpr (ACT == 2) {
-        if (amax == 0.0f) {
-            for (u32 i = 0; i < QK; i++) {
-                o[i] = 0.0f;
-            }
-            return;
-        }
-        const float iscale = -127.0f / mx;
-        const float d = 1.0f / iscale;
-        for (u32 i = 0; i < QK; i++) {
-            o[i] = mul_rn(d, fminf(rintf(mul_rn(iscale, v[i])), 127.0f));
-        }
-    } else {
-        const float d = amax / 127.0f;
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        const float d16 = round_f16(d);
-        float sq = 0.0f;
-        for (u32 i = 0; i < QK; i++) {
-            const float q = rintf(mul_rn(v[i], id));
-            sq += q;
-            o[i] = mul_rn(d16, q);
-        }
-        if constexpr (ACT == 1) {
-            y[(unsigned long long)n * k + b] = round_f16(mul_rn(sq, d)) - mul_rn(d16, sq);
-        }
-    }
+    const unsigned long long x0 = (unsigned long long)b * QK;
+    quantize_block(ACT, x + x0, y + x0, y + (unsigned long long)n * k + b);
 }
 
 extern "C" __global__ void __launch_bounds__(64) quantize_act_q8_0(const Params p) {

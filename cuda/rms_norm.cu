@@ -4,14 +4,19 @@
 // ggml: ggml_compute_forward_rms_norm_f32 followed by ggml_mul. With plain = 1 no weight (Gemma 4's
 // V norm, a bare ggml_rms_norm; cpu::ops::head_norm_plain): w is bound but never read.
 //
-// Params: width, eps (f32), rows, plain. Bindings: 1 w [width] (f32 / f16 / bf16), 2 x [rows][width],
-// 3 y [rows][width]. Grid: rows (folded into (x, y)). Block: 64.
+// With act = 1 + quantize_act's ACT (the norm feeding quantized matmuls) the block then rounds its
+// row as quantize_act would into binding 4 (quantize_block): the same values, one launch fewer.
+//
+// Params: width, eps (f32), rows, plain, act. Bindings: 1 w [width] (f32 / f16 / bf16),
+// 2 x [rows][width], 3 y [rows][width], 4 (act) quantize_act's output for the rows. Grid: rows
+// (folded into (x, y)). Block: 64.
 
 struct RmsNormParams {
     u32 width;
     float eps;
     u32 rows;
     u32 plain;
+    u32 act; // 0, or 1 + quantize_act's ACT
 };
 
 template <class Q>
@@ -42,6 +47,15 @@ static __device__ __forceinline__ void rms_norm_body(const Params& p) {
     } else {
         for (u32 i = threadIdx.x; i < width; i += WG) {
             y[base + i] = (x[base + i] * scale) * Q::dq1(w, i);
+        }
+    }
+    if (prm.act != 0) {
+        __syncthreads(); // the row as written above, visible to the whole block
+        const u32 act = prm.act - 1, qk = act == 2 ? 256 : 32;
+        float* __restrict__ q = binding<float>(p, 4);
+        for (u32 b = threadIdx.x; b < width / qk; b += WG) {
+            quantize_block(act, y + base + b * qk, q + base + b * qk,
+                           q + (unsigned long long)prm.rows * width + row * (width / 32) + b);
         }
     }
 }

@@ -29,8 +29,8 @@ struct Params {
     n: u32,
     flash: u32,
     sinks: u32, // 1: binding 6 holds one logit per head
+    t0: u32,    // the first token of this launch (workgroup y is t - t0)
 
-    _pad1: u32,
     _pad2: u32,
 }
 
@@ -64,7 +64,7 @@ fn score(c: u32, g: u32) -> f32 {
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
     let h = wid.x;
-    let t = wid.y;
+    let t = wid.y + p.t0;
     let lid = ln.lid;
     let g = h / (p.n_head / p.n_head_kv);
     let pos = step[4u + 2u * t];

@@ -22,6 +22,7 @@ struct Params {
     ids: u32,      // unused here (matmul_vec_id's)
     x_slot: u32,   // unused here
     n_expert: u32, // unused here
+    acc: u32,      // 1: y += x · W (a fused residual add; y holds the residual)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -128,7 +129,8 @@ fn store4(r: u32, t: u32, v: vec4<f32>) {
     }
     for (var j = 0u; j < 4u; j++) {
         if (t + j < p.n) {
-            y[(t + j) * p.m + p.row0 + r] = v[j];
+            let yi = (t + j) * p.m + p.row0 + r;
+            y[yi] = select(v[j], y[yi] + v[j], p.acc != 0u);
         }
     }
 }

@@ -19,6 +19,7 @@ struct Params {
     ids: u32,      // experts: slots per token (0 without)
     x_slot: u32,   // experts: 1 where x has one row per slot
     n_expert: u32, // experts: how many
+    acc: u32,      // 1: y += x · W (a fused residual add; y holds the residual)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -50,6 +51,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let s = seg_sum(acc, ln, TPR);
     if (r < p.rows && seg.y == 0u) {
-        y[rows.z * p.m + p.row0 + r] = s;
+        let yi = rows.z * p.m + p.row0 + r;
+        y[yi] = select(s, y[yi] + s, p.acc != 0u);
     }
 }

@@ -9,7 +9,7 @@
 //   y[n · k + block] (the matmul adds m times it).
 // - q8_K (ACT 2; 256-element blocks): quantize_row_q8_K_ref: iscale = −127 / (the signed value
 //   of largest magnitude), q = min(round-to-even(iscale · x), 127), d = 1 / iscale.
-// One invocation per block. Params: k (row length, whole blocks), n (tokens).
+// One invocation per block (quantize_block.wgsl). Params: k (row length, whole blocks), n (tokens).
 
 override WG: u32 = 64u;
 override ACT: u32 = 0u;
@@ -23,6 +23,14 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 
+fn act_in(i: u32) -> f32 {
+    return x[i];
+}
+
+fn act_out(i: u32, v: f32) {
+    y[i] = v;
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let qk = select(32u, 256u, ACT == 2u);
@@ -30,40 +38,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (b >= p.n * (p.k / qk)) {
         return;
     }
-    let x0 = b * qk;
-    var amax = 0.0;
-    var mx = 0.0;
-    for (var i = 0u; i < qk; i++) {
-        let v = x[x0 + i];
-        if (abs(v) > amax) {
-            amax = abs(v);
-            mx = v;
-        }
-    }
-    if (ACT == 2u) {
-        if (amax == 0.0) {
-            for (var i = 0u; i < qk; i++) {
-                y[x0 + i] = 0.0;
-            }
-            return;
-        }
-        let iscale = -127.0 / mx;
-        let d = 1.0 / iscale;
-        for (var i = 0u; i < qk; i++) {
-            y[x0 + i] = d * min(round(iscale * x[x0 + i]), 127.0);
-        }
-        return;
-    }
-    let d = amax / 127.0;
-    let id = select(0.0, 127.0 / amax, amax != 0.0);
-    let d16 = round_f16(d);
-    var sq = 0.0;
-    for (var i = 0u; i < qk; i++) {
-        let q = round(x[x0 + i] * id);
-        sq += q;
-        y[x0 + i] = d16 * q;
-    }
-    if (ACT == 1u) {
-        y[p.n * p.k + b] = round_f16(sq * d) - d16 * sq;
-    }
+    quantize_block(ACT, b * qk, p.n * p.k + b);
 }

@@ -2,6 +2,9 @@
 // head norm (Qwen3 / Gemma 3 Q and K norms): rows one head wide, w [head_dim].
 // ggml: ggml_compute_forward_rms_norm_f32 followed by ggml_mul. With p.plain = 1 no weight (Gemma
 // 4's V norm, a bare ggml_rms_norm; cpu::ops::head_norm_plain): w is bound but never read.
+// With p.act = 1 + quantize_act's ACT (the norm feeding quantized matmuls), the workgroup then
+// rounds its row as quantize_act would into binding 4 (quantize_block.wgsl): the same values,
+// one dispatch fewer. Binding 4 is never written with p.act = 0.
 
 override WG: u32 = 64u;
 
@@ -10,12 +13,22 @@ struct Params {
     eps: f32,
     rows: u32,
     plain: u32,
+    act: u32, // 0, or 1 + quantize_act's ACT
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read_write> qy: array<f32>;
+
+fn act_in(i: u32) -> f32 {
+    return y[i];
+}
+
+fn act_out(i: u32, v: f32) {
+    qy[i] = v;
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, ln: Lanes) {
@@ -37,6 +50,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     } else {
         for (var i = ln.lid; i < p.width; i += WG) {
             y[base + i] = (x[base + i] * scale) * dq1(i);
+        }
+    }
+    if (p.act != 0u) {
+        // The row as written above, visible to the whole workgroup.
+        storageBarrier();
+        let act = p.act - 1u;
+        let qk = select(32u, 256u, act == 2u);
+        for (var b = ln.lid; b < p.width / qk; b += WG) {
+            quantize_block(act, base + b * qk, p.rows * p.width + row * (p.width / 32u) + b);
         }
     }
 }

@@ -176,7 +176,7 @@ impl Session {
             return Err(Error::InvalidArgument("batch size 0".into()));
         }
         let full = KvLayout::new(&model, n_ctx, kv_type)?;
-        let (backend, mut log) = backend::select(cands, &model, kv_type)?;
+        let (backend, mut log) = backend::select(cands, &model, kv_type, n_ctx)?;
         let cells = n_ctx.min(INITIAL_CELLS);
         let ctx = backend.new_context(&model, cells, kv_type)?;
         log.push(format!(
@@ -242,6 +242,12 @@ impl Session {
     /// (`BackendOptions::profile`) and the backend keeps one.
     pub fn profile_report(&self) -> Option<String> {
         self.ctx.profile_report()
+    }
+
+    /// What the last forward submitted to the GPU (dispatches, passes, submits); None on the
+    /// CPU.
+    pub fn submitted(&self) -> Option<crate::backend::Submitted> {
+        self.ctx.submitted()
     }
 
     /// Forgets the main conversation (its cells return to the pool).

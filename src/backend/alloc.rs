@@ -63,6 +63,24 @@ impl Liveness {
         out
     }
 
+    /// Places node `i` in `buf`, the buffer of a live node it overwrites (a fused op writing in
+    /// place), then frees the buffers of the inputs it read last.
+    pub fn place_at(&mut self, g: &Graph, i: usize, buf: usize) -> usize {
+        self.buf_of[i] = buf;
+        for j in g.nodes[i].op.inputs() {
+            let b = self.buf_of[j];
+            if self.last_use[j] == i && !self.free.contains(&b) && b != buf {
+                self.free.push(b);
+            }
+        }
+        buf
+    }
+
+    /// The node after which node `i`'s value is dead.
+    pub fn last_use(&self, i: usize) -> usize {
+        self.last_use[i]
+    }
+
     /// A buffer outside the pool (never freed, never reused for a node): scratch.
     pub fn add(&mut self, size: u64) -> usize {
         self.sizes.push(size);

@@ -266,8 +266,31 @@ pub trait Backend: Send + Sync {
     fn describe(&self) -> String;
     /// The gate: Ok, or the first weight/op/limit this backend cannot handle.
     fn check(&self, model: &Model, graph: &Graph, kv: KvType) -> std::result::Result<(), Refusal>;
+    /// The gate's check of the context a session may grow to (`n_ctx` positions): the GPU
+    /// backends refuse caches past their 32-bit indexing.
+    fn check_context(&self, _model: &Model, _n_ctx: usize, _kv: KvType) -> std::result::Result<(), Refusal> {
+        Ok(())
+    }
     /// Registers (uploads) the weights and allocates KV storage of `n_cells` cells.
     fn new_context(&self, model: &Arc<Model>, n_cells: usize, kv: KvType) -> Result<Box<dyn Context>>;
+}
+
+/// What the last forward (or the sub-batches it was split into) handed a GPU: kernel launches,
+/// the passes they were recorded in (wgpu compute passes; CUDA: one per graph replay, else
+/// one per launch) and queue submits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Submitted {
+    pub dispatches: u64,
+    pub passes: u64,
+    pub submits: u64,
+}
+
+impl std::ops::AddAssign for Submitted {
+    fn add_assign(&mut self, o: Submitted) {
+        self.dispatches += o.dispatches;
+        self.passes += o.passes;
+        self.submits += o.submits;
+    }
 }
 
 /// A model resident on a backend, with its KV storage.
@@ -294,6 +317,10 @@ pub trait Context: Send {
     /// The per-op GPU time of the forwards so far, where profiling was asked for
     /// (`BackendOptions::profile`): a table for the caller to print.
     fn profile_report(&self) -> Option<String> {
+        None
+    }
+    /// What the last forward submitted to the device; None on the CPU.
+    fn submitted(&self) -> Option<Submitted> {
         None
     }
     /// The value of node `node` (`[rows, width]`) after the last forward of `graph`, which
@@ -628,13 +655,22 @@ fn wgpu_verdict(model: &Model, graph: &Graph, kv: KvType, opts: &BackendOptions)
 }
 
 /// Runs the gate over the candidates, once, before anything is uploaded; the first that takes
-/// the whole model wins. Returns it and the log lines saying what was decided and why.
-pub fn select(cands: Vec<Arc<dyn Backend>>, model: &Model, kv: KvType) -> Result<(Arc<dyn Backend>, Vec<String>)> {
+/// the whole model, with a cache of up to `n_ctx` positions, wins. Returns it and the log lines
+/// saying what was decided and why.
+pub fn select(
+    cands: Vec<Arc<dyn Backend>>,
+    model: &Model,
+    kv: KvType,
+    n_ctx: usize,
+) -> Result<(Arc<dyn Backend>, Vec<String>)> {
     let graph = model.graph(GraphKey::new(1, 1));
     let mut log = Vec::new();
     let mut last = None;
     for b in cands {
-        match b.check(model, &graph, kv) {
+        match b
+            .check(model, &graph, kv)
+            .and_then(|()| b.check_context(model, n_ctx, kv))
+        {
             Ok(()) => {
                 log.push(format!(
                     "backend: {} — {}/{} weights, {:.1} MB",

@@ -52,6 +52,8 @@ struct Record {
     n_gen: usize,
     n_depth: usize,
     samples_ns: Vec<u64>,
+    /// Decode: what one token's forward submitted (GPU backends).
+    submitted: Option<minfer::backend::Submitted>,
 }
 
 impl Record {
@@ -195,7 +197,7 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
             // Context and test tokens from one stream, so the test continues the context.
             let all = prompt_tokens(depth + args.n_prompt.max(1), n_vocab);
             let (context, toks) = all.split_at(depth);
-            let record = |n_prompt, n_gen, samples_ns| Record {
+            let record = |n_prompt, n_gen, samples_ns, submitted| Record {
                 backend: s.backend_name.into(),
                 describe: describe.clone(),
                 n_threads,
@@ -203,20 +205,21 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
                 n_gen,
                 n_depth: depth,
                 samples_ns,
+                submitted,
             };
             if args.n_prompt > 0 {
                 time_pp(&mut s, context, toks)?; // warm-up
                 let samples = (0..args.reps)
                     .map(|_| time_pp(&mut s, context, toks))
                     .collect::<Result<Vec<_>>>()?;
-                records.push(record(args.n_prompt, 0, samples));
+                records.push(record(args.n_prompt, 0, samples, None));
             }
             if args.n_gen > 0 {
                 time_tg(&mut s, context, args.n_gen.min(16), toks[0])?; // warm-up
                 let samples = (0..args.reps)
                     .map(|_| time_tg(&mut s, context, args.n_gen, toks[0]))
                     .collect::<Result<Vec<_>>>()?;
-                records.push(record(0, args.n_gen, samples));
+                records.push(record(0, args.n_gen, samples, s.submitted()));
             }
         }
         super::print_profile(&s);
@@ -251,6 +254,9 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
                     "stddev_ts": stddev_ts,
                     "samples_ns": r.samples_ns,
                     "samples_ts": ts,
+                    "dispatches_per_token": r.submitted.map(|w| w.dispatches),
+                    "passes_per_token": r.submitted.map(|w| w.passes),
+                    "submits_per_token": r.submitted.map(|w| w.submits),
                 })
             })
             .collect();
@@ -273,6 +279,18 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
             u8::from(args.flash_attn),
             r.test_name()
         );
+    }
+    for r in &records {
+        if let Some(w) = r.submitted {
+            println!(
+                "\n{} {}: {} dispatches, {} passes, {} submits per token",
+                r.backend,
+                r.test_name(),
+                w.dispatches,
+                w.passes,
+                w.submits
+            );
+        }
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::device::{DevBuf, Device, Func, Params, Replay};
 use crate::backend::gpu::schedule::{self, rope_table, Res, Stage, WeightParts};
-use crate::backend::{Context, KvLayout, KvType, Progress, Step};
+use crate::backend::{Context, KvLayout, KvType, Progress, Step, Submitted};
 use crate::error::{Error, Result};
 use crate::model::{Graph, GraphKey, Model, NodeId, Rope};
 
@@ -125,6 +125,8 @@ pub struct CudaContext {
     /// the plans.
     step: DevBuf,
     graphs: bool,
+    /// What the last forward submitted.
+    submitted: Submitted,
 }
 
 /// Grid limit per dimension (y and z; x takes more, the schedule folds into x and y).
@@ -156,6 +158,7 @@ impl CudaContext {
             kv_bytes,
             step,
             graphs,
+            submitted: Submitted::default(),
         })
     }
 
@@ -307,6 +310,8 @@ impl CudaContext {
         let graphs = self.graphs;
         let model = self.model.clone();
         let plan = self.plans.get_mut(&key).ok_or_else(|| err("no plan"))?;
+        let launches = plan.items.iter().filter(|it| matches!(it, Item::Launch { .. })).count() as u64;
+        let submitted = &mut self.submitted;
         let mut go = || -> std::result::Result<Vec<u8>, String> {
             dev.write(step_ptr, bytemuck::cast_slice(&words))?;
             dev.write(plan.ids.ptr, bytemuck::cast_slice(&step.tokens))?;
@@ -320,14 +325,32 @@ impl CudaContext {
                 plan.graph = dev.capture(&mut || Self::submit(dev, items))?;
                 if plan.graph.is_none() {
                     // Executed directly: the device has no graphs.
+                    *submitted = Submitted {
+                        dispatches: launches + u64::from(argmax),
+                        passes: launches + u64::from(argmax),
+                        submits: 1,
+                    };
                     plan.runs += 1;
                     return finish(dev, plan, argmax);
                 }
             }
-            match &plan.graph {
-                Some(g) => g.replay()?,
-                None => Self::submit(dev, &plan.items)?,
-            }
+            // One pass per graph replay, else one per launch; the argmax one more launch.
+            let passes = match &plan.graph {
+                Some(g) => {
+                    g.replay()?;
+                    1
+                }
+                None => {
+                    Self::submit(dev, &plan.items)?;
+                    launches
+                }
+            };
+            let extra = u64::from(argmax);
+            *submitted = Submitted {
+                dispatches: launches + extra,
+                passes: passes + extra,
+                submits: 1,
+            };
             plan.runs += 1;
             finish(dev, plan, argmax)
         };
@@ -373,6 +396,10 @@ impl Context for CudaContext {
 
     fn kv_cells(&self) -> usize {
         self.n_cells
+    }
+
+    fn submitted(&self) -> Option<Submitted> {
+        Some(self.submitted)
     }
 
     /// Bigger buffers with the old cells copied in (device to device); the plans go first,

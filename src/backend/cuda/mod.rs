@@ -90,6 +90,10 @@ impl Backend for CudaBackend {
         format!("cuda ({})", self.dev.describe())
     }
 
+    fn check_context(&self, model: &Model, n_ctx: usize, kv: KvType) -> std::result::Result<(), Refusal> {
+        crate::backend::gpu::kernels::check_context(model, n_ctx, kv, "cuda")
+    }
+
     fn check(&self, model: &Model, graph: &Graph, kv: KvType) -> std::result::Result<(), Refusal> {
         crate::backend::gpu::kernels::check_graph(model, graph, kv, "cuda")?;
         if let Some(free) = self.dev.free_memory() {

@@ -152,6 +152,25 @@ fn refuse(s: String) -> Result<(), Refusal> {
     Err(Refusal(s))
 }
 
+/// The part of the gate that depends on the context: the kernels index a layer's K or V cache
+/// with 32-bit arithmetic (elements, words and bytes alike), so a layer of `n_ctx` positions
+/// must stay under 4 GiB: past that (an f32 cache of 128k positions × 8k KV width, say) the
+/// indices would wrap, and the backend refuses instead.
+pub fn check_context(model: &Model, n_ctx: usize, kv: KvType, backend: &str) -> Result<(), Refusal> {
+    let (kw, vw) = model.hparams.max_kv_widths();
+    let row = kv.row_bytes(kw.max(vw)) as u64;
+    let bytes = (n_ctx as u64).saturating_mul(row);
+    if bytes > u32::MAX as u64 {
+        return refuse(format!(
+            "a {} KV cache layer of {n_ctx} positions × {} elements is {bytes} bytes, past the {backend} kernels' 32-bit indexing (at most {} positions)",
+            kv.name(),
+            kw.max(vw),
+            u32::MAX as u64 / row.max(1)
+        ));
+    }
+    Ok(())
+}
+
 /// The part of the gate every GPU backend shares: each weight the graph reads has a kernel for
 /// its qtype and a row length the kernel takes, each op's shape is one the kernels handle.
 /// `backend` names the backend in the refusal.

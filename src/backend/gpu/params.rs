@@ -44,6 +44,11 @@ pub trait KernelParams: Pod {
         bytemuck::bytes_of_mut(&mut w)[..size_of::<Self>()].copy_from_slice(bytemuck::bytes_of(self));
         w
     }
+
+    /// The struct back from a launch's words.
+    fn from_words(w: &[u32; 16]) -> Self {
+        bytemuck::pod_read_unaligned(&bytemuck::bytes_of(w)[..size_of::<Self>()])
+    }
 }
 
 macro_rules! params {
@@ -92,6 +97,8 @@ params! {
         x_slot: u32,
         /// `matmul_vec_id`: experts in the weight (`rows` rows each).
         n_expert: u32,
+        /// 1: y += x · W (the residual add fused into the matmul: y holds the other addend).
+        acc: u32,
     }
 }
 
@@ -125,6 +132,9 @@ params! {
         rows: u32,
         /// 1: no weight (`HeadNormPlain`, a bare `ggml_rms_norm`); binding 1 is never read.
         plain: u32,
+        /// 0, or 1 + `quantize_act`'s format index (`ACT_QTYPES`): the rows also rounded as
+        /// `quantize_act` rounds them, into binding 4 (never written with 0).
+        act: u32,
     }
 }
 
@@ -175,7 +185,9 @@ params! {
         flash: u32,
         /// 1: binding 6 holds one softmax sink logit per head (gpt-oss).
         sinks: u32,
-        _pad1: u32,
+        /// The first token of this launch: a prefill's queries run in launches of at most
+        /// `schedule::ATTN_TOKENS` tokens (bounded GPU work per submit).
+        t0: u32,
         _pad2: u32,
     }
 }
@@ -288,8 +300,10 @@ mod tests {
                 ("width", 0, Scalar::U32),
                 ("eps", 4, Scalar::F32),
                 ("rows", 8, Scalar::U32),
-                ("plain", 12, Scalar::U32)
+                ("plain", 12, Scalar::U32),
+                ("act", 16, Scalar::U32)
             ]
         );
+        assert_eq!(RmsNormParams::from_words(&p.words()), p);
     }
 }

@@ -180,7 +180,10 @@ pub static KERNELS: [KernelInfo; 24] = [
         threads: 64,
         wg_override: true,
         params: of::<params::QuantizeActParams>(),
-        wgsl: body(wgsl!("quantize_act.wgsl")),
+        wgsl: Wgsl {
+            head: Some(wgsl!("quantize_block.wgsl")),
+            ..body(wgsl!("quantize_act.wgsl"))
+        },
         cuda: cuda!("quantize_act.cu"),
     },
     KernelInfo {
@@ -229,14 +232,17 @@ pub static KERNELS: [KernelInfo; 24] = [
     KernelInfo {
         kernel: Kernel::RmsNorm,
         name: "rms_norm",
-        bindings: &[U, R, R, RW],
+        bindings: &[U, R, R, RW, RW],
         spec: Spec::Vector,
         reduces: true,
         act_input: false,
         threads: 64,
         wg_override: true,
         params: of::<params::RmsNormParams>(),
-        wgsl: body(wgsl!("rms_norm.wgsl")),
+        wgsl: Wgsl {
+            head: Some(wgsl!("quantize_block.wgsl")),
+            ..body(wgsl!("rms_norm.wgsl"))
+        },
         cuda: cuda!("rms_norm.cu"),
     },
     KernelInfo {

@@ -1,15 +1,19 @@
-//! A model resident on the device: weights, KV cache, compiled plans. A forward is one command
-//! buffer and one submit; only the logits rows (or, for greedy, the argmax id) come back.
+//! A model resident on the device: weights, KV cache, compiled plans. A forward records the
+//! dispatches of consecutive nodes into shared compute passes (`PASS_DISPATCHES` each) and
+//! submits as it goes: every `SUBMIT_PASSES` passes, so the device starts while the rest is
+//! recorded, and before the work since the last submit would pass what the device does in
+//! `SUBMIT_SECONDS` (a long prefill is then many bounded submits, not one command buffer a
+//! display watchdog could kill). Only the logits rows (or, for greedy, the argmax id) come back.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device::Gpu;
-use super::plan::{self, Pass, Plan, Targets};
+use super::plan::{self, Dispatch, Item, Plan, Targets};
 use super::profile::Profiler;
 use super::registry::Registry;
 use crate::backend::gpu::schedule::{self, rope_table};
-use crate::backend::{Context, KvLayout, KvType, Step};
+use crate::backend::{Context, KvLayout, KvType, Step, Submitted};
 use crate::error::{Error, Result};
 use crate::model::{Graph, GraphKey, Model, Node, NodeId, Op};
 
@@ -36,7 +40,22 @@ pub struct WgpuContext {
     pub(super) profiler: Option<Profiler>,
     /// Why a profile was asked for but not taken (`profile_report` says so).
     pub(super) profile_note: Option<String>,
+    /// Multiply-adds per second the device has been seen to do at least (`Launch::work` over
+    /// a forward's wall time, the best so far): what sizes the submits.
+    pub(super) rate: f64,
+    /// What the last forward submitted.
+    pub(super) submitted: Submitted,
 }
+
+/// Dispatches per compute pass at most.
+const PASS_DISPATCHES: usize = 64;
+/// Compute passes per submit at most.
+const SUBMIT_PASSES: usize = 4;
+/// Device time one submit is sized for, at the rate seen so far.
+const SUBMIT_SECONDS: f64 = 0.05;
+/// The rate assumed before any forward was timed (multiply-adds per second): a slow
+/// integrated GPU's.
+pub(super) const FIRST_RATE: f64 = 1e10;
 
 fn err(what: impl Into<String>) -> Error {
     Error::Backend {
@@ -229,6 +248,7 @@ impl WgpuContext {
         let gpu = self.gpu.clone();
         let plan = &self.plans[&key];
         let profiler = &mut self.profiler;
+        let (rate, submitted) = (&mut self.rate, &mut self.submitted);
         let step_buf = &self.step;
         let model = &self.model;
         let bytes = gpu
@@ -239,33 +259,31 @@ impl WgpuContext {
                 for (rope, buf) in &plan.ropes {
                     q.write_buffer(buf, 0, bytemuck::cast_slice(&rope_table(model, rope, &step.pos)?));
                 }
-                let mut enc = gpu
-                    .device
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") });
-                encode(&mut enc, plan, profiler.as_mut());
+                // The most positions any token's attention reads.
+                let ctx = step.pos.iter().map(|&p| p as u64 + 1).max().unwrap_or(0);
+                let t0 = std::time::Instant::now();
+                let mut rec = Recorder::new(&gpu, *rate * SUBMIT_SECONDS);
+                encode(&mut rec, plan, profiler.as_mut(), ctx);
                 let (src, dst, size) = match what {
                     Readback::Logits => (&plan.acts[plan.result], &plan.readback, plan.result_bytes),
                     Readback::Argmax => {
-                        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                            label: Some("argmax"),
-                            timestamp_writes: None,
-                        });
-                        let d = &plan.argmax;
-                        pass.set_pipeline(&d.pipeline.pipeline);
-                        pass.set_bind_group(0, &d.bind_group, &[]);
-                        pass.dispatch_workgroups(1, 1, 1);
-                        drop(pass);
+                        rec.pass(&[&plan.argmax], "argmax", None);
                         (&plan.argmax_out, &plan.argmax_readback, 4)
                     }
                 };
-                enc.copy_buffer_to_buffer(src, 0, dst, 0, size);
+                rec.enc().copy_buffer_to_buffer(src, 0, dst, 0, size);
                 if let Some(p) = profiler.as_mut() {
-                    p.resolve(&mut enc);
+                    p.resolve(rec.enc());
                 }
-                q.submit([enc.finish()]);
+                rec.submit();
                 let out = read(&gpu, dst, size)?;
                 if let Some(p) = profiler.as_mut() {
                     p.collect(&gpu).map_err(err)?;
+                }
+                *submitted += rec.counts;
+                let secs = t0.elapsed().as_secs_f64();
+                if secs > 0.0 {
+                    *rate = rate.max(rec.total as f64 / secs);
                 }
                 Ok(out)
             })
@@ -278,6 +296,7 @@ impl WgpuContext {
 
     /// The argmax of the last output row, with only 4 bytes read back (greedy decoding).
     pub fn forward_argmax(&mut self, graph: &Graph, step: &Step) -> Result<u32> {
+        self.submitted = Submitted::default();
         let m = self.split_tokens(graph);
         if m < step.len() {
             let mut logits = Vec::new();
@@ -315,32 +334,125 @@ fn sub_graph(g: &Graph, key: GraphKey) -> Graph {
     }
 }
 
-/// Records the plan's passes: one compute pass per node (timestamped when profiling).
-fn encode(enc: &mut wgpu::CommandEncoder, plan: &Plan, mut prof: Option<&mut Profiler>) {
-    for pass in &plan.passes {
-        match pass {
-            Pass::Compute { kind, dispatches } => {
-                let ts = prof.as_deref_mut().and_then(|p| p.writes(kind));
-                let mut cp = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some(kind),
-                    timestamp_writes: ts,
-                });
+/// A forward being recorded: the open command encoder, submitted when `encode` says so.
+struct Recorder<'a> {
+    gpu: &'a Gpu,
+    enc: Option<wgpu::CommandEncoder>,
+    /// Multiply-adds recorded since the last submit, and the most one submit takes.
+    work: u64,
+    budget: u64,
+    /// Compute passes since the last submit.
+    passes: usize,
+    /// Multiply-adds of the whole forward.
+    total: u64,
+    counts: Submitted,
+}
+
+impl<'a> Recorder<'a> {
+    fn new(gpu: &'a Gpu, budget: f64) -> Recorder<'a> {
+        Recorder {
+            gpu,
+            enc: None,
+            work: 0,
+            budget: budget as u64,
+            passes: 0,
+            total: 0,
+            counts: Submitted::default(),
+        }
+    }
+
+    fn enc(&mut self) -> &mut wgpu::CommandEncoder {
+        let gpu = self.gpu;
+        self.enc.get_or_insert_with(|| {
+            gpu.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("forward") })
+        })
+    }
+
+    /// One compute pass of `ds` (timestamped where `ts` is given).
+    fn pass(&mut self, ds: &[&Dispatch], label: &str, ts: Option<wgpu::ComputePassTimestampWrites>) {
+        if ds.is_empty() {
+            return;
+        }
+        let mut cp = self.enc().begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(label),
+            timestamp_writes: ts,
+        });
+        for d in ds {
+            cp.set_pipeline(&d.pipeline.pipeline);
+            cp.set_bind_group(0, &d.bind_group, &[]);
+            cp.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+        }
+        drop(cp);
+        self.counts.dispatches += ds.len() as u64;
+        self.counts.passes += 1;
+        self.passes += 1;
+    }
+
+    /// Submits what was recorded since the last submit.
+    fn submit(&mut self) {
+        if let Some(enc) = self.enc.take() {
+            self.gpu.queue.submit([enc.finish()]);
+            self.counts.submits += 1;
+            self.work = 0;
+            self.passes = 0;
+        }
+    }
+
+    /// Takes `w` more multiply-adds: true when they would overfill the submit under way.
+    fn overfills(&mut self, w: u64) -> bool {
+        let over = self.work > 0 && self.work + w > self.budget;
+        self.work += w;
+        self.total += w;
+        over
+    }
+}
+
+/// Records the plan: the dispatches of consecutive nodes gathered into compute passes of up to
+/// PASS_DISPATCHES, a submit after every SUBMIT_PASSES passes and before the work would pass the
+/// budget (attention's work counted at `ctx` positions). When profiling, each node is its own
+/// timestamped pass.
+fn encode(rec: &mut Recorder, plan: &Plan, mut prof: Option<&mut Profiler>, ctx: u64) {
+    let mut open: Vec<&Dispatch> = Vec::with_capacity(PASS_DISPATCHES);
+    let close = |rec: &mut Recorder, open: &mut Vec<&Dispatch>| {
+        rec.pass(open, "forward", None);
+        open.clear();
+        if rec.passes >= SUBMIT_PASSES {
+            rec.submit();
+        }
+    };
+    for item in &plan.items {
+        match item {
+            Item::Compute { kind, dispatches } => {
                 for d in dispatches {
-                    cp.set_pipeline(&d.pipeline.pipeline);
-                    cp.set_bind_group(0, &d.bind_group, &[]);
-                    cp.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+                    if rec.overfills(d.work.0 + d.work.1 * ctx) {
+                        close(rec, &mut open);
+                        rec.submit();
+                    }
+                    open.push(d);
+                    if open.len() == PASS_DISPATCHES {
+                        close(rec, &mut open);
+                    }
+                }
+                if let Some(p) = prof.as_deref_mut() {
+                    let ts = p.writes(kind);
+                    rec.pass(&open, kind, ts);
+                    open.clear();
                 }
             }
-            Pass::Copy {
+            Item::Copy {
                 src,
                 src_offset,
                 dst,
                 size,
             } => {
-                enc.copy_buffer_to_buffer(&plan.acts[*src], *src_offset, &plan.acts[*dst], 0, *size);
+                close(rec, &mut open);
+                rec.enc()
+                    .copy_buffer_to_buffer(&plan.acts[*src], *src_offset, &plan.acts[*dst], 0, *size);
             }
         }
     }
+    close(rec, &mut open);
 }
 
 /// Maps `buf`, waits for the submission, copies `size` bytes out and unmaps.
@@ -384,6 +496,7 @@ impl Context for WgpuContext {
     }
 
     fn forward(&mut self, graph: &Graph, step: &Step, out: &mut Vec<f32>) -> Result<()> {
+        self.submitted = Submitted::default();
         let m = self.split_tokens(graph);
         if m < step.len() {
             return self.forward_split(graph, step, m, out);
@@ -436,6 +549,10 @@ impl Context for WgpuContext {
 
     fn resident_bytes(&self) -> u64 {
         self.weights.resident
+    }
+
+    fn submitted(&self) -> Option<Submitted> {
+        Some(self.submitted)
     }
 
     fn profile_report(&self) -> Option<String> {

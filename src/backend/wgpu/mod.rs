@@ -151,6 +151,10 @@ impl Backend for WgpuBackend {
         format!("wgpu ({})", self.gpu.describe())
     }
 
+    fn check_context(&self, model: &Model, n_ctx: usize, kv: KvType) -> std::result::Result<(), Refusal> {
+        crate::backend::gpu::kernels::check_context(model, n_ctx, kv, "wgpu")
+    }
+
     fn check(&self, model: &Model, graph: &Graph, kv: KvType) -> std::result::Result<(), Refusal> {
         let max = self.max_binding();
         // Every weight is uploaded (raw), so every weight must fit its bindings.
@@ -222,6 +226,8 @@ impl Backend for WgpuBackend {
             max_binding: self.max_binding(),
             profiler,
             profile_note,
+            rate: context::FIRST_RATE,
+            submitted: Default::default(),
         }))
     }
 }

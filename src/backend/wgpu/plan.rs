@@ -19,9 +19,13 @@ pub struct Dispatch {
     pub pipeline: Arc<Pipeline>,
     pub bind_group: wgpu::BindGroup,
     pub groups: [u32; 3],
+    /// `Launch::work`: multiply-adds, (fixed, per position of context).
+    pub work: (u64, u64),
 }
 
-pub enum Pass {
+/// One node's GPU work (`encode` gathers the dispatches of consecutive nodes into compute
+/// passes).
+pub enum Item {
     /// One node's dispatches. `kind` groups the profile (`matmul/q4_1`, `attention`).
     Compute { kind: String, dispatches: Vec<Dispatch> },
     /// `Output`: the kept rows, copied.
@@ -34,7 +38,7 @@ pub enum Pass {
 }
 
 pub struct Plan {
-    pub passes: Vec<Pass>,
+    pub items: Vec<Item>,
     pub acts: Vec<wgpu::Buffer>,
     /// The activation buffer of each node.
     pub node_buf: Vec<usize>,
@@ -187,23 +191,24 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
             pipeline,
             bind_group,
             groups: l.groups,
+            work: l.work(),
         })
     };
-    let mut passes = Vec::with_capacity(s.stages.len());
+    let mut items = Vec::with_capacity(s.stages.len());
     for st in &s.stages {
-        passes.push(match st {
+        items.push(match st {
             Stage::Copy {
                 src,
                 src_offset,
                 dst,
                 size,
-            } => Pass::Copy {
+            } => Item::Copy {
                 src: *src,
                 src_offset: *src_offset,
                 dst: *dst,
                 size: *size,
             },
-            Stage::Compute { kind, launches } => Pass::Compute {
+            Stage::Compute { kind, launches } => Item::Compute {
                 kind: kind.clone(),
                 dispatches: launches
                     .iter()
@@ -215,7 +220,7 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
     let argmax = make(&s.argmax, &mut bytes)?;
     gpu.queue.write_buffer(&params, 0, &bytes);
     Ok(Plan {
-        passes,
+        items,
         acts,
         node_buf: s.node_buf.clone(),
         ids,

@@ -9,6 +9,9 @@ use crate::backend::gpu::params::{AttentionParams, KernelParams, KvStoreParams, 
 use crate::backend::KvType;
 use crate::model::{Attn, Node, Op, RopeMode};
 
+/// Tokens per `attention` launch.
+pub const ATTN_TOKENS: u32 = 256;
+
 impl Builder<'_> {
     pub(super) fn attention(&mut self, node: &Node, out: usize) -> Result<Stage, String> {
         let rows = node.rows as u32;
@@ -93,7 +96,10 @@ impl Builder<'_> {
                     ],
                     groups: fold(((rows * (kw + vw)) / epw).div_ceil(64) as u64, self.maxg),
                 };
-                let attend = Launch {
+                // One workgroup per (q head, token), in launches of at most ATTN_TOKENS
+                // tokens: a long prefill's quadratic attention is several bounded dispatches,
+                // which submits can fall between.
+                let attend = |t0: u32| Launch {
                     variant: Variant::with_kv(Kernel::Attention, self.kv).subgroups(self.subgroups),
                     params: AttentionParams {
                         n_head: n_head as u32,
@@ -106,6 +112,7 @@ impl Builder<'_> {
                         n: rows,
                         flash: u32::from(flash),
                         sinks: u32::from(sinks),
+                        t0,
                         ..Default::default()
                     }
                     .words(),
@@ -115,14 +122,14 @@ impl Builder<'_> {
                         Res::Kc(src),
                         Res::Vc(src),
                         Res::Act(out),
-                        sk,
+                        sk.clone(),
                     ],
-                    // One workgroup per (q head, token).
-                    groups: [n_head as u32, rows, 1],
+                    groups: [n_head as u32, (rows - t0).min(ATTN_TOKENS), 1],
                 };
+                let attends = (0..rows).step_by(ATTN_TOKENS as usize).map(attend);
                 match kv_from {
-                    Some(_) => vec![attend],
-                    None => vec![store, attend],
+                    Some(_) => attends.collect(),
+                    None => std::iter::once(store).chain(attends).collect(),
                 }
             }
             op => return Err(format!("{}: {} is not rope or attention", node.name, op.kind())),

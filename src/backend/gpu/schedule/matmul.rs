@@ -12,11 +12,12 @@ use crate::quant::QType;
 const VEC_ROWS_PER_WG: u32 = 8;
 
 impl Builder<'_> {
-    /// `GetRows` or `Matmul` (pushing its `quantize_act` stage first where one is needed).
-    pub(super) fn matmul(&mut self, node: &Node, out: usize) -> Result<Stage, String> {
+    /// `GetRows` or `Matmul` (pushing its `quantize_act` stage first where one is needed);
+    /// `acc`: the matmul adds into `out`, which holds the residual of a fused add.
+    pub(super) fn matmul(&mut self, node: &Node, out: usize, acc: bool) -> Result<Stage, String> {
         match &node.op {
             Op::GetRows { weight } => self.get_rows(weight, out),
-            Op::Matmul { weight, x } => self.matmul_op(node, weight, *x, out),
+            Op::Matmul { weight, x } => self.matmul_op(node, weight, *x, out, acc),
             op => Err(format!("{}: {} is not a matmul", node.name, op.kind())),
         }
     }
@@ -63,12 +64,7 @@ impl Builder<'_> {
         let Some(act) = act_qtype(qtype) else {
             return self.inp(node, 0);
         };
-        let bytes = n_rows as u64 * act_bytes(row_len);
-        let sb = match self.scratch {
-            Some(sb) => sb,
-            None => *self.scratch.insert(self.live.add(0)),
-        };
-        self.live.sizes[sb] = self.live.sizes[sb].max(bytes);
+        let sb = self.scratch(n_rows, row_len);
         if self.scratch_holds != Some((x, act)) {
             self.scratch_holds = Some((x, act));
             // One invocation per block.
@@ -90,7 +86,31 @@ impl Builder<'_> {
         Res::Act(sb)
     }
 
-    fn matmul_op(&mut self, node: &Node, name: &str, x: usize, out: usize) -> Result<Stage, String> {
+    /// The scratch buffer for quantized activations, grown to `n_rows` rows of `row_len`.
+    pub(super) fn scratch(&mut self, n_rows: usize, row_len: usize) -> usize {
+        let sb = match self.scratch {
+            Some(sb) => sb,
+            None => *self.scratch.insert(self.live.add(0)),
+        };
+        let bytes = n_rows as u64 * act_bytes(row_len);
+        self.live.sizes[sb] = self.live.sizes[sb].max(bytes);
+        sb
+    }
+
+    /// The activation format of node `i`'s first reader where that is a matmul over quantized
+    /// weights: what a norm computing node `i` can round its rows to itself.
+    pub(super) fn first_matmul_act(&self, i: usize) -> Option<QType> {
+        let j = *self.readers[i].first()?;
+        match &self.g.nodes[j].op {
+            Op::Matmul { weight, x } if *x == i => {
+                let w = (self.weight)(weight)?;
+                (w.row_len == self.g.nodes[i].width).then_some(act_qtype(w.qtype)?)
+            }
+            _ => None,
+        }
+    }
+
+    fn matmul_op(&mut self, node: &Node, name: &str, x: usize, out: usize, acc: bool) -> Result<Stage, String> {
         let w = self.weight(name)?;
         let vec = node.rows <= VEC_MAX_TOKENS;
         let rows = node.rows as u32;
@@ -105,6 +125,7 @@ impl Builder<'_> {
                 rows: pr,
                 row0: r0,
                 n: rows,
+                acc: u32::from(acc),
                 ..Default::default()
             }
             .words();
@@ -129,8 +150,9 @@ impl Builder<'_> {
                 }
             });
         }
+        let add = if acc { "+add" } else { "" };
         Ok(Stage::Compute {
-            kind: format!("{}/{}", if vec { "matmul_vec" } else { "matmul" }, w.qtype),
+            kind: format!("{}/{}{add}", if vec { "matmul_vec" } else { "matmul" }, w.qtype),
             launches,
         })
     }

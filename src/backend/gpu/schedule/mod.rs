@@ -12,10 +12,12 @@ mod matmul;
 mod moe;
 mod norm;
 
+pub use attention::ATTN_TOKENS;
+
 use std::sync::Arc;
 
 use super::kernels::{Kernel, Variant};
-use super::params::{ArgmaxParams, KernelParams};
+use super::params::{ArgmaxParams, AttentionParams, KernelParams, MatmulParams};
 use crate::backend::alloc::Liveness;
 use crate::backend::KvType;
 use crate::model::graph::ROPE_FREQS;
@@ -69,6 +71,31 @@ pub struct Launch {
     pub res: Vec<Res>,
     /// Workgroup counts (CUDA grid).
     pub groups: [u32; 3],
+}
+
+impl Launch {
+    /// The multiply-adds this launch does, roughly, as (fixed, per position of context): what
+    /// bounds the GPU work of one submit. The attention's share grows with the context, which
+    /// only the step knows.
+    pub fn work(&self) -> (u64, u64) {
+        let groups: u64 = self.groups.iter().map(|&g| g as u64).product();
+        match self.variant.kernel {
+            Kernel::MatmulVec | Kernel::Matmul => {
+                let p = MatmulParams::from_words(&self.params);
+                (p.k as u64 * p.rows as u64 * p.n as u64, 0)
+            }
+            // One row of y per (token, slot): workgroup z.
+            Kernel::MatmulVecId => {
+                let p = MatmulParams::from_words(&self.params);
+                (p.k as u64 * p.rows as u64 * self.groups[2] as u64, 0)
+            }
+            Kernel::Attention => {
+                let p = AttentionParams::from_words(&self.params);
+                (0, groups * (p.head_dim + p.head_dim_v) as u64)
+            }
+            k => (groups * k.threads() as u64, 0),
+        }
+    }
 }
 
 #[derive(Debug, PartialEq)]
@@ -127,9 +154,35 @@ struct Builder<'a> {
     scratch_holds: Option<(usize, QType)>,
     ropes: Vec<Rope>,
     stages: Vec<Stage>,
+    /// The nodes reading each node.
+    readers: Vec<Vec<usize>>,
+    /// Nodes an earlier launch already computed, in the buffer given (an `Add` fused into the
+    /// matmul before it).
+    done_in: Vec<Option<usize>>,
 }
 
 impl Builder<'_> {
+    /// The residual add a matmul's output can be accumulated into: `(add, residual)` where node
+    /// `i`'s only reader is `add = i + residual` and the residual is dead after it, so the
+    /// matmul writes `y += x · W` into the residual's buffer (one launch and one buffer fewer;
+    /// bit for bit the same sum). Not where the matmul is the node the graph keeps.
+    fn residual_add(&self, i: usize) -> Option<(usize, usize)> {
+        let g = self.g;
+        if !matches!(g.nodes[i].op, Op::Matmul { .. }) || g.key.keep == Some(i) || g.result == i {
+            return None;
+        }
+        let &[a] = self.readers[i].as_slice() else {
+            return None;
+        };
+        let Op::Add { a: x, b: y } = g.nodes[a].op else {
+            return None;
+        };
+        let r = if x == i { y } else { x };
+        let dead_after = self.live.last_use(r) == a && self.readers[r].iter().all(|&j| j < i || j == a);
+        let kept = g.key.keep == Some(r) || g.result == r;
+        (r != i && dead_after && !kept && g.nodes[r].width == g.nodes[i].width).then_some((a, r))
+    }
+
     fn weight(&self, name: &str) -> Result<Arc<WeightParts>, String> {
         (self.weight)(name).ok_or_else(|| format!("{name} is not resident"))
     }
@@ -176,12 +229,35 @@ pub fn schedule(
         scratch_holds: None,
         ropes: Vec::new(),
         stages: Vec::with_capacity(g.nodes.len()),
+        readers: vec![Vec::new(); g.nodes.len()],
+        done_in: vec![None; g.nodes.len()],
     };
     for (i, node) in g.nodes.iter().enumerate() {
-        let out = b.live.place(g, i, (node.rows * node.width * 4) as u64);
+        for j in node.op.inputs() {
+            b.readers[j].push(i);
+        }
+    }
+    for (i, node) in g.nodes.iter().enumerate() {
+        if let Some(buf) = b.done_in[i] {
+            b.live.place_at(g, i, buf);
+            b.stages.push(Stage::Compute {
+                kind: format!("{} (fused)", node.op.kind()),
+                launches: Vec::new(),
+            });
+            continue;
+        }
+        let fused = b.residual_add(i);
+        let out = match fused {
+            Some((a, r)) => {
+                let buf = b.live.buf_of[r];
+                b.done_in[a] = Some(buf);
+                b.live.place_at(g, i, buf)
+            }
+            None => b.live.place(g, i, (node.rows * node.width * 4) as u64),
+        };
         let stage = match &node.op {
-            Op::GetRows { .. } | Op::Matmul { .. } => b.matmul(node, out)?,
-            Op::RmsNorm { .. } | Op::HeadNorm { .. } | Op::HeadNormPlain { .. } => b.norm(node, out)?,
+            Op::GetRows { .. } | Op::Matmul { .. } => b.matmul(node, out, fused.is_some())?,
+            Op::RmsNorm { .. } | Op::HeadNorm { .. } | Op::HeadNormPlain { .. } => b.norm(i, node, out)?,
             Op::Rope { .. } | Op::Attention { .. } => b.attention(node, out)?,
             Op::AddBias { .. }
             | Op::Add { .. }

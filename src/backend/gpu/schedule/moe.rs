@@ -127,6 +127,7 @@ impl Builder<'_> {
                 ids: k as u32,
                 x_slot: x_slot as u32,
                 n_expert: (all_rows / n_out) as u32,
+                ..Default::default()
             }
             .words(),
             res: vec![Res::Weight(w.clone(), 0), xin, Res::Act(out), self.inp(node, 1)],

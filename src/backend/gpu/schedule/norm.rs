@@ -2,13 +2,16 @@
 //! is an RMS norm over rows one head wide; the plain one has no weight).
 
 use super::{fold, Builder, Launch, Res, Stage};
-use crate::backend::gpu::kernels::{Kernel, Variant};
+use crate::backend::gpu::kernels::{Kernel, Variant, ACT_QTYPES};
 use crate::backend::gpu::params::{KernelParams, RmsNormParams};
 use crate::model::{Node, Op};
 use crate::quant::QType;
 
 impl Builder<'_> {
-    pub(super) fn norm(&self, node: &Node, out: usize) -> Result<Stage, String> {
+    /// Node `i`'s norm. An `RmsNorm` whose first reader is a matmul over quantized weights also
+    /// rounds its rows into the scratch buffer as `quantize_act` would, so that matmul (and the
+    /// others over it in the same format: Q/K/V, gate/up) reads them without a launch of its own.
+    pub(super) fn norm(&mut self, i: usize, node: &Node, out: usize) -> Result<Stage, String> {
         let (rows, width) = (node.rows as u32, node.width as u32);
         let heads = |hd: usize| (rows * (width / hd as u32), hd as u32);
         let (name, eps, (nrows, nwidth)) = match &node.op {
@@ -29,8 +32,29 @@ impl Builder<'_> {
             }
             None => (self.inp(node, 0), QType::F32),
         };
+        let fused = match node.op {
+            Op::RmsNorm { .. } => self.first_matmul_act(i),
+            _ => None,
+        };
+        // Without the fused rounding binding 4 is never written; the step buffer stands in.
+        let (act, q) = match fused {
+            Some(a) => {
+                let sb = self.scratch(node.rows, node.width);
+                self.scratch_holds = Some((i, a));
+                let idx = ACT_QTYPES
+                    .iter()
+                    .position(|&q| q == a)
+                    .ok_or_else(|| format!("{a}: no activation format"))?;
+                (idx as u32 + 1, Res::Act(sb))
+            }
+            None => (0, Res::Step),
+        };
+        let kind = match fused {
+            Some(a) => format!("{}+quantize_act/{a}", node.op.kind()),
+            None => node.op.kind().to_string(),
+        };
         Ok(Stage::Compute {
-            kind: node.op.kind().to_string(),
+            kind,
             launches: vec![Launch {
                 variant: Variant::with_qtype(Kernel::RmsNorm, qtype).subgroups(self.subgroups),
                 params: RmsNormParams {
@@ -38,9 +62,10 @@ impl Builder<'_> {
                     eps,
                     rows: nrows,
                     plain: u32::from(name.is_none()),
+                    act,
                 }
                 .words(),
-                res: vec![w, self.inp(node, 0), Res::Act(out)],
+                res: vec![w, self.inp(node, 0), Res::Act(out), q],
                 // One workgroup per row.
                 groups: fold(nrows as u64, self.maxg),
             }],
