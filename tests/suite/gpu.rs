@@ -43,6 +43,7 @@ tests![
     attention_matches_cpu_over_steps,
     rope_yarn_freq_factors_temperature_match_cpu,
     attention_sinks_match_a_direct_computation_and_cpu,
+    long_prefill_is_bounded_submits_and_matches_cpu,
     geglu_edges_match_cpu,
     argmax_readback_matches_logits,
     gate_refusal_falls_back_to_cpu_before_upload,
@@ -531,6 +532,56 @@ fn attention_matches_cpu_over_steps() {
     }
 }
 
+/// A 4,096-token prefill of one attention head (32 wide, an f32 cache): its queries run in
+/// launches of `ATTN_TOKENS`, submitted in several bounded parts (the first forward of a
+/// context is sized before any rate was seen), and match the CPU (NMSE ≤ 1e-6). wgpu only:
+/// the CUDA emulation would take minutes.
+fn long_prefill_is_bounded_submits_and_matches_cpu() {
+    let t = "long_prefill_is_bounded_submits_and_matches_cpu";
+    let gs: Vec<Gpu> = gpus(t, None)
+        .into_iter()
+        .filter(|g| g.backend.name() == "wgpu" && !g.alt)
+        .collect();
+    if gs.is_empty() {
+        return;
+    }
+    let (n, hd) = (4096, 32);
+    let hp = hparams(hd, 1, 1, hd);
+    let weights = vec![
+        tensor("tq", QType::F32, hd, 16, 31, 3.0),
+        tensor("tk", QType::F32, hd, 16, 32, 3.0),
+        tensor("tv", QType::F32, hd, 16, 33, 1.0),
+    ];
+    let mdl = model(hp.clone(), weights);
+    let g = attention_graph(
+        n,
+        minfer::model::Attn {
+            scale: hp.attn_scale,
+            ..minfer::model::Attn::new(0, 1, 1, hd)
+        },
+    );
+    let ids: Vec<u32> = (0..n as u32).map(|i| i * 7 % 16).collect();
+    let step = Step::contiguous(&ids, 0);
+    let mut want = Vec::new();
+    cpu()
+        .new_context(&mdl, n, KvType::F32)
+        .unwrap()
+        .forward(&g, &step, &mut want)
+        .unwrap();
+    for b in &gs {
+        let mut ctx = b.backend.new_context(&mdl, n, KvType::F32).unwrap();
+        let mut got = Vec::new();
+        ctx.forward(&g, &step, &mut got).unwrap();
+        let w = ctx.submitted().expect("a GPU backend says what it submitted");
+        let launches = n.div_ceil(minfer::backend::gpu::schedule::ATTN_TOKENS as usize) as u64;
+        assert!(w.dispatches > launches, "{}: {w:?}", b.label);
+        assert!(w.submits >= 2, "{}: a {n}-token prefill in {w:?}", b.label);
+        let e = nmse(&got, &want);
+        assert!(e <= 1e-6, "{}: NMSE {e:.2e} against the CPU", b.label);
+        eprintln!("{t}: {}: {w:?}, NMSE {e:.1e}", b.label);
+    }
+}
+
 /// GEGLU at the edges of its table: NaN gates give NaN (as the CPU's f16 table does), ±inf and
 /// ±10 take the limits, and values just inside them the table's f16-rounded GELU.
 fn geglu_edges_match_cpu() {
@@ -665,13 +716,30 @@ fn gate_refusal_falls_back_to_cpu_before_upload() {
     let b = Arc::new(b);
     let mdl = load::open_model(root.join("random/gguf/llama-Q4_0.gguf")).unwrap();
     let cands: Vec<Arc<dyn Backend>> = vec![b.clone(), Arc::new(cpu())];
-    let (chosen, log) = backend::select(cands, &mdl, KvType::F16).unwrap();
+    let (chosen, log) = backend::select(cands, &mdl, KvType::F16, 64).unwrap();
     assert_eq!(chosen.name(), "cpu");
     assert_eq!(log.len(), 2, "{log:?}");
     let want = "wgpu: skipped — blk.0.attn_norm.weight: a row of 1024 bytes does not fit a 256-byte binding";
     assert_eq!(log[0], want, "the first tensor (by name) that cannot be hosted");
     assert!(log[1].starts_with("backend: cpu"), "{log:?}");
     assert_eq!(b.uploaded_bytes(), 0, "nothing may be uploaded before the gate decides");
+    // A context whose cache layer passes 4 GiB would wrap the kernels' 32-bit indices: refused
+    // by its numbers, one position fewer taken.
+    let full = Arc::new(gpu(t, true, None).unwrap());
+    let (kw, vw) = mdl.hparams.max_kv_widths();
+    let most = u32::MAX as usize / (4 * kw.max(vw));
+    assert!(full.check_context(&mdl, most, KvType::F32).is_ok());
+    let cands: Vec<Arc<dyn Backend>> = vec![full.clone(), Arc::new(cpu())];
+    let (chosen, log) = backend::select(cands, &mdl, KvType::F32, most + 1).unwrap();
+    assert_eq!(chosen.name(), "cpu");
+    let bytes = (most + 1) * 4 * kw.max(vw);
+    let want = format!(
+        "wgpu: skipped — a f32 KV cache layer of {} positions × {} elements is {bytes} bytes, past the wgpu kernels' 32-bit indexing (at most {most} positions)",
+        most + 1,
+        kw.max(vw)
+    );
+    assert_eq!(log[0], want);
+    assert_eq!(full.uploaded_bytes(), 0);
     // A weight type without a kernel is refused by tensor name.
     let w = tensor("blk.0.ffn_down.weight", QType::Q8K, 256, 4, 1, 1.0);
     let m = model(hparams(4, 1, 1, 64), vec![w, tensor("inp", QType::F32, 256, 2, 2, 1.0)]);

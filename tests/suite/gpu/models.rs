@@ -21,6 +21,7 @@ tests![
     split_weights_and_batches_change_nothing,
     real_models_match_llama_cpp_and_cpu,
     greedy_runs_match_cpu,
+    launches_passes_and_submits_are_bounded,
     #[ignore = "minutes on llvmpipe; run with --ignored gemma3_paragraph"]
     gemma3_paragraph_matches_llama_cpp_and_cpu,
 ];
@@ -567,4 +568,60 @@ fn ministral3_matches_cpu() {
             assert!(e <= 1e-6, "{}: ministral3 kv {}: NMSE {e:.2e}", gb.label, kv.name());
         }
     }
+}
+
+/// What a forward hands the device (`Session::submitted`). A decode step of the random llama
+/// (q4_1): at most 16 launches per layer (from 20: each RMS norm rounds its rows for the
+/// quantized matmuls after it, and the output and down projections add into the residual), on
+/// wgpu recorded into one compute pass per 64 of them, and one submit. A 600-token prefill on
+/// wgpu (attention in three launches, several submits) matches the CPU's last logits.
+fn launches_passes_and_submits_are_bounded() {
+    let t = "launches_passes_and_submits_are_bounded";
+    let Some(root) = common::ref_dir(t) else {
+        return;
+    };
+    let gs = gpus(t, None);
+    if gs.is_empty() {
+        return;
+    }
+    let model = Arc::new(load::open_model(root.join("random/gguf/llama-Q4_1.gguf")).unwrap());
+    let n_layer = model.hparams.n_layer as u64;
+    for g in &gs {
+        let mut s = session_on(g, model.clone(), 64, KvType::F16);
+        s.eval(&[1, 2, 3], false).unwrap();
+        s.eval_argmax(&[4]).unwrap();
+        let w = s.submitted().expect("a GPU backend says what it submitted");
+        // Besides the layers: get_rows, the output norm and matmul, the argmax.
+        assert!(
+            w.dispatches <= 16 * n_layer + 4,
+            "{}: {w:?} for {n_layer} layers",
+            g.label
+        );
+        assert!(w.dispatches >= 10 * n_layer, "{}: {w:?} counts every launch", g.label);
+        assert_eq!(w.submits, 1, "{}: {w:?}", g.label);
+        if g.backend.name() == "wgpu" {
+            // The output copy ends a pass; the argmax is one of its own.
+            assert!(w.passes <= w.dispatches.div_ceil(64) + 2, "{}: {w:?}", g.label);
+        }
+    }
+    let Some(g) = gs.iter().find(|g| g.backend.name() == "wgpu") else {
+        return;
+    };
+    let toks: Vec<u32> = (0..600).map(|i| (i * 7919 % 1000) as u32 + 3).collect();
+    let on = |b: Arc<dyn Backend>, n: usize| {
+        let o = SessionOptions {
+            n_batch: n,
+            ..opts(n + 16, BackendChoice::Auto, KvType::F16)
+        };
+        Session::on(vec![b], model.clone(), &o).unwrap()
+    };
+    let mut s = on(g.backend.clone(), 600);
+    let ours = s.eval(&toks, false).unwrap();
+    let w = s.submitted().unwrap();
+    assert!(w.submits >= 2, "{}: a 600-token prefill in {w:?}", g.label);
+    let want = on(Arc::new(CpuBackend::new(Some(2)).unwrap()), 600)
+        .eval(&toks, false)
+        .unwrap();
+    let e = nmse(&ours, &want);
+    assert!(e <= 5e-3, "{}: last logits NMSE {e:.2e} against the CPU", g.label);
 }
