@@ -53,18 +53,11 @@ impl Liveness {
             Some(fi) => self.free.swap_remove(fi),
             None => self.add(size),
         };
-        self.buf_of[i] = out;
-        for j in g.nodes[i].op.inputs() {
-            let b = self.buf_of[j];
-            if self.last_use[j] == i && !self.free.contains(&b) && b != out {
-                self.free.push(b);
-            }
-        }
-        out
+        self.place_at(g, i, out)
     }
 
-    /// Places node `i` in `buf`, the buffer of a live node it overwrites (a fused op writing in
-    /// place), then frees the buffers of the inputs it read last.
+    /// Places node `i` in `buf` (`place`'s pick, or the buffer of a live node it overwrites: a
+    /// fused op writing in place), then frees the buffers of the inputs it read last.
     pub fn place_at(&mut self, g: &Graph, i: usize, buf: usize) -> usize {
         self.buf_of[i] = buf;
         for j in g.nodes[i].op.inputs() {

@@ -409,6 +409,70 @@ mod tests {
         assert!(s.act_bytes[scratch.unwrap()] >= 3 * act_bytes(512));
     }
 
+    /// A matmul whose output only feeds a residual add accumulates into the residual's buffer
+    /// and the add launches nothing; where the residual is read again after the add, or the
+    /// matmul is the kept node, both run as they are.
+    #[test]
+    fn a_residual_add_is_fused_into_its_matmul_only_where_the_residual_dies() {
+        let layout = |name: &str| {
+            Some(Arc::new(WeightParts {
+                name: name.into(),
+                qtype: QType::F32,
+                row_len: 64,
+                parts: vec![(0, 64)],
+            }))
+        };
+        let add = |a, b| node("add", Op::Add { a, b }, 64);
+        let run = |nodes: Vec<Node>, keep: Option<usize>| {
+            let mut key = crate::model::GraphKey::new(3, 3);
+            key.keep = keep;
+            let g = Graph {
+                key,
+                result: nodes.len() - 1,
+                nodes,
+            };
+            let s = schedule(&g, &layout, KvType::F16, false, 65535).unwrap();
+            let launches: Vec<Vec<(Kernel, u32, Vec<Res>)>> = s
+                .stages
+                .iter()
+                .map(|st| match st {
+                    Stage::Compute { launches, .. } => launches
+                        .iter()
+                        .map(|l| (l.variant.kernel, MatmulParams::from_words(&l.params).acc, l.res.clone()))
+                        .collect(),
+                    Stage::Copy { .. } => Vec::new(),
+                })
+                .collect();
+            (launches, s.node_buf)
+        };
+        let emb = || node("emb", Op::GetRows { weight: "emb".into() }, 64);
+        let pre = || node("pre", Op::Scale { x: 0, s: 0.5 }, 64);
+        let (l, bufs) = run(vec![emb(), pre(), mm(1, "w", 64), add(2, 0), mm(3, "w2", 64)], None);
+        assert_eq!(
+            (l[2].len(), l[2][0].0),
+            (1, Kernel::Matmul),
+            "3 tokens: the tiled matmul"
+        );
+        assert_eq!(l[2][0].1, 1, "the matmul accumulates");
+        assert_eq!(l[2][0].2[2], Res::Act(bufs[0]), "into the residual's buffer");
+        assert!(l[3].is_empty(), "the add launches nothing");
+        assert_eq!(bufs[3], bufs[0]);
+        // Not fused: the residual read after the add, the matmul kept (traced), the matmul
+        // reading the residual itself (it would overwrite its own input).
+        for (nodes, keep, at) in [
+            (vec![emb(), pre(), mm(1, "w", 64), add(2, 0), add(3, 0)], None, 2),
+            (
+                vec![emb(), pre(), mm(1, "w", 64), add(2, 0), mm(3, "w2", 64)],
+                Some(2),
+                2,
+            ),
+            (vec![emb(), mm(0, "w", 64), add(1, 0), mm(2, "w2", 64)], None, 1),
+        ] {
+            let (l, _) = run(nodes, keep);
+            assert_eq!((l[at][0].1, l[at + 1].len()), (0, 1), "{keep:?} {at}");
+        }
+    }
+
     /// A KV-shared layer stores nothing and its attention binds the source layer's cache; the
     /// writing layer stores into and reads its own.
     #[test]
