@@ -15,10 +15,15 @@
 //
 // Params: n_head, n_head_kv, head_dim (even, ≤ 512), head_dim_v (≤ 512), scale (f32), window
 // (0 = none), softcap (f32, 0 = none), n (tokens), flash (0 / 1), sinks (0 / 1),
-// t0 (the launch's first token).
+// t0 (the launch's first token), n_rot (0, or the rope folded in: q is read rotated, as rope.cu
+// would have written it; common.cuh's rope_value), neox.
 // Bindings: 1 step (Step::words: [n, 0, 0, 0], (pos, 4 + 2n + off) per token, the cell lists),
 // 2 q [n][n_head · head_dim], 3 kc, 4 vc (cache words, one row per cell),
-// 5 o [n][n_head · head_dim_v], 6 sk [n_head] (read only with sinks). Grid: (n_head, tokens of this launch). Block: 64.
+// 5 o [n][n_head · head_dim_v], 6 sk [n_head] (read only with sinks),
+// 7 qcs [n][n_rot / 2] (the folded rope's table; read only with n_rot > 0), 8 qy (with act =
+// 1 + quantize_act's ACT, the output feeding a quantized matmul with blocks within a head: the
+// block then rounds its head's output there as quantize_act would, the rounded values [n][k]
+// then the q8_1 corrections; never written otherwise). Grid: (n_head, tokens of this launch). Block: 64.
 
 struct AttentionParams {
     u32 n_head, n_head_kv, head_dim, head_dim_v;
@@ -29,7 +34,10 @@ struct AttentionParams {
     u32 flash;     // 0 / 1
     u32 sinks;     // 0 / 1
     u32 t0;        // the first token of this launch (blockIdx.y is t - t0)
-    u32 _pad2;
+    u32 n_rot;     // 0, or the rope folded into the attention (q read rotated)
+    u32 neox;
+    u32 act;       // 0, or 1 + quantize_act's ACT: o also rounded into binding 8
+    u32 _pad3, _pad4;
 };
 
 template <class KV>
@@ -47,6 +55,7 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
     const u32* __restrict__ vc = binding<const u32>(p, 4);
     float* __restrict__ o = binding<float>(p, 5);
     const float* __restrict__ sk = binding<const float>(p, 6);
+    const f2* __restrict__ qcs = binding<const f2>(p, 7);
     const AttentionParams& prm = params<AttentionParams>(p);
     const u32 n_head = prm.n_head, n_head_kv = prm.n_head_kv, hd = prm.head_dim, hdv = prm.head_dim_v;
     const float scale = prm.scale;
@@ -65,11 +74,20 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
         lo = pos + 1 - window;
     }
     const u32 qb = (t * n_head + h) * hd;
+    const u32 n_rot = prm.n_rot, neox = prm.neox;
+    // Element d of the q head, rotated where a rope is folded in.
+    auto q_at = [&](u32 d) -> float {
+        if (n_rot == 0) {
+            return q[qb + d];
+        }
+        const f2 c = d < n_rot ? qcs[t * (n_rot / 2) + rope_pair(d, n_rot, neox)] : f2{1.0f, 0.0f};
+        return rope_value(d, n_rot, neox, q[qb + d], q[qb + rope_partner(d, n_rot, neox)], c);
+    };
     // q rounded as the CPU rounds it for the cache type: element-wise for f32 / f16, through the
     // |max| of its QBLOCK-element block for q8_0 (the raw q staged in shared memory first).
     if constexpr (KV::QBLOCK > 1) {
         for (u32 d = tid; d < hd; d += WG) {
-            qraw[d] = q[qb + d];
+            qraw[d] = q_at(d);
         }
         __syncthreads();
         for (u32 d = tid; d < hd; d += WG) {
@@ -83,7 +101,7 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
         }
     } else {
         for (u32 d = tid; d < hd; d += WG) {
-            qs[d] = KV::kv_round_q(q[qb + d], 0.0f);
+            qs[d] = KV::kv_round_q(q_at(d), 0.0f);
         }
     }
     __syncthreads();
@@ -206,6 +224,17 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
         const u32 d = tid + a * WG;
         if (d < hdv) {
             o[ob + d] = acc[a] * f;
+        }
+    }
+    if (prm.act != 0) {
+        // The head's output as written above, visible to the whole block.
+        __syncthreads();
+        float* __restrict__ qy = binding<float>(p, 8);
+        const u32 act = prm.act - 1, qk = act == 2 ? 256 : 32;
+        const u32 k = n_head * hdv;
+        for (u32 b = tid; b < hdv / qk; b += WG) {
+            const u32 e = ob + b * qk;
+            quantize_block(act, o + e, qy + e, qy + prm.n * k + e / 32);
         }
     }
 }

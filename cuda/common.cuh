@@ -23,11 +23,11 @@ typedef unsigned int u32;
 // One dispatch's parameters: b[i] is the device address of WGSL binding i + 1, w[] the 16
 // parameter words the host writes for the dispatch (WGSL binding 0), read through params<T>.
 struct Params {
-    unsigned long long b[6];
+    unsigned long long b[8];
     unsigned int w[16];
 };
 
-// Binding `i` (as numbered in the WGSL, 1..6) as a pointer to T.
+// Binding `i` (as numbered in the WGSL, 1..8) as a pointer to T.
 template <typename T>
 static __device__ __forceinline__ T* binding(const Params& p, u32 i) {
     return reinterpret_cast<T*>(p.b[i - 1]);
@@ -53,15 +53,22 @@ struct MatmulParams {
     u32 x_slot;   // matmul_vec_id: 1 where x has a row per slot
     u32 n_expert; // matmul_vec_id: experts in the weight, `rows` rows each
     u32 acc;      // 1: y += x · W (a fused residual add; y holds the residual)
+    u32 bias;     // 1: y = x · W + b (a fused bias add; binding 4 holds b; not with experts)
 };
 
-// A matmul's output element: s, or (acc, a fused residual add) y + s.
-static __device__ __forceinline__ void store_y(float* y, float s, u32 acc) {
-    *y = acc ? *y + s : s;
+// A matmul's output element of weight row `row`: s, plus (a fused bias add) b[row], then
+// (acc, a fused residual add) onto y. The bias binding is read only where p.bias is set.
+static __device__ __forceinline__ void store_y(const Params& p, float* y, float s, u32 row) {
+    const MatmulParams& prm = params<MatmulParams>(p);
+    if (prm.bias) {
+        s += binding<const float>(p, 4)[row];
+    }
+    *y = prm.acc ? *y + s : s;
 }
 struct BinaryParams {
     u32 n;
-    u32 _pad0, _pad1, _pad2;
+    u32 act; // 0, or 1 + quantize_act's ACT
+    u32 _pad0, _pad1;
 };
 struct UnaryParams {
     u32 n;
@@ -313,8 +320,13 @@ static __device__ __forceinline__ float seg_sum(float v) {
 
 // ---- element-wise binary ops -------------------------------------------------------------------
 // The body shared by add, mul, swiglu and geglu (WGSL: binary.wgsl): y[i] = OP::op(a[i], b[i]),
-// one element per thread. Params: n. Bindings: 1 a, 2 b, 3 y. Blocks of 256 threads, folded
-// into (x, y).
+// one element per thread. With act = 1 + quantize_act's ACT (a GLU feeding a quantized matmul)
+// one block per thread instead: its y, then the block rounded as quantize_act would into binding
+// 4 (the rounded values, then the q8_1 corrections after all n; quantize_block, defined below).
+// Params: n, act. Bindings: 1 a, 2 b, 3 y, 4 qy (written only with act). Blocks of 256 threads,
+// folded into (x, y).
+
+static __device__ __forceinline__ void quantize_block(u32 act, const float* v, float* o, float* cor);
 
 template <class OP>
 static __device__ __forceinline__ void binary_body(const Params& p) {
@@ -322,10 +334,23 @@ static __device__ __forceinline__ void binary_body(const Params& p) {
     const float* __restrict__ a = binding<const float>(p, 1);
     const float* __restrict__ b = binding<const float>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
+    float* __restrict__ qy = binding<float>(p, 4);
+    const BinaryParams& prm = params<BinaryParams>(p);
     const u32 i = linear_id<WG>();
-    if (i < params<BinaryParams>(p).n) {
-        y[i] = OP::op(a[i], b[i]);
+    if (prm.act == 0) {
+        if (i < prm.n) {
+            y[i] = OP::op(a[i], b[i]);
+        }
+        return;
     }
+    const u32 act = prm.act - 1, qk = act == 2 ? 256 : 32;
+    if (i >= prm.n / qk) {
+        return;
+    }
+    for (u32 e = i * qk; e < i * qk + qk; e++) {
+        y[e] = OP::op(a[e], b[e]);
+    }
+    quantize_block(act, y + i * qk, qy + i * qk, qy + prm.n + i);
 }
 
 // ---- element-wise unary ops with a scalar --------------------------------------------------------
@@ -385,4 +410,37 @@ static __device__ __forceinline__ void quantize_block(u32 act, const float* v, f
     if (act == 1) {
         *cor = round_f16(mul_rn(sq, d)) - mul_rn(d16, sq);
     }
+}
+
+// ---- RoPE where a value is read ----------------------------------------------------------------
+// A rope folded into the op that reads its output (kv_store's K, attention's q) rotates as
+// rope.cu does: element d of a head, n_rot of them rotated, pairs (i, i + n_rot / 2) with neox,
+// (2i, 2i + 1) without. rope_partner: d's partner in the head (d itself past n_rot); rope_pair:
+// its entry of the step's table cs [token][n_rot / 2]; rope_value: the rotated value from d's
+// and its partner's (WGSL: common.wgsl, the same operations).
+
+[[maybe_unused]] static __device__ __forceinline__ u32 rope_partner(u32 d, u32 n_rot, u32 neox) {
+    if (d >= n_rot) {
+        return d;
+    }
+    if (neox != 0) {
+        const u32 half = n_rot / 2;
+        return d >= half ? d - half : d + half;
+    }
+    return d ^ 1u;
+}
+
+[[maybe_unused]] static __device__ __forceinline__ u32 rope_pair(u32 d, u32 n_rot, u32 neox) {
+    return neox != 0 ? d % (n_rot / 2) : d / 2;
+}
+
+[[maybe_unused]] static __device__ __forceinline__ float rope_value(u32 d, u32 n_rot, u32 neox, float xd, float xp, f2 c) {
+    if (d >= n_rot) {
+        return xd;
+    }
+    const bool second = neox != 0 ? d >= n_rot / 2 : (d & 1u) == 1u;
+    if (second) {
+        return mul_rn(xp, c.y) + mul_rn(xd, c.x);
+    }
+    return mul_rn(xd, c.x) - mul_rn(xp, c.y);
 }

@@ -5,17 +5,38 @@
 //   two threads share a word; the host requires K and V widths that are multiples of 64), K pairs
 //   first, then V pairs; each block quantized as ggml's quantize_row_q8_0_ref, the CPU's bytes.
 //
-// Params: kw (K row width, n_head_kv · head_dim), vw (V row width), n (tokens).
+// - A rope of K folded into the store (n_rot > 0; the rope node computes nothing): K is read
+//   rotated, as rope.cu would have written it (k_at; common.cuh's rope_value).
+//
+// Params: kw (K row width, n_head_kv · head_dim), vw (V row width), n (tokens), head_dim (K's),
+// n_rot (0: K as it is), neox.
 // Bindings: 1 step (Step::words: [n, 0, 0, 0], (pos, 4 + 2n + off) per token, the cell lists),
-// 2 k [n][kw], 3 v [n][vw], 4 kc, 5 vc (cache words, one row per cell).
+// 2 k [n][kw], 3 v [n][vw], 4 kc, 5 vc (cache words, one row per cell), 6 cs [n][n_rot / 2]
+// (the folded rope's table; read only with n_rot > 0).
 // Grid: ceil(n · (kw + vw) / EPW / 64) blocks (EPW = 64 for q8_0) folded into (x, y). Block: 64.
 
 struct KvStoreParams {
     u32 kw; // K row width (n_head_kv · head_dim)
     u32 vw; // V row width
     u32 n;  // tokens
-    u32 _pad0;
+    u32 head_dim; // K's head width
+    u32 n_rot;    // 0, or the rope folded into the store
+    u32 neox;
+    u32 _pad0, _pad1;
 };
+
+// Element e of K [n][kw] as the store writes it: rotated where a rope is folded in.
+static __device__ __forceinline__ float k_at(const KvStoreParams& prm, const float* __restrict__ k,
+                                             const f2* __restrict__ cs, u32 e) {
+    if (prm.n_rot == 0) {
+        return k[e];
+    }
+    const u32 t = e / prm.kw;
+    const u32 d = (e - t * prm.kw) % prm.head_dim;
+    const float xp = k[e - d + rope_partner(d, prm.n_rot, prm.neox)];
+    const f2 c = d < prm.n_rot ? cs[t * (prm.n_rot / 2) + rope_pair(d, prm.n_rot, prm.neox)] : f2{1.0f, 0.0f};
+    return rope_value(d, prm.n_rot, prm.neox, k[e], xp, c);
+}
 
 // The cell token t writes.
 static __device__ __forceinline__ u32 store_cell(const u32* __restrict__ step, u32 t) {
@@ -31,6 +52,7 @@ static __device__ __forceinline__ void kv_store_body(const Params& p) {
     const float* __restrict__ v = binding<const float>(p, 3);
     u32* __restrict__ kc = binding<u32>(p, 4);
     u32* __restrict__ vc = binding<u32>(p, 5);
+    const f2* __restrict__ cs = binding<const f2>(p, 6);
     const KvStoreParams& prm = params<KvStoreParams>(p);
     const u32 kw = prm.kw, vw = prm.vw, n = prm.n;
     const u32 i = linear_id<WG>();
@@ -39,7 +61,8 @@ static __device__ __forceinline__ void kv_store_body(const Params& p) {
     if (i < nk) {
         const u32 e = i * EPW;
         const u32 t = e / kw;
-        kc[(store_cell(step, t) * kw + e - t * kw) / EPW] = KV::encode(k[e], k[umin32(e + 1, n * kw - 1)]);
+        kc[(store_cell(step, t) * kw + e - t * kw) / EPW] =
+            KV::encode(k_at(prm, k, cs, e), k_at(prm, k, cs, umin32(e + 1, n * kw - 1)));
     } else if (i < nk + nv) {
         const u32 j = i - nk;
         const u32 e = j * EPW;
@@ -97,6 +120,7 @@ static __device__ __forceinline__ void kv_store_q8_0_body(const Params& p) {
     const float* __restrict__ v = binding<const float>(p, 3);
     u32* __restrict__ kc = binding<u32>(p, 4);
     u32* __restrict__ vc = binding<u32>(p, 5);
+    const f2* __restrict__ cs = binding<const f2>(p, 6);
     const KvStoreParams& prm = params<KvStoreParams>(p);
     const u32 kw = prm.kw, vw = prm.vw, n = prm.n;
     const u32 i = linear_id<WG>();
@@ -104,7 +128,16 @@ static __device__ __forceinline__ void kv_store_q8_0_body(const Params& p) {
     const u32 nv = n * vw / 64;
     if (i < nk) {
         const u32 t = 64 * i / kw;
-        quant_pair_q8_0(k + 64 * i, kc + store_cell(step, t) * (kw * 17 / 64) + 17 * (i - t * (kw / 64)));
+        f4 rot[16]; // the pair rotated, where a rope is folded in
+        const float* src = k + 64 * i;
+        if (prm.n_rot != 0) {
+            float* r = reinterpret_cast<float*>(rot);
+            for (u32 e = 0; e < 64; e++) {
+                r[e] = k_at(prm, k, cs, 64 * i + e);
+            }
+            src = r;
+        }
+        quant_pair_q8_0(src, kc + store_cell(step, t) * (kw * 17 / 64) + 17 * (i - t * (kw / 64)));
     } else if (i < nk + nv) {
         const u32 j = i - nk;
         const u32 t = 64 * j / vw;

@@ -14,7 +14,8 @@
 // each output adds its row's block offset m times its token's q8_1 correction per step (one block).
 //
 // Params: k (row length, a multiple of 32), m (width of y), rows (rows in this part), row0 (first
-// row of this part), n (tokens). Bindings: 1 W (raw blocks), 2 x [n][k], 3 y [n][m].
+// row of this part), n (tokens). Bindings: 1 W (raw blocks), 2 x [n][k], 3 y [n][m],
+// 4 b [m] (read only with bias: the fused bias add). acc: y +=; bias: + b (store_y).
 // Grid: (ceil(rows / 32), ceil(n / 32)). Block: 64.
 
 template <class Q>
@@ -120,7 +121,7 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
         for (u32 j = 0; j < 4; j++) {
             const u32 t = n0 + ty + 8 * j;
             if (r < rows && t < n) {
-                store_y(y + t * m + row0 + r, acc[i][j], prm.acc);
+                store_y(p, y + t * m + row0 + r, acc[i][j], row0 + r);
             }
         }
     }

@@ -16,7 +16,7 @@
 //
 // Params: k (row length), m (width of y: all rows of the weight), rows (rows in this part),
 // row0 (first row of this part), n (rows of x); matmul_vec_id also ids, x_slot, n_expert.
-// Bindings: 1 W (raw blocks), 2 x [n][k] (+ corrections), 3 y [n][m], (id) 4 route. Grid: (x, y)
+// Bindings: 1 W (raw blocks), 2 x [n][k] (+ corrections), 3 y [n][m], 4 b [m] (with bias; id: the route). Grid: (x, y)
 // folded over ceil(rows / 8) row groups, z = token (id: token × slot). Block: 64.
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 610
@@ -119,7 +119,7 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
             // Uniform across the block: every thread takes this path and its barrier.
             const float s = seg_sum<TPR>(matmul_vec_i8<Q>(p, reinterpret_cast<const float*>(xt), xc, r, wrow, lane));
             if (r < rows && lane == 0) {
-                store_y(y + yrow * m + row0 + r, s, prm.acc);
+                store_y(p, y + yrow * m + row0 + r, s, row0 + r);
             }
             return;
         }
@@ -137,7 +137,7 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
     }
     const float s = seg_sum<TPR>(acc);
     if (r < rows && lane == 0) {
-        store_y(y + yrow * m + row0 + r, s, prm.acc);
+        store_y(p, y + yrow * m + row0 + r, s, row0 + r);
     }
 }
 

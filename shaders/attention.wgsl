@@ -10,6 +10,11 @@
 // - flash (ggml-cpu's flash_attn_ext_f16_one_chunk): one pass in position order with an online
 //   softmax; the V accumulator is rounded to the cache type after every update (fused
 //   multiply-adds as the CPU's mul_add), and divided by the sum at the end.
+// A rope of q folded in (p.n_rot > 0: the rope node computes nothing) rotates q as it is read.
+// With p.act = 1 + quantize_act's ACT (the output feeding a quantized matmul, its blocks within a
+// head) the workgroup then rounds its head's output as quantize_act would into binding 8
+// (quantize_block.wgsl): the same values, one dispatch fewer; binding 8 is never written
+// otherwise.
 // Sinks (gpt-oss; p.sinks = 1): head h's logit sk[h] joins the softmax denominator with no value:
 // the default path takes it into the max and adds e^(sk − max) to the sum (ggml soft_max), the
 // flash path folds it in as one more online-softmax step after the last position.
@@ -30,8 +35,11 @@ struct Params {
     flash: u32,
     sinks: u32, // 1: binding 6 holds one logit per head
     t0: u32,    // the first token of this launch (workgroup y is t - t0)
-
-    _pad2: u32,
+    n_rot: u32, // 0, or the rope folded into the attention (q read rotated; binding 7: its table)
+    neox: u32,
+    act: u32,   // 0, or 1 + quantize_act's ACT: o also rounded into binding 8
+    _pad3: u32,
+    _pad4: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -41,9 +49,31 @@ struct Params {
 @group(0) @binding(4) var<storage, read> vc: array<KV>;
 @group(0) @binding(5) var<storage, read_write> o: array<f32>;
 @group(0) @binding(6) var<storage, read> sk: array<f32>;
+@group(0) @binding(7) var<storage, read> qcs: array<vec2<f32>>;
+@group(0) @binding(8) var<storage, read_write> qy: array<f32>;
+
+fn act_in(i: u32) -> f32 {
+    return o[i];
+}
+
+fn act_out(i: u32, v: f32) {
+    qy[i] = v;
+}
 
 var<workgroup> qs: array<f32, MAX_HD>;
 var<workgroup> ps: array<f32, 256>;
+
+// Element d of token t's q head at qb, rotated where a rope is folded in (common.wgsl).
+fn q_at(qb: u32, d: u32, t: u32) -> f32 {
+    if (p.n_rot == 0u) {
+        return q[qb + d];
+    }
+    var c = vec2<f32>(1.0, 0.0);
+    if (d < p.n_rot) {
+        c = qcs[t * (p.n_rot / 2u) + rope_pair(d, p.n_rot, p.neox)];
+    }
+    return rope_value(d, p.n_rot, p.neox, q[qb + d], q[qb + rope_partner(d, p.n_rot, p.neox)], c);
+}
 
 // Score of the key in cache row c: q · K[c, head g], scaled and soft-capped.
 fn score(c: u32, g: u32) -> f32 {
@@ -77,7 +107,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
     let hdv = p.head_dim_v;
     let qb = (t * p.n_head + h) * hd;
     for (var d = lid; d < hd; d += WG) {
-        qs[d] = q[qb + d];
+        qs[d] = q_at(qb, d, t);
     }
     workgroupBarrier();
     // q rounded as the CPU rounds it for the cache type (per QBLOCK-element block for q8_0).
@@ -201,6 +231,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
         let d = lid + a * WG;
         if (d < hdv) {
             o[ob + d] = acc[a] * f;
+        }
+    }
+    if (p.act != 0u) {
+        // The head's output as written above, visible to the whole workgroup.
+        storageBarrier();
+        let act = p.act - 1u;
+        let qk = select(32u, 256u, act == 2u);
+        let k = p.n_head * hdv;
+        for (var b = lid; b < hdv / qk; b += WG) {
+            quantize_block(act, ob + b * qk, p.n * k + (ob + b * qk) / 32u);
         }
     }
 }

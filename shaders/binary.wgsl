@@ -1,24 +1,49 @@
 // The body shared by the element-wise binary ops: y[i] = op(a[i], b[i]). Each op's file
 // (add.wgsl, mul.wgsl, swiglu.wgsl, geglu.wgsl) supplies `fn op` and is concatenated before it.
+// With p.act = 1 + quantize_act's ACT (a GLU feeding a quantized matmul) each invocation takes one
+// block of rows of `width`: it writes the block's y, then rounds it as quantize_act would into
+// binding 4 (quantize_block.wgsl), the rounded values then the q8_1 corrections after all n
+// values: the same values, one dispatch fewer. Binding 4 is never written with p.act = 0.
 
 override WG: u32 = 256u;
 
 struct Params {
     n: u32,
+    act: u32, // 0, or 1 + quantize_act's ACT
     _pad0: u32,
     _pad1: u32,
-    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read_write> qy: array<f32>;
+
+fn act_in(i: u32) -> f32 {
+    return y[i];
+}
+
+fn act_out(i: u32, v: f32) {
+    qy[i] = v;
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = linear_id(gid, nwg, WG);
-    if (i < p.n) {
-        y[i] = op(a[i], b[i]);
+    if (p.act == 0u) {
+        if (i < p.n) {
+            y[i] = op(a[i], b[i]);
+        }
+        return;
     }
+    let act = p.act - 1u;
+    let qk = select(32u, 256u, act == 2u);
+    if (i >= p.n / qk) {
+        return;
+    }
+    for (var e = i * qk; e < i * qk + qk; e++) {
+        y[e] = op(a[e], b[e]);
+    }
+    quantize_block(act, i * qk, p.n + i);
 }

@@ -66,3 +66,36 @@ fn round_f16(x: f32) -> f32 {
 fn linear_id(gid: vec3<u32>, nwg: vec3<u32>, wg: u32) -> u32 {
     return gid.x + gid.y * nwg.x * wg;
 }
+
+// RoPE applied where a value is read (a rope folded into the op reading its output), as
+// rope.wgsl rotates: element d of a head_dim-wide head, n_rot of them rotated, pairs (i, i + n_rot
+// / 2) with neox, (2i, 2i + 1) without. `rope_partner` is d's partner in the head (d itself past
+// n_rot); `rope_value` the rotated value from d's and its partner's, with cs the step's table
+// [token][n_rot / 2].
+fn rope_partner(d: u32, n_rot: u32, neox: u32) -> u32 {
+    if (d >= n_rot) {
+        return d;
+    }
+    if (neox != 0u) {
+        let half = n_rot / 2u;
+        return select(d + half, d - half, d >= half);
+    }
+    return d ^ 1u;
+}
+
+fn rope_value(d: u32, n_rot: u32, neox: u32, xd: f32, xp: f32, c: vec2<f32>) -> f32 {
+    if (d >= n_rot) {
+        return xd;
+    }
+    let half = n_rot / 2u;
+    let second = select((d & 1u) == 1u, d >= half, neox != 0u);
+    if (second) {
+        return xp * c.y + xd * c.x;
+    }
+    return xd * c.x - xp * c.y;
+}
+
+// The table entry of element d.
+fn rope_pair(d: u32, n_rot: u32, neox: u32) -> u32 {
+    return select(d / 2u, d % (n_rot / 2u), neox != 0u);
+}

@@ -14,7 +14,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (i < nk) {
         let e = i * EPW;
         let t = e / p.kw;
-        kc[(store_cell(t) * p.kw + e - t * p.kw) / EPW] = kv_encode(k[e], k[min(e + 1u, p.n * p.kw - 1u)]);
+        kc[(store_cell(t) * p.kw + e - t * p.kw) / EPW] = kv_encode(k_at(e), k_at(min(e + 1u, p.n * p.kw - 1u)));
     } else if (i < nk + nv) {
         let j = i - nk;
         let e = j * EPW;

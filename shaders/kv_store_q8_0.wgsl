@@ -40,7 +40,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     var x: array<f32, 64>;
     if (i < nk) {
         for (var e = 0u; e < 64u; e++) {
-            x[e] = k[64u * i + e];
+            x[e] = k_at(64u * i + e);
         }
         let w = quant_pair(x);
         let t = 64u * i / p.kw;

@@ -23,12 +23,14 @@ struct Params {
     x_slot: u32,   // unused here
     n_expert: u32, // unused here
     acc: u32,      // 1: y += x · W (a fused residual add; y holds the residual)
+    bias: u32,     // 1: y = x · W + b (a fused bias add; binding 4 holds b)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read> bias: array<f32>;
 
 var<workgroup> ws: array<vec4<f32>, 288>; // [TM][LD]
 var<workgroup> xs: array<vec4<f32>, 288>; // [TN][LD]
@@ -130,7 +132,11 @@ fn store4(r: u32, t: u32, v: vec4<f32>) {
     for (var j = 0u; j < 4u; j++) {
         if (t + j < p.n) {
             let yi = (t + j) * p.m + p.row0 + r;
-            y[yi] = select(v[j], y[yi] + v[j], p.acc != 0u);
+            var s = v[j];
+            if (p.bias != 0u) {
+                s += bias[p.row0 + r];
+            }
+            y[yi] = select(s, y[yi] + s, p.acc != 0u);
         }
     }
 }

@@ -20,6 +20,7 @@ struct Params {
     x_slot: u32,   // experts: 1 where x has one row per slot
     n_expert: u32, // experts: how many
     acc: u32,      // 1: y += x · W (a fused residual add; y holds the residual)
+    bias: u32,     // 1: y = x · W + b (a fused bias add; the head's `bias_at`)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -49,9 +50,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
     }
-    let s = seg_sum(acc, ln, TPR);
+    var s = seg_sum(acc, ln, TPR);
     if (r < p.rows && seg.y == 0u) {
         let yi = rows.z * p.m + p.row0 + r;
+        if (p.bias != 0u) {
+            s += bias_at(p.row0 + r);
+        }
         y[yi] = select(s, y[yi] + s, p.acc != 0u);
     }
 }

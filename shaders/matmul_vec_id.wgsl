@@ -4,6 +4,11 @@
 
 @group(0) @binding(4) var<storage, read> route: array<f32>;
 
+// Expert biases are their own op (add_bias_id); p.bias is 0 here.
+fn bias_at(i: u32) -> f32 {
+    return 0.0;
+}
+
 fn mv_rows(z: u32) -> vec3<u32> {
     let t = z / p.ids;
     let e = min(u32(route[t * 2u * p.ids + z % p.ids]), p.n_expert - 1u);

@@ -65,10 +65,10 @@ namespace {
 
 // Layout-identical to the kernels' `struct Params` (cuda/common.cuh), which this file cannot see.
 struct EmuParams {
-    unsigned long long b[6];
+    unsigned long long b[8];
     unsigned int w[16];
 };
-static_assert(sizeof(EmuParams) == 112, "Params is 112 bytes");
+static_assert(sizeof(EmuParams) == 128, "Params is 128 bytes");
 using KernelFn = void (*)(EmuParams);
 
 constexpr unsigned kWarpSize = 32;

@@ -35,7 +35,7 @@ enum {
     MINFER_EMU_ERR_SYSTEM = 4,   // out of memory for fiber stacks, thread creation failed
 };
 
-// Runs `kernel` (an `extern "C" void NAME(const Params p)` of 112-byte Params) over a grid of
+// Runs `kernel` (an `extern "C" void NAME(const Params p)` of 128-byte Params) over a grid of
 // grid[0..3] blocks of block[0..3] threads, as CUDA would, and returns MINFER_EMU_OK or an error
 // code whose message minfer_emu_error() returns. Launches are serialised process-wide.
 int minfer_emu_launch(void* kernel, const unsigned grid[3], const unsigned block[3],

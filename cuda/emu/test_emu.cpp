@@ -9,7 +9,7 @@
 
 // Parameter block of every kernel: buffer addresses, then 32-bit words.
 struct Params {
-    unsigned long long b[6];
+    unsigned long long b[8];
     unsigned int w[16];
 };
 

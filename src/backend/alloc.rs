@@ -69,6 +69,14 @@ impl Liveness {
         buf
     }
 
+    /// Node `i` is not computed: its reader reads `i`'s input `x` in its place (a fused op, such
+    /// as a rope the attention applies as it reads). `i` shares `x`'s buffer, which stays live
+    /// until `i`'s last reader and is freed there; `x` must have no other reader.
+    pub fn alias(&mut self, i: usize, x: usize) {
+        self.buf_of[i] = self.buf_of[x];
+        self.last_use[x] = self.last_use[x].max(self.last_use[i]);
+    }
+
     /// The node after which node `i`'s value is dead.
     pub fn last_use(&self, i: usize) -> usize {
         self.last_use[i]

@@ -222,6 +222,7 @@ impl CudaContext {
                 Res::Vc(l) => self.vc.get(*l).ok_or_else(|| format!("no KV cache for layer {l}"))?.ptr,
                 Res::Logits => acts[s.result].ptr,
                 Res::ArgmaxOut => argmax_out.ptr,
+                Res::Unused => 0,
             })
         };
         let launch = |l: &schedule::Launch| -> std::result::Result<Item, String> {

@@ -10,7 +10,7 @@ use crate::backend::gpu::kernels::Variant;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Params {
-    pub b: [u64; 6],
+    pub b: [u64; 8],
     pub w: [u32; 16],
 }
 

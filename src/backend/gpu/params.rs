@@ -99,6 +99,9 @@ params! {
         n_expert: u32,
         /// 1: y += x · W (the residual add fused into the matmul: y holds the other addend).
         acc: u32,
+        /// 1: y = x · W + b (the bias add fused into the matmul: binding 4 holds b, f32, one
+        /// value per row of the weight). Not with experts.
+        bias: u32,
     }
 }
 
@@ -163,7 +166,15 @@ params! {
         vw: u32,
         /// Tokens.
         n: u32,
+        /// K's head width (for the rope).
+        head_dim: u32,
+        /// 0, or the rotated dimensions of the rope folded into the store: K is read as the
+        /// rope would have written it (binding 6: its table).
+        n_rot: u32,
+        /// 1: the folded rope's pairs are (i, i + n_rot / 2).
+        neox: u32,
         _pad0: u32,
+        _pad1: u32,
     }
 }
 
@@ -188,7 +199,16 @@ params! {
         /// The first token of this launch: a prefill's queries run in launches of at most
         /// `schedule::ATTN_TOKENS` tokens (bounded GPU work per submit).
         t0: u32,
-        _pad2: u32,
+        /// 0, or the rotated dimensions of the rope folded into the attention: q is read as
+        /// the rope would have written it (binding 7: its table).
+        n_rot: u32,
+        /// 1: the folded rope's pairs are (i, i + n_rot / 2).
+        neox: u32,
+        /// 0, or 1 + `quantize_act`'s format index (`ACT_QTYPES`): the output also rounded for
+        /// the quantized matmul reading it (binding 8), blocks within a head.
+        act: u32,
+        _pad3: u32,
+        _pad4: u32,
     }
 }
 
@@ -196,9 +216,12 @@ params! {
     /// The element-wise binary ops (`add`, `mul`, `swiglu`, `geglu`): `n` elements.
     BinaryParams {
         n: u32,
+        /// 0, or 1 + `quantize_act`'s format index (`ACT_QTYPES`): `swiglu` / `geglu` also round
+        /// their output for the quantized matmul reading it (binding 4), one block per
+        /// invocation.
+        act: u32,
         _pad0: u32,
         _pad1: u32,
-        _pad2: u32,
     }
 }
 

@@ -128,9 +128,11 @@ const fn body(body: &'static str) -> Wgsl {
     }
 }
 
-/// An element-wise binary op: its file's `fn op`, then `binary.wgsl`.
+/// An element-wise binary op: its file's `fn op`, then `binary.wgsl` (which may round its
+/// output through `quantize_block.wgsl`).
 const fn binary(body: &'static str) -> Wgsl {
     Wgsl {
+        head: Some(wgsl!("quantize_block.wgsl")),
         tail: Some(wgsl!("binary.wgsl")),
         ..self::body(body)
     }
@@ -189,7 +191,7 @@ pub static KERNELS: [KernelInfo; 24] = [
     KernelInfo {
         kernel: Kernel::MatmulVec,
         name: "matmul_vec",
-        bindings: &[U, R, R, RW],
+        bindings: &[U, R, R, RW, R],
         spec: Spec::Matrix,
         reduces: true,
         act_input: true,
@@ -205,7 +207,7 @@ pub static KERNELS: [KernelInfo; 24] = [
     KernelInfo {
         kernel: Kernel::Matmul,
         name: "matmul",
-        bindings: &[U, R, R, RW],
+        bindings: &[U, R, R, RW, R],
         spec: Spec::Matrix,
         reduces: false,
         act_input: true,
@@ -275,7 +277,7 @@ pub static KERNELS: [KernelInfo; 24] = [
     KernelInfo {
         kernel: Kernel::KvStore,
         name: "kv_store",
-        bindings: &[U, R, R, R, RW, RW],
+        bindings: &[U, R, R, R, RW, RW, R],
         spec: Spec::Kv,
         reduces: false,
         act_input: false,
@@ -293,20 +295,23 @@ pub static KERNELS: [KernelInfo; 24] = [
     KernelInfo {
         kernel: Kernel::Attention,
         name: "attention",
-        bindings: &[U, R, R, R, R, RW, R],
+        bindings: &[U, R, R, R, R, RW, R, R, RW],
         spec: Spec::Kv,
         reduces: true,
         act_input: false,
         threads: 64,
         wg_override: true,
         params: of::<params::AttentionParams>(),
-        wgsl: body(wgsl!("attention.wgsl")),
+        wgsl: Wgsl {
+            head: Some(wgsl!("quantize_block.wgsl")),
+            ..body(wgsl!("attention.wgsl"))
+        },
         cuda: cuda!("attention.cu"),
     },
     elementwise(
         Kernel::Add,
         "add",
-        &[U, R, R, RW],
+        &[U, R, R, RW, RW],
         of::<params::BinaryParams>(),
         binary(wgsl!("add.wgsl")),
         cuda!("add.cu"),
@@ -314,7 +319,7 @@ pub static KERNELS: [KernelInfo; 24] = [
     elementwise(
         Kernel::Mul,
         "mul",
-        &[U, R, R, RW],
+        &[U, R, R, RW, RW],
         of::<params::BinaryParams>(),
         binary(wgsl!("mul.wgsl")),
         cuda!("mul.cu"),
@@ -330,7 +335,7 @@ pub static KERNELS: [KernelInfo; 24] = [
     elementwise(
         Kernel::Swiglu,
         "swiglu",
-        &[U, R, R, RW],
+        &[U, R, R, RW, RW],
         of::<params::BinaryParams>(),
         binary(wgsl!("swiglu.wgsl")),
         cuda!("swiglu.cu"),
@@ -338,7 +343,7 @@ pub static KERNELS: [KernelInfo; 24] = [
     elementwise(
         Kernel::Geglu,
         "geglu",
-        &[U, R, R, RW],
+        &[U, R, R, RW, RW],
         of::<params::BinaryParams>(),
         binary(wgsl!("geglu.wgsl")),
         cuda!("geglu.cu"),
@@ -489,6 +494,16 @@ impl Kernel {
         Kernel::Slice,
         Kernel::ScaleBy,
     ];
+
+    /// The most storage buffers one kernel binds: what a wgpu adapter must allow per shader
+    /// stage.
+    pub fn max_storage_bindings() -> u32 {
+        Kernel::ALL
+            .iter()
+            .map(|k| k.bindings().iter().filter(|&&b| b != Bind::Uniform).count() as u32)
+            .max()
+            .unwrap_or(0)
+    }
 
     /// The kernel's row of the table.
     pub fn info(self) -> &'static KernelInfo {

@@ -42,7 +42,8 @@ fn probe() -> &'static Result<Probe, String> {
             .filter(|a| {
                 let caps = a.get_downlevel_capabilities();
                 caps.flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS)
-                    && a.limits().max_storage_buffers_per_shader_stage >= 6
+                    && a.limits().max_storage_buffers_per_shader_stage
+                        >= crate::backend::gpu::kernels::Kernel::max_storage_bindings()
             })
             .min_by_key(|a| rank(a.get_info().device_type));
         match best {

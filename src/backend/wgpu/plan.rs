@@ -120,6 +120,12 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
         usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     });
+    let unused = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("unused"),
+        size: 16,
+        usage: wgpu::BufferUsages::STORAGE,
+        mapped_at_creation: false,
+    });
     let argmax_readback = gpu.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("argmax readback"),
         size: 4,
@@ -176,6 +182,7 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
                 Res::Vc(l) => t.vc.get(*l).ok_or_else(|| format!("no KV cache for layer {l}"))?,
                 Res::Logits => &acts[s.result],
                 Res::ArgmaxOut => &argmax_out,
+                Res::Unused => &unused,
             };
             entries.push(wgpu::BindGroupEntry {
                 binding: i as u32 + 1,

@@ -3,7 +3,7 @@
 //! layer (`Attn::kv_from`) stores nothing and reads its source layer's cache, written earlier
 //! in the same forward (the cache buffers of a layer are its own widths: `KvLayout::layer_bytes`).
 
-use super::{fold, Builder, Launch, Res, Stage};
+use super::{act_index, fold, Builder, Launch, Res, Stage};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{AttentionParams, KernelParams, KvStoreParams, RopeParams};
 use crate::backend::KvType;
@@ -13,8 +13,12 @@ use crate::model::{Attn, Node, Op, RopeMode};
 pub const ATTN_TOKENS: u32 = 256;
 
 impl Builder<'_> {
-    pub(super) fn attention(&mut self, node: &Node, out: usize) -> Result<Stage, String> {
+    /// Node `i`: a rope, or the attention's store and launches. An attention whose first reader
+    /// is a matmul over quantized weights, with that format's blocks within a head, also rounds
+    /// its output into the scratch buffer as `quantize_act` would.
+    pub(super) fn attention(&mut self, i: usize, node: &Node, out: usize) -> Result<Stage, String> {
         let rows = node.rows as u32;
+        let mut act = None;
         let launches = match &node.op {
             Op::Rope {
                 n_heads,
@@ -22,13 +26,7 @@ impl Builder<'_> {
                 rope,
                 ..
             } => {
-                let ri = match self.ropes.iter().position(|r| r == rope) {
-                    Some(ri) => ri,
-                    None => {
-                        self.ropes.push(*rope);
-                        self.ropes.len() - 1
-                    }
-                };
+                let ri = self.rope_index(rope);
                 let hd = *head_dim as u32;
                 vec![Launch {
                     variant: Variant::new(Kernel::Rope),
@@ -47,6 +45,8 @@ impl Builder<'_> {
                 }]
             }
             &Op::Attention {
+                q,
+                k,
                 attn:
                     Attn {
                         layer,
@@ -78,12 +78,27 @@ impl Builder<'_> {
                 // The cache this layer reads: its own, or (shared) the source layer's, whose
                 // widths the gate checked against this layer's heads.
                 let src = kv_from.unwrap_or(layer);
+                // A rope folded in: (rotated dimensions, neox, its table).
+                let (qr, kr) = (self.folded_rope(q), self.folded_rope(k));
+                // Without the fused rounding binding 8 is never written.
+                let (act_p, qy) = match self.first_matmul_act(i).filter(|a| head_dim_v % a.block_elems() == 0) {
+                    Some(a) => {
+                        let sb = self.scratch(node.rows, node.width);
+                        self.scratch_holds = Some((i, a));
+                        act = Some(a);
+                        (act_index(a)? + 1, Res::Act(sb))
+                    }
+                    None => (0, Res::Unused),
+                };
                 let store = Launch {
                     variant: Variant::with_kv(Kernel::KvStore, self.kv),
                     params: KvStoreParams {
                         kw,
                         vw,
                         n: rows,
+                        head_dim: head_dim as u32,
+                        n_rot: kr.0,
+                        neox: kr.1,
                         ..Default::default()
                     }
                     .words(),
@@ -93,6 +108,7 @@ impl Builder<'_> {
                         self.inp(node, 2),
                         Res::Kc(layer),
                         Res::Vc(layer),
+                        kr.2.clone(),
                     ],
                     groups: fold(((rows * (kw + vw)) / epw).div_ceil(64) as u64, self.maxg),
                 };
@@ -113,6 +129,9 @@ impl Builder<'_> {
                         flash: u32::from(flash),
                         sinks: u32::from(sinks),
                         t0,
+                        n_rot: qr.0,
+                        neox: qr.1,
+                        act: act_p,
                         ..Default::default()
                     }
                     .words(),
@@ -123,6 +142,8 @@ impl Builder<'_> {
                         Res::Vc(src),
                         Res::Act(out),
                         sk.clone(),
+                        qr.2.clone(),
+                        qy.clone(),
                     ],
                     groups: [n_head as u32, (rows - t0).min(ATTN_TOKENS), 1],
                 };
@@ -134,10 +155,31 @@ impl Builder<'_> {
             }
             op => return Err(format!("{}: {} is not rope or attention", node.name, op.kind())),
         };
-        Ok(Stage::Compute {
-            kind: node.op.kind().to_string(),
-            launches,
-        })
+        let mut kind = match &node.op {
+            Op::Attention { q, k, .. } if self.folded[*q] || self.folded[*k] => "attention+rope".to_string(),
+            op => op.kind().to_string(),
+        };
+        if let Some(a) = act {
+            kind = format!("{kind}+quantize_act/{a}");
+        }
+        Ok(Stage::Compute { kind, launches })
+    }
+
+    /// Where node `i` is a rope folded into the attention reading it: its rotated dimensions,
+    /// whether its pairs are neox's, and its table; else no rope (the step buffer stands in for
+    /// the table binding, never read).
+    fn folded_rope(&mut self, i: usize) -> (u32, u32, Res) {
+        match &self.g.nodes[i].op {
+            Op::Rope { rope, .. } if self.folded[i] => {
+                let ri = self.rope_index(rope);
+                (
+                    rope.n_rot as u32,
+                    u32::from(rope.mode == RopeMode::Neox),
+                    Res::RopeTable(ri),
+                )
+            }
+            _ => (0, 0, Res::Step),
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! row), the binary ops (`add`, `mul`, `swiglu`, `geglu`) and those with a scalar (`scale`,
 //! `softcap`), `scale_by` (x times a weight's one value) and `slice` (columns of each row).
 
-use super::{Builder, Launch, Res, Stage};
+use super::{act_index, fold, Builder, Launch, Res, Stage};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{AddBiasParams, BinaryParams, KernelParams, SliceParams, UnaryParams};
 use crate::model::{Node, Op};
@@ -11,8 +11,12 @@ use crate::model::{Node, Op};
 const WG: u64 = 256;
 
 impl Builder<'_> {
-    pub(super) fn elementwise(&self, node: &Node, out: usize) -> Result<Stage, String> {
+    /// Node `i`'s op. A GLU whose first reader is a matmul over quantized weights also rounds
+    /// its output into the scratch buffer as `quantize_act` would (one invocation per block), as
+    /// the fused `rms_norm` does.
+    pub(super) fn elementwise(&mut self, i: usize, node: &Node, out: usize) -> Result<Stage, String> {
         let n = (node.rows * node.width) as u32;
+        let mut kind = node.op.kind().to_string();
         let launch = match &node.op {
             Op::AddBias { bias, .. } => {
                 let w = self.weight(bias)?;
@@ -62,15 +66,28 @@ impl Builder<'_> {
                     Op::Swiglu { .. } => Kernel::Swiglu,
                     _ => Kernel::Geglu,
                 };
+                let glu = matches!(kernel, Kernel::Swiglu | Kernel::Geglu);
+                // Without the fused rounding binding 4 is never written.
+                let (act, qy, groups) = match self.first_matmul_act(i).filter(|_| glu) {
+                    Some(a) => {
+                        let sb = self.scratch(node.rows, node.width);
+                        self.scratch_holds = Some((i, a));
+                        kind = format!("{kind}+quantize_act/{a}");
+                        let blocks = (n as usize / a.block_elems()) as u64;
+                        (act_index(a)? + 1, Res::Act(sb), fold(blocks.div_ceil(WG), self.maxg))
+                    }
+                    None => (0, Res::Unused, self.linear(node, WG)),
+                };
                 Launch {
                     variant: Variant::new(kernel),
                     params: BinaryParams {
                         n,
+                        act,
                         ..Default::default()
                     }
                     .words(),
-                    res: vec![self.inp(node, 0), self.inp(node, 1), Res::Act(out)],
-                    groups: self.linear(node, WG),
+                    res: vec![self.inp(node, 0), self.inp(node, 1), Res::Act(out), qy],
+                    groups,
                 }
             }
             &Op::Scale { s, .. } | &Op::Softcap { cap: s, .. } => {
@@ -94,7 +111,7 @@ impl Builder<'_> {
             op => return Err(format!("{}: {} is not element-wise", node.name, op.kind())),
         };
         Ok(Stage::Compute {
-            kind: node.op.kind().to_string(),
+            kind,
             launches: vec![launch],
         })
     }

@@ -2,7 +2,9 @@
 //! `matmul` (prefill), each after `quantize_act` where the weight type pairs with 8-bit
 //! activations. One launch per weight part.
 
-use super::{act_bytes, fold, Builder, Launch, Res, Stage, VEC_MAX_TOKENS};
+use std::sync::Arc;
+
+use super::{act_bytes, fold, Builder, Launch, Res, Stage, WeightParts, VEC_MAX_TOKENS};
 use crate::backend::gpu::kernels::{act_qtype, Kernel, Variant};
 use crate::backend::gpu::params::{GetRowsParams, KernelParams, MatmulParams, QuantizeActParams};
 use crate::model::{Node, Op};
@@ -13,11 +15,18 @@ const VEC_ROWS_PER_WG: u32 = 8;
 
 impl Builder<'_> {
     /// `GetRows` or `Matmul` (pushing its `quantize_act` stage first where one is needed);
-    /// `acc`: the matmul adds into `out`, which holds the residual of a fused add.
-    pub(super) fn matmul(&mut self, node: &Node, out: usize, acc: bool) -> Result<Stage, String> {
+    /// `acc`: the matmul adds into `out`, which holds the residual of a fused add; `bias`: the
+    /// f32 bias of a fused bias add, added to every row.
+    pub(super) fn matmul(
+        &mut self,
+        node: &Node,
+        out: usize,
+        acc: bool,
+        bias: Option<Arc<WeightParts>>,
+    ) -> Result<Stage, String> {
         match &node.op {
             Op::GetRows { weight } => self.get_rows(weight, out),
-            Op::Matmul { weight, x } => self.matmul_op(node, weight, *x, out, acc),
+            Op::Matmul { weight, x } => self.matmul_op(node, weight, *x, out, acc, bias),
             op => Err(format!("{}: {} is not a matmul", node.name, op.kind())),
         }
     }
@@ -110,7 +119,15 @@ impl Builder<'_> {
         }
     }
 
-    fn matmul_op(&mut self, node: &Node, name: &str, x: usize, out: usize, acc: bool) -> Result<Stage, String> {
+    fn matmul_op(
+        &mut self,
+        node: &Node,
+        name: &str,
+        x: usize,
+        out: usize,
+        acc: bool,
+        bias: Option<Arc<WeightParts>>,
+    ) -> Result<Stage, String> {
         let w = self.weight(name)?;
         let vec = node.rows <= VEC_MAX_TOKENS;
         let rows = node.rows as u32;
@@ -126,10 +143,13 @@ impl Builder<'_> {
                 row0: r0,
                 n: rows,
                 acc: u32::from(acc),
+                bias: u32::from(bias.is_some()),
                 ..Default::default()
             }
             .words();
-            let res = vec![Res::Weight(w.clone(), pi), xin.clone(), Res::Act(out)];
+            // Without a bias binding 4 is never read.
+            let b = bias.clone().map_or(Res::Unused, |b| Res::Weight(b, 0));
+            let res = vec![Res::Weight(w.clone(), pi), xin.clone(), Res::Act(out), b];
             launches.push(if vec {
                 // (x, y) over row groups, z over tokens.
                 let mut groups = fold(pr.div_ceil(VEC_ROWS_PER_WG) as u64, self.maxg);
@@ -150,7 +170,11 @@ impl Builder<'_> {
                 }
             });
         }
-        let add = if acc { "+add" } else { "" };
+        let add = match (acc, &bias) {
+            (true, _) => "+add",
+            (false, Some(_)) => "+add_bias",
+            (false, None) => "",
+        };
         Ok(Stage::Compute {
             kind: format!("{}/{}{add}", if vec { "matmul_vec" } else { "matmul" }, w.qtype),
             launches,

@@ -59,6 +59,9 @@ pub enum Res {
     Logits,
     /// The argmax id (one u32).
     ArgmaxOut,
+    /// A read-write binding the launch never touches (a fused step it does not take): a
+    /// small buffer of its own, so it conflicts with no other binding.
+    Unused,
 }
 
 /// One kernel launch.
@@ -133,6 +136,16 @@ pub fn act_bytes(k: usize) -> u64 {
     (k * 4 + k / 32 * 4) as u64
 }
 
+/// The index of activation format `a` among `quantize_act`'s (`ACT_QTYPES`): what a fused
+/// rounding's `act` parameter holds, plus one.
+fn act_index(a: QType) -> Result<u32, String> {
+    crate::backend::gpu::kernels::ACT_QTYPES
+        .iter()
+        .position(|&q| q == a)
+        .map(|i| i as u32)
+        .ok_or_else(|| format!("{a}: no activation format"))
+}
+
 /// `n` workgroups as (x, y) with x within the per-dimension limit.
 fn fold(n: u64, max: u32) -> [u32; 3] {
     let x = n.clamp(1, max as u64);
@@ -159,6 +172,10 @@ struct Builder<'a> {
     /// Nodes an earlier launch already computed, in the buffer given (an `Add` fused into the
     /// matmul before it).
     done_in: Vec<Option<usize>>,
+    /// Ropes folded into the attention reading them (its q, or the K its store writes): the
+    /// rope node computes nothing, shares its input's buffer, and the reader rotates as it
+    /// reads.
+    folded: Vec<bool>,
 }
 
 impl Builder<'_> {
@@ -181,6 +198,55 @@ impl Builder<'_> {
         let dead_after = self.live.last_use(r) == a && self.readers[r].iter().all(|&j| j < i || j == a);
         let kept = g.key.keep == Some(r) || g.result == r;
         (r != i && dead_after && !kept && g.nodes[r].width == g.nodes[i].width).then_some((a, r))
+    }
+
+    /// The input of rope node `i` where the rope folds into its reader: its only reader is an attention taking it
+    /// as q, or as the K it stores (not a KV-shared layer), with the rope's head width; it is
+    /// not a kept node; and its input is read by nothing else (the input's buffer then stays
+    /// live until the attention).
+    fn folds_rope(&self, i: usize) -> Option<usize> {
+        let g = self.g;
+        let Op::Rope { x, head_dim, .. } = g.nodes[i].op else {
+            return None;
+        };
+        let &[a] = self.readers[i].as_slice() else {
+            return None;
+        };
+        let Op::Attention { q, k, attn, .. } = &g.nodes[a].op else {
+            return None;
+        };
+        let role = (*q == i && *k != i) || (*k == i && *q != i && attn.kv_from.is_none());
+        let kept = [g.key.keep, Some(g.result)].contains(&Some(i)) || [g.key.keep, Some(g.result)].contains(&Some(x));
+        (role && !kept && attn.head_dim == head_dim && self.readers[x] == [i]).then_some(x)
+    }
+
+    /// The index of `rope`'s table among the schedule's, added where new.
+    fn rope_index(&mut self, rope: &Rope) -> usize {
+        match self.ropes.iter().position(|r| r == rope) {
+            Some(ri) => ri,
+            None => {
+                self.ropes.push(*rope);
+                self.ropes.len() - 1
+            }
+        }
+    }
+
+    /// The bias add a matmul's output can take in its own store: `(add_bias, bias)` where node
+    /// `i`'s only reader adds an f32 bias of its width (one part) to it, and the matmul is not a
+    /// kept node. Bit for bit the same sum.
+    fn bias_add(&self, i: usize) -> Option<(usize, Arc<WeightParts>)> {
+        let g = self.g;
+        if !matches!(g.nodes[i].op, Op::Matmul { .. }) || g.key.keep == Some(i) || g.result == i {
+            return None;
+        }
+        let &[a] = self.readers[i].as_slice() else {
+            return None;
+        };
+        let Op::AddBias { x, bias } = &g.nodes[a].op else {
+            return None;
+        };
+        let b = (self.weight)(bias)?;
+        (*x == i && b.qtype == QType::F32 && b.row_len == g.nodes[i].width && b.parts.len() == 1).then_some((a, b))
     }
 
     fn weight(&self, name: &str) -> Result<Arc<WeightParts>, String> {
@@ -231,6 +297,7 @@ pub fn schedule(
         stages: Vec::with_capacity(g.nodes.len()),
         readers: vec![Vec::new(); g.nodes.len()],
         done_in: vec![None; g.nodes.len()],
+        folded: vec![false; g.nodes.len()],
     };
     for (i, node) in g.nodes.iter().enumerate() {
         for j in node.op.inputs() {
@@ -246,7 +313,17 @@ pub fn schedule(
             });
             continue;
         }
+        if let Some(x) = b.folds_rope(i) {
+            b.folded[i] = true;
+            b.live.alias(i, x);
+            b.stages.push(Stage::Compute {
+                kind: "rope (fused)".into(),
+                launches: Vec::new(),
+            });
+            continue;
+        }
         let fused = b.residual_add(i);
+        let bias = fused.is_none().then(|| b.bias_add(i)).flatten();
         let out = match fused {
             Some((a, r)) => {
                 let buf = b.live.buf_of[r];
@@ -255,10 +332,13 @@ pub fn schedule(
             }
             None => b.live.place(g, i, (node.rows * node.width * 4) as u64),
         };
+        if let Some((a, _)) = bias {
+            b.done_in[a] = Some(out);
+        }
         let stage = match &node.op {
-            Op::GetRows { .. } | Op::Matmul { .. } => b.matmul(node, out, fused.is_some())?,
+            Op::GetRows { .. } | Op::Matmul { .. } => b.matmul(node, out, fused.is_some(), bias.map(|(_, w)| w))?,
             Op::RmsNorm { .. } | Op::HeadNorm { .. } | Op::HeadNormPlain { .. } => b.norm(i, node, out)?,
-            Op::Rope { .. } | Op::Attention { .. } => b.attention(node, out)?,
+            Op::Rope { .. } | Op::Attention { .. } => b.attention(i, node, out)?,
             Op::AddBias { .. }
             | Op::Add { .. }
             | Op::Mul { .. }
@@ -267,7 +347,7 @@ pub fn schedule(
             | Op::Scale { .. }
             | Op::Softcap { .. }
             | Op::ScaleBy { .. }
-            | Op::Slice { .. } => b.elementwise(node, out)?,
+            | Op::Slice { .. } => b.elementwise(i, node, out)?,
             Op::Output { x } => b.output(node, *x, out),
             Op::MoeRoute { .. }
             | Op::MatmulId { .. }
@@ -471,6 +551,152 @@ mod tests {
             let (l, _) = run(nodes, keep);
             assert_eq!((l[at][0].1, l[at + 1].len()), (0, 1), "{keep:?} {at}");
         }
+    }
+
+    /// A matmul whose only reader adds an f32 bias adds it in its own store, and the add
+    /// launches nothing; where the matmul is the kept node both run.
+    #[test]
+    fn a_bias_add_is_fused_into_its_matmul() {
+        let layout = |name: &str| {
+            Some(Arc::new(WeightParts {
+                name: name.into(),
+                qtype: QType::F32,
+                row_len: 64,
+                parts: vec![(0, 64)],
+            }))
+        };
+        let run = |keep: Option<usize>| {
+            let mut key = crate::model::GraphKey::new(3, 3);
+            key.keep = keep;
+            let nodes = vec![
+                node("emb", Op::GetRows { weight: "emb".into() }, 64),
+                mm(0, "w", 64),
+                node("biased", Op::AddBias { x: 1, bias: "b".into() }, 64),
+                mm(2, "w2", 64),
+            ];
+            let g = Graph {
+                key,
+                result: nodes.len() - 1,
+                nodes,
+            };
+            schedule(&g, &layout, KvType::F16, false, 65535).unwrap()
+        };
+        let launches = |s: &Schedule, i: usize| match &s.stages[i] {
+            Stage::Compute { launches, .. } => launches.clone(),
+            Stage::Copy { .. } => Vec::new(),
+        };
+        let s = run(None);
+        let mm1 = &launches(&s, 1)[0];
+        assert_eq!(MatmulParams::from_words(&mm1.params).bias, 1);
+        assert!(matches!(&mm1.res[3], Res::Weight(w, 0) if &*w.name == "b"));
+        assert!(launches(&s, 2).is_empty(), "the bias add launches nothing");
+        assert_eq!(s.node_buf[2], s.node_buf[1]);
+        assert_eq!(launches(&s, 3)[0].res[1], Res::Act(s.node_buf[2]));
+        let s = run(Some(1));
+        assert_eq!(MatmulParams::from_words(&launches(&s, 1)[0].params).bias, 0);
+        assert_eq!(launches(&s, 2)[0].variant.kernel, Kernel::AddBias);
+    }
+
+    /// A rope read only by the attention folds into it (q) or into its store (K): the rope
+    /// launches nothing and shares its input's buffer; the attention rounds its output for the
+    /// quantized matmul after it, which then quantizes nothing itself. A kept rope is launched.
+    #[test]
+    fn ropes_fold_into_the_attention_which_rounds_for_the_next_matmul() {
+        let layout = |name: &str| {
+            Some(Arc::new(WeightParts {
+                name: name.into(),
+                qtype: QType::Q4_1,
+                row_len: 128,
+                parts: vec![(0, 128)],
+            }))
+        };
+        let rope = Rope::new(crate::model::RopeMode::Neox, 32, 10000.0, 1.0);
+        let ro = |x, n_heads| Op::Rope {
+            x,
+            n_heads,
+            head_dim: 64,
+            rope,
+        };
+        let nodes = || {
+            vec![
+                node("emb", Op::GetRows { weight: "emb".into() }, 128),
+                mm(0, "wq", 128),
+                mm(0, "wk", 64),
+                mm(0, "wv", 64),
+                node("qr", ro(1, 2), 128),
+                node("kr", ro(2, 1), 64),
+                node(
+                    "attn",
+                    Op::Attention {
+                        q: 4,
+                        k: 5,
+                        v: 3,
+                        attn: crate::model::Attn::new(0, 2, 1, 64),
+                    },
+                    128,
+                ),
+                mm(6, "wo", 128),
+            ]
+        };
+        let run = |keep: Option<usize>| {
+            let mut key = crate::model::GraphKey::new(1, 1);
+            key.keep = keep;
+            let mut nodes = nodes();
+            for n in &mut nodes {
+                n.rows = 1;
+            }
+            let g = Graph {
+                key,
+                result: nodes.len() - 1,
+                nodes,
+            };
+            schedule(&g, &layout, KvType::F16, false, 65535).unwrap()
+        };
+        let launches = |s: &Schedule| -> Vec<Vec<Launch>> {
+            s.stages
+                .iter()
+                .filter_map(|st| match st {
+                    Stage::Compute { launches, kind } if !kind.starts_with("quantize_act") => Some(launches.clone()),
+                    Stage::Compute { .. } => None,
+                    Stage::Copy { .. } => Some(Vec::new()),
+                })
+                .collect()
+        };
+        let s = run(None);
+        let l = launches(&s);
+        assert!(l[4].is_empty() && l[5].is_empty(), "the ropes launch nothing");
+        assert_eq!((s.node_buf[4], s.node_buf[5]), (s.node_buf[1], s.node_buf[2]));
+        let (store, attend) = (&l[6][0], &l[6][1]);
+        assert_eq!(store.variant.kernel, Kernel::KvStore);
+        let sp = crate::backend::gpu::params::KvStoreParams::from_words(&store.params);
+        assert_eq!((sp.n_rot, sp.neox, sp.head_dim), (32, 1, 64));
+        assert_eq!(store.res[1], Res::Act(s.node_buf[2]), "K read from the matmul's buffer");
+        assert!(matches!(store.res[5], Res::RopeTable(_)));
+        let ap = AttentionParams::from_words(&attend.params);
+        assert_eq!((ap.n_rot, ap.neox), (32, 1));
+        assert_eq!(
+            attend.res[1],
+            Res::Act(s.node_buf[1]),
+            "q read from the matmul's buffer"
+        );
+        assert!(matches!(attend.res[6], Res::RopeTable(_)));
+        assert_eq!(ap.act, 2, "rounded to q8_1 for the q4_1 matmul");
+        // One quantize_act (for the emb rows); the output matmul reads what the attention rounded.
+        let qa = s
+            .stages
+            .iter()
+            .filter(|st| matches!(st, Stage::Compute { kind, .. } if kind.starts_with("quantize_act")))
+            .count();
+        assert_eq!(qa, 1);
+        assert_eq!(l[7][0].res[1], attend.res[7]);
+        // Kept: the rope runs, and the attention reads its output as it is.
+        let s = run(Some(4));
+        let l = launches(&s);
+        assert_eq!(l[4].len(), 1);
+        assert!(l[5].is_empty());
+        let ap = AttentionParams::from_words(&l[6][1].params);
+        assert_eq!(ap.n_rot, 0);
+        assert_eq!(l[6][1].res[1], Res::Act(s.node_buf[4]));
     }
 
     /// A KV-shared layer stores nothing and its attention binds the source layer's cache; the

@@ -1,8 +1,8 @@
 //! The norms: `RmsNorm`, `HeadNorm` and `HeadNormPlain`, all the `rms_norm` kernel (a head norm
 //! is an RMS norm over rows one head wide; the plain one has no weight).
 
-use super::{fold, Builder, Launch, Res, Stage};
-use crate::backend::gpu::kernels::{Kernel, Variant, ACT_QTYPES};
+use super::{act_index, fold, Builder, Launch, Res, Stage};
+use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{KernelParams, RmsNormParams};
 use crate::model::{Node, Op};
 use crate::quant::QType;
@@ -36,18 +36,14 @@ impl Builder<'_> {
             Op::RmsNorm { .. } => self.first_matmul_act(i),
             _ => None,
         };
-        // Without the fused rounding binding 4 is never written; the step buffer stands in.
+        // Without the fused rounding binding 4 is never written.
         let (act, q) = match fused {
             Some(a) => {
                 let sb = self.scratch(node.rows, node.width);
                 self.scratch_holds = Some((i, a));
-                let idx = ACT_QTYPES
-                    .iter()
-                    .position(|&q| q == a)
-                    .ok_or_else(|| format!("{a}: no activation format"))?;
-                (idx as u32 + 1, Res::Act(sb))
+                (act_index(a)? + 1, Res::Act(sb))
             }
-            None => (0, Res::Step),
+            None => (0, Res::Unused),
         };
         let kind = match fused {
             Some(a) => format!("{}+quantize_act/{a}", node.op.kind()),
