@@ -429,6 +429,38 @@ mod tests {
         )
     }
 
+    /// Every weight of one type and row length, in one part of `rows` rows.
+    fn uniform(qtype: QType, row_len: usize, rows: usize) -> impl Fn(&str) -> Option<Arc<WeightParts>> {
+        move |name| {
+            Some(Arc::new(WeightParts {
+                name: name.into(),
+                qtype,
+                row_len,
+                parts: vec![(0, rows)],
+            }))
+        }
+    }
+
+    /// `nodes` (the last one the result) scheduled for `n_tokens` tokens, keeping `keep`.
+    fn sched(
+        mut nodes: Vec<Node>,
+        n_tokens: usize,
+        keep: Option<usize>,
+        layout: &dyn Fn(&str) -> Option<Arc<WeightParts>>,
+    ) -> Schedule {
+        let mut key = crate::model::GraphKey::new(n_tokens, n_tokens);
+        key.keep = keep;
+        for n in &mut nodes {
+            n.rows = n_tokens;
+        }
+        let g = Graph {
+            key,
+            result: nodes.len() - 1,
+            nodes,
+        };
+        schedule(&g, layout, KvType::F16, false, 65535).unwrap()
+    }
+
     /// Each matmul over quantized weights reads its input rounded by `quantize_act`, which runs
     /// once per (input, format): q4_K and q6_K share q8_K, q5_0 needs q8_0, f16 weights none.
     #[test]
@@ -457,12 +489,7 @@ mod tests {
             mm(0, "w_f16", 512),
             mm(5, "w_q4_1", 512),
         ];
-        let g = Graph {
-            key: crate::model::GraphKey::new(3, 3),
-            result: nodes.len() - 1,
-            nodes,
-        };
-        let s = schedule(&g, &layout, KvType::F16, false, 65535).unwrap();
+        let s = sched(nodes, 3, None, &layout);
         let (mut seen, mut inputs, mut scratch) = (Vec::new(), Vec::new(), None);
         for st in &s.stages {
             if let Stage::Compute { launches, .. } = st {
@@ -494,24 +521,10 @@ mod tests {
     /// matmul is the kept node, both run as they are.
     #[test]
     fn a_residual_add_is_fused_into_its_matmul_only_where_the_residual_dies() {
-        let layout = |name: &str| {
-            Some(Arc::new(WeightParts {
-                name: name.into(),
-                qtype: QType::F32,
-                row_len: 64,
-                parts: vec![(0, 64)],
-            }))
-        };
+        let layout = uniform(QType::F32, 64, 64);
         let add = |a, b| node("add", Op::Add { a, b }, 64);
         let run = |nodes: Vec<Node>, keep: Option<usize>| {
-            let mut key = crate::model::GraphKey::new(3, 3);
-            key.keep = keep;
-            let g = Graph {
-                key,
-                result: nodes.len() - 1,
-                nodes,
-            };
-            let s = schedule(&g, &layout, KvType::F16, false, 65535).unwrap();
+            let s = sched(nodes, 3, keep, &layout);
             let launches: Vec<Vec<(Kernel, u32, Vec<Res>)>> = s
                 .stages
                 .iter()
@@ -557,29 +570,15 @@ mod tests {
     /// launches nothing; where the matmul is the kept node both run.
     #[test]
     fn a_bias_add_is_fused_into_its_matmul() {
-        let layout = |name: &str| {
-            Some(Arc::new(WeightParts {
-                name: name.into(),
-                qtype: QType::F32,
-                row_len: 64,
-                parts: vec![(0, 64)],
-            }))
-        };
+        let layout = uniform(QType::F32, 64, 64);
         let run = |keep: Option<usize>| {
-            let mut key = crate::model::GraphKey::new(3, 3);
-            key.keep = keep;
             let nodes = vec![
                 node("emb", Op::GetRows { weight: "emb".into() }, 64),
                 mm(0, "w", 64),
                 node("biased", Op::AddBias { x: 1, bias: "b".into() }, 64),
                 mm(2, "w2", 64),
             ];
-            let g = Graph {
-                key,
-                result: nodes.len() - 1,
-                nodes,
-            };
-            schedule(&g, &layout, KvType::F16, false, 65535).unwrap()
+            sched(nodes, 3, keep, &layout)
         };
         let launches = |s: &Schedule, i: usize| match &s.stages[i] {
             Stage::Compute { launches, .. } => launches.clone(),
@@ -602,14 +601,7 @@ mod tests {
     /// quantized matmul after it, which then quantizes nothing itself. A kept rope is launched.
     #[test]
     fn ropes_fold_into_the_attention_which_rounds_for_the_next_matmul() {
-        let layout = |name: &str| {
-            Some(Arc::new(WeightParts {
-                name: name.into(),
-                qtype: QType::Q4_1,
-                row_len: 128,
-                parts: vec![(0, 128)],
-            }))
-        };
+        let layout = uniform(QType::Q4_1, 128, 128);
         let rope = Rope::new(crate::model::RopeMode::Neox, 32, 10000.0, 1.0);
         let ro = |x, n_heads| Op::Rope {
             x,
@@ -638,20 +630,7 @@ mod tests {
                 mm(6, "wo", 128),
             ]
         };
-        let run = |keep: Option<usize>| {
-            let mut key = crate::model::GraphKey::new(1, 1);
-            key.keep = keep;
-            let mut nodes = nodes();
-            for n in &mut nodes {
-                n.rows = 1;
-            }
-            let g = Graph {
-                key,
-                result: nodes.len() - 1,
-                nodes,
-            };
-            schedule(&g, &layout, KvType::F16, false, 65535).unwrap()
-        };
+        let run = |keep: Option<usize>| sched(nodes(), 1, keep, &layout);
         let launches = |s: &Schedule| -> Vec<Vec<Launch>> {
             s.stages
                 .iter()
@@ -703,14 +682,7 @@ mod tests {
     /// writing layer stores into and reads its own.
     #[test]
     fn a_kv_shared_layer_reads_its_source_cache_and_stores_nothing() {
-        let layout = |name: &str| {
-            Some(Arc::new(WeightParts {
-                name: name.into(),
-                qtype: QType::F32,
-                row_len: 128,
-                parts: vec![(0, 64)],
-            }))
-        };
+        let layout = uniform(QType::F32, 128, 64);
         let attn = |layer, kv_from| crate::model::Attn {
             scale: 1.0,
             kv_from,
@@ -727,12 +699,7 @@ mod tests {
             node("blk.0.attn", at(attn(0, None)), 128),
             node("blk.1.attn", at(attn(1, Some(0))), 128),
         ];
-        let g = Graph {
-            key: crate::model::GraphKey::new(3, 3),
-            result: nodes.len() - 1,
-            nodes,
-        };
-        let s = schedule(&g, &layout, KvType::F16, false, 65535).unwrap();
+        let s = sched(nodes, 3, None, &layout);
         let launches: Vec<Vec<(Kernel, Vec<Res>)>> = s.stages[1..]
             .iter()
             .map(|st| match st {
