@@ -3,7 +3,7 @@
 //! layer (`Attn::kv_from`) stores nothing and reads its source layer's cache, written earlier
 //! in the same forward (the cache buffers of a layer are its own widths: `KvLayout::layer_bytes`).
 
-use super::{act_index, fold, Builder, Launch, Res, Stage};
+use super::{fold, Builder, Launch, Res, Stage};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{AttentionParams, KernelParams, KvStoreParams, RopeParams};
 use crate::backend::KvType;
@@ -81,15 +81,8 @@ impl Builder<'_> {
                 // A rope folded in: (rotated dimensions, neox, its table).
                 let (qr, kr) = (self.folded_rope(q), self.folded_rope(k));
                 // Without the fused rounding binding 8 is never written.
-                let (act_p, qy) = match self.first_matmul_act(i).filter(|a| head_dim_v % a.block_elems() == 0) {
-                    Some(a) => {
-                        let sb = self.scratch(node.rows, node.width);
-                        self.scratch_holds = Some((i, a));
-                        act = Some(a);
-                        (act_index(a)? + 1, Res::Act(sb))
-                    }
-                    None => (0, Res::Unused),
-                };
+                act = self.first_matmul_act(i).filter(|a| head_dim_v % a.block_elems() == 0);
+                let (act_p, qy) = self.fused_round(i, node, act)?;
                 let store = Launch {
                     variant: Variant::with_kv(Kernel::KvStore, self.kv),
                     params: KvStoreParams {
@@ -167,7 +160,7 @@ impl Builder<'_> {
 
     /// Where node `i` is a rope folded into the attention reading it: its rotated dimensions,
     /// whether its pairs are neox's, and its table; else no rope (the step buffer stands in for
-    /// the table binding, never read).
+    /// the read-only table binding, never read).
     fn folded_rope(&mut self, i: usize) -> (u32, u32, Res) {
         match &self.g.nodes[i].op {
             Op::Rope { rope, .. } if self.folded[i] => {

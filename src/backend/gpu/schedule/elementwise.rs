@@ -2,7 +2,7 @@
 //! row), the binary ops (`add`, `mul`, `swiglu`, `geglu`) and those with a scalar (`scale`,
 //! `softcap`), `scale_by` (x times a weight's one value) and `slice` (columns of each row).
 
-use super::{act_index, fold, Builder, Launch, Res, Stage};
+use super::{fold, Builder, Launch, Res, Stage};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{AddBiasParams, BinaryParams, KernelParams, SliceParams, UnaryParams};
 use crate::model::{Node, Op};
@@ -68,15 +68,16 @@ impl Builder<'_> {
                 };
                 let glu = matches!(kernel, Kernel::Swiglu | Kernel::Geglu);
                 // Without the fused rounding binding 4 is never written.
-                let (act, qy, groups) = match self.first_matmul_act(i).filter(|_| glu) {
+                let fused = self.first_matmul_act(i).filter(|_| glu);
+                let (act, qy) = self.fused_round(i, node, fused)?;
+                let groups = match fused {
                     Some(a) => {
-                        let sb = self.scratch(node.rows, node.width);
-                        self.scratch_holds = Some((i, a));
                         kind = format!("{kind}+quantize_act/{a}");
+                        // One invocation per block.
                         let blocks = (n as usize / a.block_elems()) as u64;
-                        (act_index(a)? + 1, Res::Act(sb), fold(blocks.div_ceil(WG), self.maxg))
+                        fold(blocks.div_ceil(WG), self.maxg)
                     }
-                    None => (0, Res::Unused, self.linear(node, WG)),
+                    None => self.linear(node, WG),
                 };
                 Launch {
                     variant: Variant::new(kernel),

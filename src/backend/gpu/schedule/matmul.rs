@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{act_bytes, fold, Builder, Launch, Res, Stage, WeightParts, VEC_MAX_TOKENS};
+use super::{act_bytes, act_index, fold, Builder, Launch, Res, Stage, WeightParts, VEC_MAX_TOKENS};
 use crate::backend::gpu::kernels::{act_qtype, Kernel, Variant};
 use crate::backend::gpu::params::{GetRowsParams, KernelParams, MatmulParams, QuantizeActParams};
 use crate::model::{Node, Op};
@@ -104,6 +104,18 @@ impl Builder<'_> {
         let bytes = n_rows as u64 * act_bytes(row_len);
         self.live.sizes[sb] = self.live.sizes[sb].max(bytes);
         sb
+    }
+
+    /// Where node `i` (of `node`'s shape) rounds its own output for the matmul after it, in
+    /// format `act`: the kernel's `act` parameter (1 + the format's index) and the scratch
+    /// buffer it writes, now holding node `i`'s rows; else 0 and an untouched binding.
+    pub(super) fn fused_round(&mut self, i: usize, node: &Node, act: Option<QType>) -> Result<(u32, Res), String> {
+        let Some(a) = act else {
+            return Ok((0, Res::Unused));
+        };
+        let sb = self.scratch(node.rows, node.width);
+        self.scratch_holds = Some((i, a));
+        Ok((act_index(a)? + 1, Res::Act(sb)))
     }
 
     /// The activation format of node `i`'s first reader where that is a matmul over quantized

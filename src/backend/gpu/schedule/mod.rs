@@ -179,13 +179,19 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
+    /// Whether node `i` is one the graph keeps (the result, or the key's traced node): its
+    /// value must exist as it is, so it fuses into nothing.
+    fn kept(&self, i: usize) -> bool {
+        self.g.key.keep == Some(i) || self.g.result == i
+    }
+
     /// The residual add a matmul's output can be accumulated into: `(add, residual)` where node
     /// `i`'s only reader is `add = i + residual` and the residual is dead after it, so the
     /// matmul writes `y += x · W` into the residual's buffer (one launch and one buffer fewer;
     /// bit for bit the same sum). Not where the matmul is the node the graph keeps.
     fn residual_add(&self, i: usize) -> Option<(usize, usize)> {
         let g = self.g;
-        if !matches!(g.nodes[i].op, Op::Matmul { .. }) || g.key.keep == Some(i) || g.result == i {
+        if !matches!(g.nodes[i].op, Op::Matmul { .. }) || self.kept(i) {
             return None;
         }
         let &[a] = self.readers[i].as_slice() else {
@@ -196,7 +202,7 @@ impl Builder<'_> {
         };
         let r = if x == i { y } else { x };
         let dead_after = self.live.last_use(r) == a && self.readers[r].iter().all(|&j| j < i || j == a);
-        let kept = g.key.keep == Some(r) || g.result == r;
+        let kept = self.kept(r);
         (r != i && dead_after && !kept && g.nodes[r].width == g.nodes[i].width).then_some((a, r))
     }
 
@@ -216,7 +222,7 @@ impl Builder<'_> {
             return None;
         };
         let role = (*q == i && *k != i) || (*k == i && *q != i && attn.kv_from.is_none());
-        let kept = [g.key.keep, Some(g.result)].contains(&Some(i)) || [g.key.keep, Some(g.result)].contains(&Some(x));
+        let kept = self.kept(i) || self.kept(x);
         (role && !kept && attn.head_dim == head_dim && self.readers[x] == [i]).then_some(x)
     }
 
@@ -236,7 +242,7 @@ impl Builder<'_> {
     /// kept node. Bit for bit the same sum.
     fn bias_add(&self, i: usize) -> Option<(usize, Arc<WeightParts>)> {
         let g = self.g;
-        if !matches!(g.nodes[i].op, Op::Matmul { .. }) || g.key.keep == Some(i) || g.result == i {
+        if !matches!(g.nodes[i].op, Op::Matmul { .. }) || self.kept(i) {
             return None;
         }
         let &[a] = self.readers[i].as_slice() else {

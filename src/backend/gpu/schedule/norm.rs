@@ -1,7 +1,7 @@
 //! The norms: `RmsNorm`, `HeadNorm` and `HeadNormPlain`, all the `rms_norm` kernel (a head norm
 //! is an RMS norm over rows one head wide; the plain one has no weight).
 
-use super::{act_index, fold, Builder, Launch, Res, Stage};
+use super::{fold, Builder, Launch, Res, Stage};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{KernelParams, RmsNormParams};
 use crate::model::{Node, Op};
@@ -37,14 +37,7 @@ impl Builder<'_> {
             _ => None,
         };
         // Without the fused rounding binding 4 is never written.
-        let (act, q) = match fused {
-            Some(a) => {
-                let sb = self.scratch(node.rows, node.width);
-                self.scratch_holds = Some((i, a));
-                (act_index(a)? + 1, Res::Act(sb))
-            }
-            None => (0, Res::Unused),
-        };
+        let (act, q) = self.fused_round(i, node, fused)?;
         let kind = match fused {
             Some(a) => format!("{}+quantize_act/{a}", node.op.kind()),
             None => node.op.kind().to_string(),
