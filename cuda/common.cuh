@@ -55,6 +55,17 @@ struct MatmulParams {
     u32 acc;      // 1: y += x · W (a fused residual add; y holds the residual)
     u32 bias;     // 1: y = x · W + b (a fused bias add; binding 4 holds b; not with experts)
 };
+struct MatmulPackParams {
+    u32 k;                 // row length (elements), every member's
+    u32 n;                 // rows of x (tokens)
+    u32 rows0, rows1, rows2; // rows of each member (rows2 = 0 with two)
+    u32 off1, off2;        // byte offsets of members 1 and 2 from member 0
+    u32 bias;              // 1: binding 4 holds the members' biases
+    u32 boff1, boff2;      // element offsets of biases 1 and 2 from bias 0
+    u32 norm;              // 1: x is normalized first (an RMS norm folded in; binding 7 its weight)
+    float eps;
+    u32 act;               // 0, or 1 + quantize_act's ACT: the normalized row rounded
+};
 
 // A matmul's output element of weight row `row`: s, plus (a fused bias add) b[row], then
 // (acc, a fused residual add) onto y. The bias binding is read only where p.bias is set.

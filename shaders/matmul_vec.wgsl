@@ -2,10 +2,8 @@
 // experts (matmul_vec_id, whose head supplies `mv_rows`), workgroup z is a (token, slot) and W
 // the rows of the slot's expert.
 // A workgroup of WG invocations takes WG / TPR rows of one token; the TPR invocations of a row
-// stride over its 8-element chunks and meet in a segment reduction (a subgroup butterfly where
-// the adapter has subgroups, workgroup memory otherwise).
-// For quantized weights x is quantize_act's output: the rounded activations, then (ACT_S, q4_1
-// and q5_1) one q8_1 correction per 32-element block, which the block's offset m multiplies.
+// stride over its 8-element chunks (`row_dot`, matmul_vec_row.wgsl) and meet in a segment
+// reduction (a subgroup butterfly where the adapter has subgroups, workgroup memory otherwise).
 
 override WG: u32 = 64u;
 override TPR: u32 = 8u; // invocations per row
@@ -28,27 +26,20 @@ struct Params {
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
+fn xv(i: u32) -> vec4<f32> {
+    return x[i];
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, ln: Lanes) {
     let seg = seg_index(ln, TPR);
     let r = (wid.x + wid.y * nwg.x) * (WG / TPR) + seg.x;
     // (first weight row, x row, y row) of workgroup z.
     let rows = mv_rows(wid.z);
-    let t = rows.y;
-    let cpb = QK / 8u;
-    let nc = p.k / 8u;
-    let rb = (rows.x + r) * (p.k / QK) * QB;
-    let xb = t * (p.k / 4u);
     var acc = 0.0;
     if (r < p.rows) {
-        for (var c = seg.y; c < nc; c += TPR) {
-            let v = dq8(rb + (c / cpb) * QB, c % cpb);
-            acc += dot(v[0], x[xb + 2u * c]) + dot(v[1], x[xb + 2u * c + 1u]);
-            if (ACT_S && c % cpb == 0u) {
-                let ci = p.n * p.k + t * (p.k / QK) + c / cpb;
-                acc += qmin(rb + (c / cpb) * QB) * x[ci / 4u][ci % 4u];
-            }
-        }
+        let t = rows.y;
+        acc = row_dot((rows.x + r) * (p.k / QK) * QB, t * (p.k / 4u), p.n * p.k + t * (p.k / QK), seg.y);
     }
     var s = seg_sum(acc, ln, TPR);
     if (r < p.rows && seg.y == 0u) {

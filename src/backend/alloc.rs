@@ -69,12 +69,14 @@ impl Liveness {
         buf
     }
 
-    /// Node `i` is not computed: its reader reads `i`'s input `x` in its place (a fused op, such
-    /// as a rope the attention applies as it reads). `i` shares `x`'s buffer, which stays live
-    /// until `i`'s last reader and is freed there; `x` must have no other reader.
+    /// Node `i` is not computed: its readers read `i`'s input `x` in its place (a fused op, such
+    /// as a rope the attention applies as it reads, or a norm the matmuls apply). `i` shares
+    /// `x`'s buffer, which stays live until the last reader of either and is freed there.
     pub fn alias(&mut self, i: usize, x: usize) {
         self.buf_of[i] = self.buf_of[x];
-        self.last_use[x] = self.last_use[x].max(self.last_use[i]);
+        let end = self.last_use[x].max(self.last_use[i]);
+        self.last_use[x] = end;
+        self.last_use[i] = end;
     }
 
     /// The node after which node `i`'s value is dead.

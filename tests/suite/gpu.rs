@@ -39,6 +39,7 @@ pub mod translate;
 
 tests![
     matmul_and_get_rows_every_qtype,
+    pack_matmuls_every_qtype_match_cpu,
     norm_rope_elementwise_ops_match_cpu,
     attention_matches_cpu_over_steps,
     rope_yarn_freq_factors_temperature_match_cpu,
@@ -350,6 +351,132 @@ fn matmul_and_get_rows_every_qtype() {
             worst_rows = worst_rows.max(e);
         }
         eprintln!("{q:<7} matmul NMSE {worst_ref:.1e} vs f64, {worst_cpu:.1e} vs cpu; get_rows {worst_rows:.1e}");
+    }
+}
+
+/// A layer's Q/K/V (with f32 biases) and gate/up are uploaded as packs and, in decode, run as
+/// one `matmul_vec_pack` launch each, with the RMS norm before them folded in where they are its
+/// only readers: for every weight qtype, 67 rows per member (workgroups straddle members), at 1
+/// and 2 tokens (one launch) and 7 (the tiled matmul reading each member as a view of the pack),
+/// `swiglu(q + bq, k + bk) + v + bv` and `swiglu(gate, up)`, on x and on norm(x), match the CPU,
+/// and the decode steps launch what the fusions leave.
+fn pack_matmuls_every_qtype_match_cpu() {
+    let t = "pack_matmuls_every_qtype_match_cpu";
+    let gs = gpus(t, None);
+    if gs.is_empty() {
+        return;
+    }
+    let cpu = cpu();
+    let m = 67;
+    let mm = |name: &str, x: usize, n: usize| {
+        let op = Op::Matmul {
+            x,
+            weight: format!("blk.0.{name}.weight"),
+        };
+        node(name, op, m, n)
+    };
+    let biased = |name: &str, x: usize, n: usize| {
+        let op = Op::AddBias {
+            x,
+            bias: format!("blk.0.{name}.bias"),
+        };
+        node(name, op, m, n)
+    };
+    for q in WEIGHT_QTYPES {
+        let k = if q.block_elems() == 256 { 512 } else { 96 };
+        let mut weights = vec![
+            tensor("inp", QType::F32, k, 7, 7, 1.0),
+            tensor("norm", QType::F32, k, 1, 8, 1.0),
+        ];
+        for (i, name) in ["attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"]
+            .into_iter()
+            .enumerate()
+        {
+            weights.push(tensor(
+                &format!("blk.0.{name}.weight"),
+                q,
+                k,
+                m,
+                10 * q as u64 + i as u64,
+                1.0,
+            ));
+            if i < 3 {
+                weights.push(tensor(
+                    &format!("blk.0.{name}.bias"),
+                    QType::F32,
+                    m,
+                    1,
+                    50 + i as u64,
+                    0.5,
+                ));
+            }
+        }
+        let mdl = model(hparams(m, 1, 1, 64), weights);
+        let quantized = act_qtype(q).is_some();
+        let mut worst = 0f64;
+        for (n, norm) in [1usize, 2, 7].into_iter().flat_map(|n| [(n, false), (n, true)]) {
+            // The matmuls' input: the rows as they are, or their RMS norm (node 1).
+            let mut head = vec![get_rows("inp", k, n)];
+            if norm {
+                let op = Op::RmsNorm {
+                    x: 0,
+                    weight: "norm".into(),
+                    eps: 1e-6,
+                };
+                head.push(node("norm", op, k, n));
+            }
+            let (x, o) = (head.len() - 1, head.len());
+            let qkv = graph(
+                head.iter()
+                    .cloned()
+                    .chain([
+                        mm("attn_q", x, n),
+                        mm("attn_k", x, n),
+                        mm("attn_v", x, n),
+                        biased("attn_q", o, n),
+                        biased("attn_k", o + 1, n),
+                        biased("attn_v", o + 2, n),
+                        node("sw", Op::Swiglu { gate: o + 3, up: o + 4 }, m, n),
+                        node("out", Op::Add { a: o + 6, b: o + 5 }, m, n),
+                    ])
+                    .collect(),
+            );
+            let ffn = graph(
+                head.iter()
+                    .cloned()
+                    .chain([
+                        mm("ffn_gate", x, n),
+                        mm("ffn_up", x, n),
+                        node("sw", Op::Swiglu { gate: o, up: o + 1 }, m, n),
+                    ])
+                    .collect(),
+            );
+            // Launches in decode: get_rows, quantize_act (quantized weights, no norm folded),
+            // the pack (biases in its store), then swiglu and add.
+            let fused = |ops: u64| 1 + u64::from(quantized && !norm) + 1 + ops;
+            let ids: Vec<u32> = (0..n as u32).collect();
+            for (g, what, launches) in [(&qkv, "q/k/v", fused(2)), (&ffn, "gate/up", fused(1))] {
+                let want = run_at(&cpu, &mdl, g, &ids, 0);
+                for b in &gs {
+                    let mut ctx = b.backend.new_context(&mdl, 64, KvType::F32).unwrap();
+                    let mut got = Vec::new();
+                    ctx.forward(g, &Step::contiguous(&ids, 0), &mut got)
+                        .unwrap_or_else(|e| panic!("{}: {e}", b.label));
+                    let e = nmse(&got, &want);
+                    let l = &b.label;
+                    assert!(
+                        e <= 1e-9,
+                        "{l}: {what}/{q} n={n} norm={norm}: NMSE {e:.2e} against the CPU"
+                    );
+                    worst = worst.max(e);
+                    if n <= 2 {
+                        let d = ctx.submitted().map(|s| s.dispatches);
+                        assert_eq!(d, Some(launches), "{l}: {what}/{q} n={n} norm={norm}: launches");
+                    }
+                }
+            }
+        }
+        eprintln!("{q:<7} pack NMSE {worst:.1e} vs cpu");
     }
 }
 

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device::{DevBuf, Device, Func, Params, Replay};
-use crate::backend::gpu::schedule::{self, rope_table, Res, Stage, WeightParts};
+use crate::backend::gpu::schedule::{self, rope_table, PackSlot, Res, Stage, WeightParts};
 use crate::backend::{Context, KvLayout, KvType, Progress, Step, Submitted};
 use crate::error::{Error, Result};
 use crate::model::{Graph, GraphKey, Model, NodeId, Rope};
@@ -20,9 +20,13 @@ fn err(what: impl Into<String>) -> Error {
     }
 }
 
-/// Weights on the device, each uploaded once under its canonical name.
+/// Weights on the device, each uploaded once under its canonical name; the members of a pack
+/// (`gpu::packs`) in one allocation, each at an aligned offset.
 pub struct Registry {
-    weights: HashMap<String, (Arc<WeightParts>, DevBuf)>,
+    /// name → (layout, address)
+    weights: HashMap<String, (Arc<WeightParts>, u64)>,
+    /// The allocations the addresses point into.
+    bufs: Vec<DevBuf>,
     pub resident: u64,
 }
 
@@ -38,16 +42,40 @@ impl Registry {
     ) -> std::result::Result<Registry, String> {
         let mut reg = Registry {
             weights: HashMap::new(),
+            bufs: Vec::new(),
             resident: 0,
         };
-        crate::backend::gpu::upload_each(model, progress, |t| {
-            let layout = WeightParts {
+        crate::backend::gpu::upload_each(model, progress, |ts| {
+            let layout = |t: &crate::tensor::Tensor, pack| WeightParts {
                 name: t.name.as_str().into(),
                 qtype: t.qtype,
                 row_len: t.row_len(),
                 parts: vec![(0, t.n_rows())],
+                pack,
             };
-            reg.register(dev, layout, t.bytes())
+            if let [t] = ts {
+                return reg.register(dev, layout(t, None), t.bytes());
+            }
+            if ts.iter().any(|t| reg.weights.contains_key(&t.name)) {
+                return Ok(());
+            }
+            let sizes: Vec<u64> = ts.iter().map(|t| t.bytes().len() as u64).collect();
+            let (offsets, total) = crate::backend::gpu::pack_offsets(&sizes, PAD as u64);
+            let buf = dev.alloc(total as usize)?;
+            for (index, (t, &offset)) in ts.iter().zip(&offsets).enumerate() {
+                let ptr = buf.ptr + offset;
+                dev.write(ptr, t.bytes()).map_err(|e| format!("{}: {e}", t.name))?;
+                let slot = PackSlot {
+                    first: ts[0].name.as_str().into(),
+                    index,
+                    offset,
+                };
+                reg.resident += t.bytes().len() as u64;
+                reg.weights
+                    .insert(t.name.clone(), (Arc::new(layout(t, Some(slot))), ptr));
+            }
+            reg.bufs.push(buf);
+            Ok(())
         })?;
         Ok(reg)
     }
@@ -55,8 +83,9 @@ impl Registry {
     /// Uploads one weight. Registering a name again with the same size is a no-op (the first
     /// upload stays: a captured graph may still read it); with another size, an error.
     pub fn register(&mut self, dev: &dyn Device, layout: WeightParts, bytes: &[u8]) -> std::result::Result<(), String> {
-        if let Some((old, buf)) = self.weights.get(&*layout.name) {
-            if buf.bytes >= bytes.len() + PAD && old.row_len == layout.row_len && old.qtype == layout.qtype {
+        if let Some((old, _)) = self.weights.get(&*layout.name) {
+            let same = old.parts == layout.parts && old.row_len == layout.row_len && old.qtype == layout.qtype;
+            if same {
                 return Ok(());
             }
             return Err(format!("{} is already resident with another shape", layout.name));
@@ -64,7 +93,9 @@ impl Registry {
         let buf = dev.alloc(bytes.len() + PAD)?;
         dev.write(buf.ptr, bytes).map_err(|e| format!("{}: {e}", layout.name))?;
         self.resident += bytes.len() as u64;
-        self.weights.insert(layout.name.to_string(), (Arc::new(layout), buf));
+        self.weights
+            .insert(layout.name.to_string(), (Arc::new(layout), buf.ptr));
+        self.bufs.push(buf);
         Ok(())
     }
 
@@ -73,7 +104,7 @@ impl Registry {
     }
 
     fn ptr(&self, name: &str) -> Option<u64> {
-        self.weights.get(name).map(|w| w.1.ptr)
+        self.weights.get(name).map(|w| w.1)
     }
 }
 
@@ -213,7 +244,8 @@ impl CudaContext {
                 Res::Step => self.step.ptr,
                 Res::Ids => ids.ptr,
                 Res::Act(b) => acts[*b].ptr,
-                Res::Weight(w, _) => self
+                // One part each; a pack binds from its first member.
+                Res::Weight(w, _) | Res::Pack(w) => self
                     .weights
                     .ptr(&w.name)
                     .ok_or_else(|| format!("{} is not resident", w.name))?,

@@ -106,6 +106,35 @@ params! {
 }
 
 params! {
+    /// `matmul_vec_pack`: y_s[t, r] = x[t, :] · W_s[r, :] (+ b_s[r]) for the 2 or 3 weights
+    /// of one pack (`gpu::packs`), their rows taken in order as one matrix.
+    MatmulPackParams {
+        /// Row length (elements), the same for every member.
+        k: u32,
+        /// Rows of x (tokens).
+        n: u32,
+        /// Rows of each member (0 for a third where there are two).
+        rows0: u32,
+        rows1: u32,
+        rows2: u32,
+        /// Byte offsets of members 1 and 2 from member 0, where binding 1 starts.
+        off1: u32,
+        off2: u32,
+        /// 1: binding 4 is the pack of the members' f32 biases, each added to its rows;
+        /// `boff1`/`boff2` are the element offsets of biases 1 and 2 from the first.
+        bias: u32,
+        boff1: u32,
+        boff2: u32,
+        /// 1: binding 2 holds the rows before an RMS norm folded in (its f32 weight at binding
+        /// 7, `eps`), which each workgroup normalizes as `rms_norm` does, then (`act` = 1 + the
+        /// format's `quantize_act` index; 0 for float weights) rounds as `quantize_act` does.
+        norm: u32,
+        eps: f32,
+        act: u32,
+    }
+}
+
+params! {
     /// `get_rows`: the ids in rows `row0 .. row0 + rows` of a weight part, rows of `k` elements.
     GetRowsParams {
         k: u32,

@@ -32,6 +32,7 @@ pub enum Kernel {
     SigmoidGate,
     Slice,
     ScaleBy,
+    MatmulVecPack,
 }
 
 /// How a kernel binds a buffer (binding i of group 0 is entry i).
@@ -67,7 +68,8 @@ pub struct Wgsl {
     pub body: &'static str,
     /// The body for a q8_0 KV cache, where it differs (blocks quantized whole).
     pub body_kv_q8_0: Option<&'static str>,
-    /// The shared body after an element-wise op's `fn op` (`binary.wgsl`, `unary.wgsl`).
+    /// The shared body after an element-wise op's `fn op` (`binary.wgsl`, `unary.wgsl`), or
+    /// functions the body calls that other kernels share (`matmul_vec_row.wgsl`).
     pub tail: Option<&'static str>,
 }
 
@@ -171,7 +173,7 @@ const fn elementwise(
 }
 
 /// The table, in `Kernel` order.
-pub static KERNELS: [KernelInfo; 24] = [
+pub static KERNELS: [KernelInfo; 25] = [
     KernelInfo {
         kernel: Kernel::QuantizeAct,
         name: "quantize_act",
@@ -200,6 +202,7 @@ pub static KERNELS: [KernelInfo; 24] = [
         params: of::<params::MatmulParams>(),
         wgsl: Wgsl {
             head: Some(wgsl!("matmul_vec_plain.wgsl")),
+            tail: Some(wgsl!("matmul_vec_row.wgsl")),
             ..body(wgsl!("matmul_vec.wgsl"))
         },
         cuda: cuda!("matmul_vec.cu"),
@@ -382,6 +385,7 @@ pub static KERNELS: [KernelInfo; 24] = [
         params: of::<params::MatmulParams>(),
         wgsl: Wgsl {
             head: Some(wgsl!("matmul_vec_id.wgsl")),
+            tail: Some(wgsl!("matmul_vec_row.wgsl")),
             ..body(wgsl!("matmul_vec.wgsl"))
         },
         // The file on disk includes matmul_vec.cu; an NVRTC program has no include path.
@@ -458,6 +462,24 @@ pub static KERNELS: [KernelInfo; 24] = [
             concat!("#define MF_SCALE_BY 1\n", cuda!("add_bias.cu")),
         )
     },
+    KernelInfo {
+        kernel: Kernel::MatmulVecPack,
+        name: "matmul_vec_pack",
+        bindings: &[U, R, R, RW, R, RW, RW, R],
+        spec: Spec::Matrix,
+        reduces: true,
+        act_input: true,
+        threads: 64,
+        wg_override: true,
+        params: of::<params::MatmulPackParams>(),
+        wgsl: Wgsl {
+            head: Some(wgsl!("quantize_block.wgsl")),
+            tail: Some(wgsl!("matmul_vec_row.wgsl")),
+            ..body(wgsl!("matmul_vec_pack.wgsl"))
+        },
+        // The file on disk includes matmul_vec.cu.
+        cuda: concat!("#define MF_MATMUL_VEC_PACK 1\n", cuda!("matmul_vec.cu")),
+    },
 ];
 
 /// The CUDA headers every program starts with, in order (`cuda/`).
@@ -468,7 +490,7 @@ pub const CUDA_HEADERS: [(&str, &str); 3] = [
 ];
 
 impl Kernel {
-    pub const ALL: [Kernel; 24] = [
+    pub const ALL: [Kernel; 25] = [
         Kernel::QuantizeAct,
         Kernel::MatmulVec,
         Kernel::Matmul,
@@ -493,6 +515,7 @@ impl Kernel {
         Kernel::SigmoidGate,
         Kernel::Slice,
         Kernel::ScaleBy,
+        Kernel::MatmulVecPack,
     ];
 
     /// The most storage buffers one kernel binds: what a wgpu adapter must allow per shader

@@ -76,6 +76,10 @@ fn storage(gpu: &Gpu, label: &str, bytes: u64, extra: wgpu::BufferUsages) -> wgp
     })
 }
 
+fn kv_layer(cache: &[wgpu::Buffer], l: usize) -> Result<&wgpu::Buffer, String> {
+    cache.get(l).ok_or_else(|| format!("no KV cache for layer {l}"))
+}
+
 pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
     let gpu = t.gpu;
     let maxg = gpu.limits.max_compute_workgroups_per_dimension;
@@ -166,27 +170,35 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
             }),
         }];
         for (i, r) in l.res.iter().enumerate() {
-            let buffer = match r {
-                Res::Step => t.step,
-                Res::Ids => &ids,
-                Res::Act(b) => &acts[*b],
-                Res::Weight(w, pi) => {
-                    let gw = t
-                        .weights
-                        .get(&w.name)
-                        .ok_or_else(|| format!("{} is not resident", w.name))?;
-                    &gw.parts[*pi].buffer
+            let resident = |w: &schedule::WeightParts| {
+                t.weights
+                    .get(&w.name)
+                    .ok_or_else(|| format!("{} is not resident", w.name))
+            };
+            let resource = match r {
+                Res::Weight(w, pi) => resident(w)?.parts[*pi].binding(),
+                // From the first member to the buffer's end.
+                Res::Pack(w) => {
+                    let p = &resident(w)?.parts[0];
+                    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &p.buffer,
+                        offset: p.offset,
+                        size: None,
+                    })
                 }
-                Res::RopeTable(ri) => &rope_bufs[*ri].1,
-                Res::Kc(l) => t.kc.get(*l).ok_or_else(|| format!("no KV cache for layer {l}"))?,
-                Res::Vc(l) => t.vc.get(*l).ok_or_else(|| format!("no KV cache for layer {l}"))?,
-                Res::Logits => &acts[s.result],
-                Res::ArgmaxOut => &argmax_out,
-                Res::Unused => &unused,
+                Res::Step => t.step.as_entire_binding(),
+                Res::Ids => ids.as_entire_binding(),
+                Res::Act(b) => acts[*b].as_entire_binding(),
+                Res::RopeTable(ri) => rope_bufs[*ri].1.as_entire_binding(),
+                Res::Kc(l) => kv_layer(t.kc, *l)?.as_entire_binding(),
+                Res::Vc(l) => kv_layer(t.vc, *l)?.as_entire_binding(),
+                Res::Logits => acts[s.result].as_entire_binding(),
+                Res::ArgmaxOut => argmax_out.as_entire_binding(),
+                Res::Unused => unused.as_entire_binding(),
             };
             entries.push(wgpu::BindGroupEntry {
                 binding: i as u32 + 1,
-                resource: buffer.as_entire_binding(),
+                resource,
             });
         }
         let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {

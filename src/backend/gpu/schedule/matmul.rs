@@ -11,7 +11,7 @@ use crate::model::{Node, Op};
 use crate::quant::QType;
 
 /// Rows per `matmul_vec` workgroup: 64 invocations, 8 per row.
-const VEC_ROWS_PER_WG: u32 = 8;
+pub(super) const VEC_ROWS_PER_WG: u32 = 8;
 
 impl Builder<'_> {
     /// `GetRows` or `Matmul` (pushing its `quantize_act` stage first where one is needed);

@@ -2,8 +2,8 @@
 //! assigned by liveness (`backend::alloc`, as `cpu::compile` assigns them), and per node the
 //! kernel launches — variant, parameter struct, the buffers bound in order, the workgroup
 //! counts — from one function per op family: `matmul` (get_rows, quantize_act, the matmuls),
-//! `norm`, `attention` (rope, kv_store, attention), `elementwise` (with slice), and here the output copy
-//! and argmax. The wgpu backend turns a schedule into bind groups, the CUDA backend into launch
+//! `pack` (the decode matmuls over one pack's weights as one launch), `norm`, `attention`
+//! (rope, kv_store, attention), `elementwise` (with slice), and here the output copy and argmax. The wgpu backend turns a schedule into bind groups, the CUDA backend into launch
 //! parameters; the kernels of both read the same words from the same bindings.
 
 mod attention;
@@ -11,13 +11,14 @@ mod elementwise;
 mod matmul;
 mod moe;
 mod norm;
+mod pack;
 
 pub use attention::ATTN_TOKENS;
 
 use std::sync::Arc;
 
 use super::kernels::{Kernel, Variant};
-use super::params::{ArgmaxParams, AttentionParams, KernelParams, MatmulParams};
+use super::params::{ArgmaxParams, AttentionParams, KernelParams, MatmulPackParams, MatmulParams};
 use crate::backend::alloc::Liveness;
 use crate::backend::KvType;
 use crate::model::graph::ROPE_FREQS;
@@ -37,6 +38,17 @@ pub struct WeightParts {
     pub row_len: usize,
     /// (first row, rows) per part; one part covering every row where nothing is split.
     pub parts: Vec<(usize, usize)>,
+    /// Where the weight lies in a pack (`gpu::packs`), if it was uploaded in one.
+    pub pack: Option<PackSlot>,
+}
+
+/// A pack member's place: the pack's first member, this one's index among the members, and
+/// its byte offset from the first member's start.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PackSlot {
+    pub first: Arc<str>,
+    pub index: usize,
+    pub offset: u64,
 }
 
 /// What a binding points at.
@@ -50,6 +62,8 @@ pub enum Res {
     Act(usize),
     /// Part `.1` of a weight.
     Weight(Arc<WeightParts>, usize),
+    /// The whole pack whose first member this is: from its start to the end of the last.
+    Pack(Arc<WeightParts>),
     /// The cos/sin table of the schedule's `ropes[i]`: `[n_tokens][n_rot / 2]` pairs.
     RopeTable(usize),
     /// Layer `l`'s K or V cache.
@@ -86,6 +100,10 @@ impl Launch {
             Kernel::MatmulVec | Kernel::Matmul => {
                 let p = MatmulParams::from_words(&self.params);
                 (p.k as u64 * p.rows as u64 * p.n as u64, 0)
+            }
+            Kernel::MatmulVecPack => {
+                let p = MatmulPackParams::from_words(&self.params);
+                (p.k as u64 * (p.rows0 + p.rows1 + p.rows2) as u64 * p.n as u64, 0)
             }
             // One row of y per (token, slot): workgroup z.
             Kernel::MatmulVecId => {
@@ -172,9 +190,9 @@ struct Builder<'a> {
     /// Nodes an earlier launch already computed, in the buffer given (an `Add` fused into the
     /// matmul before it).
     done_in: Vec<Option<usize>>,
-    /// Ropes folded into the attention reading them (its q, or the K its store writes): the
-    /// rope node computes nothing, shares its input's buffer, and the reader rotates as it
-    /// reads.
+    /// Ropes folded into the attention reading them (its q, or the K its store writes), and RMS
+    /// norms folded into the pack of matmuls reading them: the node computes nothing, shares
+    /// its input's buffer, and the reader rotates or normalizes as it reads.
     folded: Vec<bool>,
 }
 
@@ -319,6 +337,15 @@ pub fn schedule(
             });
             continue;
         }
+        if let Some(x) = b.folds_norm(i) {
+            b.folded[i] = true;
+            b.live.alias(i, x);
+            b.stages.push(Stage::Compute {
+                kind: "rms_norm (fused)".into(),
+                launches: Vec::new(),
+            });
+            continue;
+        }
         if let Some(x) = b.folds_rope(i) {
             b.folded[i] = true;
             b.live.alias(i, x);
@@ -326,6 +353,11 @@ pub fn schedule(
                 kind: "rope (fused)".into(),
                 launches: Vec::new(),
             });
+            continue;
+        }
+        if let Some(run) = b.pack_run(i) {
+            let stage = b.matmul_pack(&run)?;
+            b.stages.push(stage);
             continue;
         }
         let fused = b.residual_add(i);
@@ -415,7 +447,7 @@ mod tests {
     use super::*;
     use crate::model::Node;
 
-    fn node(name: &str, op: Op, width: usize) -> Node {
+    pub(super) fn node(name: &str, op: Op, width: usize) -> Node {
         Node {
             name: name.into(),
             op,
@@ -424,7 +456,7 @@ mod tests {
         }
     }
 
-    fn mm(x: usize, weight: &str, width: usize) -> Node {
+    pub(super) fn mm(x: usize, weight: &str, width: usize) -> Node {
         node(
             weight,
             Op::Matmul {
@@ -443,12 +475,13 @@ mod tests {
                 qtype,
                 row_len,
                 parts: vec![(0, rows)],
+                pack: None,
             }))
         }
     }
 
     /// `nodes` (the last one the result) scheduled for `n_tokens` tokens, keeping `keep`.
-    fn sched(
+    pub(super) fn sched(
         mut nodes: Vec<Node>,
         n_tokens: usize,
         keep: Option<usize>,
@@ -484,6 +517,7 @@ mod tests {
                 qtype: qtype(name),
                 row_len: 512,
                 parts: vec![(0, 512)],
+                pack: None,
             }))
         };
         let nodes = vec![

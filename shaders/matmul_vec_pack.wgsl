@@ -1,0 +1,136 @@
+// matmul for decode over the 2 or 3 weights of one pack (a layer's Q/K/V or gate/up, uploaded
+// into one buffer, each member at an aligned byte offset): their rows taken in order as one
+// matrix, row r of member s going to y_s (plus b_s[r] where the biases are fused: binding 4,
+// their own pack). One launch where there were one per weight; each row is matmul_vec's, the
+// same chunks summed in the same order.
+// With p.norm = 1 an RMS norm of x is folded in (Q/K/V after the attention norm, gate/up after
+// the FFN norm): each workgroup first normalizes its token's row into workgroup memory exactly
+// as rms_norm does (the same sums in the same order, times the f32 weight at binding 7) and, for
+// quantized weights (p.act = 1 + quantize_act's ACT), rounds it as quantize_act does; the rows
+// then read it there. Rows up to MAX_NORM_K long (checked by the schedule).
+
+override WG: u32 = 64u;
+override TPR: u32 = 8u; // invocations per row
+
+struct Params {
+    k: u32,     // row length (elements)
+    n: u32,     // rows of x
+    rows0: u32, // rows of each member (rows2 = 0 with two)
+    rows1: u32,
+    rows2: u32,
+    off1: u32,  // byte offsets of members 1 and 2 from member 0
+    off2: u32,
+    bias: u32,  // 1: add the members' biases
+    boff1: u32, // element offsets of biases 1 and 2 from bias 0
+    boff2: u32,
+    norm: u32,  // 1: x normalized first (binding 7: the norm's weight)
+    eps: f32,
+    act: u32,   // 0, or 1 + quantize_act's ACT: the normalized row rounded
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> y0: array<f32>;
+@group(0) @binding(4) var<storage, read> b: array<f32>;
+@group(0) @binding(5) var<storage, read_write> y1: array<f32>;
+@group(0) @binding(6) var<storage, read_write> y2: array<f32>;
+@group(0) @binding(7) var<storage, read> nw: array<f32>;
+
+const MAX_NORM_K: u32 = 2048u;
+
+// The normalized (and rounded) row: MAX_NORM_K values, then a q8_1 correction per 32.
+var<workgroup> xs: array<vec4<f32>, 528>;
+
+fn xv(i: u32) -> vec4<f32> {
+    if (p.norm != 0u) {
+        return xs[i];
+    }
+    return x[i];
+}
+
+fn act_in(i: u32) -> f32 {
+    return xs[i / 4u][i % 4u];
+}
+
+fn act_out(i: u32, v: f32) {
+    xs[i / 4u][i % 4u] = v;
+}
+
+// Token t's row normalized into xs as rms_norm computes it, then rounded in place as
+// quantize_act rounds it (corrections after the row's k values).
+fn norm_row(t: u32, ln: Lanes) {
+    let xb = t * p.k;
+    var s = 0.0;
+    for (var i = ln.lid; i < p.k; i += WG) {
+        let v = x[(xb + i) / 4u][(xb + i) % 4u];
+        s += v * v;
+    }
+    let scale = 1.0 / sqrt(wg_sum(s, ln) / f32(p.k) + p.eps);
+    for (var i = ln.lid; i < p.k; i += WG) {
+        act_out(i, (x[(xb + i) / 4u][(xb + i) % 4u] * scale) * nw[i]);
+    }
+    workgroupBarrier();
+    if (p.act != 0u) {
+        let act = p.act - 1u;
+        let qk = select(32u, 256u, act == 2u);
+        for (var b = ln.lid; b < p.k / qk; b += WG) {
+            quantize_block(act, b * qk, p.k + b);
+        }
+        workgroupBarrier();
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, ln: Lanes) {
+    let seg = seg_index(ln, TPR);
+    let r = (wid.x + wid.y * nwg.x) * (WG / TPR) + seg.x;
+    let t = wid.z;
+    // (member, its row, its byte offset, its bias's offset) of row r.
+    var m = 0u;
+    var rl = r;
+    var off = 0u;
+    var boff = 0u;
+    if (rl >= p.rows0) {
+        m = 1u;
+        rl -= p.rows0;
+        off = p.off1;
+        boff = p.boff1;
+        if (rl >= p.rows1) {
+            m = 2u;
+            rl -= p.rows1;
+            off = p.off2;
+            boff = p.boff2;
+        }
+    }
+    let live = m < 2u || rl < p.rows2;
+    // Where the row's values and (ACT_S) corrections are read.
+    var xb = t * (p.k / 4u);
+    var cb = p.n * p.k + t * (p.k / QK);
+    if (p.norm != 0u) {
+        norm_row(t, ln);
+        xb = 0u;
+        cb = p.k;
+    }
+    var acc = 0.0;
+    if (live) {
+        acc = row_dot(off + rl * (p.k / QK) * QB, xb, cb, seg.y);
+    }
+    var s = seg_sum(acc, ln, TPR);
+    if (live && seg.y == 0u) {
+        if (p.bias != 0u) {
+            s += b[boff + rl];
+        }
+        switch m {
+            case 0u: {
+                y0[t * p.rows0 + rl] = s;
+            }
+            case 1u: {
+                y1[t * p.rows1 + rl] = s;
+            }
+            default: {
+                y2[t * p.rows2 + rl] = s;
+            }
+        }
+    }
+}
