@@ -244,6 +244,16 @@ impl Session {
         self.ctx.profile_report()
     }
 
+    /// Per-op time of the decode steps since the last `reset_profile`, where profiling was
+    /// asked for and the backend keeps a profile.
+    pub fn decode_profile(&self) -> Option<crate::backend::OpProfile> {
+        self.ctx.decode_profile()
+    }
+
+    pub fn reset_profile(&mut self) {
+        self.ctx.reset_profile()
+    }
+
     /// What the last forward submitted to the GPU (dispatches, passes, submits); None on the
     /// CPU.
     pub fn submitted(&self) -> Option<crate::backend::Submitted> {

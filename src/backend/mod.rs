@@ -275,6 +275,41 @@ pub trait Backend: Send + Sync {
     fn new_context(&self, model: &Arc<Model>, n_cells: usize, kv: KvType) -> Result<Box<dyn Context>>;
 }
 
+/// Per-op time of the decode steps (one token each) a context ran since its profile was last
+/// reset: what `bench --profile` sets side by side per backend. GPU backends time each
+/// launch on the device; the CPU each op on the calling thread.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OpProfile {
+    /// Decode steps timed.
+    pub forwards: u64,
+    /// Per op kind (`matmul_vec/q4_1`, `attention`), busiest first.
+    pub ops: Vec<OpTime>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpTime {
+    pub op: String,
+    /// Launches (CPU: calls) over all the steps.
+    pub calls: u64,
+    pub ns: f64,
+}
+
+impl OpProfile {
+    /// From (op, calls, ns) totals in any order.
+    pub fn new(forwards: u64, ops: impl IntoIterator<Item = (String, u64, f64)>) -> OpProfile {
+        let mut ops: Vec<OpTime> = ops
+            .into_iter()
+            .map(|(op, calls, ns)| OpTime { op, calls, ns })
+            .collect();
+        ops.sort_by(|a, b| b.ns.total_cmp(&a.ns).then_with(|| a.op.cmp(&b.op)));
+        OpProfile { forwards, ops }
+    }
+
+    pub fn total_ns(&self) -> f64 {
+        self.ops.iter().map(|o| o.ns).sum()
+    }
+}
+
 /// What the last forward (or the sub-batches it was split into) handed a GPU: kernel launches,
 /// the passes they were recorded in (wgpu compute passes; CUDA: one per graph replay, else
 /// one per launch) and queue submits.
@@ -319,6 +354,13 @@ pub trait Context: Send {
     fn profile_report(&self) -> Option<String> {
         None
     }
+    /// Per-op time of the decode steps since the last `reset_profile`, where profiling was
+    /// asked for and the backend keeps a profile.
+    fn decode_profile(&self) -> Option<OpProfile> {
+        None
+    }
+    /// Starts the decode profile afresh (`profile_report`'s totals are kept).
+    fn reset_profile(&mut self) {}
     /// What the last forward submitted to the device; None on the CPU.
     fn submitted(&self) -> Option<Submitted> {
         None

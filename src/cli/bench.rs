@@ -54,6 +54,8 @@ struct Record {
     samples_ns: Vec<u64>,
     /// Decode: what one token's forward submitted (GPU backends).
     submitted: Option<minfer::backend::Submitted>,
+    /// Decode with `--profile`: per-op time of the timed steps.
+    profile: Option<minfer::backend::OpProfile>,
 }
 
 impl Record {
@@ -197,7 +199,7 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
             // Context and test tokens from one stream, so the test continues the context.
             let all = prompt_tokens(depth + args.n_prompt.max(1), n_vocab);
             let (context, toks) = all.split_at(depth);
-            let record = |n_prompt, n_gen, samples_ns, submitted| Record {
+            let record = |n_prompt, n_gen, samples_ns, submitted, profile| Record {
                 backend: s.backend_name.into(),
                 describe: describe.clone(),
                 n_threads,
@@ -206,20 +208,24 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
                 n_depth: depth,
                 samples_ns,
                 submitted,
+                profile,
             };
             if args.n_prompt > 0 {
                 time_pp(&mut s, context, toks)?; // warm-up
                 let samples = (0..args.reps)
                     .map(|_| time_pp(&mut s, context, toks))
                     .collect::<Result<Vec<_>>>()?;
-                records.push(record(args.n_prompt, 0, samples, None));
+                records.push(record(args.n_prompt, 0, samples, None, None));
             }
             if args.n_gen > 0 {
                 time_tg(&mut s, context, args.n_gen.min(16), toks[0])?; // warm-up
+                                                                        // The profile of the timed steps only (not the warm-up's, nor other depths').
+                s.reset_profile();
                 let samples = (0..args.reps)
                     .map(|_| time_tg(&mut s, context, args.n_gen, toks[0]))
                     .collect::<Result<Vec<_>>>()?;
-                records.push(record(0, args.n_gen, samples, s.submitted()));
+                let profile = s.decode_profile().filter(|p| p.forwards > 0);
+                records.push(record(0, args.n_gen, samples, s.submitted(), profile));
             }
         }
         super::print_profile(&s);
@@ -257,6 +263,7 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
                     "dispatches_per_token": r.submitted.map(|w| w.dispatches),
                     "passes_per_token": r.submitted.map(|w| w.passes),
                     "submits_per_token": r.submitted.map(|w| w.submits),
+                    "profile": r.profile.as_ref().map(super::bench_profile::json),
                 })
             })
             .collect();
@@ -291,6 +298,21 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
                 w.submits
             );
         }
+    }
+    // One profile table per decode test, the backends side by side.
+    let mut tests: Vec<String> = Vec::new();
+    for r in records.iter().filter(|r| r.profile.is_some()) {
+        if !tests.contains(&r.test_name()) {
+            tests.push(r.test_name());
+        }
+    }
+    for test in tests {
+        let cols: Vec<(&str, &minfer::backend::OpProfile)> = records
+            .iter()
+            .filter(|r| r.test_name() == test)
+            .filter_map(|r| Some((r.backend.as_str(), r.profile.as_ref()?)))
+            .collect();
+        print!("{}", super::bench_profile::markdown(&test, &cols));
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The command line. Every command is built on the library API and nothing else.
 
 mod bench;
+mod bench_profile;
 mod generate;
 mod info;
 mod perplexity;

@@ -518,6 +518,16 @@ impl Context for CpuContext {
         Some(p.report(self.kernels.isa(), self.pool.n_threads()))
     }
 
+    fn decode_profile(&self) -> Option<crate::backend::OpProfile> {
+        Some(self.profile.as_ref()?.decode())
+    }
+
+    fn reset_profile(&mut self) {
+        if let Some(p) = self.profile.as_mut() {
+            p.reset_decode();
+        }
+    }
+
     fn kv_cells(&self) -> usize {
         self.kv.n_cells
     }

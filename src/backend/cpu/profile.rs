@@ -54,6 +54,22 @@ impl Profile {
         e.bytes += bytes;
     }
 
+    /// The decode steps' ops as the side-by-side table takes them.
+    pub fn decode(&self) -> crate::backend::OpProfile {
+        let ops = self
+            .ops
+            .iter()
+            .filter(|((p, _), _)| *p == Phase::Decode)
+            .map(|((_, k), e)| (k.clone(), e.calls, e.ns as f64));
+        crate::backend::OpProfile::new(self.steps[Phase::Decode as usize].0, ops)
+    }
+
+    /// The decode steps forgotten.
+    pub fn reset_decode(&mut self) {
+        self.ops.retain(|(p, _), _| *p != Phase::Decode);
+        self.steps[Phase::Decode as usize] = (0, 0);
+    }
+
     /// The tables: per phase, op kind, calls per forward, µs per token, share of the time,
     /// KiB of weights read per token; then the phase's totals.
     pub fn report(&self, isa: &str, threads: usize) -> String {

@@ -278,7 +278,7 @@ impl WgpuContext {
                 rec.submit();
                 let out = read(&gpu, dst, size)?;
                 if let Some(p) = profiler.as_mut() {
-                    p.collect(&gpu).map_err(err)?;
+                    p.collect(&gpu, step.tokens.len()).map_err(err)?;
                 }
                 *submitted += rec.counts;
                 let secs = t0.elapsed().as_secs_f64();
@@ -434,8 +434,9 @@ fn encode(rec: &mut Recorder, plan: &Plan, mut prof: Option<&mut Profiler>, ctx:
                         close(rec, &mut open);
                     }
                 }
-                if let Some(p) = prof.as_deref_mut() {
-                    let ts = p.writes(kind);
+                // A fused node launched nothing: no pass, no time.
+                if let Some(p) = prof.as_deref_mut().filter(|_| !open.is_empty()) {
+                    let ts = p.writes(kind, open.len());
                     rec.pass(&open, kind, ts);
                     open.clear();
                 }
@@ -559,6 +560,16 @@ impl Context for WgpuContext {
         match &self.profiler {
             Some(p) => Some(p.report(&self.gpu.describe())),
             None => self.profile_note.clone(),
+        }
+    }
+
+    fn decode_profile(&self) -> Option<crate::backend::OpProfile> {
+        Some(self.profiler.as_ref()?.decode())
+    }
+
+    fn reset_profile(&mut self) {
+        if let Some(p) = self.profiler.as_mut() {
+            p.reset_decode();
         }
     }
 }

@@ -14,11 +14,14 @@ pub struct Profiler {
     set: wgpu::QuerySet,
     resolve: wgpu::Buffer,
     readback: wgpu::Buffer,
-    /// Kinds of the passes timed in the current forward, in order.
-    kinds: Vec<String>,
-    /// kind → (passes, total ns)
+    /// Kinds of the passes timed in the current forward, in order, and their dispatches.
+    kinds: Vec<(String, u64)>,
+    /// kind → (dispatches, total ns)
     totals: BTreeMap<String, (u64, f64)>,
     forwards: u64,
+    /// The same for the decode steps (one token) since the last `reset_decode`.
+    decode: BTreeMap<String, (u64, f64)>,
+    decode_forwards: u64,
     period_ns: f64,
 }
 
@@ -56,17 +59,20 @@ impl Profiler {
             kinds: Vec::new(),
             totals: BTreeMap::new(),
             forwards: 0,
+            decode: BTreeMap::new(),
+            decode_forwards: 0,
             period_ns: gpu.queue.get_timestamp_period() as f64,
         })
     }
 
-    /// Timestamp writes for the next pass, or `None` once the query set is full.
-    pub fn writes(&mut self, kind: &str) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
+    /// Timestamp writes for the next pass (of `dispatches`), or `None` once the query set is
+    /// full.
+    pub fn writes(&mut self, kind: &str, dispatches: usize) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
         let i = self.kinds.len() as u32;
         if 2 * i + 2 > MAX_QUERIES {
             return None;
         }
-        self.kinds.push(kind.to_string());
+        self.kinds.push((kind.to_string(), dispatches as u64));
         Some(wgpu::ComputePassTimestampWrites {
             query_set: &self.set,
             beginning_of_pass_write_index: Some(2 * i),
@@ -82,8 +88,9 @@ impl Profiler {
         }
     }
 
-    /// Reads the timestamps of the forward just submitted (after its readback waited for it).
-    pub fn collect(&mut self, gpu: &Gpu) -> Result<(), String> {
+    /// Reads the timestamps of the forward of `tokens` tokens just submitted (after its
+    /// readback waited for it).
+    pub fn collect(&mut self, gpu: &Gpu, tokens: usize) -> Result<(), String> {
         let n = 2 * self.kinds.len() as u64;
         if n == 0 {
             return Ok(());
@@ -99,14 +106,29 @@ impl Profiler {
         rx.recv().map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
         let ts: Vec<u64> = bytemuck::pod_collect_to_vec(&slice.get_mapped_range().map_err(|e| e.to_string())?);
         self.readback.unmap();
-        for (i, kind) in self.kinds.drain(..).enumerate() {
+        for (i, (kind, dispatches)) in self.kinds.drain(..).enumerate() {
             let ns = ts[2 * i + 1].saturating_sub(ts[2 * i]) as f64 * self.period_ns;
-            let e = self.totals.entry(kind).or_default();
-            e.0 += 1;
-            e.1 += ns;
+            let maps = [Some(&mut self.totals), (tokens == 1).then_some(&mut self.decode)];
+            for m in maps.into_iter().flatten() {
+                let e = m.entry(kind.clone()).or_default();
+                e.0 += dispatches;
+                e.1 += ns;
+            }
         }
         self.forwards += 1;
+        self.decode_forwards += u64::from(tokens == 1);
         Ok(())
+    }
+
+    /// The decode steps' ops as the side-by-side table takes them.
+    pub fn decode(&self) -> crate::backend::OpProfile {
+        let ops = self.decode.iter().map(|(k, &(n, ns))| (k.clone(), n, ns));
+        crate::backend::OpProfile::new(self.decode_forwards, ops)
+    }
+
+    pub fn reset_decode(&mut self) {
+        self.decode.clear();
+        self.decode_forwards = 0;
     }
 
     /// The table: op kind, passes, total ms, share.
@@ -118,10 +140,10 @@ impl Profiler {
             "wgpu profile ({device}), {} forwards, GPU time per op:\n",
             self.forwards
         );
-        s += &format!("  {:<20} {:>8} {:>12} {:>7}\n", "op", "passes", "ms", "%");
+        s += &format!("  {:<40} {:>10} {:>12} {:>7}\n", "op", "dispatches", "ms", "%");
         for (k, (n, ns)) in rows {
             s += &format!(
-                "  {k:<20} {n:>8} {:>12.3} {:>6.1}%\n",
+                "  {k:<40} {n:>10} {:>12.3} {:>6.1}%\n",
                 ns / 1e6,
                 100.0 * ns / total.max(1.0)
             );
