@@ -5,7 +5,7 @@
 #
 # The machine needs no Rust toolchain: build here first, then carry target/gpu-check/ (stripped
 # binaries and the llama.cpp records of the real prompts, ~40 MB) there and run this script from
-# the repository root. The real models (98 MB and 253 MB) are over one transfer's size: carry
+# the repository root. The real models (98, 253 and 491 MB) are over one transfer's size: carry
 # them in pieces into models/ across calls (`split -b 60M`, then `cat` there), or go without —
 # the op tests and the CUDA/wgpu op parity need no model.
 #
@@ -67,12 +67,15 @@ say "gpu tests: exit $? ($(grep -c '\.\.\. ok' "$out/tests.txt") ok, $(grep -c '
 grep -E "^test |NMSE|perplexity|top-1|tokens equal|tokens differ|greedy runs|summed" "$out/tests.txt" | tail -n 80 >> "$summary"
 
 say "## bench"
-for m in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-Q4_K_M.gguf; do
+for m in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-Q4_K_M.gguf qwen2.5-coder-0.5b-instruct.gguf; do
     [ -f "models/$m" ] || { say "$m: not carried"; continue; }
-    # --profile: per-op GPU time on wgpu (timestamp queries), for each kernel's GB/s.
+    # --profile: per-op time per decode token, the backends side by side (after the table).
+    # Depth 4096 on the GPUs only: the CPU's untimed 4,096-token prefills would take minutes.
     "$bin" bench "models/$m" --backend cpu,wgpu,cuda -p 512 -n 128 -r 3 --profile > "$out/bench-$m.md" 2> "$out/bench-$m.log"
-    say "### $m (exit $?)"
+    say "### $m, depth 0 (exit $?)"
     cat "$out/bench-$m.md" >> "$summary"
-    { echo '```'; grep -A16 "profile" "$out/bench-$m.log" | head -n 40; echo '```'; } >> "$summary"
+    "$bin" bench "models/$m" --backend wgpu,cuda -p 512 -n 128 -r 2 -d 4096 --profile > "$out/bench-d4096-$m.md" 2> "$out/bench-d4096-$m.log"
+    say "### $m, depth 4096 (exit $?)"
+    cat "$out/bench-d4096-$m.md" >> "$summary"
 done
 echo "summary: $summary"

@@ -482,8 +482,9 @@ pub struct BackendOptions {
     pub disable_wgpu: bool,
     /// Under `auto`, a software wgpu adapter (llvmpipe, WARP) may be picked too.
     pub wgpu_allow_software: bool,
-    /// Per-op time ([`Context::profile_report`]): wgpu from timestamp queries, the CPU from its
-    /// own clock, with the weight bytes each op reads.
+    /// Per-op time ([`Context::profile_report`], [`Context::decode_profile`]): wgpu from
+    /// timestamp queries, CUDA from events around each node's launches (no graphs then), the
+    /// CPU from its own clock, with the weight bytes each op reads.
     pub profile: bool,
     /// Leave CUDA out (its verdict says `disabled by MINFER_DISABLE_CUDA`).
     pub disable_cuda: bool,
@@ -564,7 +565,9 @@ fn cuda_backend(gpu: Option<usize>, opts: &BackendOptions) -> std::result::Resul
         Some(lib) => cuda::CudaBackend::emulated(lib)?,
         None => cuda::CudaBackend::new(gpu.unwrap_or(0))?,
     };
-    Ok(b.with_graphs(opts.cuda_graphs).with_progress(opts.progress.clone()))
+    Ok(b.with_graphs(opts.cuda_graphs)
+        .with_profile(opts.profile)
+        .with_progress(opts.progress.clone()))
 }
 
 /// Which backends the user allows.

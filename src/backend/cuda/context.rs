@@ -1,6 +1,7 @@
 //! A model resident on a CUDA device: weights uploaded once each, the KV cache, and one plan
 //! per graph shape — the schedule's launches with every buffer address resolved. A decode
-//! step is captured as a CUDA graph on its second run and replayed from then on; per step only
+//! step is captured as a CUDA graph on its second run and replayed from then on (unless
+//! profiling: then each node's launches are timed between events); per step only
 //! the step words, the token ids and the RoPE tables are written, and only the logits rows (or,
 //! for greedy, the argmax id) come back.
 
@@ -8,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device::{DevBuf, Device, Func, Params, Replay};
+use crate::backend::gpu::profile::OpTotals;
 use crate::backend::gpu::schedule::{self, rope_table, PackSlot, Res, Stage, WeightParts};
 use crate::backend::{Context, KvLayout, KvType, Progress, Step, Submitted};
 use crate::error::{Error, Result};
@@ -126,6 +128,8 @@ struct Prepared {
     /// Dropped first: a graph holds the addresses of the buffers below.
     graph: Option<Box<dyn Replay>>,
     items: Vec<Item>,
+    /// Each node's launches among `items`, by op kind (the profile's rows).
+    kinds: Vec<(String, std::ops::Range<usize>)>,
     argmax: Item,
     runs: usize,
     /// Held for the launches (and the graph) that point into them.
@@ -158,19 +162,23 @@ pub struct CudaContext {
     graphs: bool,
     /// What the last forward submitted.
     submitted: Submitted,
+    /// Per-op device time, where profiling was asked for (each node's launches timed by
+    /// events; no graphs then).
+    profile: Option<OpTotals>,
 }
 
 /// Grid limit per dimension (y and z; x takes more, the schedule folds into x and y).
 const MAX_GRID: u32 = 65_535;
 
 impl CudaContext {
-    /// `graphs`: capture decode steps as CUDA graphs (`BackendOptions::cuda_graphs`).
+    /// `graphs`: capture decode steps as CUDA graphs (`BackendOptions::cuda_graphs`);
+    /// `profile`: time each node's launches instead (`BackendOptions::profile`).
     pub fn new(
         dev: Arc<dyn Device>,
         model: &Arc<Model>,
         n_cells: usize,
         kv: KvType,
-        graphs: bool,
+        (graphs, profile): (bool, bool),
         progress: Option<&Progress>,
     ) -> Result<CudaContext> {
         let (kc, vc, kv_bytes) = Self::alloc_kv(dev.as_ref(), model, n_cells, kv)?;
@@ -188,8 +196,9 @@ impl CudaContext {
             vc,
             kv_bytes,
             step,
-            graphs,
+            graphs: graphs && !profile,
             submitted: Submitted::default(),
+            profile: profile.then(OpTotals::default),
         })
     }
 
@@ -275,12 +284,16 @@ impl CudaContext {
                 params,
             })
         };
-        let mut items = Vec::new();
+        let (mut items, mut kinds) = (Vec::new(), Vec::new());
         for st in &s.stages {
             match st {
-                Stage::Compute { launches, .. } => {
+                Stage::Compute { launches, kind } => {
+                    let start = items.len();
                     for l in launches {
                         items.push(launch(l)?);
+                    }
+                    if !launches.is_empty() {
+                        kinds.push((kind.clone(), start..items.len()));
                     }
                 }
                 Stage::Copy {
@@ -299,6 +312,7 @@ impl CudaContext {
         Ok(Prepared {
             graph: None,
             items,
+            kinds,
             argmax,
             runs: 0,
             result: acts[s.result].ptr,
@@ -326,6 +340,21 @@ impl CudaContext {
         Ok(())
     }
 
+    /// `submit`, each node's launches timed on the device (the copies between untimed) and
+    /// added to `p` for a forward of `n` tokens.
+    fn submit_timed(dev: &dyn Device, plan: &Prepared, p: &mut OpTotals, n: usize) -> std::result::Result<(), String> {
+        let mut at = 0;
+        for (kind, r) in &plan.kinds {
+            Self::submit(dev, &plan.items[at..r.start])?;
+            let ns = dev.timed(&mut || Self::submit(dev, &plan.items[r.clone()]))?;
+            p.add(kind, r.len() as u64, ns, n);
+            at = r.end;
+        }
+        Self::submit(dev, &plan.items[at..])?;
+        p.forward(n);
+        Ok(())
+    }
+
     /// One forward; returns the logits rows, or the argmax id's 4 bytes when `argmax`.
     fn run(&mut self, graph: &Graph, step: &Step, argmax: bool) -> Result<Vec<u8>> {
         crate::backend::check_forward(graph, step, self.n_cells, self.model.hparams.n_vocab)?;
@@ -345,6 +374,7 @@ impl CudaContext {
         let plan = self.plans.get_mut(&key).ok_or_else(|| err("no plan"))?;
         let launches = plan.items.iter().filter(|it| matches!(it, Item::Launch { .. })).count() as u64;
         let submitted = &mut self.submitted;
+        let profile = &mut self.profile;
         let mut go = || -> std::result::Result<Vec<u8>, String> {
             dev.write(step_ptr, bytemuck::cast_slice(&words))?;
             dev.write(plan.ids.ptr, bytemuck::cast_slice(&step.tokens))?;
@@ -368,12 +398,16 @@ impl CudaContext {
                 }
             }
             // One pass per graph replay, else one per launch; the argmax one more launch.
-            let passes = match &plan.graph {
-                Some(g) => {
+            let passes = match (&plan.graph, profile.as_mut()) {
+                (Some(g), _) => {
                     g.replay()?;
                     1
                 }
-                None => {
+                (None, Some(p)) => {
+                    Self::submit_timed(dev, plan, p, n)?;
+                    launches
+                }
+                (None, None) => {
                     Self::submit(dev, &plan.items)?;
                     launches
                 }
@@ -433,6 +467,20 @@ impl Context for CudaContext {
 
     fn submitted(&self) -> Option<Submitted> {
         Some(self.submitted)
+    }
+
+    fn profile_report(&self) -> Option<String> {
+        Some(self.profile.as_ref()?.report("cuda", &self.dev.describe()))
+    }
+
+    fn decode_profile(&self) -> Option<crate::backend::OpProfile> {
+        Some(self.profile.as_ref()?.decode())
+    }
+
+    fn reset_profile(&mut self) {
+        if let Some(p) = self.profile.as_mut() {
+            p.reset_decode();
+        }
     }
 
     /// Bigger buffers with the old cells copied in (device to device); the plans go first,

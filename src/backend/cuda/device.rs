@@ -44,6 +44,14 @@ pub trait Device: Send + Sync {
     /// The kernel of a variant, compiled and loaded on first use.
     fn function(&self, v: &Variant) -> Result<Func, String>;
     fn launch(&self, f: Func, grid: [u32; 3], block: u32, p: &Params) -> Result<(), String>;
+    /// Runs `run` and returns the device time of the work it submitted, in nanoseconds. By
+    /// default wall time (the emulation's launches run as they are made); the driver
+    /// brackets the work with events on its stream.
+    fn timed(&self, run: &mut dyn FnMut() -> Result<(), String>) -> Result<f64, String> {
+        let t = std::time::Instant::now();
+        run()?;
+        Ok(t.elapsed().as_nanos() as f64)
+    }
     /// Records what `run` submits as a replayable graph, where the device has graphs (`None`:
     /// `run` was executed directly instead).
     fn capture(&self, run: &mut dyn FnMut() -> Result<(), String>) -> Result<Option<Box<dyn Replay>>, String> {

@@ -191,6 +191,14 @@ impl Device for Driver {
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(derr)
     }
 
+    fn timed(&self, run: &mut dyn FnMut() -> Result<(), String>) -> Result<f64, String> {
+        let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = self.stream.record_event(timing).map_err(derr)?;
+        run()?;
+        let end = self.stream.record_event(timing).map_err(derr)?;
+        Ok(start.elapsed_ms(&end).map_err(derr)? as f64 * 1e6)
+    }
+
     fn capture(&self, run: &mut dyn FnMut() -> Result<(), String>) -> Result<Option<Box<dyn Replay>>, String> {
         use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
         self.stream

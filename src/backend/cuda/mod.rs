@@ -36,6 +36,8 @@ pub struct CudaBackend {
     uploaded: AtomicU64,
     /// Contexts capture decode steps as CUDA graphs.
     graphs: bool,
+    /// Contexts time each node's launches (`Context::profile_report`).
+    profile: bool,
     progress: Option<Progress>,
 }
 
@@ -59,8 +61,16 @@ impl CudaBackend {
             dev,
             uploaded: AtomicU64::new(0),
             graphs: true,
+            profile: false,
             progress: None,
         }
+    }
+
+    /// Whether contexts made from now on time each node's launches on the device (events),
+    /// for `Context::profile_report` and `decode_profile`; they then replay no graphs.
+    pub fn with_profile(mut self, on: bool) -> CudaBackend {
+        self.profile = on;
+        self
     }
 
     /// Whether contexts made from now on replay decode steps as CUDA graphs (default on).
@@ -118,7 +128,7 @@ impl Backend for CudaBackend {
             model,
             n_cells,
             kv,
-            self.graphs,
+            (self.graphs, self.profile),
             self.progress.as_ref(),
         )?;
         self.uploaded.fetch_add(ctx.resident_bytes(), Ordering::Relaxed);

@@ -7,6 +7,7 @@
 mod abi;
 pub mod kernels;
 pub mod params;
+pub mod profile;
 pub mod schedule;
 pub mod table;
 

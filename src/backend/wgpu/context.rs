@@ -558,18 +558,18 @@ impl Context for WgpuContext {
 
     fn profile_report(&self) -> Option<String> {
         match &self.profiler {
-            Some(p) => Some(p.report(&self.gpu.describe())),
+            Some(p) => Some(p.totals.report("wgpu", &self.gpu.describe())),
             None => self.profile_note.clone(),
         }
     }
 
     fn decode_profile(&self) -> Option<crate::backend::OpProfile> {
-        Some(self.profiler.as_ref()?.decode())
+        Some(self.profiler.as_ref()?.totals.decode())
     }
 
     fn reset_profile(&mut self) {
         if let Some(p) = self.profiler.as_mut() {
-            p.reset_decode();
+            p.totals.reset_decode();
         }
     }
 }

@@ -1,11 +1,9 @@
 //! Per-op GPU time from timestamp queries (`BackendOptions::profile`, where the adapter has
 //! TIMESTAMP_QUERY): each node's compute pass writes a begin and an end timestamp; the times are
-//! summed per op kind (`matmul/q4_1`, `attention`, …) into the table that
-//! `Context::profile_report` returns.
-
-use std::collections::BTreeMap;
+//! summed per op kind (`matmul/q4_1`, `attention`, …) into `OpTotals`.
 
 use super::device::Gpu;
+use crate::backend::gpu::profile::OpTotals;
 
 /// Queries per forward; passes beyond MAX_QUERIES / 2 go untimed.
 const MAX_QUERIES: u32 = 4096;
@@ -16,12 +14,7 @@ pub struct Profiler {
     readback: wgpu::Buffer,
     /// Kinds of the passes timed in the current forward, in order, and their dispatches.
     kinds: Vec<(String, u64)>,
-    /// kind → (dispatches, total ns)
-    totals: BTreeMap<String, (u64, f64)>,
-    forwards: u64,
-    /// The same for the decode steps (one token) since the last `reset_decode`.
-    decode: BTreeMap<String, (u64, f64)>,
-    decode_forwards: u64,
+    pub totals: OpTotals,
     period_ns: f64,
 }
 
@@ -57,10 +50,7 @@ impl Profiler {
             resolve,
             readback,
             kinds: Vec::new(),
-            totals: BTreeMap::new(),
-            forwards: 0,
-            decode: BTreeMap::new(),
-            decode_forwards: 0,
+            totals: OpTotals::default(),
             period_ns: gpu.queue.get_timestamp_period() as f64,
         })
     }
@@ -108,46 +98,9 @@ impl Profiler {
         self.readback.unmap();
         for (i, (kind, dispatches)) in self.kinds.drain(..).enumerate() {
             let ns = ts[2 * i + 1].saturating_sub(ts[2 * i]) as f64 * self.period_ns;
-            let maps = [Some(&mut self.totals), (tokens == 1).then_some(&mut self.decode)];
-            for m in maps.into_iter().flatten() {
-                let e = m.entry(kind.clone()).or_default();
-                e.0 += dispatches;
-                e.1 += ns;
-            }
+            self.totals.add(&kind, dispatches, ns, tokens);
         }
-        self.forwards += 1;
-        self.decode_forwards += u64::from(tokens == 1);
+        self.totals.forward(tokens);
         Ok(())
-    }
-
-    /// The decode steps' ops as the side-by-side table takes them.
-    pub fn decode(&self) -> crate::backend::OpProfile {
-        let ops = self.decode.iter().map(|(k, &(n, ns))| (k.clone(), n, ns));
-        crate::backend::OpProfile::new(self.decode_forwards, ops)
-    }
-
-    pub fn reset_decode(&mut self) {
-        self.decode.clear();
-        self.decode_forwards = 0;
-    }
-
-    /// The table: op kind, passes, total ms, share.
-    pub fn report(&self, device: &str) -> String {
-        let total: f64 = self.totals.values().map(|v| v.1).sum();
-        let mut rows: Vec<_> = self.totals.iter().collect();
-        rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
-        let mut s = format!(
-            "wgpu profile ({device}), {} forwards, GPU time per op:\n",
-            self.forwards
-        );
-        s += &format!("  {:<40} {:>10} {:>12} {:>7}\n", "op", "dispatches", "ms", "%");
-        for (k, (n, ns)) in rows {
-            s += &format!(
-                "  {k:<40} {n:>10} {:>12.3} {:>6.1}%\n",
-                ns / 1e6,
-                100.0 * ns / total.max(1.0)
-            );
-        }
-        s
     }
 }

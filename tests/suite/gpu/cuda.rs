@@ -14,7 +14,11 @@ use minfer::backend::Backend;
 use super::Gpu;
 use crate::common;
 
-tests![nvrtc_compiles_every_kernel, info_says_why_cuda_is_out,];
+tests![
+    nvrtc_compiles_every_kernel,
+    info_says_why_cuda_is_out,
+    profiled_steps_are_timed_per_op_and_compute_the_same,
+];
 
 /// The emulator library, built once per test run from `cuda/` (a build failure is a kernel
 /// that does not compile for the CPU: a test failure, not a skip).
@@ -132,4 +136,55 @@ fn info_says_why_cuda_is_out() {
             eprintln!("cuda: {r}");
         }
     }
+}
+
+/// With profiling on, the emulated backend times each node's launches: the decode profile of
+/// two one-token steps (after a reset that drops the prefill's) has two forwards, one row per
+/// op kind with its launches and a positive time, and the logits are those of the unprofiled
+/// backend's steps (graphs replayed there) bit for bit.
+fn profiled_steps_are_timed_per_op_and_compute_the_same() {
+    let t = "profiled_steps_are_timed_per_op_and_compute_the_same";
+    let Some(root) = common::ref_dir(t) else {
+        return;
+    };
+    let Some(lib) = emulator(t) else {
+        return;
+    };
+    let model = Arc::new(minfer::load::open_model(root.join("random/gguf/llama-Q4_1.gguf")).unwrap());
+    let n_layer = model.hparams.n_layer as u64;
+    let run = |profile: bool| {
+        let b = CudaBackend::emulated(&lib).unwrap().with_profile(profile);
+        let mut ctx = b.new_context(&model, 32, minfer::backend::KvType::F16).unwrap();
+        let g = |n| model.graph(minfer::model::GraphKey::new(n, 1));
+        let mut out = Vec::new();
+        ctx.forward(&g(3), &minfer::backend::Step::contiguous(&[1, 2, 3], 0), &mut out)
+            .unwrap();
+        ctx.reset_profile();
+        let mut logits = Vec::new();
+        for (i, tok) in [4u32, 5].into_iter().enumerate() {
+            ctx.forward(&g(1), &minfer::backend::Step::contiguous(&[tok], 3 + i), &mut out)
+                .unwrap();
+            logits.extend_from_slice(&out);
+        }
+        (logits, ctx.decode_profile())
+    };
+    let (plain, none) = run(false);
+    assert!(none.is_none(), "no profile unless asked");
+    let (timed, p) = run(true);
+    assert_eq!(timed, plain, "profiling changes no value");
+    let p = p.expect("a profile");
+    assert_eq!(p.forwards, 2);
+    assert!(p.ops.iter().all(|o| o.calls > 0 && o.ns > 0.0), "{p:?}");
+    let launches: u64 = p.ops.iter().map(|o| o.calls).sum();
+    assert!(launches >= 2 * 7 * n_layer, "every launch of both steps: {p:?}");
+    let attn = p
+        .ops
+        .iter()
+        .find(|o| o.op.starts_with("attention"))
+        .expect("attention timed");
+    assert_eq!(
+        attn.calls,
+        2 * 2 * n_layer,
+        "store and attention per layer and step: {p:?}"
+    );
 }
