@@ -49,6 +49,7 @@ tests![
     argmax_readback_matches_logits,
     gate_refusal_falls_back_to_cpu_before_upload,
     gate_names_gemma4_shapes_the_kernels_cannot_take,
+    subgroup_probe_sees_a_size_in_the_reported_range,
 ];
 
 // ---- fixtures -----------------------------------------------------------------------------
@@ -478,6 +479,31 @@ fn pack_matmuls_every_qtype_match_cpu() {
         }
         eprintln!("{q:<7} pack NMSE {worst:.1e} vs cpu");
     }
+}
+
+/// The subgroup probe (what decides the subgroup path on Metal) ran a kernel and saw a size
+/// the adapter reports as possible; the subgroup path is taken only with 8 lanes or more.
+fn subgroup_probe_sees_a_size_in_the_reported_range() {
+    let t = "subgroup_probe_sees_a_size_in_the_reported_range";
+    let Some(b) = gpu(t, true, None) else {
+        return;
+    };
+    let d = b.describe();
+    let Some(seen) = b.subgroup_seen() else {
+        common::skip::<()>(t, &format!("{d}: no subgroups"));
+        return;
+    };
+    // `... subgroups MIN–MAX`
+    let tail = d.rsplit("subgroups ").next().unwrap();
+    let range: String = tail.chars().take_while(|c| c.is_ascii_digit() || *c == '–').collect();
+    let (lo, hi) = range.split_once('–').unwrap();
+    let (lo, hi): (u32, u32) = (lo.parse().unwrap(), hi.parse().unwrap());
+    assert!((lo..=hi).contains(&seen), "{d}: saw {seen}");
+    assert!(seen.is_power_of_two(), "{d}: saw {seen}");
+    if b.uses_subgroups() {
+        assert!(seen >= 8, "{d}: the subgroup path with {seen}-lane subgroups");
+    }
+    eprintln!("{d}: subgroups of {seen} lanes seen");
 }
 
 /// Norms, RoPE and the element-wise ops on 5 tokens (f32 in, f32 out, same rounding):

@@ -78,10 +78,88 @@ pub struct Gpu {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub features: wgpu::Features,
+    /// The smallest subgroup a 64-invocation kernel ran with (`subgroup_probe`), where the
+    /// device has subgroups.
+    pub subgroup_seen: Option<u32>,
     pipelines: Mutex<HashMap<Variant, Arc<Pipeline>>>,
     cache: Option<wgpu::PipelineCache>,
     /// Errors that reached no error scope (recorded, never a panic).
     uncaptured: Arc<Mutex<Vec<String>>>,
+}
+
+/// `Gpu::subgroups_usable` on its numbers: the feature, the reported minimum subgroup size,
+/// and the size seen where that is to be trusted over it.
+fn subgroups_usable(feature: bool, reported_min: u32, seen: Option<u32>) -> bool {
+    feature && seen.unwrap_or(reported_min) >= 8
+}
+
+/// The smallest subgroup size any invocation of a 64-invocation kernel (the matvecs' and
+/// reductions' size) saw, over 64 workgroups.
+fn subgroup_probe(gpu: &Gpu) -> Result<u32, String> {
+    const SRC: &str = "@group(0) @binding(0) var<storage, read_write> seen: array<atomic<u32>, 1>;\n\
+        @compute @workgroup_size(64)\n\
+        fn main(@builtin(subgroup_size) n: u32) {\n    atomicMin(&seen[0], n);\n}\n";
+    let d = &gpu.device;
+    let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("subgroup probe"),
+        source: wgpu::ShaderSource::Wgsl(SRC.into()),
+    });
+    let pipeline = d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("subgroup probe"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+    let buf = d.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("subgroup probe"),
+        size: 4,
+        usage,
+        mapped_at_creation: false,
+    });
+    gpu.queue.write_buffer(&buf, 0, &u32::MAX.to_le_bytes());
+    let readback = d.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("subgroup probe readback"),
+        size: 4,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let group = d.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("subgroup probe"),
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[wgpu::BindGroupEntry {
+            binding: 0,
+            resource: buf.as_entire_binding(),
+        }],
+    });
+    let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+    {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(64, 1, 1);
+    }
+    enc.copy_buffer_to_buffer(&buf, 0, &readback, 0, 4);
+    gpu.queue.submit([enc.finish()]);
+    let slice = readback.slice(..);
+    let (tx, rx) = std::sync::mpsc::channel();
+    slice.map_async(wgpu::MapMode::Read, move |r| {
+        let _ = tx.send(r);
+    });
+    d.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| e.to_string())?;
+    rx.recv().map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+    let seen = u32::from_le_bytes(
+        slice.get_mapped_range().map_err(|e| e.to_string())?[..4]
+            .try_into()
+            .map_err(|_| "4 bytes".to_string())?,
+    );
+    readback.unmap();
+    match seen {
+        u32::MAX => Err("the subgroup probe wrote nothing".into()),
+        n => Ok(n),
+    }
 }
 
 /// The shared device on the best adapter, created on first use.
@@ -133,23 +211,46 @@ impl Gpu {
         } else {
             None
         };
-        Ok(Gpu {
+        let mut gpu = Gpu {
             device,
             queue,
             info,
             limits,
             features,
+            subgroup_seen: None,
             pipelines: Mutex::new(HashMap::new()),
             cache,
             uncaptured,
-        })
+        };
+        if gpu.has(wgpu::Features::SUBGROUP) {
+            // A probe that fails leaves the reported minimum to decide.
+            gpu.subgroup_seen = gpu
+                .scoped("subgroup probe", || subgroup_probe(&gpu))
+                .ok()
+                .and_then(Result::ok);
+        }
+        Ok(gpu)
+    }
+
+    /// Whether the kernels may take their subgroup path here: the device has subgroups, and
+    /// every one holds a whole `matmul_vec` row segment (8 lanes). The reported minimum says
+    /// so, or, on Metal, where wgpu reports 4 for every GPU while Apple's SIMD groups are a
+    /// fixed 32 lanes, the size a kernel of ours was seen to run with.
+    pub fn subgroups_usable(&self) -> bool {
+        let metal = self.info.backend == wgpu::Backend::Metal;
+        subgroups_usable(
+            self.has(wgpu::Features::SUBGROUP),
+            self.info.subgroup_min_size,
+            metal.then_some(self.subgroup_seen).flatten(),
+        )
     }
 
     pub fn has(&self, f: wgpu::Features) -> bool {
         self.features.contains(f)
     }
 
-    /// `Vulkan, llvmpipe (LLVM 15.0.6, 256 bits), subgroups 8–8`.
+    /// `Vulkan, llvmpipe (LLVM 15.0.6, 256 bits), subgroups 8–8`; where a kernel ran with
+    /// other than the reported minimum, `subgroups 4–64 (32 seen)`.
     pub fn describe(&self) -> String {
         let mut s = format!("{:?}, {}", self.info.backend, self.info.name);
         if self.has(wgpu::Features::SUBGROUP) {
@@ -157,6 +258,9 @@ impl Gpu {
                 ", subgroups {}–{}",
                 self.info.subgroup_min_size, self.info.subgroup_max_size
             );
+            if let Some(n) = self.subgroup_seen.filter(|&n| n != self.info.subgroup_min_size) {
+                s += &format!(" ({n} seen)");
+            }
         }
         s
     }
@@ -278,4 +382,20 @@ impl Gpu {
 fn cache_path(info: &wgpu::AdapterInfo) -> Option<std::path::PathBuf> {
     let key = wgpu::util::pipeline_cache_key(info)?;
     Some(crate::backend::cache_dir()?.join(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subgroups_usable;
+
+    /// Metal reports 4 as every GPU's minimum; the size a kernel ran with decides there.
+    #[test]
+    fn the_subgroup_path_needs_8_lanes_reported_or_seen() {
+        assert!(subgroups_usable(true, 8, None));
+        assert!(!subgroups_usable(true, 4, None));
+        assert!(subgroups_usable(true, 4, Some(32)), "Apple's 32-lane SIMD groups");
+        assert!(!subgroups_usable(true, 4, Some(4)));
+        assert!(!subgroups_usable(true, 16, Some(4)), "seen, where trusted, decides");
+        assert!(!subgroups_usable(false, 32, Some(32)));
+    }
 }

@@ -24,7 +24,8 @@
 //! Portability: no optional feature is needed. f16 values are decoded and encoded with integer
 //! arithmetic (wgpu allows `unpack2x16float` only with `DownlevelFlags::SHADER_F16_IN_F32`,
 //! which Mesa's Vulkan drivers lack without shader-f16); int8 lanes use `unpack4xI8`/`unpack4xU8`;
-//! subgroup reductions are a variant taken only where the adapter has subgroups of ≥ 8 lanes.
+//! subgroup reductions are a variant taken only where the adapter has subgroups of ≥ 8 lanes
+//! (on Metal, whose reported minimum is always 4, where a probe kernel ran with ≥ 8).
 //!
 //! Adding an op: the recipe in `backend`'s module header; on the wgpu side it is one WGSL file
 //! (`shaders/<op>.wgsl`) named by the kernel's table row, nothing in this module.
@@ -127,9 +128,16 @@ impl WgpuBackend {
     }
 
     /// Whether kernels take the subgroup path on this device: it needs the feature, and
-    /// subgroups of at least 8 lanes (a `matmul_vec` row segment lives in one subgroup).
+    /// subgroups of at least 8 lanes (a `matmul_vec` row segment lives in one subgroup;
+    /// `Gpu::subgroups_usable`).
     pub fn uses_subgroups(&self) -> bool {
-        self.opts.subgroups && self.gpu.has(wgpu::Features::SUBGROUP) && self.gpu.info.subgroup_min_size >= 8
+        self.opts.subgroups && self.gpu.subgroups_usable()
+    }
+
+    /// The smallest subgroup size a kernel of ours ran with on this device, where it has
+    /// subgroups.
+    pub fn subgroup_seen(&self) -> Option<u32> {
+        self.gpu.subgroup_seen
     }
 
     fn max_binding(&self) -> u64 {

@@ -337,20 +337,12 @@ pub fn schedule(
             });
             continue;
         }
-        if let Some(x) = b.folds_norm(i) {
+        // A norm or rope its readers apply themselves: it shares its input's buffer.
+        if let Some(x) = b.folds_norm(i).or_else(|| b.folds_rope(i)) {
             b.folded[i] = true;
             b.live.alias(i, x);
             b.stages.push(Stage::Compute {
-                kind: "rms_norm (fused)".into(),
-                launches: Vec::new(),
-            });
-            continue;
-        }
-        if let Some(x) = b.folds_rope(i) {
-            b.folded[i] = true;
-            b.live.alias(i, x);
-            b.stages.push(Stage::Compute {
-                kind: "rope (fused)".into(),
+                kind: format!("{} (fused)", node.op.kind()),
                 launches: Vec::new(),
             });
             continue;
