@@ -126,7 +126,9 @@ enum Item {
 
 struct Prepared {
     /// Dropped first: a graph holds the addresses of the buffers below.
-    graph: Option<Box<dyn Replay>>,
+    /// The decode step as a graph, without and with the argmax (greedy steps read back only
+    /// its id, so it runs inside the graph).
+    graphs: [Option<Box<dyn Replay>>; 2],
     items: Vec<Item>,
     /// Each node's launches among `items`, by op kind (the profile's rows).
     kinds: Vec<(String, std::ops::Range<usize>)>,
@@ -310,7 +312,7 @@ impl CudaContext {
         }
         let argmax = launch(&s.argmax)?;
         Ok(Prepared {
-            graph: None,
+            graphs: [None, None],
             items,
             kinds,
             argmax,
@@ -382,61 +384,71 @@ impl CudaContext {
                 let table = rope_table(&model, rope, &step.pos).map_err(|e| e.to_string())?;
                 dev.write(buf.ptr, bytemuck::cast_slice(&table))?;
             }
-            // Decode shapes repeat every step: from the second run on, one graph launch.
-            if graphs && plan.graph.is_none() && plan.runs >= 1 && n == 1 {
+            // Decode shapes repeat every step: from the second run on, one graph launch, the
+            // argmax inside it for greedy steps.
+            let slot = usize::from(argmax);
+            let tail: &[Item] = if argmax {
+                std::slice::from_ref(&plan.argmax)
+            } else {
+                &[]
+            };
+            let whole = launches + u64::from(argmax);
+            if graphs && plan.graphs[slot].is_none() && plan.runs >= 1 && n == 1 {
                 let items = &plan.items;
-                plan.graph = dev.capture(&mut || Self::submit(dev, items))?;
-                if plan.graph.is_none() {
+                plan.graphs[slot] = dev.capture(&mut || {
+                    Self::submit(dev, items)?;
+                    Self::submit(dev, tail)
+                })?;
+                if plan.graphs[slot].is_none() {
                     // Executed directly: the device has no graphs.
                     *submitted = Submitted {
-                        dispatches: launches + u64::from(argmax),
-                        passes: launches + u64::from(argmax),
+                        dispatches: whole,
+                        passes: whole,
                         submits: 1,
                     };
                     plan.runs += 1;
-                    return finish(dev, plan, argmax);
+                    return read_out(dev, plan, argmax);
                 }
             }
-            // One pass per graph replay, else one per launch; the argmax one more launch.
-            let passes = match (&plan.graph, profile.as_mut()) {
+            // One pass per graph replay, else one per launch.
+            let passes = match (&plan.graphs[slot], profile.as_mut()) {
                 (Some(g), _) => {
                     g.replay()?;
                     1
                 }
                 (None, Some(p)) => {
                     Self::submit_timed(dev, plan, p, n)?;
-                    launches
+                    Self::submit(dev, tail)?;
+                    whole
                 }
                 (None, None) => {
                     Self::submit(dev, &plan.items)?;
-                    launches
+                    Self::submit(dev, tail)?;
+                    whole
                 }
             };
-            let extra = u64::from(argmax);
             *submitted = Submitted {
-                dispatches: launches + extra,
-                passes: passes + extra,
+                dispatches: whole,
+                passes,
                 submits: 1,
             };
             plan.runs += 1;
-            finish(dev, plan, argmax)
+            read_out(dev, plan, argmax)
         };
         go().map_err(err)
     }
 }
 
-/// The readback after a forward's work has been submitted.
-fn finish(dev: &dyn Device, plan: &Prepared, argmax: bool) -> std::result::Result<Vec<u8>, String> {
-    if argmax {
-        CudaContext::submit(dev, std::slice::from_ref(&plan.argmax))?;
-        let mut b = vec![0u8; 4];
-        dev.read(plan.argmax_out.ptr, &mut b)?;
-        Ok(b)
-    } else {
-        let mut b = vec![0u8; plan.result_bytes];
-        dev.read(plan.result, &mut b)?;
-        Ok(b)
-    }
+/// The readback after a forward's work (its argmax included) has been submitted: the argmax
+/// id's 4 bytes, or the logits rows.
+fn read_out(dev: &dyn Device, plan: &Prepared, argmax: bool) -> std::result::Result<Vec<u8>, String> {
+    let (src, bytes) = match argmax {
+        true => (plan.argmax_out.ptr, 4),
+        false => (plan.result, plan.result_bytes),
+    };
+    let mut b = vec![0u8; bytes];
+    dev.read(src, &mut b)?;
+    Ok(b)
 }
 
 impl Context for CudaContext {
