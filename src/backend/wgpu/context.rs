@@ -458,20 +458,7 @@ fn encode(rec: &mut Recorder, plan: &Plan, mut prof: Option<&mut Profiler>, ctx:
 
 /// Maps `buf`, waits for the submission, copies `size` bytes out and unmaps.
 fn read(gpu: &Gpu, buf: &wgpu::Buffer, size: u64) -> Result<Vec<u8>> {
-    let slice = buf.slice(..size);
-    let (tx, rx) = std::sync::mpsc::channel();
-    slice.map_async(wgpu::MapMode::Read, move |r| {
-        let _ = tx.send(r);
-    });
-    gpu.device
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map_err(|e| err(format!("poll: {e}")))?;
-    rx.recv()
-        .map_err(|e| err(format!("map: {e}")))?
-        .map_err(|e| err(format!("map: {e}")))?;
-    let out = slice.get_mapped_range().map_err(|e| err(format!("map: {e}")))?.to_vec();
-    buf.unmap();
-    Ok(out)
+    gpu.read(buf, size).map_err(err)
 }
 
 impl Context for WgpuContext {

@@ -143,19 +143,8 @@ fn subgroup_probe(gpu: &Gpu) -> Result<u32, String> {
     }
     enc.copy_buffer_to_buffer(&buf, 0, &readback, 0, 4);
     gpu.queue.submit([enc.finish()]);
-    let slice = readback.slice(..);
-    let (tx, rx) = std::sync::mpsc::channel();
-    slice.map_async(wgpu::MapMode::Read, move |r| {
-        let _ = tx.send(r);
-    });
-    d.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| e.to_string())?;
-    rx.recv().map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
-    let seen = u32::from_le_bytes(
-        slice.get_mapped_range().map_err(|e| e.to_string())?[..4]
-            .try_into()
-            .map_err(|_| "4 bytes".to_string())?,
-    );
-    readback.unmap();
+    let bytes = gpu.read(&readback, 4)?;
+    let seen = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
     match seen {
         u32::MAX => Err("the subgroup probe wrote nothing".into()),
         n => Ok(n),
@@ -263,6 +252,24 @@ impl Gpu {
             }
         }
         s
+    }
+
+    /// `size` bytes of the mappable buffer `buf`, after the work submitted so far.
+    pub fn read(&self, buf: &wgpu::Buffer, size: u64) -> Result<Vec<u8>, String> {
+        let slice = buf.slice(..size);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| format!("poll: {e}"))?;
+        rx.recv()
+            .map_err(|e| format!("map: {e}"))?
+            .map_err(|e| format!("map: {e}"))?;
+        let out = slice.get_mapped_range().map_err(|e| format!("map: {e}"))?.to_vec();
+        buf.unmap();
+        Ok(out)
     }
 
     /// Largest storage binding, also capped by the largest buffer.

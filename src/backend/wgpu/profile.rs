@@ -85,17 +85,7 @@ impl Profiler {
         if n == 0 {
             return Ok(());
         }
-        let slice = self.readback.slice(..n * 8);
-        let (tx, rx) = std::sync::mpsc::channel();
-        slice.map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
-        gpu.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| e.to_string())?;
-        rx.recv().map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
-        let ts: Vec<u64> = bytemuck::pod_collect_to_vec(&slice.get_mapped_range().map_err(|e| e.to_string())?);
-        self.readback.unmap();
+        let ts: Vec<u64> = bytemuck::pod_collect_to_vec(&gpu.read(&self.readback, n * 8)?);
         for (i, (kind, dispatches)) in self.kinds.drain(..).enumerate() {
             let ns = ts[2 * i + 1].saturating_sub(ts[2 * i]) as f64 * self.period_ns;
             self.totals.add(&kind, dispatches, ns, tokens);
