@@ -25,21 +25,6 @@
 // block then rounds its head's output there as quantize_act would, the rounded values [n][k]
 // then the q8_1 corrections; never written otherwise). Grid: (n_head, tokens of this launch). Block: 64.
 
-struct AttentionParams {
-    u32 n_head, n_head_kv, head_dim, head_dim_v;
-    float scale;
-    u32 window;    // 0 = none
-    float softcap; // 0 = none
-    u32 n;         // tokens
-    u32 flash;     // 0 / 1
-    u32 sinks;     // 0 / 1
-    u32 t0;        // the first token of this launch (blockIdx.y is t - t0)
-    u32 n_rot;     // 0, or the rope folded into the attention (q read rotated)
-    u32 neox;
-    u32 act;       // 0, or 1 + quantize_act's ACT: o also rounded into binding 8
-    u32 _pad3, _pad4;
-};
-
 template <class KV>
 static __device__ __forceinline__ void attention_body(const Params& p) {
     constexpr u32 WG = 64;

@@ -139,3 +139,27 @@ struct kv_q8_0 {
     X(f32)             \
     X(f16)             \
     X(q8_0)
+
+// The parameters of the three attention kernels (attention.cu, attention_split.cu,
+// attention_reduce.cu).
+struct AttentionParams {
+    u32 n_head, n_head_kv, head_dim, head_dim_v;
+    float scale;
+    u32 window;    // 0 = none
+    float softcap; // 0 = none
+    u32 n;         // tokens
+    u32 flash;     // 0 / 1
+    u32 sinks;     // 0 / 1
+    u32 t0;        // the first token of this launch (blockIdx.y is t - t0)
+    u32 n_rot;     // 0, or the rope folded into the attention (q read rotated)
+    u32 neox;
+    u32 act;       // 0, or 1 + quantize_act's ACT: o also rounded into binding 8
+    u32 n_split;   // attention_split / attention_reduce: ranges of positions, at most
+    u32 hg;        // attention_split: query heads per block, all of one KV head
+};
+
+// The positions one range of the split-KV attention takes (attention_split, attention_reduce):
+// the span over n_split, rounded up to whole 64-position tiles; ranges past the span are empty.
+[[maybe_unused]] static __device__ __forceinline__ u32 split_chunk(u32 span, u32 n_split) {
+    return ((span + n_split - 1) / n_split + 63) / 64 * 64;
+}

@@ -38,8 +38,8 @@ struct Params {
     n_rot: u32, // 0, or the rope folded into the attention (q read rotated; binding 7: its table)
     neox: u32,
     act: u32,   // 0, or 1 + quantize_act's ACT: o also rounded into binding 8
-    _pad3: u32,
-    _pad4: u32,
+    n_split: u32, // attention_split / attention_reduce only
+    hg: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

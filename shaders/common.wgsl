@@ -99,3 +99,9 @@ fn rope_value(d: u32, n_rot: u32, neox: u32, xd: f32, xp: f32, c: vec2<f32>) -> 
 fn rope_pair(d: u32, n_rot: u32, neox: u32) -> u32 {
     return select(d / 2u, d % (n_rot / 2u), neox != 0u);
 }
+
+// The positions one range of the split-KV attention takes (attention_split, attention_reduce):
+// the span over n_split, rounded up to whole 64-position tiles; ranges past the span are empty.
+fn split_chunk(span: u32, n_split: u32) -> u32 {
+    return ((span + n_split - 1u) / n_split + 63u) / 64u * 64u;
+}

@@ -17,7 +17,7 @@ use crate::backend::KvType;
 use crate::error::{Error, Result};
 
 /// The variables [`Overrides`] reads, in the README's order.
-pub const VARS: [&str; 10] = [
+pub const VARS: [&str; 11] = [
     "MINFER_CACHE_TYPE",
     "MINFER_CPU_ISA",
     "MINFER_DISABLE_WGPU",
@@ -26,6 +26,7 @@ pub const VARS: [&str; 10] = [
     "MINFER_DISABLE_CUDA",
     "MINFER_CUDA_EMULATOR",
     "MINFER_CUDA_GRAPHS",
+    "MINFER_SPLIT_ATTENTION",
     "MINFER_MODEL",
     "MINFER_MODELS_DIR",
 ];
@@ -49,6 +50,9 @@ pub struct Overrides {
     pub cuda_emulator: Option<PathBuf>,
     /// `MINFER_CUDA_GRAPHS`: `Some(false)` replays no CUDA graphs (each launch goes alone).
     pub cuda_graphs: Option<bool>,
+    /// `MINFER_SPLIT_ATTENTION`: the context (positions) from which GPU decode steps take the
+    /// split-KV attention; `Some(0)` never.
+    pub split_attention: Option<u32>,
     /// `MINFER_MODEL`: the CLI's default model file.
     pub model: Option<PathBuf>,
     /// `MINFER_MODELS_DIR`: where the CLI looks for its default model first.
@@ -78,6 +82,17 @@ impl Overrides {
         let cache_type = get("MINFER_CACHE_TYPE")?
             .map(|v| KvType::parse(&v).map_err(|e| bad("MINFER_CACHE_TYPE", &v, &e.to_string())))
             .transpose()?;
+        let split_attention = get("MINFER_SPLIT_ATTENTION")?
+            .map(|v| {
+                v.trim().parse::<u32>().map_err(|_| {
+                    bad(
+                        "MINFER_SPLIT_ATTENTION",
+                        &v,
+                        "expected a number of positions (0: never)",
+                    )
+                })
+            })
+            .transpose()?;
         let cpu_isa = get("MINFER_CPU_ISA")?;
         if let Some(v) = &cpu_isa {
             crate::backend::cpu::dot::Isa::for_isa(v).map_err(|e| bad("MINFER_CPU_ISA", v, &e.to_string()))?;
@@ -91,6 +106,7 @@ impl Overrides {
             disable_cuda: flag("MINFER_DISABLE_CUDA")?.unwrap_or(false),
             cuda_emulator: path("MINFER_CUDA_EMULATOR")?,
             cuda_graphs: flag("MINFER_CUDA_GRAPHS")?,
+            split_attention,
             model: path("MINFER_MODEL")?,
             models_dir: path("MINFER_MODELS_DIR")?,
         })

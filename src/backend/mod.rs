@@ -492,6 +492,9 @@ pub struct BackendOptions {
     pub cuda_emulator: Option<std::path::PathBuf>,
     /// CUDA: capture and replay decode steps as CUDA graphs.
     pub cuda_graphs: bool,
+    /// GPU decode steps whose context reaches this many positions take the split-KV attention
+    /// (`gpu::schedule::SPLIT_SPAN` by default); 0 never.
+    pub split_span: u32,
     /// Called while a GPU backend uploads weights.
     pub progress: Option<Progress>,
 }
@@ -506,6 +509,7 @@ impl Default for BackendOptions {
             disable_cuda: false,
             cuda_emulator: None,
             cuda_graphs: true,
+            split_span: gpu::schedule::SPLIT_SPAN,
             progress: None,
         }
     }
@@ -522,6 +526,7 @@ impl BackendOptions {
             disable_cuda: o.disable_cuda,
             cuda_emulator: o.cuda_emulator.clone(),
             cuda_graphs: o.cuda_graphs.unwrap_or(true),
+            split_span: o.split_attention.unwrap_or(gpu::schedule::SPLIT_SPAN),
             progress: None,
         }
     }
@@ -552,6 +557,7 @@ fn wgpu_backend(auto: bool, opts: &BackendOptions) -> std::result::Result<wgpu::
     };
     Ok(wgpu::WgpuBackend::new(w)?
         .with_profile(opts.profile)
+        .with_split_span(opts.split_span)
         .with_progress(opts.progress.clone()))
 }
 
@@ -567,6 +573,7 @@ fn cuda_backend(gpu: Option<usize>, opts: &BackendOptions) -> std::result::Resul
     };
     Ok(b.with_graphs(opts.cuda_graphs)
         .with_profile(opts.profile)
+        .with_split_span(opts.split_span)
         .with_progress(opts.progress.clone()))
 }
 

@@ -42,6 +42,7 @@ tests![
     pack_matmuls_every_qtype_match_cpu,
     norm_rope_elementwise_ops_match_cpu,
     attention_matches_cpu_over_steps,
+    split_attention_matches_cpu_at_long_contexts,
     rope_yarn_freq_factors_temperature_match_cpu,
     attention_sinks_match_a_direct_computation_and_cpu,
     long_prefill_is_bounded_submits_and_matches_cpu,
@@ -80,9 +81,15 @@ pub struct Gpu {
 /// wgpu with both reduction paths where the adapter has subgroups, else the workgroup-memory
 /// one; then CUDA (emulated, and a device where there is one). A skip when there is none.
 pub fn gpus(test: &str, max_binding: Option<u64>) -> Vec<Gpu> {
+    gpus_at(test, max_binding, minfer::backend::gpu::schedule::SPLIT_SPAN)
+}
+
+/// `gpus`, their decode steps taking the split-KV attention from `split_span` positions on.
+pub fn gpus_at(test: &str, max_binding: Option<u64>, split_span: u32) -> Vec<Gpu> {
     let mut v = Vec::new();
-    if let Some(b) = gpu(test, false, max_binding) {
-        let sg = gpu(test, true, max_binding).filter(|b| b.uses_subgroups());
+    let gpu = |sg| gpu(test, sg, max_binding).map(|b| b.with_split_span(split_span));
+    if let Some(b) = gpu(false) {
+        let sg = gpu(true).filter(|b| b.uses_subgroups());
         v.push(Gpu {
             label: format!("{} (workgroup memory)", b.describe()),
             backend: Arc::new(b),
@@ -99,7 +106,7 @@ pub fn gpus(test: &str, max_binding: Option<u64>) -> Vec<Gpu> {
         }
     }
     #[cfg(feature = "cuda")]
-    v.extend(cuda::backends(test));
+    v.extend(cuda::backends_at(test, split_span));
     let labels: Vec<&str> = v.iter().map(|g| g.label.as_str()).collect();
     eprintln!("{test}: {}", labels.join(", "));
     v
@@ -681,6 +688,107 @@ fn attention_matches_cpu_over_steps() {
                 }
             }
             eprintln!("attention {n_head}/{n_kv}×{hd} window {window:?} softcap {softcap:?} kv {kv:?} flash {flash}: NMSE ≤ {worst:.1e}");
+        }
+    }
+}
+
+/// The split-KV decode attention (`attention_split` + `attention_reduce`) against the CPU at
+/// contexts of 1, 31, 1,000 and 5,000 positions: query heads packed per KV head (4 over 2 or 1;
+/// 2 over 1), a sliding window shorter than the context, soft-capping, sinks, f32 / f16 / q8_0
+/// caches and both numerics. The backends split from the first position, so every context takes it
+/// (the store, the split and the reduce: three launches), each prefill before it runs the
+/// one-kernel attention. The longest contexts run fewer cache types, and 5,000 runs on wgpu
+/// only (the CUDA emulation would take minutes over its prefill).
+fn split_attention_matches_cpu_at_long_contexts() {
+    let t = "split_attention_matches_cpu_at_long_contexts";
+    let gs = gpus_at(t, None, 1);
+    if gs.is_empty() {
+        return;
+    }
+    let cpu = cpu();
+    let every: Vec<(KvType, bool)> = [KvType::F32, KvType::F16, KvType::Q8_0]
+        .into_iter()
+        .flat_map(|kv| [(kv, false), (kv, true)])
+        .collect();
+    for (ctx, n_head, n_kv, hd, window, softcap, sinks) in [
+        (1, 4, 2, 64, None, None, false),
+        (31, 4, 1, 128, Some(20), Some(20.0), true),
+        (1000, 4, 2, 64, Some(700), None, false),
+        (5000, 2, 1, 32, None, Some(30.0), false),
+    ] {
+        let mut hp = hparams(n_head * hd, n_head, n_kv, hd);
+        hp.sliding_window = window;
+        let rows = 64;
+        let mut weights = vec![
+            tensor("tq", QType::F32, n_head * hd, rows, 41, 3.0),
+            tensor("tk", QType::F32, n_kv * hd, rows, 42, 3.0),
+            tensor("tv", QType::F32, n_kv * hd, rows, 43, 1.0),
+        ];
+        if sinks {
+            weights.push(tensor_of(
+                "blk.0.attn_sinks.weight",
+                QType::F32,
+                n_head,
+                1,
+                &[-2.0, 0.5, 3.0, 8.0],
+            ));
+        }
+        let mdl = model(hp.clone(), weights);
+        let attn = |n, flash| {
+            attention_graph(
+                n,
+                minfer::model::Attn {
+                    scale: hp.attn_scale,
+                    window,
+                    softcap,
+                    flash,
+                    sinks,
+                    ..minfer::model::Attn::new(0, n_head, n_kv, hd)
+                },
+            )
+        };
+        let ids: Vec<u32> = (0..ctx as u32).map(|i| (i * 37 + 5) % rows as u32).collect();
+        let cases = match ctx {
+            1000 => &every[2..5],
+            5000 => &every[2..3],
+            _ => &every[..],
+        };
+        for &(kv, flash) in cases {
+            let what = format!(
+                "context {ctx}, {n_head}/{n_kv}×{hd}, window {window:?}, sinks {sinks}, kv {kv:?}, flash {flash}"
+            );
+            let run = |b: &dyn Backend, flash: bool| -> (Vec<f32>, Option<backend::Submitted>) {
+                let mut c = b.new_context(&mdl, ctx, kv).unwrap();
+                let mut out = Vec::new();
+                if ctx > 1 {
+                    c.forward(&attn(ctx - 1, flash), &Step::contiguous(&ids[..ctx - 1], 0), &mut out)
+                        .unwrap_or_else(|e| panic!("{}: {what}: {e}", b.name()));
+                }
+                c.forward(&attn(1, flash), &Step::contiguous(&ids[ctx - 1..], ctx - 1), &mut out)
+                    .unwrap_or_else(|e| panic!("{}: {what}: {e}", b.name()));
+                (out, c.submitted())
+            };
+            let (want, _) = run(&cpu, flash);
+            // The CPU's flash path rounds its accumulator to the cache type after every
+            // position; the split kernel keeps f32. Its yardstick there is how far the CPU's
+            // two paths lie apart (twice that), and 1e-6 where they agree closer.
+            let tol = match flash {
+                true => (2.0 * nmse(&run(&cpu, false).0, &want)).max(1e-6),
+                false => 1e-6,
+            };
+            for g in gs.iter().filter(|g| ctx < 5000 || !g.emulated) {
+                let (got, w) = run(g.backend.as_ref(), flash);
+                let e = nmse(&got, &want);
+                eprintln!("{t}: {}: {what}: NMSE {e:.1e} (at most {tol:.1e})", g.label);
+                assert!(
+                    e <= tol,
+                    "{}: {what}: NMSE {e:.2e} against the CPU (at most {tol:.1e})",
+                    g.label
+                );
+                // Three get_rows, then the store, the split and the reduce.
+                let w = w.expect("a GPU backend says what it submitted");
+                assert_eq!(w.dispatches, 6, "{}: {what}: {w:?}", g.label);
+            }
         }
     }
 }

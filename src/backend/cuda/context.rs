@@ -124,14 +124,22 @@ enum Item {
     },
 }
 
+/// One step's work in order, and each node's launches among it by op kind (the profile's rows).
+#[derive(Default)]
+struct Seq {
+    items: Vec<Item>,
+    kinds: Vec<(String, std::ops::Range<usize>)>,
+}
+
 struct Prepared {
     /// Dropped first: a graph holds the addresses of the buffers below.
-    /// The decode step as a graph, without and with the argmax (greedy steps read back only
-    /// its id, so it runs inside the graph).
-    graphs: [Option<Box<dyn Replay>>; 2],
-    items: Vec<Item>,
-    /// Each node's launches among `items`, by op kind (the profile's rows).
-    kinds: Vec<(String, std::ops::Range<usize>)>,
+    /// The decode step as a graph, `[long][argmax]`: with the short or the split-KV
+    /// attention, without and with the argmax (greedy steps read back only its id, so it runs
+    /// inside the graph).
+    graphs: [[Option<Box<dyn Replay>>; 2]; 2],
+    /// The work of a step, `[long]`: the launches of `When::Short` or of `When::Long`
+    /// (`schedule::When`), with every other.
+    seqs: [Seq; 2],
     argmax: Item,
     runs: usize,
     /// Held for the launches (and the graph) that point into them.
@@ -143,6 +151,8 @@ struct Prepared {
     result: u64,
     result_bytes: usize,
     argmax_out: DevBuf,
+    /// `Res::Split`: the split-KV attention's partial results.
+    _split: DevBuf,
 }
 
 pub struct CudaContext {
@@ -167,6 +177,9 @@ pub struct CudaContext {
     /// Per-op device time, where profiling was asked for (each node's launches timed by
     /// events; no graphs then).
     profile: Option<OpTotals>,
+    /// Decode steps whose context reaches this many positions take the split-KV attention
+    /// (`schedule::When::Long`); 0 never.
+    split_span: u32,
 }
 
 /// Grid limit per dimension (y and z; x takes more, the schedule folds into x and y).
@@ -180,7 +193,7 @@ impl CudaContext {
         model: &Arc<Model>,
         n_cells: usize,
         kv: KvType,
-        (graphs, profile): (bool, bool),
+        (graphs, profile, split_span): (bool, bool, u32),
         progress: Option<&Progress>,
     ) -> Result<CudaContext> {
         let (kc, vc, kv_bytes) = Self::alloc_kv(dev.as_ref(), model, n_cells, kv)?;
@@ -201,6 +214,7 @@ impl CudaContext {
             graphs: graphs && !profile,
             submitted: Submitted::default(),
             profile: profile.then(OpTotals::default),
+            split_span,
         })
     }
 
@@ -250,6 +264,7 @@ impl CudaContext {
             .map(|r| Ok((*r, dev.alloc(n * r.n_rot / 2 * 8)?)))
             .collect::<std::result::Result<Vec<_>, String>>()?;
         let argmax_out = dev.alloc(4)?;
+        let split = dev.alloc((s.split_bytes as usize).max(4))?;
         let addr = |r: &Res| -> std::result::Result<u64, String> {
             Ok(match r {
                 Res::Step => self.step.ptr,
@@ -266,6 +281,7 @@ impl CudaContext {
                 Res::Logits => acts[s.result].ptr,
                 Res::ArgmaxOut => argmax_out.ptr,
                 Res::Unused => 0,
+                Res::Split => split.ptr,
             })
         };
         let launch = |l: &schedule::Launch| -> std::result::Result<Item, String> {
@@ -286,35 +302,37 @@ impl CudaContext {
                 params,
             })
         };
-        let (mut items, mut kinds) = (Vec::new(), Vec::new());
-        for st in &s.stages {
-            match st {
-                Stage::Compute { launches, kind } => {
-                    let start = items.len();
-                    for l in launches {
-                        items.push(launch(l)?);
+        let mut seqs = [Seq::default(), Seq::default()];
+        for (long, seq) in seqs.iter_mut().enumerate() {
+            let items = &mut seq.items;
+            for st in &s.stages {
+                match st {
+                    Stage::Compute { launches, kind } => {
+                        let start = items.len();
+                        for l in launches.iter().filter(|l| l.when.runs(long == 1)) {
+                            items.push(launch(l)?);
+                        }
+                        if items.len() > start {
+                            seq.kinds.push((kind.clone(), start..items.len()));
+                        }
                     }
-                    if !launches.is_empty() {
-                        kinds.push((kind.clone(), start..items.len()));
-                    }
+                    Stage::Copy {
+                        src,
+                        src_offset,
+                        dst,
+                        size,
+                    } => items.push(Item::Copy {
+                        dst: acts[*dst].ptr,
+                        src: acts[*src].ptr + src_offset,
+                        bytes: *size as usize,
+                    }),
                 }
-                Stage::Copy {
-                    src,
-                    src_offset,
-                    dst,
-                    size,
-                } => items.push(Item::Copy {
-                    dst: acts[*dst].ptr,
-                    src: acts[*src].ptr + src_offset,
-                    bytes: *size as usize,
-                }),
             }
         }
         let argmax = launch(&s.argmax)?;
         Ok(Prepared {
-            graphs: [None, None],
-            items,
-            kinds,
+            graphs: Default::default(),
+            seqs,
             argmax,
             runs: 0,
             result: acts[s.result].ptr,
@@ -324,6 +342,7 @@ impl CudaContext {
             ids,
             ropes,
             argmax_out,
+            _split: split,
         })
     }
 
@@ -344,15 +363,15 @@ impl CudaContext {
 
     /// `submit`, each node's launches timed on the device (the copies between untimed) and
     /// added to `p` for a forward of `n` tokens.
-    fn submit_timed(dev: &dyn Device, plan: &Prepared, p: &mut OpTotals, n: usize) -> std::result::Result<(), String> {
+    fn submit_timed(dev: &dyn Device, seq: &Seq, p: &mut OpTotals, n: usize) -> std::result::Result<(), String> {
         let mut at = 0;
-        for (kind, r) in &plan.kinds {
-            Self::submit(dev, &plan.items[at..r.start])?;
-            let ns = dev.timed(&mut || Self::submit(dev, &plan.items[r.clone()]))?;
+        for (kind, r) in &seq.kinds {
+            Self::submit(dev, &seq.items[at..r.start])?;
+            let ns = dev.timed(&mut || Self::submit(dev, &seq.items[r.clone()]))?;
             p.add(kind, r.len() as u64, ns, n);
             at = r.end;
         }
-        Self::submit(dev, &plan.items[at..])?;
+        Self::submit(dev, &seq.items[at..])?;
         p.forward(n);
         Ok(())
     }
@@ -374,7 +393,14 @@ impl CudaContext {
         let graphs = self.graphs;
         let model = self.model.clone();
         let plan = self.plans.get_mut(&key).ok_or_else(|| err("no plan"))?;
-        let launches = plan.items.iter().filter(|it| matches!(it, Item::Launch { .. })).count() as u64;
+        // A decode step whose context reaches the split span takes the split-KV attention.
+        let ctx = step.pos.iter().map(|&p| p as u64 + 1).max().unwrap_or(0);
+        let long = usize::from(self.split_span > 0 && ctx >= self.split_span as u64);
+        let launches = plan.seqs[long]
+            .items
+            .iter()
+            .filter(|it| matches!(it, Item::Launch { .. }))
+            .count() as u64;
         let submitted = &mut self.submitted;
         let profile = &mut self.profile;
         let mut go = || -> std::result::Result<Vec<u8>, String> {
@@ -393,13 +419,13 @@ impl CudaContext {
                 &[]
             };
             let whole = launches + u64::from(argmax);
-            if graphs && plan.graphs[slot].is_none() && plan.runs >= 1 && n == 1 {
-                let items = &plan.items;
-                plan.graphs[slot] = dev.capture(&mut || {
+            if graphs && plan.graphs[long][slot].is_none() && plan.runs >= 1 && n == 1 {
+                let items = &plan.seqs[long].items;
+                plan.graphs[long][slot] = dev.capture(&mut || {
                     Self::submit(dev, items)?;
                     Self::submit(dev, tail)
                 })?;
-                if plan.graphs[slot].is_none() {
+                if plan.graphs[long][slot].is_none() {
                     // Executed directly: the device has no graphs.
                     *submitted = Submitted {
                         dispatches: whole,
@@ -411,18 +437,18 @@ impl CudaContext {
                 }
             }
             // One pass per graph replay, else one per launch.
-            let passes = match (&plan.graphs[slot], profile.as_mut()) {
+            let passes = match (&plan.graphs[long][slot], profile.as_mut()) {
                 (Some(g), _) => {
                     g.replay()?;
                     1
                 }
                 (None, Some(p)) => {
-                    Self::submit_timed(dev, plan, p, n)?;
+                    Self::submit_timed(dev, &plan.seqs[long], p, n)?;
                     Self::submit(dev, tail)?;
                     whole
                 }
                 (None, None) => {
-                    Self::submit(dev, &plan.items)?;
+                    Self::submit(dev, &plan.seqs[long].items)?;
                     Self::submit(dev, tail)?;
                     whole
                 }

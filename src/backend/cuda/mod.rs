@@ -39,6 +39,8 @@ pub struct CudaBackend {
     /// Contexts time each node's launches (`Context::profile_report`).
     profile: bool,
     progress: Option<Progress>,
+    /// Decode steps whose context reaches this many positions take the split-KV attention.
+    split_span: u32,
 }
 
 impl CudaBackend {
@@ -63,7 +65,15 @@ impl CudaBackend {
             graphs: true,
             profile: false,
             progress: None,
+            split_span: crate::backend::gpu::schedule::SPLIT_SPAN,
         }
+    }
+
+    /// Contexts made from now on take the split-KV attention in decode steps whose context
+    /// reaches `span` positions (0: never).
+    pub fn with_split_span(mut self, span: u32) -> CudaBackend {
+        self.split_span = span;
+        self
     }
 
     /// Whether contexts made from now on time each node's launches on the device (events),
@@ -128,7 +138,7 @@ impl Backend for CudaBackend {
             model,
             n_cells,
             kv,
-            (self.graphs, self.profile),
+            (self.graphs, self.profile, self.split_span),
             self.progress.as_ref(),
         )?;
         self.uploaded.fetch_add(ctx.resident_bytes(), Ordering::Relaxed);

@@ -236,8 +236,12 @@ params! {
         /// 0, or 1 + `quantize_act`'s format index (`ACT_QTYPES`): the output also rounded for
         /// the quantized matmul reading it (binding 8), blocks within a head.
         act: u32,
-        _pad3: u32,
-        _pad4: u32,
+        /// The split-KV kernels (`attention_split`, `attention_reduce`): the ranges a token's
+        /// positions are cut into, at most (whole 64-position tiles each; fewer where the
+        /// context is short).
+        n_split: u32,
+        /// `attention_split`: the query heads one workgroup takes, all of one KV head.
+        hg: u32,
     }
 }
 

@@ -33,6 +33,8 @@ pub enum Kernel {
     Slice,
     ScaleBy,
     MatmulVecPack,
+    AttentionSplit,
+    AttentionReduce,
 }
 
 /// How a kernel binds a buffer (binding i of group 0 is entry i).
@@ -173,7 +175,7 @@ const fn elementwise(
 }
 
 /// The table, in `Kernel` order.
-pub static KERNELS: [KernelInfo; 25] = [
+pub static KERNELS: [KernelInfo; 27] = [
     KernelInfo {
         kernel: Kernel::QuantizeAct,
         name: "quantize_act",
@@ -480,6 +482,36 @@ pub static KERNELS: [KernelInfo; 25] = [
         // The file on disk includes matmul_vec.cu.
         cuda: concat!("#define MF_MATMUL_VEC_PACK 1\n", cuda!("matmul_vec.cu")),
     },
+    KernelInfo {
+        kernel: Kernel::AttentionSplit,
+        name: "attention_split",
+        bindings: &[U, R, R, R, R, RW, R],
+        spec: Spec::Kv,
+        reduces: false,
+        act_input: false,
+        // 64, fixed in the shader: one position per invocation in a tile.
+        threads: 64,
+        wg_override: false,
+        params: of::<params::AttentionParams>(),
+        wgsl: body(wgsl!("attention_split.wgsl")),
+        cuda: cuda!("attention_split.cu"),
+    },
+    KernelInfo {
+        kernel: Kernel::AttentionReduce,
+        name: "attention_reduce",
+        bindings: &[U, R, R, RW, R, RW],
+        spec: Spec::None,
+        reduces: false,
+        act_input: false,
+        threads: 64,
+        wg_override: false,
+        params: of::<params::AttentionParams>(),
+        wgsl: Wgsl {
+            head: Some(wgsl!("quantize_block.wgsl")),
+            ..body(wgsl!("attention_reduce.wgsl"))
+        },
+        cuda: cuda!("attention_reduce.cu"),
+    },
 ];
 
 /// The CUDA headers every program starts with, in order (`cuda/`).
@@ -490,7 +522,7 @@ pub const CUDA_HEADERS: [(&str, &str); 3] = [
 ];
 
 impl Kernel {
-    pub const ALL: [Kernel; 25] = [
+    pub const ALL: [Kernel; 27] = [
         Kernel::QuantizeAct,
         Kernel::MatmulVec,
         Kernel::Matmul,
@@ -516,6 +548,8 @@ impl Kernel {
         Kernel::Slice,
         Kernel::ScaleBy,
         Kernel::MatmulVecPack,
+        Kernel::AttentionSplit,
+        Kernel::AttentionReduce,
     ];
 
     /// The most storage buffers one kernel binds: what a wgpu adapter must allow per shader

@@ -45,6 +45,9 @@ pub struct WgpuContext {
     pub(super) rate: f64,
     /// What the last forward submitted.
     pub(super) submitted: Submitted,
+    /// Decode steps whose context reaches this many positions take the split-KV attention
+    /// (`schedule::When::Long`); 0 never.
+    pub(super) split_span: u32,
 }
 
 /// Dispatches per compute pass at most.
@@ -251,6 +254,7 @@ impl WgpuContext {
         let (rate, submitted) = (&mut self.rate, &mut self.submitted);
         let step_buf = &self.step;
         let model = &self.model;
+        let split_span = self.split_span;
         let bytes = gpu
             .scoped("forward", || -> Result<Vec<u8>> {
                 let q = &gpu.queue;
@@ -263,7 +267,8 @@ impl WgpuContext {
                 let ctx = step.pos.iter().map(|&p| p as u64 + 1).max().unwrap_or(0);
                 let t0 = std::time::Instant::now();
                 let mut rec = Recorder::new(&gpu, *rate * SUBMIT_SECONDS);
-                encode(&mut rec, plan, profiler.as_mut(), ctx);
+                let long = split_span > 0 && ctx >= split_span as u64;
+                encode(&mut rec, plan, profiler.as_mut(), ctx, long);
                 let (src, dst, size) = match what {
                     Readback::Logits => (&plan.acts[plan.result], &plan.readback, plan.result_bytes),
                     Readback::Argmax => {
@@ -412,7 +417,7 @@ impl<'a> Recorder<'a> {
 /// PASS_DISPATCHES, a submit after every SUBMIT_PASSES passes and before the work would pass the
 /// budget (attention's work counted at `ctx` positions). When profiling, each node is its own
 /// timestamped pass.
-fn encode(rec: &mut Recorder, plan: &Plan, mut prof: Option<&mut Profiler>, ctx: u64) {
+fn encode(rec: &mut Recorder, plan: &Plan, mut prof: Option<&mut Profiler>, ctx: u64, long: bool) {
     let mut open: Vec<&Dispatch> = Vec::with_capacity(PASS_DISPATCHES);
     let close = |rec: &mut Recorder, open: &mut Vec<&Dispatch>| {
         rec.pass(open, "forward", None);
@@ -424,7 +429,7 @@ fn encode(rec: &mut Recorder, plan: &Plan, mut prof: Option<&mut Profiler>, ctx:
     for item in &plan.items {
         match item {
             Item::Compute { kind, dispatches } => {
-                for d in dispatches {
+                for d in dispatches.iter().filter(|d| d.when.runs(long)) {
                     if rec.overfills(d.work.0 + d.work.1 * ctx) {
                         close(rec, &mut open);
                         rec.submit();

@@ -87,6 +87,8 @@ pub struct WgpuBackend {
     /// Contexts time each op with timestamp queries (`Context::profile_report`).
     profile: bool,
     progress: Option<Progress>,
+    /// Decode steps whose context reaches this many positions take the split-KV attention.
+    split_span: u32,
 }
 
 impl WgpuBackend {
@@ -107,7 +109,15 @@ impl WgpuBackend {
             uploaded: AtomicU64::new(0),
             profile: false,
             progress: None,
+            split_span: crate::backend::gpu::schedule::SPLIT_SPAN,
         })
+    }
+
+    /// Contexts made from now on take the split-KV attention in decode steps whose context
+    /// reaches `span` positions (0: never).
+    pub fn with_split_span(mut self, span: u32) -> WgpuBackend {
+        self.split_span = span;
+        self
     }
 
     /// Contexts made from now on time each op (where the adapter has timestamp queries).
@@ -236,6 +246,7 @@ impl Backend for WgpuBackend {
             profile_note,
             rate: context::FIRST_RATE,
             submitted: Default::default(),
+            split_span: self.split_span,
         }))
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::device::{Gpu, Pipeline};
 use super::registry::Registry;
-use crate::backend::gpu::schedule::{self, Launch, Res, Stage};
+use crate::backend::gpu::schedule::{self, Launch, Res, Stage, When};
 use crate::backend::KvType;
 use crate::model::{Graph, Rope};
 
@@ -21,6 +21,8 @@ pub struct Dispatch {
     pub groups: [u32; 3],
     /// `Launch::work`: multiply-adds, (fixed, per position of context).
     pub work: (u64, u64),
+    /// The steps it runs in (`Launch::when`).
+    pub when: When,
 }
 
 /// One node's GPU work (`encode` gathers the dispatches of consecutive nodes into compute
@@ -54,6 +56,7 @@ pub struct Plan {
     pub argmax_out: wgpu::Buffer,
     pub argmax_readback: wgpu::Buffer,
     _params: wgpu::Buffer,
+    _split: wgpu::Buffer,
 }
 
 /// The device-side state a plan binds to.
@@ -130,6 +133,7 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
         usage: wgpu::BufferUsages::STORAGE,
         mapped_at_creation: false,
     });
+    let split = storage(gpu, "attention split", s.split_bytes, wgpu::BufferUsages::empty());
     let argmax_readback = gpu.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("argmax readback"),
         size: 4,
@@ -195,6 +199,7 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
                 Res::Logits => acts[s.result].as_entire_binding(),
                 Res::ArgmaxOut => argmax_out.as_entire_binding(),
                 Res::Unused => unused.as_entire_binding(),
+                Res::Split => split.as_entire_binding(),
             };
             entries.push(wgpu::BindGroupEntry {
                 binding: i as u32 + 1,
@@ -211,6 +216,7 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
             bind_group,
             groups: l.groups,
             work: l.work(),
+            when: l.when,
         })
     };
     let mut items = Vec::with_capacity(s.stages.len());
@@ -251,5 +257,6 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
         argmax_out,
         argmax_readback,
         _params: params,
+        _split: split,
     })
 }

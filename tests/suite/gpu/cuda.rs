@@ -37,10 +37,13 @@ fn emulator(test: &str) -> Option<PathBuf> {
 }
 
 /// The CUDA backends to test: the emulated one, and device 0 where there is one.
-pub fn backends(test: &str) -> Vec<Gpu> {
+/// Their decode steps take the split-KV attention from `split_span` positions on.
+pub fn backends_at(test: &str, split_span: u32) -> Vec<Gpu> {
     let mut v = Vec::new();
     if let Some(lib) = emulator(test) {
-        let b = CudaBackend::emulated(&lib).unwrap_or_else(|r| panic!("{test}: {r}"));
+        let b = CudaBackend::emulated(&lib)
+            .unwrap_or_else(|r| panic!("{test}: {r}"))
+            .with_split_span(split_span);
         v.push(Gpu {
             label: b.describe(),
             backend: Arc::new(b),
@@ -48,7 +51,7 @@ pub fn backends(test: &str) -> Vec<Gpu> {
             emulated: true,
         });
     }
-    match CudaBackend::new(0) {
+    match CudaBackend::new(0).map(|b| b.with_split_span(split_span)) {
         Ok(b) => v.push(Gpu {
             label: b.describe(),
             backend: Arc::new(b),

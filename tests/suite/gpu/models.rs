@@ -10,7 +10,7 @@ use minfer::quant::QType;
 use minfer::tensor::Bytes;
 use minfer::{load, Model, Session, SessionOptions};
 
-use super::{gpu, gpus, nmse, Gpu};
+use super::{gpu, gpus, gpus_at, nmse, Gpu};
 use crate::common;
 
 tests![
@@ -97,7 +97,13 @@ fn random_models_match_cpu() {
     let Some(root) = common::ref_dir(t) else {
         return;
     };
-    let gs: Vec<Gpu> = gpus(t, None).into_iter().filter(|g| !g.alt).collect();
+    // The prompts are 24 tokens: of the 4 decode steps after them, the first two run the
+    // one-kernel attention and the last two (contexts of 27 and 28) the split-KV one.
+    const PROMPT: usize = 24;
+    let gs: Vec<Gpu> = gpus_at(t, None, PROMPT as u32 + 3)
+        .into_iter()
+        .filter(|g| !g.alt)
+        .collect();
     if gs.is_empty() {
         return;
     }
@@ -144,6 +150,7 @@ fn random_models_match_cpu() {
             name.clone()
         };
         let prompt = prompt_ids(&common::read_json(&root.join(format!("random/refs/{refs}.json"))));
+        assert_eq!(prompt.len(), PROMPT, "{refs}: the prompt the split span was set for");
         // Quantized files the pack does not ship are recreated (`common::random_gguf`).
         let Some(path) = common::random_gguf(t, &root, &name) else {
             continue;

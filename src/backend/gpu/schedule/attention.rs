@@ -3,7 +3,7 @@
 //! layer (`Attn::kv_from`) stores nothing and reads its source layer's cache, written earlier
 //! in the same forward (the cache buffers of a layer are its own widths: `KvLayout::layer_bytes`).
 
-use super::{fold, Builder, Launch, Res, Stage};
+use super::{fold, Builder, Launch, Res, Stage, When, VEC_MAX_TOKENS};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{AttentionParams, KernelParams, KvStoreParams, RopeParams};
 use crate::backend::KvType;
@@ -11,6 +11,28 @@ use crate::model::{Attn, Node, Op, RopeMode};
 
 /// Tokens per `attention` launch.
 pub const ATTN_TOKENS: u32 = 256;
+
+/// A decode step whose longest context reaches this many positions takes the split-KV attention
+/// (`attention_split` + `attention_reduce`), unless the backend was given another span.
+pub const SPLIT_SPAN: u32 = 256;
+
+/// Ranges the split-KV attention cuts a context into, at most (`attention_reduce` combines up to
+/// 64), and the workgroups it aims for across heads and ranges.
+pub const MAX_SPLIT: u32 = 64;
+const SPLIT_GROUPS: u32 = 256;
+
+/// (head, dimension) pairs one `attention_split` workgroup holds, at most: its query heads times
+/// the wider of head_dim and head_dim_v (`MAX_HG_D` in the kernel), with at most 16 heads.
+const SPLIT_HG_D: usize = 1024;
+
+/// The query heads one `attention_split` workgroup takes: the most of a KV head's `gq` that
+/// divide it and fit `SPLIT_HG_D` at head width `hd`.
+pub fn split_heads(gq: usize, hd: usize) -> usize {
+    (1..=gq.min(16))
+        .rev()
+        .find(|&hg| gq.is_multiple_of(hg) && hg * hd <= SPLIT_HG_D)
+        .unwrap_or(1)
+}
 
 impl Builder<'_> {
     /// Node `i`: a rope, or the attention's store and launches. An attention whose first reader
@@ -42,6 +64,7 @@ impl Builder<'_> {
                     res: vec![Res::RopeTable(ri), self.inp(node, 0), Res::Act(out)],
                     // One invocation per (pair, head, token).
                     groups: [(hd / 2).div_ceil(64), *n_heads as u32, rows],
+                    when: When::Always,
                 }]
             }
             &Op::Attention {
@@ -104,6 +127,7 @@ impl Builder<'_> {
                         kr.2.clone(),
                     ],
                     groups: fold(((rows * (kw + vw)) / epw).div_ceil(64) as u64, self.maxg),
+                    when: When::Always,
                 };
                 // One workgroup per (q head, token), in launches of at most ATTN_TOKENS
                 // tokens: a long prefill's quadratic attention is several bounded dispatches,
@@ -139,10 +163,46 @@ impl Builder<'_> {
                         qy.clone(),
                     ],
                     groups: [n_head as u32, (rows - t0).min(ATTN_TOKENS), 1],
+                    when: When::Always,
                 };
-                let attends = (0..rows).step_by(ATTN_TOKENS as usize).map(attend);
+                let mut attends: Vec<Launch> = (0..rows).step_by(ATTN_TOKENS as usize).map(attend).collect();
+                // Decode: the split-KV pair for steps whose context reaches the split span.
+                if rows as usize <= VEC_MAX_TOKENS {
+                    let hg = split_heads(n_head / n_head_kv, head_dim.max(head_dim_v));
+                    let n_split = SPLIT_GROUPS.div_ceil((n_head / hg) as u32).clamp(2, MAX_SPLIT);
+                    let params = AttentionParams {
+                        n_split,
+                        hg: hg as u32,
+                        ..AttentionParams::from_words(&attends[0].params)
+                    }
+                    .words();
+                    attends[0].when = When::Short;
+                    attends.push(Launch {
+                        variant: Variant::with_kv(Kernel::AttentionSplit, self.kv),
+                        params,
+                        res: vec![
+                            Res::Step,
+                            self.inp(node, 0),
+                            Res::Kc(src),
+                            Res::Vc(src),
+                            Res::Split,
+                            qr.2.clone(),
+                        ],
+                        groups: [(n_head / hg) as u32, n_split, rows],
+                        when: When::Long,
+                    });
+                    attends.push(Launch {
+                        variant: Variant::new(Kernel::AttentionReduce),
+                        params,
+                        res: vec![Res::Step, Res::Split, Res::Act(out), sk.clone(), qy.clone()],
+                        groups: [n_head as u32, rows, 1],
+                        when: When::Long,
+                    });
+                    let bytes = (rows as usize * n_head * n_split as usize * (head_dim_v + 2) * 4) as u64;
+                    self.split_bytes = self.split_bytes.max(bytes);
+                }
                 match kv_from {
-                    Some(_) => attends.collect(),
+                    Some(_) => attends,
                     None => std::iter::once(store).chain(attends).collect(),
                 }
             }
@@ -181,5 +241,30 @@ fn attn_sinks(node: &Node) -> Option<String> {
     match &node.op {
         Op::Attention { attn, .. } => attn.sinks_weight(),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A KV head's query heads go to one workgroup whole where they fit (SmolLM2 3 × 64,
+    /// Qwen2.5-0.5B 7 × 64, gemma-3-270m 4 × 256), else in the largest equal groups that do.
+    #[test]
+    fn split_workgroups_take_whole_gqa_groups_where_they_fit() {
+        for (gq, hd, want) in [
+            (3, 64, 3),
+            (7, 64, 7),
+            (4, 256, 4),
+            (8, 256, 4),
+            (16, 128, 8),
+            (64, 64, 16),
+            (5, 512, 1),
+            (1, 512, 1),
+        ] {
+            let hg = split_heads(gq, hd);
+            assert_eq!(hg, want, "{gq} heads of {hd}");
+            assert!(gq.is_multiple_of(hg) && hg * hd <= SPLIT_HG_D && hg <= 16);
+        }
     }
 }

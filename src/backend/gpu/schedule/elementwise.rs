@@ -2,7 +2,7 @@
 //! row), the binary ops (`add`, `mul`, `swiglu`, `geglu`) and those with a scalar (`scale`,
 //! `softcap`), `scale_by` (x times a weight's one value) and `slice` (columns of each row).
 
-use super::{fold, Builder, Launch, Res, Stage};
+use super::{fold, Builder, Launch, Res, Stage, When};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{AddBiasParams, BinaryParams, KernelParams, SliceParams, UnaryParams};
 use crate::model::{Node, Op};
@@ -30,6 +30,7 @@ impl Builder<'_> {
                     .words(),
                     res: vec![Res::Weight(w, 0), self.inp(node, 0), Res::Act(out)],
                     groups: self.linear(node, WG),
+                    when: When::Always,
                 }
             }
             Op::ScaleBy { weight, .. } => {
@@ -45,6 +46,7 @@ impl Builder<'_> {
                     .words(),
                     res: vec![Res::Weight(w, 0), self.inp(node, 0), Res::Act(out)],
                     groups: self.linear(node, WG),
+                    when: When::Always,
                 }
             }
             &Op::Slice { x, col0 } => Launch {
@@ -58,6 +60,7 @@ impl Builder<'_> {
                 .words(),
                 res: vec![self.inp(node, 0), Res::Act(out)],
                 groups: self.linear(node, WG),
+                when: When::Always,
             },
             Op::Add { .. } | Op::Mul { .. } | Op::Swiglu { .. } | Op::Geglu { .. } => {
                 let kernel = match node.op {
@@ -89,6 +92,7 @@ impl Builder<'_> {
                     .words(),
                     res: vec![self.inp(node, 0), self.inp(node, 1), Res::Act(out), qy],
                     groups,
+                    when: When::Always,
                 }
             }
             &Op::Scale { s, .. } | &Op::Softcap { cap: s, .. } => {
@@ -107,6 +111,7 @@ impl Builder<'_> {
                     .words(),
                     res: vec![self.inp(node, 0), Res::Act(out)],
                     groups: self.linear(node, WG),
+                    when: When::Always,
                 }
             }
             op => return Err(format!("{}: {} is not element-wise", node.name, op.kind())),

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{act_bytes, act_index, fold, Builder, Launch, Res, Stage, WeightParts, VEC_MAX_TOKENS};
+use super::{act_bytes, act_index, fold, Builder, Launch, Res, Stage, WeightParts, When, VEC_MAX_TOKENS};
 use crate::backend::gpu::kernels::{act_qtype, Kernel, Variant};
 use crate::backend::gpu::params::{GetRowsParams, KernelParams, MatmulParams, QuantizeActParams};
 use crate::model::{Node, Op};
@@ -51,6 +51,7 @@ impl Builder<'_> {
                 res: vec![Res::Weight(w.clone(), pi), Res::Ids, Res::Act(out)],
                 // One invocation per (8-element chunk, token).
                 groups: [(k / 8).div_ceil(64), n, 1],
+                when: When::Always,
             })
             .collect();
         Ok(Stage::Compute {
@@ -89,6 +90,7 @@ impl Builder<'_> {
                     .words(),
                     res: vec![self.inp(node, 0), Res::Act(sb)],
                     groups: fold(blocks.div_ceil(64), self.maxg),
+                    when: When::Always,
                 }],
             });
         }
@@ -171,6 +173,7 @@ impl Builder<'_> {
                     params,
                     res,
                     groups,
+                    when: When::Always,
                 }
             } else {
                 // 32-row × 32-token tiles.
@@ -179,6 +182,7 @@ impl Builder<'_> {
                     params,
                     res,
                     groups: [pr.div_ceil(32), rows.div_ceil(32), 1],
+                    when: When::Always,
                 }
             });
         }

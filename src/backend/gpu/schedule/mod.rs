@@ -13,7 +13,7 @@ mod moe;
 mod norm;
 mod pack;
 
-pub use attention::ATTN_TOKENS;
+pub use attention::{split_heads, ATTN_TOKENS, MAX_SPLIT, SPLIT_SPAN};
 
 use std::sync::Arc;
 
@@ -73,6 +73,9 @@ pub enum Res {
     Logits,
     /// The argmax id (one u32).
     ArgmaxOut,
+    /// The split-KV attention's partial results (`attention_split` writes, `attention_reduce`
+    /// reads): one buffer of `Schedule::split_bytes` every layer reuses.
+    Split,
     /// A read-write binding the launch never touches (a fused step it does not take): a
     /// small buffer of its own, so it conflicts with no other binding.
     Unused,
@@ -88,6 +91,30 @@ pub struct Launch {
     pub res: Vec<Res>,
     /// Workgroup counts (CUDA grid).
     pub groups: [u32; 3],
+    /// The steps it runs in.
+    pub when: When,
+}
+
+/// Which steps a launch runs in. A decode step whose longest context reaches the backend's
+/// split span (`SPLIT_SPAN` by default) takes the split-KV attention (`attention_split` and
+/// `attention_reduce`, `Long`) instead of the one-workgroup-per-head kernel (`Short`); every
+/// other launch runs always. Both sets are in the plan, so a captured step stays fixed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum When {
+    Always,
+    Short,
+    Long,
+}
+
+impl When {
+    /// Whether the launch runs in a step that is `long` (its context reaches the split span).
+    pub fn runs(self, long: bool) -> bool {
+        match self {
+            When::Always => true,
+            When::Short => !long,
+            When::Long => long,
+        }
+    }
 }
 
 impl Launch {
@@ -113,6 +140,12 @@ impl Launch {
             Kernel::Attention => {
                 let p = AttentionParams::from_words(&self.params);
                 (0, groups * (p.head_dim + p.head_dim_v) as u64)
+            }
+            // hg query heads per workgroup, the ranges together one context.
+            Kernel::AttentionSplit => {
+                let p = AttentionParams::from_words(&self.params);
+                let heads = (self.groups[0] * p.hg * self.groups[2]) as u64;
+                (0, heads * (p.head_dim + p.head_dim_v) as u64)
             }
             k => (groups * k.threads() as u64, 0),
         }
@@ -146,6 +179,8 @@ pub struct Schedule {
     pub result_bytes: u64,
     /// argmax of the last output row (greedy steps read back its 4 bytes).
     pub argmax: Launch,
+    /// Bytes of the `Res::Split` buffer (0 where no launch binds it).
+    pub split_bytes: u64,
 }
 
 /// Bytes per token of `quantize_act`'s output for rows of `k`: the rounded values, then (q8_1)
@@ -194,6 +229,8 @@ struct Builder<'a> {
     /// norms folded into the pack of matmuls reading them: the node computes nothing, shares
     /// its input's buffer, and the reader rotates or normalizes as it reads.
     folded: Vec<bool>,
+    /// The largest `Res::Split` any attention needs.
+    split_bytes: u64,
 }
 
 impl Builder<'_> {
@@ -322,6 +359,7 @@ pub fn schedule(
         readers: vec![Vec::new(); g.nodes.len()],
         done_in: vec![None; g.nodes.len()],
         folded: vec![false; g.nodes.len()],
+        split_bytes: 0,
     };
     for (i, node) in g.nodes.iter().enumerate() {
         for j in node.op.inputs() {
@@ -401,6 +439,7 @@ pub fn schedule(
         .words(),
         res: vec![Res::Logits, Res::ArgmaxOut],
         groups: [1, 1, 1],
+        when: When::Always,
     };
     Ok(Schedule {
         stages: b.stages,
@@ -411,6 +450,7 @@ pub fn schedule(
         result,
         result_bytes: (n_out * n_vocab * 4) as u64,
         argmax,
+        split_bytes: b.split_bytes,
     })
 }
 

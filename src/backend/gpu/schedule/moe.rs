@@ -2,7 +2,7 @@
 //! `quantize_act` where the weight type pairs with 8-bit activations), `add_bias_id`,
 //! `moe_sum`, and the activations that come with experts (`swiglu_oai`, `sigmoid_gate`).
 
-use super::{fold, Builder, Launch, Res, Stage};
+use super::{fold, Builder, Launch, Res, Stage, When};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{
     KernelParams, MatmulParams, MoeRouteParams, MoeSlotParams, SigmoidGateParams, SwigluOaiParams,
@@ -37,6 +37,7 @@ impl Builder<'_> {
                 .words(),
                 res: vec![self.inp(node, 0), Res::Act(out)],
                 groups: fold((node.rows as u64).div_ceil(64), self.maxg),
+                when: When::Always,
             },
             Op::MatmulId { x, route, weight } => return self.matmul_id(node, *x, *route, weight, out),
             Op::AddBiasId { route, bias, .. } => {
@@ -54,6 +55,7 @@ impl Builder<'_> {
                     .words(),
                     res: vec![Res::Weight(w, 0), self.inp(node, 0), self.inp(node, 1), Res::Act(out)],
                     groups: self.linear(node, 256),
+                    when: When::Always,
                 }
             }
             Op::MoeSum { route, .. } => Launch {
@@ -67,6 +69,7 @@ impl Builder<'_> {
                 .words(),
                 res: vec![self.inp(node, 0), self.inp(node, 1), Res::Act(out)],
                 groups: self.linear(node, 256),
+                when: When::Always,
             },
             &Op::SwigluOai { alpha, limit, .. } => Launch {
                 variant: Variant::new(Kernel::SwigluOai),
@@ -79,6 +82,7 @@ impl Builder<'_> {
                 .words(),
                 res: vec![self.inp(node, 0), self.inp(node, 1), Res::Act(out)],
                 groups: self.linear(node, 256),
+                when: When::Always,
             },
             Op::SigmoidGate { .. } => Launch {
                 variant: Variant::new(Kernel::SigmoidGate),
@@ -90,6 +94,7 @@ impl Builder<'_> {
                 .words(),
                 res: vec![self.inp(node, 0), self.inp(node, 1), Res::Act(out)],
                 groups: self.linear(node, 256),
+                when: When::Always,
             },
             op => return Err(format!("{}: {} is not a mixture-of-experts op", node.name, op.kind())),
         };
@@ -132,6 +137,7 @@ impl Builder<'_> {
             .words(),
             res: vec![Res::Weight(w.clone(), 0), xin, Res::Act(out), self.inp(node, 1)],
             groups,
+            when: When::Always,
         };
         Ok(Stage::Compute {
             kind: format!("matmul_id/{}", w.qtype),

@@ -1,7 +1,7 @@
 //! The norms: `RmsNorm`, `HeadNorm` and `HeadNormPlain`, all the `rms_norm` kernel (a head norm
 //! is an RMS norm over rows one head wide; the plain one has no weight).
 
-use super::{fold, Builder, Launch, Res, Stage};
+use super::{fold, Builder, Launch, Res, Stage, When};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{KernelParams, RmsNormParams};
 use crate::model::{Node, Op};
@@ -57,6 +57,7 @@ impl Builder<'_> {
                 res: vec![w, self.inp(node, 0), Res::Act(out), q],
                 // One workgroup per row.
                 groups: fold(nrows as u64, self.maxg),
+                when: When::Always,
             }],
         })
     }

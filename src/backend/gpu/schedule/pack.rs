@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::matmul::VEC_ROWS_PER_WG;
-use super::{fold, Builder, Launch, Res, Stage, WeightParts, VEC_MAX_TOKENS};
+use super::{fold, Builder, Launch, Res, Stage, WeightParts, When, VEC_MAX_TOKENS};
 use crate::backend::gpu::kernels::{act_qtype, Kernel, Variant};
 use crate::backend::gpu::params::{KernelParams, MatmulPackParams};
 use crate::model::Op;
@@ -205,6 +205,7 @@ impl Builder<'_> {
                 params: params.words(),
                 res: vec![Res::Pack(w0), xin, y0, b, y1, y2, nw],
                 groups,
+                when: When::Always,
             }],
         })
     }

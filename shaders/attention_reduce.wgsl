@@ -1,0 +1,99 @@
+// attention_reduce (after attention_split): one workgroup per (q head h, token t) combines the
+// ranges attention_split wrote for them (split_chunk gives how many hold positions): with M the
+// largest range maximum (and the sink logit, p.sinks = 1), o = Σ_s e^(m_s − M)·o_s / Σ_s e^(m_s − M)·l_s,
+// the sink adding e^(sk[h] − M) to the sum (ggml soft_max's sinks). With p.act = 1 +
+// quantize_act's ACT the workgroup then rounds its head's output into binding 5 as attention.wgsl
+// does.
+
+const WG: u32 = 64u;
+const MAX_SPLIT: u32 = 64u; // the schedule's most ranges
+
+struct Params {
+    n_head: u32,
+    n_head_kv: u32,
+    head_dim: u32,
+    head_dim_v: u32,
+    scale: f32,
+    window: u32,
+    softcap: f32,
+    n: u32,
+    flash: u32,
+    sinks: u32, // 1: binding 4 holds one logit per head
+    t0: u32,
+    n_rot: u32,
+    neox: u32,
+    act: u32,   // 0, or 1 + quantize_act's ACT: o also rounded into binding 5
+    n_split: u32,
+    hg: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> step: array<u32>;
+@group(0) @binding(2) var<storage, read> part: array<f32>;
+@group(0) @binding(3) var<storage, read_write> o: array<f32>;
+@group(0) @binding(4) var<storage, read> sk: array<f32>;
+@group(0) @binding(5) var<storage, read_write> qy: array<f32>;
+
+fn act_in(i: u32) -> f32 {
+    return o[i];
+}
+
+fn act_out(i: u32, v: f32) {
+    qy[i] = v;
+}
+
+var<workgroup> ws: array<f32, MAX_SPLIT>; // e^(m_s − M) per range
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let h = wid.x;
+    let t = wid.y + p.t0;
+    let pos = step[4u + 2u * t];
+    var lo = 0u;
+    if (p.window > 0u && pos + 1u > p.window) {
+        lo = pos + 1u - p.window;
+    }
+    let span = pos + 1u - lo;
+    let chunk = split_chunk(span, p.n_split);
+    let ns = (span + chunk - 1u) / chunk;
+    let hdv = p.head_dim_v;
+    let pb = (t * p.n_head + h) * p.n_split;
+    let ml0 = p.n * p.n_head * p.n_split * hdv;
+    var m = -3.0e38;
+    for (var s = 0u; s < ns; s++) {
+        m = max(m, part[ml0 + 2u * (pb + s)]);
+    }
+    if (p.sinks != 0u) {
+        m = max(m, sk[h]);
+    }
+    if (lid < ns) {
+        ws[lid] = exp(part[ml0 + 2u * (pb + lid)] - m);
+    }
+    workgroupBarrier();
+    var l = 0.0;
+    for (var s = 0u; s < ns; s++) {
+        l += part[ml0 + 2u * (pb + s) + 1u] * ws[s];
+    }
+    if (p.sinks != 0u) {
+        l += exp(sk[h] - m);
+    }
+    let inv = select(0.0, 1.0 / l, l != 0.0);
+    let ob = (t * p.n_head + h) * hdv;
+    for (var d = lid; d < hdv; d += WG) {
+        var acc = 0.0;
+        for (var s = 0u; s < ns; s++) {
+            acc += part[(pb + s) * hdv + d] * ws[s];
+        }
+        o[ob + d] = acc * inv;
+    }
+    if (p.act != 0u) {
+        // The head's output as written above, visible to the whole workgroup.
+        storageBarrier();
+        let act = p.act - 1u;
+        let qk = select(32u, 256u, act == 2u);
+        let k = p.n_head * hdv;
+        for (var b = lid; b < hdv / qk; b += WG) {
+            quantize_block(act, ob + b * qk, p.n * k + (ob + b * qk) / 32u);
+        }
+    }
+}
