@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device::{DevBuf, Device, Func, Params, Replay};
+use crate::backend::gpu::kernels::Kernel;
 use crate::backend::gpu::profile::OpTotals;
 use crate::backend::gpu::schedule::{self, rope_table, PackSlot, Res, Stage, WeightParts};
 use crate::backend::{Context, KvLayout, KvType, Progress, Step, Submitted};
@@ -251,6 +252,17 @@ impl CudaContext {
     fn plan(&self, g: &Graph) -> std::result::Result<Prepared, String> {
         let dev = self.dev.as_ref();
         let s = schedule::schedule(g, &|name| self.weights.layout(name), self.kv, false, MAX_GRID)?;
+        // The plan's op files compiled side by side before their launches ask for them.
+        let kernels: Vec<Kernel> = s
+            .stages
+            .iter()
+            .flat_map(|st| match st {
+                Stage::Compute { launches, .. } => launches.iter().map(|l| l.variant.kernel).collect(),
+                Stage::Copy { .. } => Vec::new(),
+            })
+            .chain([s.argmax.variant.kernel])
+            .collect();
+        dev.prepare(&kernels)?;
         let n = s.n_tokens;
         let acts = s
             .act_bytes

@@ -3,7 +3,7 @@
 //! CUDA execution model (`emu.rs`), which runs the same kernels in tests on machines without
 //! a GPU.
 
-use crate::backend::gpu::kernels::Variant;
+use crate::backend::gpu::kernels::{Kernel, Variant};
 
 /// The single argument of every kernel in `cuda/`: the buffers bound in the schedule's order
 /// (`b[i]` is binding `i + 1`) and its 16 parameter words. `struct Params` in `cuda/common.cuh`.
@@ -43,6 +43,13 @@ pub trait Device: Send + Sync {
     fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<(), String>;
     /// The kernel of a variant, compiled and loaded on first use.
     fn function(&self, v: &Variant) -> Result<Func, String>;
+    /// Compiles the op files of `kernels` not compiled yet, side by side, ahead of the
+    /// `function` calls that need them (a plan's kernels). By default nothing: the emulation
+    /// builds every kernel at once.
+    fn prepare(&self, kernels: &[Kernel]) -> Result<(), String> {
+        let _ = kernels;
+        Ok(())
+    }
     fn launch(&self, f: Func, grid: [u32; 3], block: u32, p: &Params) -> Result<(), String>;
     /// Runs `run` and returns the device time of the work it submitted, in nanoseconds. By
     /// default wall time (the emulation's launches run as they are made); the driver

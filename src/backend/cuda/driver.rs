@@ -18,7 +18,9 @@ pub struct Driver {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     name: String,
-    arch: String,
+    /// What NVRTC compiles for: `sm_90` (CUBIN) where it has the device's architecture,
+    /// else `compute_90` (PTX).
+    target: String,
     total: usize,
     modules: Mutex<HashMap<Kernel, Arc<CudaModule>>>,
     funcs: Mutex<(HashMap<Variant, usize>, Vec<CudaFunction>)>,
@@ -44,7 +46,6 @@ impl Driver {
             if rc != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
                 return Err(format!("cuDriverGetVersion: {rc:?}"));
             }
-            source::check_driver(nvrtc, driver)?;
             let n = CudaContext::device_count().map_err(derr)?;
             if n <= 0 {
                 return Err("no CUDA device".into());
@@ -57,14 +58,17 @@ impl Driver {
             // SAFETY: nothing has been allocated on this context yet.
             unsafe { ctx.disable_event_tracking() };
             let stream = ctx.new_stream().map_err(derr)?;
-            let (major, minor) = ctx.compute_capability().map_err(derr)?;
+            let cc = ctx.compute_capability().map_err(derr)?;
+            let target = source::target(cc, &source::cubin_archs()?);
+            // Before anything is uploaded: a driver that would refuse the modules is refused.
+            source::check_driver(nvrtc, driver, &target)?;
             let name = ctx.name().map_err(derr)?;
             let total = ctx.total_mem().map_err(derr)?;
             Ok(Driver {
                 ctx,
                 stream,
                 name,
-                arch: format!("compute_{major}{minor}"),
+                target,
                 total,
                 modules: Mutex::new(HashMap::new()),
                 funcs: Mutex::new((HashMap::new(), Vec::new())),
@@ -82,13 +86,19 @@ impl Driver {
         if let Some(m) = mods.get(&k) {
             return Ok(m.clone());
         }
-        let ptx = source::compile(k, &self.arch, true)?;
-        let m = self
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
-            .map_err(|e| format!("loading {}.cu: {}", k.name(), derr(e)))?;
+        let m = self.load(k, source::compile(k, &self.target, true)?)?;
         mods.insert(k, m.clone());
         Ok(m)
+    }
+
+    fn load(&self, k: Kernel, image: source::Image) -> Result<Arc<CudaModule>, String> {
+        let image = match image {
+            source::Image::Cubin(b) => cudarc::nvrtc::Ptx::from_binary(b),
+            source::Image::Ptx(s) => cudarc::nvrtc::Ptx::from_src(s),
+        };
+        self.ctx
+            .load_module(image)
+            .map_err(|e| format!("loading {}.cu for {}: {}", k.name(), self.target, derr(e)))
     }
 }
 
@@ -109,10 +119,14 @@ impl Replay for Graph {
 
 impl Device for Driver {
     fn describe(&self) -> String {
+        // `sm_90`, or `sm_61 via PTX` where NVRTC writes no machine code for it.
+        let arch = match self.target.strip_prefix("compute_") {
+            Some(n) => format!("sm_{n} via PTX"),
+            None => self.target.clone(),
+        };
         format!(
-            "{} ({}, {:.1} GiB)",
+            "{} ({arch}, {:.1} GiB)",
             self.name,
-            self.arch.replace("compute_", "sm_"),
             self.total as f64 / (1u64 << 30) as f64
         )
     }
@@ -157,6 +171,38 @@ impl Device for Driver {
         self.ctx.bind_to_thread().map_err(derr)?;
         // SAFETY: both ranges lie in live allocations of this context.
         unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }.map_err(derr)
+    }
+
+    fn prepare(&self, kernels: &[Kernel]) -> Result<(), String> {
+        let missing: Vec<Kernel> = {
+            let mods = self.modules.lock().map_err(|_| "module table poisoned".to_string())?;
+            let mut v: Vec<Kernel> = kernels.iter().copied().filter(|k| !mods.contains_key(k)).collect();
+            v.sort_by_key(|&k| k as usize);
+            v.dedup();
+            v
+        };
+        // One thread per op file, as many at once as the CPU has cores; each one's image is
+        // loaded as it comes.
+        let width = std::thread::available_parallelism().map_or(4, |n| n.get());
+        for batch in missing.chunks(width.max(1)) {
+            let images: Vec<Result<source::Image, String>> = std::thread::scope(|s| {
+                let hs: Vec<_> = batch
+                    .iter()
+                    .map(|&k| s.spawn(move || source::compile(k, &self.target, true)))
+                    .collect();
+                hs.into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err("an NVRTC thread panicked".into())))
+                    .collect()
+            });
+            for (&k, image) in batch.iter().zip(images) {
+                let m = self.load(k, image?)?;
+                self.modules
+                    .lock()
+                    .map_err(|_| "module table poisoned".to_string())?
+                    .insert(k, m);
+            }
+        }
+        Ok(())
     }
 
     fn function(&self, v: &Variant) -> Result<Func, String> {

@@ -77,13 +77,22 @@ pub fn nvrtc_version() -> Result<(i32, i32), String> {
 }
 
 /// Whether a driver of version `driver` (`cuDriverGetVersion`: 1000·major + 10·minor) loads
-/// the PTX of NVRTC `nvrtc` (major, minor): PTX carries the ISA version of the toolkit that
-/// wrote it, and a driver older than that toolkit refuses it at module load
-/// (CUDA_ERROR_UNSUPPORTED_PTX_VERSION) — after the gate chose CUDA and the weights went up.
-/// The refusal names both versions.
-pub fn check_driver(nvrtc: (i32, i32), driver: i32) -> Result<(), String> {
+/// what NVRTC `nvrtc` (major, minor) writes for `target` (`target`): machine code (`sm_XX`)
+/// needs a driver of the same major version or newer (CUDA's minor-version compatibility); PTX
+/// carries the ISA version of the toolkit that wrote it, and a driver older than that toolkit
+/// refuses it at module load (CUDA_ERROR_UNSUPPORTED_PTX_VERSION) — after the gate chose CUDA
+/// and the weights went up. The refusal names both versions.
+pub fn check_driver(nvrtc: (i32, i32), driver: i32, target: &str) -> Result<(), String> {
     let d = (driver / 1000, (driver % 1000) / 10);
-    if d < nvrtc {
+    let cubin = target.starts_with("sm_");
+    if cubin && d.0 < nvrtc.0 {
+        return Err(format!(
+            "the CUDA driver supports CUDA {}.{} but NVRTC is {}.{}: its {target} code would not load \
+             (update the driver, or put an NVRTC {}.x on LD_LIBRARY_PATH)",
+            d.0, d.1, nvrtc.0, nvrtc.1, d.0
+        ));
+    }
+    if !cubin && d < nvrtc {
         return Err(format!(
             "the CUDA driver supports CUDA {}.{} but NVRTC is {}.{}: its PTX would not load \
              (update the driver, or put an NVRTC of at most {}.{} on LD_LIBRARY_PATH)",
@@ -93,60 +102,175 @@ pub fn check_driver(nvrtc: (i32, i32), driver: i32) -> Result<(), String> {
     Ok(())
 }
 
-/// Compiles `k`'s program to PTX for `arch` (`compute_90`), through the disk cache when
-/// `cache` is set.
-pub fn compile(k: Kernel, arch: &str, cache: bool) -> Result<String, String> {
-    let src = program(k);
-    let (major, minor) = nvrtc_version()?;
-    let ver = format!("{major}.{minor}");
-    let path = cache.then(crate::backend::cache_dir).flatten().map(|d| {
-        let h = fnv64(&[src.as_bytes(), arch.as_bytes(), ver.as_bytes()]);
-        d.join("cuda").join(format!("{}-{arch}-{h:016x}.ptx", k.name()))
-    });
-    if let Some(ptx) = path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
-        return Ok(ptx);
-    }
-    let opts = cudarc::nvrtc::CompileOptions {
-        options: vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()],
-        name: Some(format!("{}.cu", k.name())),
-        ..Default::default()
-    };
-    let ptx = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(&src, opts))
-        .map_err(|_| format!("{}.cu: NVRTC panicked", k.name()))?
-        .map_err(|e| match e {
-            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
-                format!("{}.cu for {arch}:\n{}", k.name(), log.to_string_lossy())
+/// The real architectures NVRTC writes machine code for (`nvrtcGetSupportedArchs`: 75, 80,
+/// 86, 89, 90, …).
+pub fn cubin_archs() -> Result<Vec<i32>, String> {
+    use cudarc::nvrtc::sys;
+    nvrtc_version()?;
+    std::panic::catch_unwind(|| {
+        let mut n = 0;
+        // SAFETY: one out-parameter, then an array of the size it gave.
+        unsafe {
+            if sys::nvrtcGetNumSupportedArchs(&mut n) != sys::nvrtcResult::NVRTC_SUCCESS || n <= 0 {
+                return Vec::new();
             }
-            e => format!("{}.cu for {arch}: {e}", k.name()),
-        })?
-        .to_src();
+            let mut v = vec![0; n as usize];
+            if sys::nvrtcGetSupportedArchs(v.as_mut_ptr()) != sys::nvrtcResult::NVRTC_SUCCESS {
+                return Vec::new();
+            }
+            v
+        }
+    })
+    .map_err(|_| "NVRTC has no nvrtcGetSupportedArchs".to_string())
+}
+
+/// What the kernels of a device of compute capability `cc` are compiled for: its exact real
+/// architecture (`sm_90`, CUBIN the driver loads as is) where NVRTC has it among `archs`, else
+/// its virtual one (`compute_90`, PTX the driver compiles at every load).
+pub fn target(cc: (i32, i32), archs: &[i32]) -> String {
+    let n = cc.0 * 10 + cc.1;
+    match archs.contains(&n) {
+        true => format!("sm_{n}"),
+        false => format!("compute_{n}"),
+    }
+}
+
+/// What NVRTC made of a program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Image {
+    /// Machine code for one real architecture (an ELF image).
+    Cubin(Vec<u8>),
+    /// PTX for a virtual architecture.
+    Ptx(String),
+}
+
+impl Image {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Image::Cubin(b) => b,
+            Image::Ptx(s) => s.as_bytes(),
+        }
+    }
+}
+
+/// Compiles `k`'s program for `target` (`sm_90`: CUBIN, `compute_90`: PTX), through the disk
+/// cache when `cache` is set (keyed by the program, the target and the NVRTC version, so a
+/// restart loads the image instead of compiling, and a CUBIN needs no JIT at load either).
+pub fn compile(k: Kernel, target: &str, cache: bool) -> Result<Image, String> {
+    let src = program(k);
+    let cubin = target.starts_with("sm_");
+    let path = match cache {
+        true => cache_path(k, target)?,
+        false => None,
+    };
+    if let Some(b) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
+        match cubin {
+            true => return Ok(Image::Cubin(b)),
+            false => {
+                if let Ok(s) = String::from_utf8(b) {
+                    return Ok(Image::Ptx(s));
+                }
+            }
+        }
+    }
+    let name = format!("{}.cu", k.name());
+    let image =
+        std::panic::catch_unwind(|| nvrtc(&src, &name, target)).map_err(|_| format!("{name}: NVRTC panicked"))??;
     if let Some(p) = path {
         // Best effort, written whole or not at all.
         if let Some(dir) = p.parent() {
             let _ = std::fs::create_dir_all(dir);
             let tmp = p.with_extension(format!("tmp{}", std::process::id()));
-            if std::fs::write(&tmp, &ptx).is_ok() {
+            if std::fs::write(&tmp, image.bytes()).is_ok() {
                 let _ = std::fs::rename(&tmp, &p);
             }
         }
     }
-    Ok(ptx)
+    Ok(image)
+}
+
+/// Where `compile` keeps `k`'s image for `target` with this NVRTC (`None`: no cache directory).
+pub fn cache_path(k: Kernel, target: &str) -> Result<Option<std::path::PathBuf>, String> {
+    let (major, minor) = nvrtc_version()?;
+    let ver = format!("{major}.{minor}");
+    let src = program(k);
+    Ok(crate::backend::cache_dir().map(|d| {
+        let h = fnv64(&[src.as_bytes(), target.as_bytes(), ver.as_bytes()]);
+        let ext = if target.starts_with("sm_") { "cubin" } else { "ptx" };
+        d.join("cuda").join(format!("{}-{target}-{h:016x}.{ext}", k.name()))
+    }))
+}
+
+/// One NVRTC compilation of `src` for `target`: CUBIN for `sm_XX`, PTX otherwise.
+fn nvrtc(src: &str, name: &str, target: &str) -> Result<Image, String> {
+    use cudarc::nvrtc::{result, sys};
+    let c_src = std::ffi::CString::new(src).map_err(|_| format!("{name}: a NUL in the source"))?;
+    let c_name = std::ffi::CString::new(name).map_err(|_| format!("{name}: a NUL in the name"))?;
+    let prog = result::create_program(&c_src, Some(&c_name)).map_err(|e| format!("{name}: {e:?}"))?;
+    let opts = [format!("--gpu-architecture={target}"), "--std=c++17".to_string()];
+    // SAFETY: `prog` was created above and is destroyed once, at the end; the buffers passed
+    // to NVRTC are sized by the calls that precede them.
+    let out = unsafe {
+        let out = match result::compile_program(prog, &opts) {
+            Err(e) => {
+                let log = result::get_program_log(prog).unwrap_or_default();
+                let log = std::ffi::CStr::from_ptr(log.as_ptr()).to_string_lossy().into_owned();
+                Err(format!("{name} for {target} ({e:?}):\n{log}"))
+            }
+            Ok(()) if target.starts_with("sm_") => {
+                let mut n = 0usize;
+                let mut b = Vec::new();
+                let rc = match sys::nvrtcGetCUBINSize(prog, &mut n) {
+                    sys::nvrtcResult::NVRTC_SUCCESS => {
+                        b.resize(n, 0u8);
+                        sys::nvrtcGetCUBIN(prog, b.as_mut_ptr().cast())
+                    }
+                    rc => rc,
+                };
+                match rc {
+                    sys::nvrtcResult::NVRTC_SUCCESS => Ok(Image::Cubin(b)),
+                    rc => Err(format!("{name} for {target}: nvrtcGetCUBIN: {rc:?}")),
+                }
+            }
+            Ok(()) => result::get_ptx(prog)
+                .map_err(|e| format!("{name} for {target}: nvrtcGetPTX: {e:?}"))
+                .map(|p| Image::Ptx(std::ffi::CStr::from_ptr(p.as_ptr()).to_string_lossy().into_owned())),
+        };
+        let _ = result::destroy_program(prog);
+        out
+    };
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// NVRTC 12.9 (the pinned wheel) on a 12.4 driver: refused, both versions named; on its
-    /// own driver and newer ones (13.0) taken.
+    /// NVRTC 12.9 (the pinned wheel) on a 12.4 driver: its PTX refused, both versions named,
+    /// its CUBIN taken (same major version); on its own driver and newer ones (13.0) both
+    /// taken; NVRTC 13 on a 12.x driver refused either way.
     #[test]
     fn a_driver_older_than_nvrtc_is_refused_by_both_versions() {
-        let e = check_driver((12, 9), 12040).unwrap_err();
+        let e = check_driver((12, 9), 12040, "compute_90").unwrap_err();
         assert!(e.contains("CUDA 12.4") && e.contains("NVRTC is 12.9"), "{e}");
-        assert!(check_driver((12, 9), 12090).is_ok());
-        assert!(check_driver((12, 9), 13000).is_ok());
-        assert!(check_driver((12, 4), 12040).is_ok());
-        assert!(check_driver((13, 0), 12090).is_err());
+        assert!(check_driver((12, 9), 12040, "sm_90").is_ok());
+        for t in ["compute_90", "sm_90"] {
+            assert!(check_driver((12, 9), 12090, t).is_ok());
+            assert!(check_driver((12, 9), 13000, t).is_ok());
+            assert!(check_driver((12, 4), 12040, t).is_ok());
+            let e = check_driver((13, 0), 12090, t).unwrap_err();
+            assert!(e.contains("CUDA 12.9") && e.contains("NVRTC is 13.0"), "{e}");
+        }
+    }
+
+    /// The exact architecture where NVRTC writes machine code for it, else PTX.
+    #[test]
+    fn cubin_for_the_architectures_nvrtc_has() {
+        let archs = [75, 80, 86, 89, 90, 100, 120];
+        assert_eq!(target((9, 0), &archs), "sm_90");
+        assert_eq!(target((8, 6), &archs), "sm_86");
+        assert_eq!(target((6, 1), &archs), "compute_61");
+        assert_eq!(target((12, 1), &archs), "compute_121");
     }
 
     /// The qtype lists exist only as generated from the table: no source defines its own copy,

@@ -7,7 +7,8 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use minfer::backend::cuda::{emu, source, CudaBackend};
+use minfer::backend::cuda::source::{self, Image};
+use minfer::backend::cuda::{emu, CudaBackend};
 use minfer::backend::gpu::kernels::{all_variants, Kernel};
 use minfer::backend::Backend;
 
@@ -16,6 +17,7 @@ use crate::common;
 
 tests![
     nvrtc_compiles_every_kernel,
+    compiled_images_are_cached,
     info_says_why_cuda_is_out,
     profiled_steps_are_timed_per_op_and_compute_the_same,
 ];
@@ -64,7 +66,7 @@ pub fn backends_at(test: &str, split_span: u32) -> Vec<Gpu> {
 }
 
 /// Every op file compiles with NVRTC for each target architecture, and its PTX holds an entry
-/// for every variant the schedule can launch (`Variant::entry`).
+/// for every variant the schedule can launch (`Variant::entry`); so does its CUBIN for sm_90.
 fn nvrtc_compiles_every_kernel() {
     let t = "nvrtc_compiles_every_kernel";
     let (major, minor) = match source::nvrtc_version() {
@@ -80,6 +82,16 @@ fn nvrtc_compiles_every_kernel() {
     } else {
         &["compute_61", "compute_75", "compute_80", "compute_90"]
     };
+    // Machine code for Hopper where this NVRTC writes it (CUBIN: what a device of that
+    // architecture loads without a JIT).
+    let cubin: Vec<&str> = match source::cubin_archs() {
+        Ok(a) if a.contains(&90) => vec!["sm_90"],
+        _ => Vec::new(),
+    };
+    assert_eq!(
+        source::target((9, 0), &source::cubin_archs().unwrap_or_default()).starts_with("sm_"),
+        !cubin.is_empty()
+    );
     let mut failures = Vec::new();
     for k in Kernel::ALL {
         let entries: Vec<String> = all_variants()
@@ -87,22 +99,72 @@ fn nvrtc_compiles_every_kernel() {
             .filter(|v| v.kernel == k && !v.subgroups)
             .map(|v| v.entry())
             .collect();
-        for arch in archs {
+        for arch in archs.iter().chain(&cubin) {
             match source::compile(k, arch, false) {
-                Ok(ptx) => {
+                Ok(Image::Ptx(ptx)) if arch.starts_with("compute_") => {
                     for e in &entries {
                         if !ptx.contains(&format!(".entry {e}(")) {
                             failures.push(format!("{}.cu for {arch}: no entry {e}", k.name()));
                         }
                     }
                 }
+                // An ELF image whose symbol table names every entry.
+                Ok(Image::Cubin(elf)) if arch.starts_with("sm_") => {
+                    if !elf.starts_with(b"\x7fELF") {
+                        failures.push(format!("{}.cu for {arch}: not an ELF image", k.name()));
+                    }
+                    for e in &entries {
+                        let name = format!("\0{e}\0");
+                        if !elf.windows(name.len()).any(|w| w == name.as_bytes()) {
+                            failures.push(format!("{}.cu for {arch}: no symbol {e}", k.name()));
+                        }
+                    }
+                }
+                Ok(other) => failures.push(format!("{}.cu for {arch}: {other:?}", k.name())),
                 Err(e) => failures.push(e),
             }
         }
-        eprintln!("{}.cu: {} entries, {}", k.name(), entries.len(), archs.join(" "));
+        eprintln!(
+            "{}.cu: {} entries, {} {}",
+            k.name(),
+            entries.len(),
+            archs.join(" "),
+            cubin.join(" ")
+        );
     }
     eprintln!("NVRTC {major}.{minor}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A compiled image is kept on disk by program, target and NVRTC version, and a later compile
+/// loads it from there: a marker put in the cache file comes back as the image.
+fn compiled_images_are_cached() {
+    let t = "compiled_images_are_cached";
+    if let Err(e) = source::nvrtc_version() {
+        common::skip::<()>(t, &e);
+        return;
+    }
+    for target in ["sm_90", "compute_90"] {
+        let Some(path) = source::cache_path(Kernel::Slice, target).unwrap() else {
+            common::skip::<()>(t, "no cache directory");
+            return;
+        };
+        let _ = std::fs::remove_file(&path);
+        let first = source::compile(Kernel::Slice, target, true).unwrap();
+        let on_disk = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        match &first {
+            Image::Cubin(b) => assert_eq!(&on_disk, b, "{target}"),
+            Image::Ptx(p) => assert_eq!(on_disk, p.as_bytes(), "{target}"),
+        }
+        std::fs::write(&path, "// cached\n").unwrap();
+        let again = source::compile(Kernel::Slice, target, true).unwrap();
+        let _ = std::fs::remove_file(&path);
+        match again {
+            Image::Cubin(b) => assert_eq!(b, b"// cached\n", "{target}"),
+            Image::Ptx(p) => assert_eq!(p, "// cached\n", "{target}"),
+        }
+        assert_eq!(matches!(first, Image::Cubin(_)), target.starts_with("sm_"));
+    }
 }
 
 /// `info --json` gives CUDA's verdict with its reason: here `MINFER_DISABLE_CUDA`, and on a
