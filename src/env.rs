@@ -17,11 +17,12 @@ use crate::backend::KvType;
 use crate::error::{Error, Result};
 
 /// The variables [`Overrides`] reads, in the README's order.
-pub const VARS: [&str; 11] = [
+pub const VARS: [&str; 12] = [
     "MINFER_CACHE_TYPE",
     "MINFER_CPU_ISA",
     "MINFER_DISABLE_WGPU",
     "MINFER_WGPU_ALLOW_CPU",
+    "MINFER_CHECKED_SHADERS",
     "MINFER_PROFILE",
     "MINFER_DISABLE_CUDA",
     "MINFER_CUDA_EMULATOR",
@@ -42,6 +43,8 @@ pub struct Overrides {
     pub disable_wgpu: bool,
     /// `MINFER_WGPU_ALLOW_CPU`: `auto` may pick a software wgpu adapter (llvmpipe, WARP).
     pub wgpu_allow_cpu: bool,
+    /// `MINFER_CHECKED_SHADERS`: wgpu shaders keep wgpu's runtime bounds checks.
+    pub checked_shaders: bool,
     /// `MINFER_PROFILE`: per-op GPU time from wgpu timestamp queries.
     pub profile: bool,
     /// `MINFER_DISABLE_CUDA`: leave the CUDA backend out.
@@ -102,6 +105,7 @@ impl Overrides {
             cpu_isa,
             disable_wgpu: flag("MINFER_DISABLE_WGPU")?.unwrap_or(false),
             wgpu_allow_cpu: flag("MINFER_WGPU_ALLOW_CPU")?.unwrap_or(false),
+            checked_shaders: flag("MINFER_CHECKED_SHADERS")?.unwrap_or(false),
             profile: flag("MINFER_PROFILE")?.unwrap_or(false),
             disable_cuda: flag("MINFER_DISABLE_CUDA")?.unwrap_or(false),
             cuda_emulator: path("MINFER_CUDA_EMULATOR")?,

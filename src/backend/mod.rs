@@ -482,6 +482,8 @@ pub struct BackendOptions {
     pub disable_wgpu: bool,
     /// Under `auto`, a software wgpu adapter (llvmpipe, WARP) may be picked too.
     pub wgpu_allow_software: bool,
+    /// wgpu shaders keep wgpu's runtime bounds checks (`wgpu::WgpuOptions::checked`).
+    pub checked_shaders: bool,
     /// Per-op time ([`Context::profile_report`], [`Context::decode_profile`]): wgpu from
     /// timestamp queries, CUDA from events around each node's launches (no graphs then), the
     /// CPU from its own clock, with the weight bytes each op reads.
@@ -505,6 +507,7 @@ impl Default for BackendOptions {
             cpu_isa: None,
             disable_wgpu: false,
             wgpu_allow_software: false,
+            checked_shaders: false,
             profile: false,
             disable_cuda: false,
             cuda_emulator: None,
@@ -522,6 +525,7 @@ impl BackendOptions {
             cpu_isa: o.cpu_isa.clone(),
             disable_wgpu: o.disable_wgpu,
             wgpu_allow_software: o.wgpu_allow_cpu,
+            checked_shaders: o.checked_shaders,
             profile: o.profile,
             disable_cuda: o.disable_cuda,
             cuda_emulator: o.cuda_emulator.clone(),
@@ -554,6 +558,10 @@ fn wgpu_backend(auto: bool, opts: &BackendOptions) -> std::result::Result<wgpu::
         }
     } else {
         wgpu::WgpuOptions::forced()
+    };
+    let w = wgpu::WgpuOptions {
+        checked: opts.checked_shaders,
+        ..w
     };
     Ok(wgpu::WgpuBackend::new(w)?
         .with_profile(opts.profile)

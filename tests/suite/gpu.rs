@@ -61,6 +61,7 @@ pub fn gpu(test: &str, subgroups: bool, max_binding: Option<u64>) -> Option<Wgpu
         allow_software: true,
         subgroups,
         max_binding,
+        checked: false,
     };
     match WgpuBackend::new(opts) {
         Ok(b) => Some(b),

@@ -35,6 +35,8 @@ pub struct WgpuContext {
     /// Graphs of the sub-batches a too-wide forward is split into.
     pub(super) graphs: HashMap<GraphKey, Arc<Graph>>,
     pub(super) subgroups: bool,
+    /// Shaders with wgpu's runtime checks (`WgpuOptions::checked`).
+    pub(super) checked: bool,
     /// Bytes per binding: the adapter's limit, or the smaller one the backend was given.
     pub(super) max_binding: u64,
     pub(super) profiler: Option<Profiler>,
@@ -239,6 +241,7 @@ impl WgpuContext {
                 vc: &self.vc,
                 kv: self.kv,
                 subgroups: self.subgroups,
+                checked: self.checked,
             };
             let p = self
                 .gpu

@@ -81,7 +81,8 @@ pub struct Gpu {
     /// The smallest subgroup a 64-invocation kernel ran with (`subgroup_probe`), where the
     /// device has subgroups.
     pub subgroup_seen: Option<u32>,
-    pipelines: Mutex<HashMap<Variant, Arc<Pipeline>>>,
+    /// By variant and whether its shader keeps wgpu's runtime checks.
+    pipelines: Mutex<HashMap<(Variant, bool), Arc<Pipeline>>>,
     cache: Option<wgpu::PipelineCache>,
     /// Errors that reached no error scope (recorded, never a panic).
     uncaptured: Arc<Mutex<Vec<String>>>,
@@ -302,18 +303,37 @@ impl Gpu {
         }
     }
 
-    /// The pipeline for `v`, built on first use and kept for the life of the device.
-    pub fn pipeline(&self, v: Variant) -> Result<Arc<Pipeline>, String> {
-        if let Some(p) = self.pipelines.lock().map_err(|e| e.to_string())?.get(&v) {
+    /// The pipeline for `v`, built on first use and kept for the life of the device; `checked`:
+    /// with wgpu's runtime checks in the shader (bounds clamped, loops bounded), else trusted
+    /// without them.
+    pub fn pipeline(&self, v: Variant, checked: bool) -> Result<Arc<Pipeline>, String> {
+        if let Some(p) = self.pipelines.lock().map_err(|e| e.to_string())?.get(&(v, checked)) {
             return Ok(p.clone());
         }
         let name = v.name();
         let src = v.source().ok_or_else(|| format!("{name}: no shader for this type"))?;
         let p = self.scoped(&name, || {
-            let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            let desc = wgpu::ShaderModuleDescriptor {
                 label: Some(&name),
                 source: wgpu::ShaderSource::Wgsl(src.into()),
-            });
+            };
+            let module = match checked {
+                true => self.device.create_shader_module(desc),
+                // SAFETY: the kernels index within their bindings for every launch the
+                // schedule makes (the tests run them unchecked and compare them with the
+                // checked build bit for bit), and every loop is bounded by its parameters.
+                // Division checks stay.
+                false => unsafe {
+                    self.device.create_shader_module_trusted(
+                        desc,
+                        wgpu::ShaderRuntimeChecks {
+                            bounds_checks: false,
+                            force_loop_bounding: false,
+                            ..wgpu::ShaderRuntimeChecks::checked()
+                        },
+                    )
+                },
+            };
             let entries: Vec<wgpu::BindGroupLayoutEntry> = v
                 .kernel
                 .bindings()
@@ -362,7 +382,10 @@ impl Gpu {
             });
             Arc::new(Pipeline { pipeline, layout })
         })?;
-        self.pipelines.lock().map_err(|e| e.to_string())?.insert(v, p.clone());
+        self.pipelines
+            .lock()
+            .map_err(|e| e.to_string())?
+            .insert((v, checked), p.clone());
         Ok(p)
     }
 

@@ -58,6 +58,11 @@ pub struct WgpuOptions {
     /// Split weights (by rows) and forwards (by tokens) at this many bytes per binding instead
     /// of the adapter's limit; tests use a small value to exercise both splits everywhere.
     pub max_binding: Option<u64>,
+    /// Keep wgpu's runtime checks in every shader (indices clamped to their bindings, loops
+    /// bounded). Off by default: the kernels keep their indices within their bindings (the
+    /// tests run them unchecked, and compare them with the checked build), so the checks would
+    /// only cost time where the platform has no robust buffer access of its own (Metal, DX12).
+    pub checked: bool,
 }
 
 impl WgpuOptions {
@@ -68,6 +73,7 @@ impl WgpuOptions {
             allow_software: false,
             subgroups: true,
             max_binding: None,
+            checked: false,
         }
     }
 
@@ -241,6 +247,7 @@ impl Backend for WgpuBackend {
             plans: HashMap::new(),
             graphs: HashMap::new(),
             subgroups: self.uses_subgroups(),
+            checked: self.opts.checked,
             max_binding: self.max_binding(),
             profiler,
             profile_note,

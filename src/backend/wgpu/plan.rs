@@ -68,6 +68,8 @@ pub struct Targets<'a> {
     pub vc: &'a [wgpu::Buffer],
     pub kv: KvType,
     pub subgroups: bool,
+    /// Shaders with wgpu's runtime checks.
+    pub checked: bool,
 }
 
 fn storage(gpu: &Gpu, label: &str, bytes: u64, extra: wgpu::BufferUsages) -> wgpu::Buffer {
@@ -164,7 +166,7 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
         let off = slot as u64 * align;
         bytes[off as usize..off as usize + 64].copy_from_slice(bytemuck::cast_slice(&l.params));
         slot += 1;
-        let pipeline = gpu.pipeline(l.variant)?;
+        let pipeline = gpu.pipeline(l.variant, t.checked)?;
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
             resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {

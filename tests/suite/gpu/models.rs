@@ -22,6 +22,7 @@ tests![
     real_models_match_llama_cpp_and_cpu,
     greedy_runs_match_cpu,
     launches_passes_and_submits_are_bounded,
+    trusted_shaders_compute_what_checked_ones_do,
     #[ignore = "minutes on llvmpipe; run with --ignored gemma3_paragraph"]
     gemma3_paragraph_matches_llama_cpp_and_cpu,
 ];
@@ -83,6 +84,83 @@ fn session_on(g: &Gpu, model: Arc<Model>, n_ctx: usize, kv: KvType) -> Session {
         .unwrap_or_else(|e| panic!("{}: {e}", g.label));
     assert_eq!(s.backend_name, g.backend.name());
     s
+}
+
+/// The wgpu kernels run as trusted shaders (without wgpu's runtime checks); the same kernels
+/// with the checks give the same logits bit for bit, prompt and decode steps (the last two
+/// through the split-KV attention), on each reduction path, over models that take every kind
+/// of launch: packs with biases (qwen2), K-quants and sliding windows (gemma3), experts and
+/// sinks (gpt-oss), and a q8_0 KV cache. An index the checks would have clamped (in a
+/// workgroup or local array everywhere; in a buffer where the platform has no robust access
+/// of its own) would read something else unchecked.
+fn trusted_shaders_compute_what_checked_ones_do() {
+    let t = "trusted_shaders_compute_what_checked_ones_do";
+    let Some(root) = common::ref_dir(t) else {
+        return;
+    };
+    const PROMPT: usize = 24;
+    let backend = |subgroups: bool, checked: bool| {
+        let opts = minfer::backend::wgpu::WgpuOptions {
+            allow_software: true,
+            subgroups,
+            max_binding: None,
+            checked,
+        };
+        minfer::backend::wgpu::WgpuBackend::new(opts).map(|b| b.with_split_span(PROMPT as u32 + 3))
+    };
+    // Created with subgroups asked for: whether the adapter has them.
+    let Some(first) = gpu(t, true, None) else {
+        return;
+    };
+    let paths = [true, false].into_iter().filter(|&sg| !sg || first.uses_subgroups());
+    for subgroups in paths {
+        let [trusted, checked] = [false, true].map(|c| {
+            let b = backend(subgroups, c).unwrap();
+            Gpu {
+                label: format!("{} (subgroups {subgroups}, checked {c})", b.describe()),
+                backend: Arc::new(b),
+                alt: false,
+                emulated: false,
+            }
+        });
+        for (name, kv) in [
+            ("llama-Q4_1", KvType::F16),
+            ("qwen2-Q5_0", KvType::F16),
+            ("gemma3-Q4_K_M", KvType::Q8_0),
+            ("gpt-oss-MXFP4_MOE", KvType::F16),
+        ] {
+            let prompt = prompt_ids(&common::read_json(&root.join(format!("random/refs/{name}.json"))));
+            assert_eq!(prompt.len(), PROMPT);
+            let Some(path) = common::random_gguf(t, &root, name) else {
+                continue;
+            };
+            let model = Arc::new(load::open_model(&path).unwrap());
+            let run = |g: &Gpu| {
+                let mut s = session_on(g, model.clone(), PROMPT + 8, kv);
+                let mut out = s.eval(&prompt, true).unwrap();
+                let mut next = minfer::sampling::argmax(&out[out.len() - s.n_vocab()..]);
+                for _ in 0..4 {
+                    let o = s.eval(&[next], false).unwrap();
+                    next = minfer::sampling::argmax(&o);
+                    out.extend(o);
+                }
+                out
+            };
+            let (a, b) = (run(&trusted), run(&checked));
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()) && a.len() == b.len(),
+                "{name}: {} and {} differ",
+                trusted.label,
+                checked.label
+            );
+            eprintln!(
+                "{t}: {name} kv {}: {} logits equal bit for bit ({})",
+                kv.name(),
+                a.len(),
+                trusted.label
+            );
+        }
+    }
 }
 
 /// Every random model (4 architectures × 12 types, and the shipped files of the batch-2 dense
