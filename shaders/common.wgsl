@@ -36,10 +36,12 @@ fn f16_bits(x: f32) -> u32 {
     return sign | (q + select(0u, 1u, up));
 }
 
-// IEEE half bits (low 16 bits of h) -> f32, exact. Integer decoding instead of
-// unpack2x16float: wgpu allows that builtin only with DownlevelFlags::SHADER_F16_IN_F32, which
-// Mesa's Vulkan drivers (llvmpipe included) lack without the shader-f16 feature.
-fn f16_to_f32(h: u32) -> f32 {
+// IEEE half bits (low 16 bits of h) -> f32, exact, in integer arithmetic. `f16_to_f32` and
+// `f16x2` (the module's f16 decode, shaders.rs) are this, or unpack2x16float where the adapter
+// has it (DownlevelFlags::SHADER_F16_IN_F32, which Mesa's Vulkan drivers, llvmpipe included,
+// lack without the shader-f16 feature) and decodes every half as this does (a probe at device
+// creation).
+fn f16_to_f32_sw(h: u32) -> f32 {
     let sign = (h & 0x8000u) << 16u;
     let e = (h >> 10u) & 0x1fu;
     let m = h & 0x3ffu;
@@ -51,11 +53,6 @@ fn f16_to_f32(h: u32) -> f32 {
         return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
     }
     return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
-}
-
-// Two halves packed in a word, low half first.
-fn f16x2(u: u32) -> vec2<f32> {
-    return vec2<f32>(f16_to_f32(u & 0xffffu), f16_to_f32(u >> 16u));
 }
 
 fn round_f16(x: f32) -> f32 {

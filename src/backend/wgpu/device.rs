@@ -81,6 +81,9 @@ pub struct Gpu {
     /// The smallest subgroup a 64-invocation kernel ran with (`subgroup_probe`), where the
     /// device has subgroups.
     pub subgroup_seen: Option<u32>,
+    /// The kernels decode halves with `unpack2x16float`: the adapter has it, and a probe saw
+    /// it decode all 65,536 as the integer decode does.
+    pub f16_hw: bool,
     /// By variant and whether its shader keeps wgpu's runtime checks.
     pipelines: Mutex<HashMap<(Variant, bool), Arc<Pipeline>>>,
     cache: Option<wgpu::PipelineCache>,
@@ -96,17 +99,23 @@ fn subgroups_usable(feature: bool, reported_min: u32, seen: Option<u32>) -> bool
 
 /// The smallest subgroup size any invocation of a 64-invocation kernel (the matvecs' and
 /// reductions' size) saw, over 64 workgroups.
-fn subgroup_probe(gpu: &Gpu) -> Result<u32, String> {
-    const SRC: &str = "@group(0) @binding(0) var<storage, read_write> seen: array<atomic<u32>, 1>;\n\
-        @compute @workgroup_size(64)\n\
-        fn main(@builtin(subgroup_size) n: u32) {\n    atomicMin(&seen[0], n);\n}\n";
+/// How many of the 65,536 halves `unpack2x16float` decodes otherwise than the kernels' integer
+/// decode (`shaders::f16_probe_source`).
+fn f16_probe(gpu: &Gpu) -> Result<u32, String> {
+    let src = super::shaders::f16_probe_source();
+    run_probe(gpu, "f16 probe", &src, 65536 / 64, 0)
+}
+
+/// Runs a one-binding kernel (`bad` / `seen`: one u32, starting at `init`) over `groups`
+/// workgroups and reads the word back.
+fn run_probe(gpu: &Gpu, label: &str, src: &str, groups: u32, init: u32) -> Result<u32, String> {
     let d = &gpu.device;
     let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("subgroup probe"),
-        source: wgpu::ShaderSource::Wgsl(SRC.into()),
+        label: Some(label),
+        source: wgpu::ShaderSource::Wgsl(src.into()),
     });
     let pipeline = d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("subgroup probe"),
+        label: Some(label),
         layout: None,
         module: &module,
         entry_point: Some("main"),
@@ -115,20 +124,20 @@ fn subgroup_probe(gpu: &Gpu) -> Result<u32, String> {
     });
     let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
     let buf = d.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("subgroup probe"),
+        label: Some(label),
         size: 4,
         usage,
         mapped_at_creation: false,
     });
-    gpu.queue.write_buffer(&buf, 0, &u32::MAX.to_le_bytes());
+    gpu.queue.write_buffer(&buf, 0, &init.to_le_bytes());
     let readback = d.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("subgroup probe readback"),
+        label: Some(label),
         size: 4,
         usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     });
     let group = d.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("subgroup probe"),
+        label: Some(label),
         layout: &pipeline.get_bind_group_layout(0),
         entries: &[wgpu::BindGroupEntry {
             binding: 0,
@@ -140,13 +149,19 @@ fn subgroup_probe(gpu: &Gpu) -> Result<u32, String> {
         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
         pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups(64, 1, 1);
+        pass.dispatch_workgroups(groups, 1, 1);
     }
     enc.copy_buffer_to_buffer(&buf, 0, &readback, 0, 4);
     gpu.queue.submit([enc.finish()]);
     let bytes = gpu.read(&readback, 4)?;
-    let seen = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-    match seen {
+    Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+}
+
+fn subgroup_probe(gpu: &Gpu) -> Result<u32, String> {
+    const SRC: &str = "@group(0) @binding(0) var<storage, read_write> seen: array<atomic<u32>, 1>;\n\
+        @compute @workgroup_size(64)\n\
+        fn main(@builtin(subgroup_size) n: u32) {\n    atomicMin(&seen[0], n);\n}\n";
+    match run_probe(gpu, "subgroup probe", SRC, 64, u32::MAX)? {
         u32::MAX => Err("the subgroup probe wrote nothing".into()),
         n => Ok(n),
     }
@@ -208,10 +223,20 @@ impl Gpu {
             limits,
             features,
             subgroup_seen: None,
+            f16_hw: false,
             pipelines: Mutex::new(HashMap::new()),
             cache,
             uncaptured,
         };
+        // Halves decoded by the hardware only where it decodes every one exactly as the
+        // integer decode does; a probe that fails leaves the integer decode.
+        if adapter
+            .get_downlevel_capabilities()
+            .flags
+            .contains(wgpu::DownlevelFlags::SHADER_F16_IN_F32)
+        {
+            gpu.f16_hw = gpu.scoped("f16 probe", || f16_probe(&gpu)).ok() == Some(Ok(0));
+        }
         if gpu.has(wgpu::Features::SUBGROUP) {
             // A probe that fails leaves the reported minimum to decide.
             gpu.subgroup_seen = gpu
@@ -251,6 +276,9 @@ impl Gpu {
             if let Some(n) = self.subgroup_seen.filter(|&n| n != self.info.subgroup_min_size) {
                 s += &format!(" ({n} seen)");
             }
+        }
+        if self.f16_hw {
+            s += ", f16 decode in hardware";
         }
         s
     }
@@ -311,7 +339,9 @@ impl Gpu {
             return Ok(p.clone());
         }
         let name = v.name();
-        let src = v.source().ok_or_else(|| format!("{name}: no shader for this type"))?;
+        let src = v
+            .source_with(self.f16_hw)
+            .ok_or_else(|| format!("{name}: no shader for this type"))?;
         let p = self.scoped(&name, || {
             let desc = wgpu::ShaderModuleDescriptor {
                 label: Some(&name),

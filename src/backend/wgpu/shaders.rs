@@ -21,6 +21,25 @@ const REDUCE_SUBGROUP: &str = shader!("reduce_subgroup.wgsl");
 const COMMON: &str = shader!("common.wgsl");
 const BYTES: &str = shader!("bytes.wgsl");
 
+/// The module's f16 decode (`common.wgsl`): `f16_to_f32` (the low half of a word) and `f16x2`
+/// (both halves, low first), in integer arithmetic or by the hardware.
+const F16_SOFTWARE: &str = "fn f16_to_f32(h: u32) -> f32 {
+    return f16_to_f32_sw(h);
+}
+
+fn f16x2(u: u32) -> vec2<f32> {
+    return vec2<f32>(f16_to_f32_sw(u & 0xffffu), f16_to_f32_sw(u >> 16u));
+}
+";
+const F16_HARDWARE: &str = "fn f16_to_f32(h: u32) -> f32 {
+    return unpack2x16float(h).x;
+}
+
+fn f16x2(u: u32) -> vec2<f32> {
+    return unpack2x16float(u);
+}
+";
+
 /// `(name, source)` of `shaders/quant/<name>.wgsl` for each listed qtype name (ggml's
 /// spelling lower-cased: `q4_k`).
 macro_rules! quant_files {
@@ -76,18 +95,52 @@ fn act_s(q: QType) -> &'static str {
     }
 }
 
+/// A kernel that counts, into `bad[0]`, the halves (one per invocation, 0..65535) that
+/// `unpack2x16float` decodes otherwise than the integer decode does (any NaN matching any NaN).
+/// Run once on an adapter that has the builtin, before the kernels are allowed to use it.
+pub fn f16_probe_source() -> String {
+    const MAIN: &str = "@group(0) @binding(0) var<storage, read_write> bad: array<atomic<u32>, 1>;
+
+fn is_nan_bits(u: u32) -> bool {
+    return (u & 0x7fffffffu) > 0x7f800000u;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    let h = id.x;
+    let hw = bitcast<u32>(unpack2x16float(h | (h << 16u)).x);
+    let hi = bitcast<u32>(unpack2x16float(h << 16u).y);
+    let sw = bitcast<u32>(f16_to_f32_sw(h));
+    let same = (hw == sw && hi == sw) || (is_nan_bits(hw) && is_nan_bits(hi) && is_nan_bits(sw));
+    if (!same) {
+        atomicAdd(&bad[0], 1u);
+    }
+}
+";
+    [COMMON, F16_SOFTWARE, MAIN].join("\n")
+}
+
 /// WGSL assembly of a variant.
 pub trait WgslSource {
     /// The whole module, or `None` where a piece has no source (no kernel for that type).
-    fn source(&self) -> Option<String>;
+    fn source(&self) -> Option<String> {
+        self.source_with(false)
+    }
+    /// The module with halves decoded by the hardware (`unpack2x16float`) when `f16_hw`.
+    fn source_with(&self, f16_hw: bool) -> Option<String>;
     /// Pipeline-overridable constants (`WG`).
     fn constants(&self) -> Vec<(&'static str, f64)>;
 }
 
 impl WgslSource for Variant {
-    fn source(&self) -> Option<String> {
+    fn source_with(&self, f16_hw: bool) -> Option<String> {
         let k = self.kernel;
-        let mut parts: Vec<&str> = vec![if self.subgroups { REDUCE_SUBGROUP } else { REDUCE_SHARED }, COMMON];
+        let f16 = if f16_hw { F16_HARDWARE } else { F16_SOFTWARE };
+        let mut parts: Vec<&str> = vec![
+            if self.subgroups { REDUCE_SUBGROUP } else { REDUCE_SHARED },
+            COMMON,
+            f16,
+        ];
         if !k.reduces() {
             // Keep the module free of the (unused) reduction scratch and Lanes struct.
             parts.remove(0);

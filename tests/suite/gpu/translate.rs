@@ -10,16 +10,29 @@ tests![
 ];
 
 /// Every variant parses and validates with exactly the capabilities wgpu would grant it, and
-/// translates to MSL (Metal), HLSL (DX12) and SPIR-V (Vulkan) after override resolution.
+/// translates to MSL (Metal), HLSL (DX12) and SPIR-V (Vulkan) after override resolution; each
+/// with the integer f16 decode and with the hardware one (`unpack2x16float`), and the probe
+/// that decides between them.
 fn shaders_validate_and_translate() {
     use naga::back::{hlsl, msl, spv};
     use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator};
     let variants = all_variants();
     assert!(variants.len() > 60, "{} variants", variants.len());
     let mut failures = Vec::new();
-    for v in variants {
-        let name = v.name();
-        let src = v.source().unwrap_or_else(|| panic!("{name}: no source"));
+    let probe = minfer::backend::wgpu::shaders::f16_probe_source();
+    if let Err(e) = naga::front::wgsl::parse_str(&probe)
+        .map_err(|e| e.emit_to_string(&probe))
+        .and_then(|m| {
+            Validator::new(ValidationFlags::all(), Capabilities::SHADER_FLOAT16_IN_FLOAT32)
+                .validate(&m)
+                .map_err(|e| e.emit_to_string(&probe))
+        })
+    {
+        failures.push(format!("f16 probe: {e}"));
+    }
+    for (v, f16_hw) in variants.into_iter().flat_map(|v| [(v, false), (v, true)]) {
+        let name = format!("{}{}", v.name(), if f16_hw { " (f16 in hardware)" } else { "" });
+        let src = v.source_with(f16_hw).unwrap_or_else(|| panic!("{name}: no source"));
         let module = match naga::front::wgsl::parse_str(&src) {
             Ok(m) => m,
             Err(e) => {
@@ -27,11 +40,15 @@ fn shaders_validate_and_translate() {
                 continue;
             }
         };
-        let caps = if v.subgroups {
+        // wgpu grants unpack2x16float with DownlevelFlags::SHADER_F16_IN_F32.
+        let mut caps = if v.subgroups {
             Capabilities::SUBGROUP
         } else {
             Capabilities::empty()
         };
+        if f16_hw {
+            caps |= Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+        }
         let mut val = Validator::new(ValidationFlags::all(), caps);
         if v.subgroups {
             val.subgroup_stages(ShaderStages::COMPUTE)
