@@ -27,9 +27,22 @@ struct Params {
     unsigned int w[16];
 };
 
+// Programmatic dependent launch (sm_90 and later; the host launches with it there): a kernel
+// may start while the one before it in the stream is still finishing, so before it touches
+// memory it waits until the grids it depends on have completed and their writes are visible,
+// and then lets the next kernel start launching (it too waits before touching memory). Every
+// memory access goes through a pointer from `binding`, so `binding` does both; repeated, they
+// cost nothing. Elsewhere (older GPUs, the emulator) nothing.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define MF_GRID_DEPENDENCIES() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define MF_GRID_DEPENDENCIES()
+#endif
+
 // Binding `i` (as numbered in the WGSL, 1..8) as a pointer to T.
 template <typename T>
 static __device__ __forceinline__ T* binding(const Params& p, u32 i) {
+    MF_GRID_DEPENDENCIES();
     return reinterpret_cast<T*>(p.b[i - 1]);
 }
 

@@ -78,4 +78,16 @@ for m in SmolLM2-135M-Instruct.Q4_1.gguf gemma-3-270m-Q4_K_M.gguf qwen2.5-coder-
     say "### $m, depth 4096 (exit $?)"
     cat "$out/bench-d4096-$m.md" >> "$summary"
 done
+
+# What each switch is worth on this GPU: decode of the default model at depth 0 and 4096 with
+# one of them turned off (the split-KV attention, PDL, graphs) or on (checked shaders).
+say "## switches (SmolLM2, tg128)"
+m=SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -f "models/$m" ]; then
+    for sw in NONE=1 MINFER_SPLIT_ATTENTION=0 MINFER_CUDA_PDL=0 MINFER_CUDA_GRAPHS=0 MINFER_CHECKED_SHADERS=1; do
+        env "$sw" "$bin" bench "models/$m" --backend wgpu,cuda -p 16 -n 128 -r 2 -d 0,4096 > "$out/switch-$sw.md" 2> "$out/switch-$sw.log"
+        say "### $sw (exit $?)"
+        grep "tg128" "$out/switch-$sw.md" >> "$summary"
+    done
+fi
 echo "summary: $summary"

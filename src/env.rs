@@ -17,7 +17,7 @@ use crate::backend::KvType;
 use crate::error::{Error, Result};
 
 /// The variables [`Overrides`] reads, in the README's order.
-pub const VARS: [&str; 12] = [
+pub const VARS: [&str; 13] = [
     "MINFER_CACHE_TYPE",
     "MINFER_CPU_ISA",
     "MINFER_DISABLE_WGPU",
@@ -27,6 +27,7 @@ pub const VARS: [&str; 12] = [
     "MINFER_DISABLE_CUDA",
     "MINFER_CUDA_EMULATOR",
     "MINFER_CUDA_GRAPHS",
+    "MINFER_CUDA_PDL",
     "MINFER_SPLIT_ATTENTION",
     "MINFER_MODEL",
     "MINFER_MODELS_DIR",
@@ -53,6 +54,8 @@ pub struct Overrides {
     pub cuda_emulator: Option<PathBuf>,
     /// `MINFER_CUDA_GRAPHS`: `Some(false)` replays no CUDA graphs (each launch goes alone).
     pub cuda_graphs: Option<bool>,
+    /// `MINFER_CUDA_PDL`: `Some(false)` launches no kernel with programmatic dependent launch.
+    pub cuda_pdl: Option<bool>,
     /// `MINFER_SPLIT_ATTENTION`: the context (positions) from which GPU decode steps take the
     /// split-KV attention; `Some(0)` never.
     pub split_attention: Option<u32>,
@@ -110,6 +113,7 @@ impl Overrides {
             disable_cuda: flag("MINFER_DISABLE_CUDA")?.unwrap_or(false),
             cuda_emulator: path("MINFER_CUDA_EMULATOR")?,
             cuda_graphs: flag("MINFER_CUDA_GRAPHS")?,
+            cuda_pdl: flag("MINFER_CUDA_PDL")?,
             split_attention,
             model: path("MINFER_MODEL")?,
             models_dir: path("MINFER_MODELS_DIR")?,

@@ -494,6 +494,8 @@ pub struct BackendOptions {
     pub cuda_emulator: Option<std::path::PathBuf>,
     /// CUDA: capture and replay decode steps as CUDA graphs.
     pub cuda_graphs: bool,
+    /// CUDA: launch kernels with programmatic dependent launch where the device has it.
+    pub cuda_pdl: bool,
     /// GPU decode steps whose context reaches this many positions take the split-KV attention
     /// (`gpu::schedule::SPLIT_SPAN` by default); 0 never.
     pub split_span: u32,
@@ -512,6 +514,7 @@ impl Default for BackendOptions {
             disable_cuda: false,
             cuda_emulator: None,
             cuda_graphs: true,
+            cuda_pdl: true,
             split_span: gpu::schedule::SPLIT_SPAN,
             progress: None,
         }
@@ -530,6 +533,7 @@ impl BackendOptions {
             disable_cuda: o.disable_cuda,
             cuda_emulator: o.cuda_emulator.clone(),
             cuda_graphs: o.cuda_graphs.unwrap_or(true),
+            cuda_pdl: o.cuda_pdl.unwrap_or(true),
             split_span: o.split_attention.unwrap_or(gpu::schedule::SPLIT_SPAN),
             progress: None,
         }
@@ -580,6 +584,7 @@ fn cuda_backend(gpu: Option<usize>, opts: &BackendOptions) -> std::result::Resul
         None => cuda::CudaBackend::new(gpu.unwrap_or(0))?,
     };
     Ok(b.with_graphs(opts.cuda_graphs)
+        .with_pdl(opts.cuda_pdl)
         .with_profile(opts.profile)
         .with_split_span(opts.split_span)
         .with_progress(opts.progress.clone()))

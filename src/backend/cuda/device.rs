@@ -43,6 +43,11 @@ pub trait Device: Send + Sync {
     fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<(), String>;
     /// The kernel of a variant, compiled and loaded on first use.
     fn function(&self, v: &Variant) -> Result<Func, String>;
+    /// Launch kernels with programmatic dependent launch where the device has it (sm_90 and
+    /// later; `cuda/common.cuh`'s `binding` waits for the kernel before). By default nothing.
+    fn set_pdl(&self, on: bool) {
+        let _ = on;
+    }
     /// Compiles the op files of `kernels` not compiled yet, side by side, ahead of the
     /// `function` calls that need them (a plan's kernels). By default nothing: the emulation
     /// builds every kernel at once.

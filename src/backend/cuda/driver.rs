@@ -2,6 +2,7 @@
 //! NVRTC per op file, launches through the driver API, decode steps captured as CUDA graphs.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaGraph, CudaModule, CudaStream, DevicePtr, DeviceRepr};
@@ -22,6 +23,10 @@ pub struct Driver {
     /// else `compute_90` (PTX).
     target: String,
     total: usize,
+    /// The device has programmatic dependent launch (sm_90 and later).
+    has_pdl: bool,
+    /// Kernels are launched with it (`Device::set_pdl`; on where the device has it).
+    pdl: AtomicBool,
     modules: Mutex<HashMap<Kernel, Arc<CudaModule>>>,
     funcs: Mutex<(HashMap<Variant, usize>, Vec<CudaFunction>)>,
 }
@@ -70,6 +75,8 @@ impl Driver {
                 name,
                 target,
                 total,
+                has_pdl: cc.0 >= 9,
+                pdl: AtomicBool::new(cc.0 >= 9),
                 modules: Mutex::new(HashMap::new()),
                 funcs: Mutex::new((HashMap::new(), Vec::new())),
             })
@@ -102,6 +109,42 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// One launch through cuLaunchKernelEx with programmatic stream serialization allowed: the
+    /// kernel may begin launching while the one before it finishes (its `binding` waits).
+    fn launch_pdl(&self, func: &CudaFunction, grid: [u32; 3], block: u32, p: &Params) -> Result<(), String> {
+        use cudarc::driver::sys;
+        self.ctx.bind_to_thread().map_err(derr)?;
+        // SAFETY: an all-zero attribute is a valid value of the C struct; the union member
+        // written is the one its id names.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let cfg = sys::CUlaunchConfig {
+            gridDimX: grid[0],
+            gridDimY: grid[1],
+            gridDimZ: grid[2],
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // The kernel's one parameter, `const Params p`: its address.
+        let mut args = [p as *const Params as *mut std::ffi::c_void];
+        // SAFETY: every kernel takes exactly one `Params` (copied at the call), whose addresses
+        // the schedule points at live buffers sized for the launch; `cfg` and `attr` outlive
+        // the call.
+        let rc = unsafe { sys::cuLaunchKernelEx(&cfg, func.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) };
+        match rc {
+            sys::CUresult::CUDA_SUCCESS => Ok(()),
+            rc => Err(format!("cuLaunchKernelEx: {rc:?}")),
+        }
+    }
+}
+
 struct Slice(#[allow(dead_code)] cudarc::driver::CudaSlice<u8>);
 
 /// A captured graph. CUDA graphs are not thread-safe; this one is only touched by the context
@@ -124,8 +167,9 @@ impl Device for Driver {
             Some(n) => format!("sm_{n} via PTX"),
             None => self.target.clone(),
         };
+        let pdl = if self.pdl.load(Ordering::Relaxed) { ", PDL" } else { "" };
         format!(
-            "{} ({arch}, {:.1} GiB)",
+            "{} ({arch}, {:.1} GiB{pdl})",
             self.name,
             self.total as f64 / (1u64 << 30) as f64
         )
@@ -221,9 +265,16 @@ impl Device for Driver {
         Ok(Func(i))
     }
 
+    fn set_pdl(&self, on: bool) {
+        self.pdl.store(on && self.has_pdl, Ordering::Relaxed);
+    }
+
     fn launch(&self, f: Func, grid: [u32; 3], block: u32, p: &Params) -> Result<(), String> {
         let funcs = self.funcs.lock().map_err(|_| "function table poisoned".to_string())?;
         let func = funcs.1.get(f.0).ok_or("no such kernel")?;
+        if self.pdl.load(Ordering::Relaxed) {
+            return self.launch_pdl(func, grid, block, p);
+        }
         let cfg = cudarc::driver::LaunchConfig {
             grid_dim: (grid[0], grid[1], grid[2]),
             block_dim: (block, 1, 1),

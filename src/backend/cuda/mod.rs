@@ -89,6 +89,14 @@ impl CudaBackend {
         self
     }
 
+    /// Whether kernels are launched with programmatic dependent launch where the device has
+    /// it (sm_90 and later; default on): each may start launching while the one before it
+    /// finishes.
+    pub fn with_pdl(self, on: bool) -> CudaBackend {
+        self.dev.set_pdl(on);
+        self
+    }
+
     /// Contexts made from now on report their weight upload to `progress`.
     pub fn with_progress(mut self, progress: Option<Progress>) -> CudaBackend {
         self.progress = progress;

@@ -66,7 +66,8 @@ pub fn backends_at(test: &str, split_span: u32) -> Vec<Gpu> {
 }
 
 /// Every op file compiles with NVRTC for each target architecture, and its PTX holds an entry
-/// for every variant the schedule can launch (`Variant::entry`); so does its CUBIN for sm_90.
+/// for every variant the schedule can launch (`Variant::entry`), waiting for the kernel before
+/// it from sm_90 on (programmatic dependent launch); so does its CUBIN for sm_90.
 fn nvrtc_compiles_every_kernel() {
     let t = "nvrtc_compiles_every_kernel";
     let (major, minor) = match source::nvrtc_version() {
@@ -102,6 +103,12 @@ fn nvrtc_compiles_every_kernel() {
         for arch in archs.iter().chain(&cubin) {
             match source::compile(k, arch, false) {
                 Ok(Image::Ptx(ptx)) if arch.starts_with("compute_") => {
+                    // From sm_90 on every kernel waits for the one before it (programmatic
+                    // dependent launch); before, none does.
+                    let waits = ptx.contains("griddepcontrol.wait");
+                    if waits != (*arch >= "compute_90") {
+                        failures.push(format!("{}.cu for {arch}: griddepcontrol.wait {waits}", k.name()));
+                    }
                     for e in &entries {
                         if !ptx.contains(&format!(".entry {e}(")) {
                             failures.push(format!("{}.cu for {arch}: no entry {e}", k.name()));
