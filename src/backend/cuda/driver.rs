@@ -23,7 +23,7 @@ pub struct Driver {
     /// else `compute_90` (PTX).
     target: String,
     total: usize,
-    /// The device has programmatic dependent launch (sm_90 and later).
+    /// The device has programmatic dependent launch (sm_90 and later, a 12.3 driver or newer).
     has_pdl: bool,
     /// Kernels are launched with it (`Device::set_pdl`; on where the device has it).
     pdl: AtomicBool,
@@ -68,6 +68,9 @@ impl Driver {
             // Before anything is uploaded: a driver that would refuse the modules is refused.
             source::check_driver(nvrtc, driver, &target)?;
             let name = ctx.name().map_err(derr)?;
+            // Hopper and later; a driver of CUDA 12.3 or newer, which also captures such
+            // launches into graphs.
+            let pdl = cc.0 >= 9 && driver >= 12030;
             let total = ctx.total_mem().map_err(derr)?;
             Ok(Driver {
                 ctx,
@@ -75,8 +78,8 @@ impl Driver {
                 name,
                 target,
                 total,
-                has_pdl: cc.0 >= 9,
-                pdl: AtomicBool::new(cc.0 >= 9),
+                has_pdl: pdl,
+                pdl: AtomicBool::new(pdl),
                 modules: Mutex::new(HashMap::new()),
                 funcs: Mutex::new((HashMap::new(), Vec::new())),
             })
