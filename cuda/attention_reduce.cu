@@ -1,6 +1,6 @@
 // attention_reduce (after attention_split), as shaders/attention_reduce.wgsl: one block per (q
-// head h, token t) combines the ranges attention_split wrote (split_chunk gives how many hold
-// positions): with M the largest range maximum (and the sink logit with sinks),
+// head h, token t) combines the ranges attention_split wrote for it (by its place among the
+// launch's tokens, blocks y; split_chunk gives how many ranges hold positions): with M the largest range maximum (and the sink logit with sinks),
 // o = Σ_s e^(m_s − M)·o_s / Σ_s e^(m_s − M)·l_s, a sink adding e^(sk[h] − M) to the sum. With
 // act = 1 + quantize_act's ACT the block then rounds its head's output into binding 5 as
 // attention.cu does.
@@ -29,8 +29,8 @@ extern "C" __global__ void __launch_bounds__(64) attention_reduce(const Params p
     const u32 span = pos + 1 - lo;
     const u32 chunk = split_chunk(span, n_split);
     const u32 ns = (span + chunk - 1) / chunk;
-    const u32 pb = (t * n_head + h) * n_split;
-    const float* __restrict__ ml = part + prm.n * n_head * n_split * hdv;
+    const u32 pb = (blockIdx.y * n_head + h) * n_split;
+    const float* __restrict__ ml = part + gridDim.y * n_head * n_split * hdv;
     float m = -3.0e38f;
     for (u32 s = 0; s < ns; s++) {
         m = fmaxf(m, ml[2 * (pb + s)]);

@@ -1,11 +1,12 @@
-// attention_split (decode steps with a long context; kv_store ran first, attention_reduce
-// follows): flash-decoding, as shaders/attention_split.wgsl. Token t's positions [lo, pos] are cut
+// attention_split (prefills, and decode steps with a long context; kv_store ran first,
+// attention_reduce follows): flash-decoding, as shaders/attention_split.wgsl. Token t's positions [lo, pos] are cut
 // into at most n_split ranges of whole 64-position tiles (split_chunk); block (x, s, t) takes
 // range s for the hg query heads x·hg .. x·hg + hg − 1, which all read one KV head, so each K and
 // V row of the range is loaded once for all of them. One pass with an online softmax per head in
-// f32; the range's unnormalised output, maximum and sum go to binding 5:
-//   part[((t · n_head + h) · n_split + s) · head_dim_v + d], and at ml0 = n · n_head · n_split ·
-//   head_dim_v the pairs (max, sum) at ml0 + 2 · ((t · n_head + h) · n_split + s).
+// f32; the range's unnormalised output, maximum and sum go to binding 5, by the token's place
+// u = t − t0 among the launch's nt tokens (blocks z):
+//   part[((u · n_head + h) · n_split + s) · head_dim_v + d], and at ml0 = nt · n_head · n_split ·
+//   head_dim_v the pairs (max, sum) at ml0 + 2 · ((u · n_head + h) · n_split + s).
 // A range past the end of the context writes nothing. q is read (rotated where a rope is folded
 // in) and rounded for the cache type as attention.cu does; probabilities are not rounded.
 //
@@ -150,7 +151,7 @@ static __device__ __forceinline__ void attention_split_body(const Params& p) {
         __syncthreads();
     }
 
-    const u32 pb = (t * n_head + h0) * n_split + s; // head h0 + hh's range s: pb + hh · n_split
+    const u32 pb = (blockIdx.z * n_head + h0) * n_split + s; // head h0 + hh's range s: pb + hh · n_split
     MF_UNROLL
     for (u32 a = 0; a < MAX_A; a++) {
         const u32 i = tid + a * WG;
@@ -159,7 +160,7 @@ static __device__ __forceinline__ void attention_split_body(const Params& p) {
         }
     }
     if (tid < hg) {
-        const u32 mi = prm.n * n_head * n_split * hdv + 2 * (pb + tid * n_split);
+        const u32 mi = gridDim.z * n_head * n_split * hdv + 2 * (pb + tid * n_split);
         part[mi] = mh[tid];
         part[mi + 1] = lh[tid];
     }

@@ -1,5 +1,5 @@
 // attention_reduce (after attention_split): one workgroup per (q head h, token t) combines the
-// ranges attention_split wrote for them (split_chunk gives how many hold positions): with M the
+// ranges attention_split wrote for them (by the token's place among the launch's, workgroups y) (split_chunk gives how many hold positions): with M the
 // largest range maximum (and the sink logit, p.sinks = 1), o = Σ_s e^(m_s − M)·o_s / Σ_s e^(m_s − M)·l_s,
 // the sink adding e^(sk[h] − M) to the sum (ggml soft_max's sinks). With p.act = 1 +
 // quantize_act's ACT the workgroup then rounds its head's output into binding 5 as attention.wgsl
@@ -45,7 +45,11 @@ fn act_out(i: u32, v: f32) {
 var<workgroup> ws: array<f32, MAX_SPLIT>; // e^(m_s − M) per range
 
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
     let h = wid.x;
     let t = wid.y + p.t0;
     let pos = step[4u + 2u * t];
@@ -57,8 +61,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let chunk = split_chunk(span, p.n_split);
     let ns = (span + chunk - 1u) / chunk;
     let hdv = p.head_dim_v;
-    let pb = (t * p.n_head + h) * p.n_split;
-    let ml0 = p.n * p.n_head * p.n_split * hdv;
+    let pb = (wid.y * p.n_head + h) * p.n_split;
+    let ml0 = nwg.y * p.n_head * p.n_split * hdv;
     var m = -3.0e38;
     for (var s = 0u; s < ns; s++) {
         m = max(m, part[ml0 + 2u * (pb + s)]);

@@ -1,14 +1,15 @@
-// attention_split (decode steps with a long context; kv_store ran first, attention_reduce
-// follows): flash-decoding. Token t's positions [lo, pos] are cut into at most p.n_split ranges
+// attention_split (prefills, and decode steps with a long context; kv_store ran first,
+// attention_reduce follows): flash-decoding. Token t's positions [lo, pos] are cut into at most p.n_split ranges
 // of whole 64-position tiles (split_range: the same cut attention_reduce makes); workgroup
 // (x, s, t) takes range s for the p.hg query heads x·hg .. x·hg + hg − 1, which all read one KV
 // head, so each K and V row of the range is loaded once for all of them (GQA packing). One pass
 // with an online softmax per head, in f32: per tile of 64 positions each invocation scores one
 // position for every head, the tile's maximum rescales the running sum and accumulators, and
 // each invocation accumulates p·V for its (head, dimension) pairs. The range's unnormalised
-// output, its maximum and its sum go to `part` for attention_reduce:
-//   part[((t · n_head + h) · n_split + s) · head_dim_v + d]        the output, unnormalised
-//   part[ml0 + 2 · ((t · n_head + h) · n_split + s) + {0, 1}]     max, sum; ml0 = n · n_head · n_split · head_dim_v
+// output, its maximum and its sum go to `part` for attention_reduce, by the token's place u =
+// t − t0 among the launch's nt tokens (workgroups z):
+//   part[((u · n_head + h) · n_split + s) · head_dim_v + d]        the output, unnormalised
+//   part[ml0 + 2 · ((u · n_head + h) · n_split + s) + {0, 1}]     max, sum; ml0 = nt · n_head · n_split · head_dim_v
 // A range past the end of the context writes nothing (attention_reduce reads only the ranges
 // split_range gives). q is read (rotated where a rope is folded in) and rounded as the CPU rounds
 // it for the cache type, as attention.wgsl does; the probabilities are not rounded (the CPU's
@@ -81,7 +82,11 @@ fn score(kb: u32, qo: u32) -> f32 {
 }
 
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
     let t = wid.z + p.t0;
     let s = wid.y;
     let hg = p.hg;
@@ -186,7 +191,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         workgroupBarrier();
     }
 
-    let pb = (t * p.n_head + h0) * p.n_split + s; // head h0 + hh's range s: pb + hh · n_split
+    let pb = (wid.z * p.n_head + h0) * p.n_split + s; // head h0 + hh's range s: pb + hh · n_split
     for (var a = 0u; a < MAX_A; a++) {
         let i = lid + a * WG;
         if (i < hg * hdv) {
@@ -194,7 +199,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
     if (lid < hg) {
-        let mi = p.n * p.n_head * p.n_split * hdv + 2u * (pb + lid * p.n_split);
+        let mi = nwg.z * p.n_head * p.n_split * hdv + 2u * (pb + lid * p.n_split);
         part[mi] = mh[lid];
         part[mi + 1u] = lh[lid];
     }

@@ -38,9 +38,8 @@ fn f16_bits(x: f32) -> u32 {
 
 // IEEE half bits (low 16 bits of h) -> f32, exact, in integer arithmetic. `f16_to_f32` and
 // `f16x2` (the module's f16 decode, shaders.rs) are this, or unpack2x16float where the adapter
-// has it (DownlevelFlags::SHADER_F16_IN_F32, which Mesa's Vulkan drivers, llvmpipe included,
-// lack without the shader-f16 feature) and decodes every half as this does (a probe at device
-// creation).
+// has it (DownlevelFlags::SHADER_F16_IN_F32, which some drivers lack) and a probe at device
+// creation saw it decode every half exactly as this does: the two are then the same function.
 fn f16_to_f32_sw(h: u32) -> f32 {
     let sign = (h & 0x8000u) << 16u;
     let e = (h >> 10u) & 0x1fu;

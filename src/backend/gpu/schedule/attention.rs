@@ -129,9 +129,8 @@ impl Builder<'_> {
                     groups: fold(((rows * (kw + vw)) / epw).div_ceil(64) as u64, self.maxg),
                     when: When::Always,
                 };
-                // One workgroup per (q head, token), in launches of at most ATTN_TOKENS
-                // tokens: a long prefill's quadratic attention is several bounded dispatches,
-                // which submits can fall between.
+                // One workgroup per (q head, token): decode steps with a short context. (Tokens
+                // from t0, at most ATTN_TOKENS: the split pair below takes its parameters.)
                 let attend = |t0: u32| Launch {
                     variant: Variant::with_kv(Kernel::Attention, self.kv).subgroups(self.subgroups),
                     params: AttentionParams {
@@ -165,42 +164,61 @@ impl Builder<'_> {
                     groups: [n_head as u32, (rows - t0).min(ATTN_TOKENS), 1],
                     when: When::Always,
                 };
-                let mut attends: Vec<Launch> = (0..rows).step_by(ATTN_TOKENS as usize).map(attend).collect();
-                // Decode: the split-KV pair for steps whose context reaches the split span.
-                if rows as usize <= VEC_MAX_TOKENS {
-                    let hg = split_heads(n_head / n_head_kv, head_dim.max(head_dim_v));
-                    let n_split = SPLIT_GROUPS.div_ceil((n_head / hg) as u32).clamp(2, MAX_SPLIT);
+                // The split-KV pair over tokens t0.. (at most ATTN_TOKENS): every query head of
+                // a KV head per workgroup, the context cut into up to `n_split` ranges, then the
+                // reduce. Decode takes it in steps whose context reaches the split span (else
+                // the one-kernel attention); a prefill always, in launches of ATTN_TOKENS tokens.
+                let decode = rows as usize <= VEC_MAX_TOKENS;
+                let hg = split_heads(n_head / n_head_kv, head_dim.max(head_dim_v));
+                let gx = (n_head / hg) as u32;
+                let tokens = rows.min(ATTN_TOKENS);
+                let n_split = match decode {
+                    true => SPLIT_GROUPS.div_ceil(gx).clamp(2, MAX_SPLIT),
+                    false => (SPLIT_GROUPS / (gx * tokens)).clamp(1, MAX_SPLIT),
+                };
+                let when = if decode { When::Long } else { When::Always };
+                let split = |t0: u32| {
                     let params = AttentionParams {
                         n_split,
                         hg: hg as u32,
-                        ..AttentionParams::from_words(&attends[0].params)
+                        ..AttentionParams::from_words(&attend(t0).params)
                     }
                     .words();
-                    attends[0].when = When::Short;
+                    let n = (rows - t0).min(ATTN_TOKENS);
+                    [
+                        Launch {
+                            variant: Variant::with_kv(Kernel::AttentionSplit, self.kv),
+                            params,
+                            res: vec![
+                                Res::Step,
+                                self.inp(node, 0),
+                                Res::Kc(src),
+                                Res::Vc(src),
+                                Res::Split,
+                                qr.2.clone(),
+                            ],
+                            groups: [gx, n_split, n],
+                            when,
+                        },
+                        Launch {
+                            variant: Variant::new(Kernel::AttentionReduce),
+                            params,
+                            res: vec![Res::Step, Res::Split, Res::Act(out), sk.clone(), qy.clone()],
+                            groups: [n_head as u32, n, 1],
+                            when,
+                        },
+                    ]
+                };
+                let mut attends: Vec<Launch> = Vec::new();
+                if decode {
                     attends.push(Launch {
-                        variant: Variant::with_kv(Kernel::AttentionSplit, self.kv),
-                        params,
-                        res: vec![
-                            Res::Step,
-                            self.inp(node, 0),
-                            Res::Kc(src),
-                            Res::Vc(src),
-                            Res::Split,
-                            qr.2.clone(),
-                        ],
-                        groups: [(n_head / hg) as u32, n_split, rows],
-                        when: When::Long,
+                        when: When::Short,
+                        ..attend(0)
                     });
-                    attends.push(Launch {
-                        variant: Variant::new(Kernel::AttentionReduce),
-                        params,
-                        res: vec![Res::Step, Res::Split, Res::Act(out), sk.clone(), qy.clone()],
-                        groups: [n_head as u32, rows, 1],
-                        when: When::Long,
-                    });
-                    let bytes = (rows as usize * n_head * n_split as usize * (head_dim_v + 2) * 4) as u64;
-                    self.split_bytes = self.split_bytes.max(bytes);
                 }
+                attends.extend((0..rows).step_by(ATTN_TOKENS as usize).flat_map(split));
+                let bytes = (tokens as usize * n_head * n_split as usize * (head_dim_v + 2) * 4) as u64;
+                self.split_bytes = self.split_bytes.max(bytes);
                 match kv_from {
                     Some(_) => attends,
                     None => std::iter::once(store).chain(attends).collect(),

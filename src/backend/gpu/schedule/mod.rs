@@ -780,8 +780,12 @@ mod tests {
             })
             .collect();
         let kinds = |i: usize| launches[i].iter().map(|l| l.0).collect::<Vec<_>>();
-        assert_eq!(kinds(0), [Kernel::KvStore, Kernel::Attention]);
-        assert_eq!(kinds(1), [Kernel::Attention]);
+        // A prefill: the split-KV pair after the store.
+        assert_eq!(
+            kinds(0),
+            [Kernel::KvStore, Kernel::AttentionSplit, Kernel::AttentionReduce]
+        );
+        assert_eq!(kinds(1), [Kernel::AttentionSplit, Kernel::AttentionReduce]);
         assert_eq!(launches[0][0].1[3..5], [Res::Kc(0), Res::Vc(0)]);
         for l in [&launches[0][1], &launches[1][0]] {
             assert_eq!(l.1[2..4], [Res::Kc(0), Res::Vc(0)]);
