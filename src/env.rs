@@ -56,7 +56,7 @@ pub struct Overrides {
     pub cuda_graphs: Option<bool>,
     /// `MINFER_CUDA_PDL`: `Some(false)` launches no kernel with programmatic dependent launch.
     pub cuda_pdl: Option<bool>,
-    /// `MINFER_SPLIT_ATTENTION`: the context (positions) from which GPU decode steps take the
+    /// `MINFER_SPLIT_ATTENTION`: the context (positions) from which GPU steps take the
     /// split-KV attention; `Some(0)` never.
     pub split_attention: Option<u32>,
     /// `MINFER_MODEL`: the CLI's default model file.

@@ -496,7 +496,7 @@ pub struct BackendOptions {
     pub cuda_graphs: bool,
     /// CUDA: launch kernels with programmatic dependent launch where the device has it.
     pub cuda_pdl: bool,
-    /// GPU decode steps whose context reaches this many positions take the split-KV attention
+    /// GPU steps whose context reaches this many positions take the split-KV attention
     /// (`gpu::schedule::SPLIT_SPAN` by default); 0 never.
     pub split_span: u32,
     /// Called while a GPU backend uploads weights.

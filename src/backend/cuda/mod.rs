@@ -39,7 +39,7 @@ pub struct CudaBackend {
     /// Contexts time each node's launches (`Context::profile_report`).
     profile: bool,
     progress: Option<Progress>,
-    /// Decode steps whose context reaches this many positions take the split-KV attention.
+    /// Steps whose context reaches this many positions take the split-KV attention.
     split_span: u32,
 }
 
@@ -69,7 +69,7 @@ impl CudaBackend {
         }
     }
 
-    /// Contexts made from now on take the split-KV attention in decode steps whose context
+    /// Contexts made from now on take the split-KV attention in steps whose context
     /// reaches `span` positions (0: never).
     pub fn with_split_span(mut self, span: u32) -> CudaBackend {
         self.split_span = span;

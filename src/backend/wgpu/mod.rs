@@ -93,7 +93,7 @@ pub struct WgpuBackend {
     /// Contexts time each op with timestamp queries (`Context::profile_report`).
     profile: bool,
     progress: Option<Progress>,
-    /// Decode steps whose context reaches this many positions take the split-KV attention.
+    /// Steps whose context reaches this many positions take the split-KV attention.
     split_span: u32,
 }
 
@@ -119,7 +119,7 @@ impl WgpuBackend {
         })
     }
 
-    /// Contexts made from now on take the split-KV attention in decode steps whose context
+    /// Contexts made from now on take the split-KV attention in steps whose context
     /// reaches `span` positions (0: never).
     pub fn with_split_span(mut self, span: u32) -> WgpuBackend {
         self.split_span = span;

@@ -129,8 +129,8 @@ impl Builder<'_> {
                     groups: fold(((rows * (kw + vw)) / epw).div_ceil(64) as u64, self.maxg),
                     when: When::Always,
                 };
-                // One workgroup per (q head, token): decode steps with a short context. (Tokens
-                // from t0, at most ATTN_TOKENS: the split pair below takes its parameters.)
+                // One workgroup per (q head, token) over tokens t0.. (at most ATTN_TOKENS): steps
+                // whose context is shorter than the split span.
                 let attend = |t0: u32| Launch {
                     variant: Variant::with_kv(Kernel::Attention, self.kv).subgroups(self.subgroups),
                     params: AttentionParams {
@@ -166,8 +166,9 @@ impl Builder<'_> {
                 };
                 // The split-KV pair over tokens t0.. (at most ATTN_TOKENS): every query head of
                 // a KV head per workgroup, the context cut into up to `n_split` ranges, then the
-                // reduce. Decode takes it in steps whose context reaches the split span (else
-                // the one-kernel attention); a prefill always, in launches of ATTN_TOKENS tokens.
+                // reduce. A step whose context reaches the split span takes it (`When::Long`),
+                // others the one-kernel attention (`When::Short`), decode and prefill alike, so
+                // a sequence's logits do not depend on what it is batched with.
                 let decode = rows as usize <= VEC_MAX_TOKENS;
                 let hg = split_heads(n_head / n_head_kv, head_dim.max(head_dim_v));
                 let gx = (n_head / hg) as u32;
@@ -176,7 +177,6 @@ impl Builder<'_> {
                     true => SPLIT_GROUPS.div_ceil(gx).clamp(2, MAX_SPLIT),
                     false => (SPLIT_GROUPS / (gx * tokens)).clamp(1, MAX_SPLIT),
                 };
-                let when = if decode { When::Long } else { When::Always };
                 let split = |t0: u32| {
                     let params = AttentionParams {
                         n_split,
@@ -198,25 +198,23 @@ impl Builder<'_> {
                                 qr.2.clone(),
                             ],
                             groups: [gx, n_split, n],
-                            when,
+                            when: When::Long,
                         },
                         Launch {
                             variant: Variant::new(Kernel::AttentionReduce),
                             params,
                             res: vec![Res::Step, Res::Split, Res::Act(out), sk.clone(), qy.clone()],
                             groups: [n_head as u32, n, 1],
-                            when,
+                            when: When::Long,
                         },
                     ]
                 };
-                let mut attends: Vec<Launch> = Vec::new();
-                if decode {
-                    attends.push(Launch {
-                        when: When::Short,
-                        ..attend(0)
-                    });
-                }
-                attends.extend((0..rows).step_by(ATTN_TOKENS as usize).flat_map(split));
+                let chunks = (0..rows).step_by(ATTN_TOKENS as usize);
+                let short = chunks.clone().map(|t0| Launch {
+                    when: When::Short,
+                    ..attend(t0)
+                });
+                let attends: Vec<Launch> = short.chain(chunks.flat_map(split)).collect();
                 let bytes = (tokens as usize * n_head * n_split as usize * (head_dim_v + 2) * 4) as u64;
                 self.split_bytes = self.split_bytes.max(bytes);
                 match kv_from {

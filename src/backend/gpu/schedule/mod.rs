@@ -95,8 +95,8 @@ pub struct Launch {
     pub when: When,
 }
 
-/// Which steps a launch runs in. A decode step whose longest context reaches the backend's
-/// split span (`SPLIT_SPAN` by default) takes the split-KV attention (`attention_split` and
+/// Which steps a launch runs in. A step whose longest context reaches the backend's split span
+/// (`SPLIT_SPAN` by default) takes the split-KV attention (`attention_split` and
 /// `attention_reduce`, `Long`) instead of the one-workgroup-per-head kernel (`Short`); every
 /// other launch runs always. Both sets are in the plan, so a captured step stays fixed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -780,14 +780,13 @@ mod tests {
             })
             .collect();
         let kinds = |i: usize| launches[i].iter().map(|l| l.0).collect::<Vec<_>>();
-        // A prefill: the split-KV pair after the store.
-        assert_eq!(
-            kinds(0),
-            [Kernel::KvStore, Kernel::AttentionSplit, Kernel::AttentionReduce]
-        );
-        assert_eq!(kinds(1), [Kernel::AttentionSplit, Kernel::AttentionReduce]);
+        // The one-kernel attention and the split-KV pair (the step's context picks), after
+        // the store; each reads the source layer's cache.
+        let both = [Kernel::Attention, Kernel::AttentionSplit, Kernel::AttentionReduce];
+        assert_eq!(kinds(0), [&[Kernel::KvStore][..], &both].concat());
+        assert_eq!(kinds(1), both);
         assert_eq!(launches[0][0].1[3..5], [Res::Kc(0), Res::Vc(0)]);
-        for l in [&launches[0][1], &launches[1][0]] {
+        for l in [&launches[0][1], &launches[0][2], &launches[1][0], &launches[1][1]] {
             assert_eq!(l.1[2..4], [Res::Kc(0), Res::Vc(0)]);
         }
     }
