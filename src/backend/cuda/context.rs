@@ -178,7 +178,7 @@ pub struct CudaContext {
     /// Per-op device time, where profiling was asked for (each node's launches timed by
     /// events; no graphs then).
     profile: Option<OpTotals>,
-    /// Decode steps whose context reaches this many positions take the split-KV attention
+    /// Steps whose context reaches this many positions take the split-KV attention
     /// (`schedule::When::Long`); 0 never.
     split_span: u32,
 }

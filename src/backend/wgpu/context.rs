@@ -47,7 +47,7 @@ pub struct WgpuContext {
     pub(super) rate: f64,
     /// What the last forward submitted.
     pub(super) submitted: Submitted,
-    /// Decode steps whose context reaches this many positions take the split-KV attention
+    /// Steps whose context reaches this many positions take the split-KV attention
     /// (`schedule::When::Long`); 0 never.
     pub(super) split_span: u32,
 }
