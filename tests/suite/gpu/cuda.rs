@@ -65,9 +65,10 @@ pub fn backends_at(test: &str, split_span: u32) -> Vec<Gpu> {
     v
 }
 
-/// Every op file compiles with NVRTC for each target architecture, and its PTX holds an entry
-/// for every variant the schedule can launch (`Variant::entry`), waiting for the kernel before
-/// it from sm_90 on (programmatic dependent launch); so does its CUBIN for sm_90.
+/// Every op file compiles with NVRTC for each target architecture (all of an op file's targets
+/// on threads at once), and its PTX holds an entry for every variant the schedule can launch
+/// (`Variant::entry`), waiting for the kernel before it from sm_90 on (programmatic dependent
+/// launch); so does its CUBIN for sm_90.
 fn nvrtc_compiles_every_kernel() {
     let t = "nvrtc_compiles_every_kernel";
     let (major, minor) = match source::nvrtc_version() {
@@ -100,8 +101,20 @@ fn nvrtc_compiles_every_kernel() {
             .filter(|v| v.kernel == k && !v.subgroups)
             .map(|v| v.entry())
             .collect();
-        for arch in archs.iter().chain(&cubin) {
-            match source::compile(k, arch, false) {
+        // Every target of an op file compiled at once, one thread each, as a plan's files are
+        // (`Device::prepare`): NVRTC is used from several threads.
+        let targets: Vec<&str> = archs.iter().chain(&cubin).copied().collect();
+        let images: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = targets
+                .iter()
+                .map(|&arch| s.spawn(move || source::compile(k, arch, false)))
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("an NVRTC thread panicked"))
+                .collect()
+        });
+        for (arch, image) in targets.iter().zip(images) {
+            match image {
                 Ok(Image::Ptx(ptx)) if arch.starts_with("compute_") => {
                     // From sm_90 on every kernel waits for the one before it (programmatic
                     // dependent launch); before, none does.
