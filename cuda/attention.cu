@@ -61,13 +61,7 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
     const u32 qb = (t * n_head + h) * hd;
     const u32 n_rot = prm.n_rot, neox = prm.neox;
     // Element d of the q head, rotated where a rope is folded in.
-    auto q_at = [&](u32 d) -> float {
-        if (n_rot == 0) {
-            return q[qb + d];
-        }
-        const f2 c = d < n_rot ? qcs[t * (n_rot / 2) + rope_pair(d, n_rot, neox)] : f2{1.0f, 0.0f};
-        return rope_value(d, n_rot, neox, q[qb + d], q[qb + rope_partner(d, n_rot, neox)], c);
-    };
+    auto q_at = [&](u32 d) -> float { return q_rotated(q, qcs, qb, d, t, n_rot, neox); };
     // q rounded as the CPU rounds it for the cache type: element-wise for f32 / f16, through the
     // |max| of its QBLOCK-element block for q8_0 (the raw q staged in shared memory first).
     if constexpr (KV::QBLOCK > 1) {

@@ -50,15 +50,8 @@ static __device__ __forceinline__ void attention_split_body(const Params& p) {
     }
     const u32 j1 = umin32(j0 + chunk, pos + 1);
     const u32 n_rot = prm.n_rot, neox = prm.neox;
-    auto q_at = [&](u32 qb, u32 d) -> float {
-        if (n_rot == 0) {
-            return q[qb + d];
-        }
-        const f2 c = d < n_rot ? qcs[t * (n_rot / 2) + rope_pair(d, n_rot, neox)] : f2{1.0f, 0.0f};
-        return rope_value(d, n_rot, neox, q[qb + d], q[qb + rope_partner(d, n_rot, neox)], c);
-    };
     for (u32 i = tid; i < hg * hd; i += WG) {
-        qs[i] = q_at((t * n_head + h0 + i / hd) * hd, i % hd);
+        qs[i] = q_rotated(q, qcs, (t * n_head + h0 + i / hd) * hd, i % hd, t, n_rot, neox);
     }
     __syncthreads();
     float qr[MAX_A];

@@ -158,6 +158,18 @@ struct AttentionParams {
     u32 hg;        // attention_split: query heads per block, all of one KV head
 };
 
+// Element d of the q head at q[qb] of token t, rotated where a rope of n_rot dimensions is folded
+// in (table qcs [n][n_rot / 2], common.cuh's rope_value): as attention.cu and attention_split.cu
+// read the query.
+[[maybe_unused]] static __device__ __forceinline__ float q_rotated(const float* __restrict__ q, const f2* __restrict__ qcs,
+                                                                   u32 qb, u32 d, u32 t, u32 n_rot, u32 neox) {
+    if (n_rot == 0) {
+        return q[qb + d];
+    }
+    const f2 c = d < n_rot ? qcs[t * (n_rot / 2) + rope_pair(d, n_rot, neox)] : f2{1.0f, 0.0f};
+    return rope_value(d, n_rot, neox, q[qb + d], q[qb + rope_partner(d, n_rot, neox)], c);
+}
+
 // The positions one range of the split-KV attention takes (attention_split, attention_reduce):
 // the span over n_split, rounded up to whole 64-position tiles; ranges past the span are empty.
 [[maybe_unused]] static __device__ __forceinline__ u32 split_chunk(u32 span, u32 n_split) {

@@ -63,18 +63,6 @@ fn act_out(i: u32, v: f32) {
 var<workgroup> qs: array<f32, MAX_HD>;
 var<workgroup> ps: array<f32, 256>;
 
-// Element d of token t's q head at qb, rotated where a rope is folded in (common.wgsl).
-fn q_at(qb: u32, d: u32, t: u32) -> f32 {
-    if (p.n_rot == 0u) {
-        return q[qb + d];
-    }
-    var c = vec2<f32>(1.0, 0.0);
-    if (d < p.n_rot) {
-        c = qcs[t * (p.n_rot / 2u) + rope_pair(d, p.n_rot, p.neox)];
-    }
-    return rope_value(d, p.n_rot, p.neox, q[qb + d], q[qb + rope_partner(d, p.n_rot, p.neox)], c);
-}
-
 // Score of the key in cache row c: q · K[c, head g], scaled and soft-capped.
 fn score(c: u32, g: u32) -> f32 {
     let kw = p.n_head_kv * p.head_dim;

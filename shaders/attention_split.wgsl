@@ -55,18 +55,6 @@ var<workgroup> mh: array<f32, MAX_HG>; // running maximum per head
 var<workgroup> fh: array<f32, MAX_HG>; // this tile's rescale of the running sum and output
 var<workgroup> lh: array<f32, MAX_HG>; // running sum
 
-// Element d of token t's q head at qb, rotated where a rope is folded in (common.wgsl).
-fn q_at(qb: u32, d: u32, t: u32) -> f32 {
-    if (p.n_rot == 0u) {
-        return q[qb + d];
-    }
-    var c = vec2<f32>(1.0, 0.0);
-    if (d < p.n_rot) {
-        c = qcs[t * (p.n_rot / 2u) + rope_pair(d, p.n_rot, p.neox)];
-    }
-    return rope_value(d, p.n_rot, p.neox, q[qb + d], q[qb + rope_partner(d, p.n_rot, p.neox)], c);
-}
-
 // Score of the key whose head starts at pair kb against the query at qs[qo]: scaled, capped.
 fn score(kb: u32, qo: u32) -> f32 {
     var s = 0.0;

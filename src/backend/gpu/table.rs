@@ -309,6 +309,7 @@ pub static KERNELS: [KernelInfo; 27] = [
         params: of::<params::AttentionParams>(),
         wgsl: Wgsl {
             head: Some(wgsl!("quantize_block.wgsl")),
+            tail: Some(wgsl!("attention_q.wgsl")),
             ..body(wgsl!("attention.wgsl"))
         },
         cuda: cuda!("attention.cu"),
@@ -493,7 +494,10 @@ pub static KERNELS: [KernelInfo; 27] = [
         threads: 64,
         wg_override: false,
         params: of::<params::AttentionParams>(),
-        wgsl: body(wgsl!("attention_split.wgsl")),
+        wgsl: Wgsl {
+            tail: Some(wgsl!("attention_q.wgsl")),
+            ..body(wgsl!("attention_split.wgsl"))
+        },
         cuda: cuda!("attention_split.cu"),
     },
     KernelInfo {
