@@ -213,7 +213,7 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
         const u32 k = n_head * hdv;
         for (u32 b = tid; b < hdv / qk; b += WG) {
             const u32 e = ob + b * qk;
-            quantize_block(act, o + e, qy + e, qy + prm.n * k + e / 32);
+            quantize_block(act, o + e, qy, e, prm.n * k);
         }
     }
 }

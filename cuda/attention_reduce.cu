@@ -66,7 +66,7 @@ extern "C" __global__ void __launch_bounds__(64) attention_reduce(const Params p
         const u32 k = n_head * hdv;
         for (u32 b = tid; b < hdv / qk; b += WG) {
             const u32 e = ob + b * qk;
-            quantize_block(act, o + e, qy + e, qy + prm.n * k + e / 32);
+            quantize_block(act, o + e, qy, e, prm.n * k);
         }
     }
 }

@@ -346,11 +346,11 @@ static __device__ __forceinline__ float seg_sum(float v) {
 // The body shared by add, mul, swiglu and geglu (WGSL: binary.wgsl): y[i] = OP::op(a[i], b[i]),
 // one element per thread. With act = 1 + quantize_act's ACT (a GLU feeding a quantized matmul)
 // one block per thread instead: its y, then the block rounded as quantize_act would into binding
-// 4 (the rounded values, then the q8_1 corrections after all n; quantize_block, defined below).
+// 4 (quantize_act's layout: quantize_block, defined below).
 // Params: n, act. Bindings: 1 a, 2 b, 3 y, 4 qy (written only with act). Blocks of 256 threads,
 // folded into (x, y).
 
-static __device__ __forceinline__ void quantize_block(u32 act, const float* v, float* o, float* cor);
+static __device__ __forceinline__ void quantize_block(u32 act, const float* v, float* qy, u32 x0, u32 nk);
 
 template <class OP>
 static __device__ __forceinline__ void binary_body(const Params& p) {
@@ -374,7 +374,7 @@ static __device__ __forceinline__ void binary_body(const Params& p) {
     for (u32 e = i * qk; e < i * qk + qk; e++) {
         y[e] = OP::op(a[e], b[e]);
     }
-    quantize_block(act, y + i * qk, qy + i * qk, qy + prm.n + i);
+    quantize_block(act, y + i * qk, qy, i * qk, prm.n);
 }
 
 // ---- element-wise unary ops with a scalar --------------------------------------------------------
@@ -394,13 +394,25 @@ static __device__ __forceinline__ void unary_body(const Params& p) {
     }
 }
 
+// Where quantize_act's output for nk = n · k activations keeps the packed 8-bit form (WGSL:
+// common.wgsl's act_q_base), as a word index: the values as floats (nk), the q8_1 corrections
+// (nk / 32), then from this 16-byte-aligned word the q as 4 bytes a word (nk / 4), then one f32
+// scale d per 32-element block (nk / 32; a q8_K block's d repeated 8 times).
+static __device__ __forceinline__ u32 act_q_base(u32 nk) {
+    return (nk + nk / 32 + 3) & ~3u;
+}
+
 // One block of a matmul's activations rounded as the CPU rounds them (quantize_act.cu's header
 // gives the numerics; quantize_act.wgsl's quantize_block is the same, operation for operation):
-// act 0 q8_0, 1 q8_1 (32 elements), 2 q8_K (256). v: the block's floats; o: where x~ = d · q
-// goes; cor (q8_1): where its correction goes. quantize_act and the fused rms_norm round
-// through this.
-static __device__ __forceinline__ void quantize_block(u32 act, const float* v, float* o, float* cor) {
+// act 0 q8_0, 1 q8_1 (32 elements), 2 q8_K (256). v: the block's floats, elements x0.. of the nk
+// that qy (quantize_act's layout) holds; x~ = d · q goes to qy[x0..], q8_1's correction to
+// qy[nk + x0 / 32], the packed q and d after them (act_q_base). quantize_act and the fused
+// writers round through this; v may be qy + x0 (rounded in place).
+static __device__ __forceinline__ void quantize_block(u32 act, const float* v, float* qy, u32 x0, u32 nk) {
     const u32 qk = act == 2 ? 256 : 32;
+    float* o = qy + x0;
+    u32* qw = reinterpret_cast<u32*>(qy) + act_q_base(nk) + x0 / 4;
+    float* dw = qy + act_q_base(nk) + nk / 4 + x0 / 32;
     float amax = 0.0f, mx = 0.0f;
     for (u32 i = 0; i < qk; i++) {
         if (fabsf(v[i]) > amax) {
@@ -409,16 +421,19 @@ static __device__ __forceinline__ void quantize_block(u32 act, const float* v, f
         }
     }
     if (act == 2) {
-        if (amax == 0.0f) {
-            for (u32 i = 0; i < qk; i++) {
-                o[i] = 0.0f;
+        const float iscale = amax != 0.0f ? -127.0f / mx : 0.0f;
+        const float d = amax != 0.0f ? 1.0f / iscale : 0.0f;
+        for (u32 j = 0; j < qk / 4; j++) {
+            u32 word = 0;
+            for (u32 i = 0; i < 4; i++) {
+                const float q = fminf(rintf(mul_rn(iscale, v[4 * j + i])), 127.0f);
+                o[4 * j + i] = mul_rn(d, q);
+                word |= ((u32)(int)q & 0xffu) << (8 * i);
             }
-            return;
+            qw[j] = word;
         }
-        const float iscale = -127.0f / mx;
-        const float d = 1.0f / iscale;
-        for (u32 i = 0; i < qk; i++) {
-            o[i] = mul_rn(d, fminf(rintf(mul_rn(iscale, v[i])), 127.0f));
+        for (u32 j = 0; j < qk / 32; j++) {
+            dw[j] = d;
         }
         return;
     }
@@ -426,13 +441,19 @@ static __device__ __forceinline__ void quantize_block(u32 act, const float* v, f
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     const float d16 = round_f16(d);
     float sq = 0.0f;
-    for (u32 i = 0; i < qk; i++) {
-        const float q = rintf(mul_rn(v[i], id));
-        sq += q;
-        o[i] = mul_rn(d16, q);
+    for (u32 j = 0; j < qk / 4; j++) {
+        u32 word = 0;
+        for (u32 i = 0; i < 4; i++) {
+            const float q = rintf(mul_rn(v[4 * j + i], id));
+            sq += q;
+            o[4 * j + i] = mul_rn(d16, q);
+            word |= ((u32)(int)q & 0xffu) << (8 * i);
+        }
+        qw[j] = word;
     }
+    dw[0] = d16;
     if (act == 1) {
-        *cor = round_f16(mul_rn(sq, d)) - mul_rn(d16, sq);
+        qy[nk + x0 / 32] = round_f16(mul_rn(sq, d)) - mul_rn(d16, sq);
     }
 }
 

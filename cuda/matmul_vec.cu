@@ -3,21 +3,19 @@
 // consecutive threads, within one warp) stride over its 8-element chunks, and meet in a butterfly
 // of shuffles over the segment.
 //
-// For quantized weights x is quantize_act's output: the activations already rounded to the CPU's
-// 8-bit partner format, as floats d · q, then for q4_1 / q5_1 one q8_1 correction per 32-element
-// block, which the block's offset m multiplies (act_s<Q>).
-//
-// Weights with integer values in 32-element blocks (q4_0, q4_1, q5_0, q5_1, q8_0) take int8 dot
-// products (dp4a) where the device has them: the block recovers its token's 8-bit activations in
-// shared memory (q = rint(x / d) with d = amax / 127: the same d and q that quantize_act rounded
-// to, since its amax element is ±127 · d), and q8_1's f16 block sum s as the correction plus d · Σq;
-// then each lane takes d_w · d_x · Σ q_w q_x per 8-element chunk. Rows up to MAX_K_I8 long; longer
-// ones, other types and older devices take the f32 path.
+// For quantized weights x is quantize_act's output (act_q_base, common.cuh): the activations
+// already rounded to the CPU's 8-bit partner format, as floats d · q, then for q4_1 / q5_1 one
+// q8_1 correction per 32-element block, which the block's offset m multiplies (act_s<Q>), then
+// the same q packed 4 to a word with d per 32-element block. Where the device has dp4a (sm_61 on)
+// the rows multiply those bytes by the weights' (i8w<Q>, llama.cpp's MMVQ): per chunk
+// d · (s · Σ q_w q_x + m · Σ q_x), the integer sums exactly the CPU's. Float weights, and older
+// devices, take the f32 path over the floats.
 //
 // Params: k (row length), m (width of y: all rows of the weight), rows (rows in this part),
 // row0 (first row of this part), n (rows of x); matmul_vec_id also ids, x_slot, n_expert.
-// Bindings: 1 W (raw blocks), 2 x [n][k] (+ corrections), 3 y [n][m], 4 b [m] (with bias; id: the route). Grid: (x, y)
-// folded over ceil(rows / 8) row groups, z = token (id: token × slot). Block: 64.
+// Bindings: 1 W (raw blocks), 2 x [n][k] (+ corrections, packed form), 3 y [n][m], 4 b [m] (with
+// bias; id: the route). Grid: (x, y) folded over ceil(rows / 8) row groups, z = token (id: token
+// × slot). Block: 64.
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 610
 #define MF_DP4A 1
@@ -25,102 +23,58 @@
 #define MF_DP4A 0
 #endif
 
-// Longest row the int8 path takes: its 8-bit activations (and two floats per 32) live in shared
-// memory, 18 KiB at this length.
-#define MAX_K_I8 16384u
+// One token's activations as the rows read them: its values, its q8_1 corrections, its packed q
+// (a word pair per 8-element chunk) and its scales (one per 32 elements).
+struct XRow {
+    const float* __restrict__ x;
+    const float* __restrict__ c;
+    const u2* __restrict__ q;
+    const float* __restrict__ d;
+};
 
-// The int8 path; `xq` etc. are the block's shared activations (whole rows, one token). `wr`: the
-// row's blocks, null for a thread past the last row (it still joins the barrier).
+// One lane's share of x · the row at wr (null past the last row), rows of k.
 template <class Q>
-static __device__ __forceinline__ float matmul_vec_i8(const Params& p, const float* __restrict__ xt,
-                                                      const float* __restrict__ xc, const u8* __restrict__ wr,
-                                                      u32 lane) {
-    typedef i8w<Q> I;
-    constexpr u32 WG = 64, TPR = 8;
-    __shared__ int xq[MAX_K_I8 / 4];
-    __shared__ float xd[MAX_K_I8 / 32];
-    __shared__ float xs[MAX_K_I8 / 32];
-    // Every params struct of the matvecs starts with k.
-    const u32 k = params<MatmulParams>(p).k;
-    // The 8-bit blocks back from x~ (the CPU's quantize_row_q8_0 / q8_1 on it gives them again):
-    // one thread per 32-element block.
-    for (u32 b = threadIdx.x; b < k / 32; b += WG) {
-        const float* v = xt + 32 * b;
-        float amax = 0.0f;
-        for (u32 i = 0; i < 32; i++) {
-            amax = fmaxf(amax, fabsf(v[i]));
-        }
-        const float d = amax / 127.0f;
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        int sum = 0;
-        for (u32 j = 0; j < 8; j++) {
-            u32 word = 0;
-            for (u32 i = 0; i < 4; i++) {
-                const int q = (int)rintf(mul_rn(v[4 * j + i], id));
-                sum += q;
-                word |= ((u32)q & 0xffu) << (8 * i);
-            }
-            xq[8 * b + j] = (int)word;
-        }
-        xd[b] = round_f16(d);
-        xs[b] = I::MIN ? xc[b] + mul_rn(round_f16(d), (float)sum) : 0.0f;
-    }
-    __syncthreads();
-    float acc = 0.0f;
-    if (wr) {
-        MF_UNROLL_N(4)
-        for (u32 c = lane; c < k / 8; c += TPR) {
-            const u32 blk = c / 4, sub = c % 4;
-            const u2 q = I::q(wr, blk * Q::QB, sub);
-            const int xa = xq[8 * blk + 2 * sub], xb = xq[8 * blk + 2 * sub + 1];
-            int si = __dp4a((int)q.x, xa, __dp4a((int)q.y, xb, 0));
-            if (I::OFF != 0) {
-                si -= I::OFF * __dp4a(0x01010101, xa, __dp4a(0x01010101, xb, 0));
-            }
-            acc += mul_rn(mul_rn(I::d(wr, blk * Q::QB), xd[blk]), (float)si);
-            if (I::MIN && sub == 0) {
-                acc += mul_rn(I::m(wr, blk * Q::QB), xs[blk]);
-            }
-        }
-    }
-    return acc;
-}
-
-// One lane's share of x · the row at wr (null past the last row), rows of k: xt the row's
-// activations, xc (act_s<Q>) its q8_1 corrections. The int8 path where it applies, else the f32
-// one. Called by every thread of the block (the int8 path has a barrier).
-template <class Q>
-static __device__ __forceinline__ float row_acc(const Params& p, const u8* __restrict__ wr, const float* xt,
-                                                const float* xc, u32 k, u32 lane) {
+static __device__ __forceinline__ float row_acc(const u8* __restrict__ wr, const XRow& xr, u32 k, u32 lane) {
     constexpr u32 TPR = 8;
     constexpr u32 CPB = Q::QK / 8; // chunks per block
-    if constexpr (MF_DP4A && i8w<Q>::INT8) {
-        if (k <= MAX_K_I8) {
-            return matmul_vec_i8<Q>(p, xt, xc, wr, lane);
-        }
-    }
-    const f4* x4 = reinterpret_cast<const f4*>(xt);
     float acc = 0.0f;
-    if (wr) {
+    if (!wr) {
+        return acc;
+    }
+    if constexpr (MF_DP4A && i8w<Q>::INT8) {
         MF_UNROLL_N(4)
         for (u32 c = lane; c < k / 8; c += TPR) {
-            const f4x2 v = Q::dq8(wr, (c / CPB) * Q::QB, c % CPB);
-            acc += dot4(v.lo, x4[2 * c]) + dot4(v.hi, x4[2 * c + 1]);
-            if (act_s<Q>::ON && c % CPB == 0) {
-                acc += mul_rn(act_s<Q>::m(wr, (c / CPB) * Q::QB), xc[c / CPB]);
+            const u32 bw = (c / CPB) * Q::QB;
+            const QI8 wq = i8w<Q>::q(wr, bw, c % CPB);
+            const u2 xq = xr.q[c];
+            float t = mul_rn(wq.s, (float)__dp4a((int)wq.q.x, (int)xq.x, __dp4a((int)wq.q.y, (int)xq.y, 0)));
+            if (wq.m != 0.0f) {
+                t += mul_rn(wq.m, (float)__dp4a(0x01010101, (int)xq.x, __dp4a(0x01010101, (int)xq.y, 0)));
             }
+            acc += mul_rn(xr.d[c / 4], t);
+            if (act_s<Q>::ON && c % CPB == 0) {
+                acc += mul_rn(act_s<Q>::m(wr, bw), xr.c[c / CPB]);
+            }
+        }
+        return acc;
+    }
+    const f4* x4 = reinterpret_cast<const f4*>(xr.x);
+    MF_UNROLL_N(4)
+    for (u32 c = lane; c < k / 8; c += TPR) {
+        const f4x2 v = Q::dq8(wr, (c / CPB) * Q::QB, c % CPB);
+        acc += dot4(v.lo, x4[2 * c]) + dot4(v.hi, x4[2 * c + 1]);
+        if (act_s<Q>::ON && c % CPB == 0) {
+            acc += mul_rn(act_s<Q>::m(wr, (c / CPB) * Q::QB), xr.c[c / CPB]);
         }
     }
     return acc;
 }
 
-// Token t's activations (x [n][k]) and its q8_1 corrections (after all n rows).
-static __device__ __forceinline__ const float* act_row(const Params& p, u32 t, u32 k) {
-    return binding<const float>(p, 2) + (unsigned long long)t * k;
-}
-
-static __device__ __forceinline__ const float* act_cor(const Params& p, u32 t, u32 k, u32 n) {
-    return binding<const float>(p, 2) + (unsigned long long)n * k + t * (k / 32);
+// Token t's activations in quantize_act's layout at base (nk = n · k of them).
+static __device__ __forceinline__ XRow act_row(const float* base, u32 t, u32 k, u32 nk) {
+    const u32 qw = act_q_base(nk);
+    return XRow{base + (unsigned long long)t * k, base + nk + t * (k / 32),
+                reinterpret_cast<const u2*>(base + qw) + t * (k / 8), base + qw + nk / 4 + t * (k / 32)};
 }
 
 // With ID (matmul_vec_id, ggml's MUL_MAT_ID for decode) block z is slot j = z % ids of token
@@ -145,7 +99,7 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
     }
     const u8* __restrict__ wr =
         r < rows ? binding<const u8>(p, 1) + (unsigned long long)wrow * ((k / Q::QK) * Q::QB) : nullptr;
-    const float s = seg_sum<TPR>(row_acc<Q>(p, wr, act_row(p, t, k), act_cor(p, t, k, prm.n), k, lane));
+    const float s = seg_sum<TPR>(row_acc<Q>(wr, act_row(binding<const float>(p, 2), t, k, prm.n * k), k, lane));
     if (r < rows && lane == 0) {
         store_y(p, binding<float>(p, 3) + yrow * m + row0 + r, s, row0 + r);
     }
@@ -182,13 +136,15 @@ static __device__ __forceinline__ void matmul_vec_pack_body(const Params& p) {
     const bool live = rl < rows;
     const u8* __restrict__ wr =
         live ? binding<const u8>(p, 1) + off + (unsigned long long)rl * ((k / Q::QK) * Q::QB) : nullptr;
-    // The normalized row: k values, then a q8_1 correction per 32.
-    __shared__ float xs[MAX_NORM_K + MAX_NORM_K / 32];
+    // The normalized row in quantize_act's layout (k values, a q8_1 correction per 32, the
+    // packed form): act_q_base(MAX_NORM_K) + MAX_NORM_K / 4 + MAX_NORM_K / 32 floats.
+    __shared__ __align__(16) float xs[(MAX_NORM_K + MAX_NORM_K / 32 + 3) / 4 * 4 + MAX_NORM_K / 4 + MAX_NORM_K / 32];
     __shared__ float red[WG / 32];
-    const float* xt = act_row(p, t, k);
-    const float* xc = act_cor(p, t, k, prm.n);
+    const float* x = binding<const float>(p, 2);
+    XRow xr = act_row(x, t, k, prm.n * k);
     if (prm.norm) {
         const float* __restrict__ nw = binding<const float>(p, 7);
+        const float* xt = xr.x;
         float ss = 0.0f;
         for (u32 i = threadIdx.x; i < k; i += WG) {
             const float v = xt[i];
@@ -202,14 +158,13 @@ static __device__ __forceinline__ void matmul_vec_pack_body(const Params& p) {
         if (prm.act != 0) {
             const u32 act = prm.act - 1, qk = act == 2 ? 256 : 32;
             for (u32 b = threadIdx.x; b < k / qk; b += WG) {
-                quantize_block(act, xs + b * qk, xs + b * qk, xs + k + b);
+                quantize_block(act, xs + b * qk, xs, b * qk, k);
             }
             __syncthreads();
         }
-        xt = xs;
-        xc = xs + k;
+        xr = act_row(xs, 0, k, k);
     }
-    float s = seg_sum<TPR>(row_acc<Q>(p, wr, xt, xc, k, lane));
+    float s = seg_sum<TPR>(row_acc<Q>(wr, xr, k, lane));
     if (live && lane == 0) {
         if (prm.bias) {
             s += binding<const float>(p, 4)[boff + rl];

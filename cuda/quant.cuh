@@ -373,11 +373,24 @@ struct qt_q8_K {
 
 // ---- variant lists -----------------------------------------------------------------------------
 // ---- integer weights for dp4a --------------------------------------------------------------------
-// The 32-element formats whose weights are small integers times a block scale (plus a block min),
-// as the CPU's integer dot products see them: i8<Q> gives, for chunk c of the block at byte b,
-// the 8 integer weights as the bytes of two words (unsigned 0..31 before the offset OFF is taken
-// off, or signed for q8_0), the scale d and the min m (0 without one). Types without integer
-// weights have INT8 = false and take the f32 path.
+// The quantized formats as the CPU's integer dot products see them (WGSL: each quant file's
+// dq8i): i8w<Q>::q(w, b, c) gives chunk c of the block at byte b as 8 signed bytes in two words,
+// a scale s and an offset m, element = s · q + m (m: a block's min, 0 without one). Float types
+// have INT8 = false and take the f32 path.
+
+struct QI8 {
+    u2 q;
+    float s, m;
+};
+
+// The bytes of n, each below 2h (h a power of two), less h, as signed bytes, without a borrow
+// between bytes (q4_0: h 8, q5_0: 16, q6_K: 32).
+template <u32 H>
+static __device__ __forceinline__ u32 offset_i8(u32 n) {
+    constexpr u32 HV = H * 0x01010101u;
+    const u32 t = n ^ HV;
+    return t | ((t & HV) * (256u / H - 2u));
+}
 
 template <class Q>
 struct i8w {
@@ -386,65 +399,157 @@ struct i8w {
 
 template <>
 struct i8w<qt_q4_0> {
-    static constexpr bool INT8 = true, MIN = false;
-    static constexpr int OFF = 8;
-    static __device__ __forceinline__ u2 q(const u8* __restrict__ w, u32 b, u32 c) {
+    static constexpr bool INT8 = true;
+    static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
         const u32 o = b + 2 + (c & 1) * 8, sh = (c >> 1) * 4;
-        return u2{(ld_u32_2(w, o) >> sh) & 0x0f0f0f0fu, (ld_u32_2(w, o + 4) >> sh) & 0x0f0f0f0fu};
+        const u2 q{offset_i8<8>((ld_u32_2(w, o) >> sh) & 0x0f0f0f0fu), offset_i8<8>((ld_u32_2(w, o + 4) >> sh) & 0x0f0f0f0fu)};
+        return QI8{q, ld_f16(w, b), 0.0f};
     }
-    static __device__ __forceinline__ float d(const u8* __restrict__ w, u32 b) { return ld_f16(w, b); }
-    static __device__ __forceinline__ float m(const u8* __restrict__, u32) { return 0.0f; }
 };
 
 template <>
 struct i8w<qt_q4_1> {
-    static constexpr bool INT8 = true, MIN = true;
-    static constexpr int OFF = 0;
-    static __device__ __forceinline__ u2 q(const u8* __restrict__ w, u32 b, u32 c) {
+    static constexpr bool INT8 = true;
+    static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
         const u32 o = b + 4 + (c & 1) * 8, sh = (c >> 1) * 4;
-        return u2{(ld_u32_4(w, o) >> sh) & 0x0f0f0f0fu, (ld_u32_4(w, o + 4) >> sh) & 0x0f0f0f0fu};
+        const u2 q{(ld_u32_4(w, o) >> sh) & 0x0f0f0f0fu, (ld_u32_4(w, o + 4) >> sh) & 0x0f0f0f0fu};
+        return QI8{q, ld_f16(w, b), ld_f16(w, b + 2)};
     }
-    static __device__ __forceinline__ float d(const u8* __restrict__ w, u32 b) { return ld_f16(w, b); }
-    static __device__ __forceinline__ float m(const u8* __restrict__ w, u32 b) { return ld_f16(w, b + 2); }
 };
 
 template <>
 struct i8w<qt_q5_0> {
-    static constexpr bool INT8 = true, MIN = false;
-    static constexpr int OFF = 16;
-    static __device__ __forceinline__ u2 q(const u8* __restrict__ w, u32 b, u32 c) {
+    static constexpr bool INT8 = true;
+    static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
         const u2 h = q5_high(ld_u32_2(w, b + 2), c);
         const u32 o = b + 6 + (c & 1) * 8, sh = (c >> 1) * 4;
-        return u2{((ld_u32_2(w, o) >> sh) & 0x0f0f0f0fu) | h.x, ((ld_u32_2(w, o + 4) >> sh) & 0x0f0f0f0fu) | h.y};
+        const u2 q{offset_i8<16>(((ld_u32_2(w, o) >> sh) & 0x0f0f0f0fu) | h.x),
+                   offset_i8<16>(((ld_u32_2(w, o + 4) >> sh) & 0x0f0f0f0fu) | h.y)};
+        return QI8{q, ld_f16(w, b), 0.0f};
     }
-    static __device__ __forceinline__ float d(const u8* __restrict__ w, u32 b) { return ld_f16(w, b); }
-    static __device__ __forceinline__ float m(const u8* __restrict__, u32) { return 0.0f; }
 };
 
 template <>
 struct i8w<qt_q5_1> {
-    static constexpr bool INT8 = true, MIN = true;
-    static constexpr int OFF = 0;
-    static __device__ __forceinline__ u2 q(const u8* __restrict__ w, u32 b, u32 c) {
+    static constexpr bool INT8 = true;
+    static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
         const u2 h = q5_high(ld_u32_4(w, b + 4), c);
-        const u2 q = ld_u64_8(w, b + 8 + (c & 1) * 8);
+        const u2 v = ld_u64_8(w, b + 8 + (c & 1) * 8);
         const u32 sh = (c >> 1) * 4;
-        return u2{((q.x >> sh) & 0x0f0f0f0fu) | h.x, ((q.y >> sh) & 0x0f0f0f0fu) | h.y};
+        const u2 q{((v.x >> sh) & 0x0f0f0f0fu) | h.x, ((v.y >> sh) & 0x0f0f0f0fu) | h.y};
+        return QI8{q, ld_f16(w, b), ld_f16(w, b + 2)};
     }
-    static __device__ __forceinline__ float d(const u8* __restrict__ w, u32 b) { return ld_f16(w, b); }
-    static __device__ __forceinline__ float m(const u8* __restrict__ w, u32 b) { return ld_f16(w, b + 2); }
 };
 
 template <>
 struct i8w<qt_q8_0> {
-    static constexpr bool INT8 = true, MIN = false;
-    static constexpr int OFF = 0;
-    static __device__ __forceinline__ u2 q(const u8* __restrict__ w, u32 b, u32 c) {
+    static constexpr bool INT8 = true;
+    static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
         const u32 o = b + 2 + c * 8;
-        return u2{ld_u32_2(w, o), ld_u32_2(w, o + 4)};
+        return QI8{u2{ld_u32_2(w, o), ld_u32_2(w, o + 4)}, ld_f16(w, b), 0.0f};
     }
-    static __device__ __forceinline__ float d(const u8* __restrict__ w, u32 b) { return ld_f16(w, b); }
-    static __device__ __forceinline__ float m(const u8* __restrict__, u32) { return 0.0f; }
+};
+
+// The table bytes (LO: entries 0..7, HI: 8..15) of the 4 nibbles of n, as signed bytes.
+template <unsigned long long LO, unsigned long long HI>
+static __device__ __forceinline__ u32 table_i8(u32 n) {
+    u32 r = 0;
+    MF_UNROLL_N(4)
+    for (u32 i = 0; i < 4; i++) {
+        const u32 q = (n >> (8 * i)) & 0xfu;
+        r |= (u32)((((q & 8u) ? HI : LO) >> (8 * (q & 7u))) & 0xffu) << (8 * i);
+    }
+    return r;
+}
+
+template <>
+struct i8w<qt_iq4_nl> {
+    static constexpr bool INT8 = true;
+    static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
+        typedef qt_iq4_nl T;
+        const u32 o = b + 2 + (c & 1) * 8, sh = (c >> 1) * 4;
+        const u2 q{table_i8<T::LO, T::HI>(ld_u32_2(w, o) >> sh), table_i8<T::LO, T::HI>(ld_u32_2(w, o + 4) >> sh)};
+        return QI8{q, ld_f16(w, b), 0.0f};
+    }
+};
+
+template <>
+struct i8w<qt_mxfp4> {
+    static constexpr bool INT8 = true;
+    static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
+        typedef qt_mxfp4 T;
+        const u32 o = b + 1 + (c & 1) * 8, sh = (c >> 1) * 4;
+        const u2 q{table_i8<T::LO, T::HI>(ld_u32_1(w, o) >> sh), table_i8<T::LO, T::HI>(ld_u32_1(w, o + 4) >> sh)};
+        return QI8{q, e8m0_half(ld_u8(w, b)), 0.0f};
+    }
+};
+
+template <>
+struct i8w<qt_q2_K> {
+    static constexpr bool INT8 = true;
+    static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 h = c >> 4, k = (c >> 2) & 3, l0 = (c & 3) * 8;
+        const u32 sc = ld_u8(w, b + 8 * h + 2 * k + l0 / 16);
+        const u32 o = b + 16 + 32 * h + l0, s = 2 * k;
+        const u2 q{(ld_u32_4(w, o) >> s) & 0x03030303u, (ld_u32_4(w, o + 4) >> s) & 0x03030303u};
+        return QI8{q, ld_f16(w, b + 80) * u2f<0>(sc & 0xfu), -mul_rn(ld_f16(w, b + 82), u2f<0>(sc >> 4))};
+    }
+};
+
+template <>
+struct i8w<qt_q3_K> {
+    static constexpr bool INT8 = true;
+    static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 h = c >> 4, k = (c >> 2) & 3, l0 = (c & 3) * 8;
+        const u32 o = b + 32 + 32 * h + l0, s = 2 * k, m = 4 * h + k;
+        // low − 4 where the mask bit is clear: 0xfc added to a byte below 4, no carry.
+        const u32 h0 = ~(ld_u32_2(w, b + l0) >> m) & 0x01010101u;
+        const u32 h1 = ~(ld_u32_2(w, b + l0 + 4) >> m) & 0x01010101u;
+        const u2 q{((ld_u32_2(w, o) >> s) & 0x03030303u) | (h0 * 0xfcu), ((ld_u32_2(w, o + 4) >> s) & 0x03030303u) | (h1 * 0xfcu)};
+        return QI8{q, ld_f16(w, b + 108) * qt_q3_K::scale(w, b + 96, 8 * h + 2 * k + l0 / 16), 0.0f};
+    }
+};
+
+template <>
+struct i8w<qt_q4_K> {
+    static constexpr bool INT8 = true;
+    static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 g = c >> 3, hi = (c >> 2) & 1, l0 = (c & 3) * 8;
+        const f2 sm = scale_min_k4(w, b + 4, 2 * g + hi);
+        const u2 v = ld_u64_8(w, b + 16 + 32 * g + l0);
+        const u32 sh = 4 * hi;
+        const u2 q{(v.x >> sh) & 0x0f0f0f0fu, (v.y >> sh) & 0x0f0f0f0fu};
+        return QI8{q, ld_f16(w, b) * sm.x, -mul_rn(ld_f16(w, b + 2), sm.y)};
+    }
+};
+
+template <>
+struct i8w<qt_q5_K> {
+    static constexpr bool INT8 = true;
+    static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 g = c >> 3, hi = (c >> 2) & 1, l0 = (c & 3) * 8, j = 2 * g + hi;
+        const f2 sm = scale_min_k4(w, b + 4, j);
+        const u2 v = ld_u64_8(w, b + 48 + 32 * g + l0);
+        const u2 qh = ld_u64_8(w, b + 16 + l0);
+        const u32 sh = 4 * hi;
+        const u2 q{((v.x >> sh) & 0x0f0f0f0fu) | (((qh.x >> j) & 0x01010101u) << 4),
+                   ((v.y >> sh) & 0x0f0f0f0fu) | (((qh.y >> j) & 0x01010101u) << 4)};
+        return QI8{q, ld_f16(w, b) * sm.x, -mul_rn(ld_f16(w, b + 2), sm.y)};
+    }
+};
+
+template <>
+struct i8w<qt_q6_K> {
+    static constexpr bool INT8 = true;
+    static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 h = c >> 4, k = (c >> 2) & 3, l0 = (c & 3) * 8;
+        const u32 ol = b + 64 * h + 32 * (k & 1) + l0, oh = b + 128 + 32 * h + l0;
+        const u32 sl = 4 * (k >> 1), sh = 2 * k;
+        const u32 q0 = ((ld_u32_2(w, ol) >> sl) & 0x0f0f0f0fu) | (((ld_u32_2(w, oh) >> sh) & 0x03030303u) << 4);
+        const u32 q1 = ((ld_u32_2(w, ol + 4) >> sl) & 0x0f0f0f0fu) | (((ld_u32_2(w, oh + 4) >> sh) & 0x03030303u) << 4);
+        const float s = ld_f16(w, b + 208) * i8f(ld_u8(w, b + 192 + 8 * h + 2 * k + l0 / 16));
+        return QI8{u2{offset_i8<32>(q0), offset_i8<32>(q1)}, s, 0.0f};
+    }
 };
 
 // act_s<Q>: whether a matmul over weights Q meets q8_1 activations, whose per-block correction

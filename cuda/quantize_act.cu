@@ -8,7 +8,10 @@
 //                q = min(rint(iscale · x), 127), d = 1 / iscale
 // One thread per block (quantize_block, common.cuh).
 //
-// Params: k (row length, whole blocks), n (tokens). Bindings: 1 x [n][k], 2 y [n][k] (+ [n][k / 32]).
+// The packed 8-bit form follows for the int8 matvec (act_q_base, common.cuh).
+//
+// Params: k (row length, whole blocks), n (tokens). Bindings: 1 x [n][k], 2 y [n][k] (+ [n][k / 32]
+// corrections, then the packed form).
 // Grid: ceil(blocks / 64) folded into (x, y). Block: 64.
 
 struct QuantizeActParams {
@@ -28,8 +31,7 @@ static __device__ __forceinline__ void quantize_act_body(const Params& p) {
     if (b >= n * (k / QK)) {
         return;
     }
-    const unsigned long long x0 = (unsigned long long)b * QK;
-    quantize_block(ACT, x + x0, y + x0, y + (unsigned long long)n * k + b);
+    quantize_block(ACT, x + b * QK, y, b * QK, n * k);
 }
 
 extern "C" __global__ void __launch_bounds__(64) quantize_act_q8_0(const Params p) {

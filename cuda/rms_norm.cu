@@ -54,8 +54,7 @@ static __device__ __forceinline__ void rms_norm_body(const Params& p) {
         const u32 act = prm.act - 1, qk = act == 2 ? 256 : 32;
         float* __restrict__ q = binding<float>(p, 4);
         for (u32 b = threadIdx.x; b < width / qk; b += WG) {
-            quantize_block(act, y + base + b * qk, q + base + b * qk,
-                           q + (unsigned long long)prm.rows * width + row * (width / 32) + b);
+            quantize_block(act, y + base + b * qk, q, base + b * qk, prm.rows * width);
         }
     }
 }

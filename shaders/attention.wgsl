@@ -50,13 +50,17 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> o: array<f32>;
 @group(0) @binding(6) var<storage, read> sk: array<f32>;
 @group(0) @binding(7) var<storage, read> qcs: array<vec2<f32>>;
-@group(0) @binding(8) var<storage, read_write> qy: array<f32>;
+@group(0) @binding(8) var<storage, read_write> qy: array<u32>;
 
 fn act_in(i: u32) -> f32 {
     return o[i];
 }
 
 fn act_out(i: u32, v: f32) {
+    qy[i] = bitcast<u32>(v);
+}
+
+fn act_word(i: u32, v: u32) {
     qy[i] = v;
 }
 
@@ -228,7 +232,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
         let qk = select(32u, 256u, act == 2u);
         let k = p.n_head * hdv;
         for (var b = lid; b < hdv / qk; b += WG) {
-            quantize_block(act, ob + b * qk, p.n * k + (ob + b * qk) / 32u);
+            quantize_block(act, ob + b * qk, p.n * k);
         }
     }
 }

@@ -18,13 +18,17 @@ struct Params {
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<storage, read_write> qy: array<f32>;
+@group(0) @binding(4) var<storage, read_write> qy: array<u32>;
 
 fn act_in(i: u32) -> f32 {
     return y[i];
 }
 
 fn act_out(i: u32, v: f32) {
+    qy[i] = bitcast<u32>(v);
+}
+
+fn act_word(i: u32, v: u32) {
     qy[i] = v;
 }
 
@@ -45,5 +49,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     for (var e = i * qk; e < i * qk + qk; e++) {
         y[e] = op(a[e], b[e]);
     }
-    quantize_block(act, i * qk, p.n + i);
+    quantize_block(act, i * qk, p.n);
 }

@@ -45,3 +45,24 @@ fn scale_min_k4(s: u32, j: u32) -> vec2<f32> {
     let mn = (b4 >> 4u) | ((w_u8(s + j) >> 6u) << 4u);
     return vec2<f32>(f32(sc), f32(mn));
 }
+
+// Chunk c of a quantized block as the int8 matvec reads it (`dq8i`, matmul_vec_row_i8.wgsl):
+// its 8 weights as signed bytes, 4 a word, with element = s · q + m.
+struct QI8 {
+    q: vec2<u32>,
+    s: f32,
+    m: f32,
+}
+
+// The bytes of n, each below 2h (h a power of two), less h, as signed bytes: the offset
+// q4_0 (h 8), q5_0 (16) and q6_K (32) take off, without a borrow between bytes.
+fn offset_i8(n: u32, h: u32) -> u32 {
+    let hv = h * 0x01010101u;
+    let t = n ^ hv;
+    return t | ((t & hv) * (256u / h - 2u));
+}
+
+// Bits 0..3 of x, one to each byte's bit 0.
+fn bits_to_bytes(x: u32) -> u32 {
+    return ((x & 0xfu) * 0x00204081u) & 0x01010101u;
+}

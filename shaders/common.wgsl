@@ -101,3 +101,25 @@ fn rope_pair(d: u32, n_rot: u32, neox: u32) -> u32 {
 fn split_chunk(span: u32, n_split: u32) -> u32 {
     return ((span + n_split - 1u) / n_split + 63u) / 64u * 64u;
 }
+
+// Where quantize_act's output (for nk = n · k activations) keeps the packed 8-bit form, as
+// u32 word indices: the values as floats (nk), the q8_1 corrections (nk / 32), then, from this
+// 16-byte-aligned word, the 8-bit q as 4 bytes a word (nk / 4), then one f32 scale d per
+// 32-element block (nk / 32; a q8_K block's d repeated 8 times). The int8 matvec reads these.
+fn act_q_base(nk: u32) -> u32 {
+    return (nk + nk / 32u + 3u) & ~3u;
+}
+
+// Token t's activations in that output, rows of k: xb its values (vec4 index), cb its first
+// correction, qb its packed q (pairs of words: one pair per 8-element chunk), db its first scale.
+struct XRow {
+    xb: u32,
+    cb: u32,
+    qb: u32,
+    db: u32,
+}
+
+fn act_row(nk: u32, k: u32, t: u32) -> XRow {
+    let qw = act_q_base(nk);
+    return XRow(t * (k / 4u), nk + t * (k / 32u), (qw + t * (k / 4u)) / 2u, qw + nk / 4u + t * (k / 32u));
+}

@@ -23,11 +23,22 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> x: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
+// x as the row readers see it (quantize_act's layout, common.wgsl): vec4 i of the values, the
+// word pair i of the packed q, scale i.
 fn xv(i: u32) -> vec4<f32> {
-    return x[i];
+    return bitcast<vec4<f32>>(x[i]);
+}
+
+fn xq2(i: u32) -> vec2<u32> {
+    let v = x[i / 2u];
+    return select(v.xy, v.zw, (i & 1u) != 0u);
+}
+
+fn xd(i: u32) -> f32 {
+    return bitcast<f32>(x[i / 4u][i % 4u]);
 }
 
 @compute @workgroup_size(WG)
@@ -39,7 +50,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var acc = 0.0;
     if (r < p.rows) {
         let t = rows.y;
-        acc = row_dot((rows.x + r) * (p.k / QK) * QB, t * (p.k / 4u), p.n * p.k + t * (p.k / QK), seg.y);
+        acc = row_dot((rows.x + r) * (p.k / QK) * QB, act_row(p.n * p.k, p.k, t), seg.y);
     }
     var s = seg_sum(acc, ln, TPR);
     if (r < p.rows && seg.y == 0u) {

@@ -6,8 +6,9 @@
 // With p.norm = 1 an RMS norm of x is folded in (Q/K/V after the attention norm, gate/up after
 // the FFN norm): each workgroup first normalizes its token's row into workgroup memory exactly
 // as rms_norm does (the same sums in the same order, times the f32 weight at binding 7) and, for
-// quantized weights (p.act = 1 + quantize_act's ACT), rounds it as quantize_act does; the rows
-// then read it there. Rows up to MAX_NORM_K long (checked by the schedule).
+// quantized weights (p.act = 1 + quantize_act's ACT), rounds it as quantize_act does, packed
+// form included (`xsq`); the rows then read it there. Rows up to MAX_NORM_K long (checked by the
+// schedule).
 
 override WG: u32 = 64u;
 override TPR: u32 = 8u; // invocations per row
@@ -30,7 +31,7 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> x: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read_write> y0: array<f32>;
 @group(0) @binding(4) var<storage, read> b: array<f32>;
 @group(0) @binding(5) var<storage, read_write> y1: array<f32>;
@@ -41,12 +42,31 @@ const MAX_NORM_K: u32 = 2048u;
 
 // The normalized (and rounded) row: MAX_NORM_K values, then a q8_1 correction per 32.
 var<workgroup> xs: array<vec4<f32>, 528>;
+// Its packed form: MAX_NORM_K / 4 words of q, then a scale per 32.
+var<workgroup> xsq: array<u32, 576>;
 
+// x as the row readers see it (quantize_act's layout, common.wgsl, or the normalized row):
+// vec4 i of the values, the word pair i of the packed q, scale i.
 fn xv(i: u32) -> vec4<f32> {
     if (p.norm != 0u) {
         return xs[i];
     }
-    return x[i];
+    return bitcast<vec4<f32>>(x[i]);
+}
+
+fn xq2(i: u32) -> vec2<u32> {
+    if (p.norm != 0u) {
+        return vec2<u32>(xsq[2u * i], xsq[2u * i + 1u]);
+    }
+    let v = x[i / 2u];
+    return select(v.xy, v.zw, (i & 1u) != 0u);
+}
+
+fn xd(i: u32) -> f32 {
+    if (p.norm != 0u) {
+        return bitcast<f32>(xsq[i]);
+    }
+    return bitcast<f32>(x[i / 4u][i % 4u]);
 }
 
 fn act_in(i: u32) -> f32 {
@@ -57,25 +77,30 @@ fn act_out(i: u32, v: f32) {
     xs[i / 4u][i % 4u] = v;
 }
 
+// quantize_block's packed words, for one row of k (nk = k): into xsq from its start.
+fn act_word(i: u32, v: u32) {
+    xsq[i - act_q_base(p.k)] = v;
+}
+
 // Token t's row normalized into xs as rms_norm computes it, then rounded in place as
 // quantize_act rounds it (corrections after the row's k values).
 fn norm_row(t: u32, ln: Lanes) {
     let xb = t * p.k;
     var s = 0.0;
     for (var i = ln.lid; i < p.k; i += WG) {
-        let v = x[(xb + i) / 4u][(xb + i) % 4u];
+        let v = bitcast<f32>(x[(xb + i) / 4u][(xb + i) % 4u]);
         s += v * v;
     }
     let scale = 1.0 / sqrt(wg_sum(s, ln) / f32(p.k) + p.eps);
     for (var i = ln.lid; i < p.k; i += WG) {
-        act_out(i, (x[(xb + i) / 4u][(xb + i) % 4u] * scale) * nw[i]);
+        act_out(i, (bitcast<f32>(x[(xb + i) / 4u][(xb + i) % 4u]) * scale) * nw[i]);
     }
     workgroupBarrier();
     if (p.act != 0u) {
         let act = p.act - 1u;
         let qk = select(32u, 256u, act == 2u);
         for (var b = ln.lid; b < p.k / qk; b += WG) {
-            quantize_block(act, b * qk, p.k + b);
+            quantize_block(act, b * qk, p.k);
         }
         workgroupBarrier();
     }
@@ -104,17 +129,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     let live = m < 2u || rl < p.rows2;
-    // Where the row's values and (ACT_S) corrections are read.
-    var xb = t * (p.k / 4u);
-    var cb = p.n * p.k + t * (p.k / QK);
+    // Where the row's values, (ACT_S) corrections and packed form are read.
+    var xr = act_row(p.n * p.k, p.k, t);
     if (p.norm != 0u) {
         norm_row(t, ln);
-        xb = 0u;
-        cb = p.k;
+        xr = XRow(0u, p.k, 0u, p.k / 4u);
     }
     var acc = 0.0;
     if (live) {
-        acc = row_dot(off + rl * (p.k / QK) * QB, xb, cb, seg.y);
+        acc = row_dot(off + rl * (p.k / QK) * QB, xr, seg.y);
     }
     var s = seg_sum(acc, ln, TPR);
     if (live && seg.y == 0u) {

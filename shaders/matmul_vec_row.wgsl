@@ -4,15 +4,15 @@
 // for quantized weights quantize_act's output, then (ACT_S) one q8_1 correction per 32-element
 // block from element cb, which the block's offset m multiplies.
 
-fn row_dot(rb: u32, xb: u32, cb: u32, lane: u32) -> f32 {
+fn row_dot(rb: u32, xr: XRow, lane: u32) -> f32 {
     let cpb = QK / 8u;
     let nc = p.k / 8u;
     var acc = 0.0;
     for (var c = lane; c < nc; c += TPR) {
         let v = dq8(rb + (c / cpb) * QB, c % cpb);
-        acc += dot(v[0], xv(xb + 2u * c)) + dot(v[1], xv(xb + 2u * c + 1u));
+        acc += dot(v[0], xv(xr.xb + 2u * c)) + dot(v[1], xv(xr.xb + 2u * c + 1u));
         if (ACT_S && c % cpb == 0u) {
-            let ci = cb + c / cpb;
+            let ci = xr.cb + c / cpb;
             acc += qmin(rb + (c / cpb) * QB) * xv(ci / 4u)[ci % 4u];
         }
     }

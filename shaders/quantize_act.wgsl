@@ -21,13 +21,17 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<u32>;
 
 fn act_in(i: u32) -> f32 {
     return x[i];
 }
 
 fn act_out(i: u32, v: f32) {
+    y[i] = bitcast<u32>(v);
+}
+
+fn act_word(i: u32, v: u32) {
     y[i] = v;
 }
 
@@ -38,5 +42,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (b >= p.n * (p.k / qk)) {
         return;
     }
-    quantize_block(ACT, b * qk, p.n * p.k + b);
+    quantize_block(ACT, b * qk, p.n * p.k);
 }

@@ -20,13 +20,17 @@ struct Params {
 @group(0) @binding(1) var<storage, read> w: array<u32>;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<storage, read_write> qy: array<f32>;
+@group(0) @binding(4) var<storage, read_write> qy: array<u32>;
 
 fn act_in(i: u32) -> f32 {
     return y[i];
 }
 
 fn act_out(i: u32, v: f32) {
+    qy[i] = bitcast<u32>(v);
+}
+
+fn act_word(i: u32, v: u32) {
     qy[i] = v;
 }
 
@@ -58,7 +62,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let act = p.act - 1u;
         let qk = select(32u, 256u, act == 2u);
         for (var b = ln.lid; b < p.width / qk; b += WG) {
-            quantize_block(act, base + b * qk, p.rows * p.width + row * (p.width / 32u) + b);
+            quantize_block(act, base + b * qk, p.rows * p.width);
         }
     }
 }

@@ -18,3 +18,18 @@ fn dq8(b: u32, c: u32) -> array<vec4<f32>, 2> {
     let sh = (c >> 1u) * 4u;
     return array<vec4<f32>, 2>(iq4nl4(w_nib4(o, sh), d), iq4nl4(w_nib4(o + 4u, sh), d));
 }
+
+const IQ4NL_I: array<i32, 16> = array<i32, 16>(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+
+// The table values of the 4 nibbles (shift sh) of the bytes at o, as signed bytes.
+fn iq4nl_i8(o: u32, sh: u32) -> u32 {
+    let t = IQ4NL_I;
+    let n = (w_u32(o) >> sh) & 0x0f0f0f0fu;
+    return pack4xI8(vec4<i32>(t[n & 0xfu], t[(n >> 8u) & 0xfu], t[(n >> 16u) & 0xfu], t[n >> 24u]));
+}
+
+fn dq8i(b: u32, c: u32) -> QI8 {
+    let o = b + 2u + (c & 1u) * 8u;
+    let sh = (c >> 1u) * 4u;
+    return QI8(vec2<u32>(iq4nl_i8(o, sh), iq4nl_i8(o + 4u, sh)), w_f16(b), 0.0);
+}

@@ -26,3 +26,17 @@ fn dq8(b: u32, c: u32) -> array<vec4<f32>, 2> {
     let sh = (c >> 1u) * 4u;
     return array<vec4<f32>, 2>(mx4(w_nib4(o, sh), d), mx4(w_nib4(o + 4u, sh), d));
 }
+
+const MXFP4_I: array<i32, 16> = array<i32, 16>(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+
+fn mx4_i8(o: u32, sh: u32) -> u32 {
+    let t = MXFP4_I;
+    let n = (w_u32(o) >> sh) & 0x0f0f0f0fu;
+    return pack4xI8(vec4<i32>(t[n & 0xfu], t[(n >> 8u) & 0xfu], t[(n >> 16u) & 0xfu], t[n >> 24u]));
+}
+
+fn dq8i(b: u32, c: u32) -> QI8 {
+    let o = b + 1u + (c & 1u) * 8u;
+    let sh = (c >> 1u) * 4u;
+    return QI8(vec2<u32>(mx4_i8(o, sh), mx4_i8(o + 4u, sh)), e8m0_half(w_u8(b)), 0.0);
+}

@@ -18,3 +18,14 @@ fn dq8(b: u32, c: u32) -> array<vec4<f32>, 2> {
     let q1 = vec4<f32>(unpack4xU8((w_u32(o + 4u) >> s) & 0x03030303u));
     return array<vec4<f32>, 2>(dl * q0 - ml, dl * q1 - ml);
 }
+
+fn dq8i(b: u32, c: u32) -> QI8 {
+    let h = c >> 4u;
+    let k = (c >> 2u) & 3u;
+    let l0 = (c & 3u) * 8u;
+    let sc = w_u8(b + 8u * h + 2u * k + l0 / 16u);
+    let o = b + 16u + 32u * h + l0;
+    let s = 2u * k;
+    let q = vec2<u32>((w_u32(o) >> s) & 0x03030303u, (w_u32(o + 4u) >> s) & 0x03030303u);
+    return QI8(q, w_f16(b + 80u) * f32(sc & 0xfu), -(w_f16(b + 82u) * f32(sc >> 4u)));
+}

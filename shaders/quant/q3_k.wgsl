@@ -27,3 +27,17 @@ fn dq8(b: u32, c: u32) -> array<vec4<f32>, 2> {
     let h1 = vec4<f32>(unpack4xU8((w_u32(b + l0 + 4u) >> m) & 0x01010101u));
     return array<vec4<f32>, 2>(dl * (q0 - 4.0 + 4.0 * h0), dl * (q1 - 4.0 + 4.0 * h1));
 }
+
+fn dq8i(b: u32, c: u32) -> QI8 {
+    let h = c >> 4u;
+    let k = (c >> 2u) & 3u;
+    let l0 = (c & 3u) * 8u;
+    let o = b + 32u + 32u * h + l0;
+    let s = 2u * k;
+    let m = 4u * h + k;
+    // low − 4 where the mask bit is clear: 0xfc added to a byte below 4, no carry.
+    let h0 = (~(w_u32(b + l0) >> m)) & 0x01010101u;
+    let h1 = (~(w_u32(b + l0 + 4u) >> m)) & 0x01010101u;
+    let q = vec2<u32>(((w_u32(o) >> s) & 0x03030303u) | (h0 * 0xfcu), ((w_u32(o + 4u) >> s) & 0x03030303u) | (h1 * 0xfcu));
+    return QI8(q, w_f16(b + 108u) * q3k_scale(b + 96u, 8u * h + 2u * k + l0 / 16u), 0.0);
+}

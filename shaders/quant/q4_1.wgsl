@@ -17,3 +17,10 @@ fn dq8(b: u32, c: u32) -> array<vec4<f32>, 2> {
 fn qmin(b: u32) -> f32 {
     return w_f16(b + 2u);
 }
+
+fn dq8i(b: u32, c: u32) -> QI8 {
+    let o = b + 4u + (c & 1u) * 8u;
+    let sh = (c >> 1u) * 4u;
+    let q = vec2<u32>((w_u32(o) >> sh) & 0x0f0f0f0fu, (w_u32(o + 4u) >> sh) & 0x0f0f0f0fu);
+    return QI8(q, w_f16(b), w_f16(b + 2u));
+}

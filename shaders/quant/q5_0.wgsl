@@ -19,3 +19,18 @@ fn dq8(b: u32, c: u32) -> array<vec4<f32>, 2> {
     let sh = (c >> 1u) * 4u;
     return array<vec4<f32>, 2>((w_nib4(o, sh) + h[0] - 16.0) * d, (w_nib4(o + 4u, sh) + h[1] - 16.0) * d);
 }
+
+// Bit 4 of elements 8c..8c+8 as bit 4 of their bytes.
+fn q5_high_i8(qh: u32, c: u32) -> vec2<u32> {
+    let h = qh >> (8u * c);
+    return vec2<u32>(bits_to_bytes(h) << 4u, bits_to_bytes(h >> 4u) << 4u);
+}
+
+fn dq8i(b: u32, c: u32) -> QI8 {
+    let h = q5_high_i8(w_u32(b + 2u), c);
+    let o = b + 6u + (c & 1u) * 8u;
+    let sh = (c >> 1u) * 4u;
+    let q0 = ((w_u32(o) >> sh) & 0x0f0f0f0fu) | h.x;
+    let q1 = ((w_u32(o + 4u) >> sh) & 0x0f0f0f0fu) | h.y;
+    return QI8(vec2<u32>(offset_i8(q0, 16u), offset_i8(q1, 16u)), w_f16(b), 0.0);
+}

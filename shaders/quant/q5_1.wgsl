@@ -25,3 +25,17 @@ fn dq8(b: u32, c: u32) -> array<vec4<f32>, 2> {
 fn qmin(b: u32) -> f32 {
     return w_f16(b + 2u);
 }
+
+// Bit 4 of elements 8c..8c+8 as bit 4 of their bytes.
+fn q5_high_i8(qh: u32, c: u32) -> vec2<u32> {
+    let h = qh >> (8u * c);
+    return vec2<u32>(bits_to_bytes(h) << 4u, bits_to_bytes(h >> 4u) << 4u);
+}
+
+fn dq8i(b: u32, c: u32) -> QI8 {
+    let h = q5_high_i8(w_u32(b + 4u), c);
+    let o = b + 8u + (c & 1u) * 8u;
+    let sh = (c >> 1u) * 4u;
+    let q = vec2<u32>(((w_u32(o) >> sh) & 0x0f0f0f0fu) | h.x, ((w_u32(o + 4u) >> sh) & 0x0f0f0f0fu) | h.y);
+    return QI8(q, w_f16(b), w_f16(b + 2u));
+}

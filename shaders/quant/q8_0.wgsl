@@ -8,3 +8,8 @@ fn dq8(b: u32, c: u32) -> array<vec4<f32>, 2> {
     let o = b + 2u + c * 8u;
     return array<vec4<f32>, 2>(vec4<f32>(unpack4xI8(w_u32(o))) * d, vec4<f32>(unpack4xI8(w_u32(o + 4u))) * d);
 }
+
+fn dq8i(b: u32, c: u32) -> QI8 {
+    let o = b + 2u + c * 8u;
+    return QI8(vec2<u32>(w_u32(o), w_u32(o + 4u)), w_f16(b), 0.0);
+}

@@ -62,6 +62,7 @@ pub fn gpu(test: &str, subgroups: bool, max_binding: Option<u64>) -> Option<Wgpu
         subgroups,
         max_binding,
         checked: false,
+        int8_matvec: true,
     };
     match WgpuBackend::new(opts) {
         Ok(b) => Some(b),
@@ -110,6 +111,28 @@ pub fn gpus_at(test: &str, max_binding: Option<u64>, split_span: u32) -> Vec<Gpu
     v.extend(cuda::backends_at(test, split_span));
     let labels: Vec<&str> = v.iter().map(|g| g.label.as_str()).collect();
     eprintln!("{test}: {}", labels.join(", "));
+    v
+}
+
+/// `gpus`, then wgpu once more with the f32 matvec rows for quantized weights
+/// (`WgpuOptions::int8_matvec` off), so both readers of the 8-bit activations are held to the CPU.
+pub fn gpus_and_f32_rows(test: &str, max_binding: Option<u64>) -> Vec<Gpu> {
+    let mut v = gpus(test, max_binding);
+    let opts = WgpuOptions {
+        allow_software: true,
+        subgroups: true,
+        max_binding,
+        checked: false,
+        int8_matvec: false,
+    };
+    if let (false, Ok(b)) = (v.is_empty(), WgpuBackend::new(opts)) {
+        v.push(Gpu {
+            label: format!("{} (f32 rows)", b.describe()),
+            backend: Arc::new(b),
+            alt: true,
+            emulated: false,
+        });
+    }
     v
 }
 
@@ -280,7 +303,7 @@ fn matmul_ref(x: &[f32], w: &Tensor, n: usize) -> Vec<f32> {
 /// get_rows of scattered ids, which must equal the CPU's dequantization.
 fn matmul_and_get_rows_every_qtype() {
     let t = "matmul_and_get_rows_every_qtype";
-    let gs = gpus(t, Some(8 << 10));
+    let gs = gpus_and_f32_rows(t, Some(8 << 10));
     if gs.is_empty() {
         return;
     }
@@ -371,7 +394,7 @@ fn matmul_and_get_rows_every_qtype() {
 /// and the decode steps launch what the fusions leave.
 fn pack_matmuls_every_qtype_match_cpu() {
     let t = "pack_matmuls_every_qtype_match_cpu";
-    let gs = gpus(t, None);
+    let gs = gpus_and_f32_rows(t, None);
     if gs.is_empty() {
         return;
     }

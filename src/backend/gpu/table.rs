@@ -73,6 +73,9 @@ pub struct Wgsl {
     /// The shared body after an element-wise op's `fn op` (`binary.wgsl`, `unary.wgsl`), or
     /// functions the body calls that other kernels share (`matmul_vec_row.wgsl`).
     pub tail: Option<&'static str>,
+    /// The tail for quantized weights, where it differs: the matvecs' int8 row reader
+    /// (`matmul_vec_row_i8.wgsl`) in place of the f32 one.
+    pub tail_i8: Option<&'static str>,
 }
 
 /// A kernel's parameter struct (`params.rs`), by name and fields.
@@ -129,6 +132,7 @@ const fn body(body: &'static str) -> Wgsl {
         body,
         body_kv_q8_0: None,
         tail: None,
+        tail_i8: None,
     }
 }
 
@@ -205,6 +209,7 @@ pub static KERNELS: [KernelInfo; 27] = [
         wgsl: Wgsl {
             head: Some(wgsl!("matmul_vec_plain.wgsl")),
             tail: Some(wgsl!("matmul_vec_row.wgsl")),
+            tail_i8: Some(wgsl!("matmul_vec_row_i8.wgsl")),
             ..body(wgsl!("matmul_vec.wgsl"))
         },
         cuda: cuda!("matmul_vec.cu"),
@@ -294,6 +299,7 @@ pub static KERNELS: [KernelInfo; 27] = [
             body: wgsl!("kv_store.wgsl"),
             body_kv_q8_0: Some(wgsl!("kv_store_q8_0.wgsl")),
             tail: None,
+            tail_i8: None,
         },
         cuda: cuda!("kv_store.cu"),
     },
@@ -389,6 +395,7 @@ pub static KERNELS: [KernelInfo; 27] = [
         wgsl: Wgsl {
             head: Some(wgsl!("matmul_vec_id.wgsl")),
             tail: Some(wgsl!("matmul_vec_row.wgsl")),
+            tail_i8: Some(wgsl!("matmul_vec_row_i8.wgsl")),
             ..body(wgsl!("matmul_vec.wgsl"))
         },
         // The file on disk includes matmul_vec.cu; an NVRTC program has no include path.
@@ -478,6 +485,7 @@ pub static KERNELS: [KernelInfo; 27] = [
         wgsl: Wgsl {
             head: Some(wgsl!("quantize_block.wgsl")),
             tail: Some(wgsl!("matmul_vec_row.wgsl")),
+            tail_i8: Some(wgsl!("matmul_vec_row_i8.wgsl")),
             ..body(wgsl!("matmul_vec_pack.wgsl"))
         },
         // The file on disk includes matmul_vec.cu.

@@ -37,6 +37,8 @@ pub struct WgpuContext {
     pub(super) subgroups: bool,
     /// Shaders with wgpu's runtime checks (`WgpuOptions::checked`).
     pub(super) checked: bool,
+    /// The int8 matvec (`WgpuOptions::int8_matvec`).
+    pub(super) int8: bool,
     /// Bytes per binding: the adapter's limit, or the smaller one the backend was given.
     pub(super) max_binding: u64,
     pub(super) profiler: Option<Profiler>,
@@ -242,6 +244,7 @@ impl WgpuContext {
                 kv: self.kv,
                 subgroups: self.subgroups,
                 checked: self.checked,
+                int8: self.int8,
             };
             let p = self
                 .gpu

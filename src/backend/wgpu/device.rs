@@ -85,7 +85,7 @@ pub struct Gpu {
     /// it decode all 65,536 as the integer decode does.
     pub f16_hw: bool,
     /// By variant and whether its shader keeps wgpu's runtime checks.
-    pipelines: Mutex<HashMap<(Variant, bool), Arc<Pipeline>>>,
+    pipelines: Mutex<HashMap<(Variant, bool, bool), Arc<Pipeline>>>,
     cache: Option<wgpu::PipelineCache>,
     /// Errors that reached no error scope (recorded, never a panic).
     uncaptured: Arc<Mutex<Vec<String>>>,
@@ -333,14 +333,19 @@ impl Gpu {
 
     /// The pipeline for `v`, built on first use and kept for the life of the device; `checked`:
     /// with wgpu's runtime checks in the shader (bounds clamped, loops bounded), else trusted
-    /// without them.
-    pub fn pipeline(&self, v: Variant, checked: bool) -> Result<Arc<Pipeline>, String> {
-        if let Some(p) = self.pipelines.lock().map_err(|e| e.to_string())?.get(&(v, checked)) {
+    /// without them; `int8`: the int8 matvec rows (`WgslSource::source_with`).
+    pub fn pipeline(&self, v: Variant, checked: bool, int8: bool) -> Result<Arc<Pipeline>, String> {
+        if let Some(p) = self
+            .pipelines
+            .lock()
+            .map_err(|e| e.to_string())?
+            .get(&(v, checked, int8))
+        {
             return Ok(p.clone());
         }
         let name = v.name();
         let src = v
-            .source_with(self.f16_hw)
+            .source_with(self.f16_hw, int8)
             .ok_or_else(|| format!("{name}: no shader for this type"))?;
         let p = self.scoped(&name, || {
             let desc = wgpu::ShaderModuleDescriptor {
@@ -415,7 +420,7 @@ impl Gpu {
         self.pipelines
             .lock()
             .map_err(|e| e.to_string())?
-            .insert((v, checked), p.clone());
+            .insert((v, checked, int8), p.clone());
         Ok(p)
     }
 

@@ -70,6 +70,8 @@ pub struct Targets<'a> {
     pub subgroups: bool,
     /// Shaders with wgpu's runtime checks.
     pub checked: bool,
+    /// The int8 matvec (`WgpuOptions::int8_matvec`).
+    pub int8: bool,
 }
 
 fn storage(gpu: &Gpu, label: &str, bytes: u64, extra: wgpu::BufferUsages) -> wgpu::Buffer {
@@ -166,7 +168,7 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
         let off = slot as u64 * align;
         bytes[off as usize..off as usize + 64].copy_from_slice(bytemuck::cast_slice(&l.params));
         slot += 1;
-        let pipeline = gpu.pipeline(l.variant, t.checked)?;
+        let pipeline = gpu.pipeline(l.variant, t.checked, t.int8)?;
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
             resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {

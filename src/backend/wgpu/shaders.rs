@@ -124,16 +124,18 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 pub trait WgslSource {
     /// The whole module, or `None` where a piece has no source (no kernel for that type).
     fn source(&self) -> Option<String> {
-        self.source_with(false)
+        self.source_with(false, true)
     }
-    /// The module with halves decoded by the hardware (`unpack2x16float`) when `f16_hw`.
-    fn source_with(&self, f16_hw: bool) -> Option<String>;
+    /// The module with halves decoded by the hardware (`unpack2x16float`) when `f16_hw`, and
+    /// with `int8` the matvecs over quantized weights in 8-bit integers (`Wgsl::tail_i8`), else
+    /// in f32 over the rounded values (the same products, summed in another order).
+    fn source_with(&self, f16_hw: bool, int8: bool) -> Option<String>;
     /// Pipeline-overridable constants (`WG`).
     fn constants(&self) -> Vec<(&'static str, f64)>;
 }
 
 impl WgslSource for Variant {
-    fn source_with(&self, f16_hw: bool) -> Option<String> {
+    fn source_with(&self, f16_hw: bool, int8: bool) -> Option<String> {
         let k = self.kernel;
         let f16 = if f16_hw { F16_HARDWARE } else { F16_SOFTWARE };
         let mut parts: Vec<&str> = vec![
@@ -162,7 +164,12 @@ impl WgslSource for Variant {
             Some(b) if self.kv == Some(KvType::Q8_0) => b,
             _ => w.body,
         });
-        parts.extend(w.tail);
+        let quantized = self.qtype.and_then(crate::backend::gpu::kernels::act_qtype).is_some();
+        parts.extend(if int8 && quantized {
+            w.tail_i8.or(w.tail)
+        } else {
+            w.tail
+        });
         Some(parts.join("\n"))
     }
 

@@ -30,9 +30,24 @@ fn shaders_validate_and_translate() {
     {
         failures.push(format!("f16 probe: {e}"));
     }
-    for (v, f16_hw) in variants.into_iter().flat_map(|v| [(v, false), (v, true)]) {
-        let name = format!("{}{}", v.name(), if f16_hw { " (f16 in hardware)" } else { "" });
-        let src = v.source_with(f16_hw).unwrap_or_else(|| panic!("{name}: no source"));
+    // Each variant with f16 decoded in software and in hardware; the matvecs also with their
+    // f32 rows for quantized weights (`WgpuOptions::int8_matvec` off).
+    let builds = variants.into_iter().flat_map(|v| {
+        let f32_rows = v.kernel.info().wgsl.tail_i8.is_some();
+        [(v, false, true), (v, true, true)]
+            .into_iter()
+            .chain(f32_rows.then_some((v, false, false)))
+    });
+    for (v, f16_hw, int8) in builds {
+        let name = format!(
+            "{}{}{}",
+            v.name(),
+            if f16_hw { " (f16 in hardware)" } else { "" },
+            if int8 { "" } else { " (f32 rows)" }
+        );
+        let src = v
+            .source_with(f16_hw, int8)
+            .unwrap_or_else(|| panic!("{name}: no source"));
         let module = match naga::front::wgsl::parse_str(&src) {
             Ok(m) => m,
             Err(e) => {

@@ -184,9 +184,11 @@ pub struct Schedule {
 }
 
 /// Bytes per token of `quantize_act`'s output for rows of `k`: the rounded values, then (q8_1)
-/// one correction per 32-element block.
+/// one correction per 32-element block, then the packed form the int8 matvec reads (a byte per
+/// value and an f32 scale per 32-element block) from a 16-byte boundary, which the last 16
+/// bytes leave room for (common.wgsl's `act_q_base`, common.cuh's).
 pub fn act_bytes(k: usize) -> u64 {
-    (k * 4 + k / 32 * 4) as u64
+    (k * 4 + k / 32 * 4 + k + k / 32 * 4 + 16) as u64
 }
 
 /// The index of activation format `a` among `quantize_act`'s (`ACT_QTYPES`): what a fused
