@@ -17,12 +17,6 @@
 // bias; id: the route). Grid: (x, y) folded over ceil(rows / 8) row groups, z = token (id: token
 // × slot). Block: 64.
 
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 610
-#define MF_DP4A 1
-#else
-#define MF_DP4A 0
-#endif
-
 // One token's activations as the rows read them: its values, its q8_1 corrections, its packed q
 // (a word pair per 8-element chunk) and its scales (one per 32 elements).
 struct XRow {

@@ -383,6 +383,13 @@ struct QI8 {
     float s, m;
 };
 
+// Whether the matvecs take the int8 path: __dp4a from sm_61 on (and in the emulation).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 610
+#define MF_DP4A 1
+#else
+#define MF_DP4A 0
+#endif
+
 // The bytes of n, each below 2h (h a power of two), less h, as signed bytes, without a borrow
 // between bytes (q4_0: h 8, q5_0: 16, q6_K: 32).
 template <u32 H>

@@ -123,20 +123,3 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     store4(r + 2u, t, acc2);
     store4(r + 3u, t, acc3);
 }
-
-// Row r (of the part) for tokens t .. t + 4.
-fn store4(r: u32, t: u32, v: vec4<f32>) {
-    if (r >= p.rows) {
-        return;
-    }
-    for (var j = 0u; j < 4u; j++) {
-        if (t + j < p.n) {
-            let yi = (t + j) * p.m + p.row0 + r;
-            var s = v[j];
-            if (p.bias != 0u) {
-                s += bias[p.row0 + r];
-            }
-            y[yi] = select(s, y[yi] + s, p.acc != 0u);
-        }
-    }
-}

@@ -23,7 +23,7 @@ pub const VARS: [&str; 14] = [
     "MINFER_DISABLE_WGPU",
     "MINFER_WGPU_ALLOW_CPU",
     "MINFER_CHECKED_SHADERS",
-    "MINFER_INT8_MATVEC",
+    "MINFER_INT8_MATMUL",
     "MINFER_PROFILE",
     "MINFER_DISABLE_CUDA",
     "MINFER_CUDA_EMULATOR",
@@ -47,9 +47,9 @@ pub struct Overrides {
     pub wgpu_allow_cpu: bool,
     /// `MINFER_CHECKED_SHADERS`: wgpu shaders keep wgpu's runtime bounds checks.
     pub checked_shaders: bool,
-    /// `MINFER_INT8_MATVEC`: `Some(false)` runs wgpu's decode matmuls over quantized weights in
-    /// f32 instead of 8-bit integers.
-    pub int8_matvec: Option<bool>,
+    /// `MINFER_INT8_MATMUL`: `Some(false)` runs wgpu's matmuls over quantized weights in f32
+    /// instead of 8-bit integers.
+    pub int8_matmul: Option<bool>,
     /// `MINFER_PROFILE`: per-op GPU time from wgpu timestamp queries.
     pub profile: bool,
     /// `MINFER_DISABLE_CUDA`: leave the CUDA backend out.
@@ -113,7 +113,7 @@ impl Overrides {
             disable_wgpu: flag("MINFER_DISABLE_WGPU")?.unwrap_or(false),
             wgpu_allow_cpu: flag("MINFER_WGPU_ALLOW_CPU")?.unwrap_or(false),
             checked_shaders: flag("MINFER_CHECKED_SHADERS")?.unwrap_or(false),
-            int8_matvec: flag("MINFER_INT8_MATVEC")?,
+            int8_matmul: flag("MINFER_INT8_MATMUL")?,
             profile: flag("MINFER_PROFILE")?.unwrap_or(false),
             disable_cuda: flag("MINFER_DISABLE_CUDA")?.unwrap_or(false),
             cuda_emulator: path("MINFER_CUDA_EMULATOR")?,

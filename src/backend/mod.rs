@@ -484,9 +484,9 @@ pub struct BackendOptions {
     pub wgpu_allow_software: bool,
     /// wgpu shaders keep wgpu's runtime bounds checks (`wgpu::WgpuOptions::checked`).
     pub checked_shaders: bool,
-    /// wgpu decode matmuls over quantized weights in 8-bit integers
-    /// (`wgpu::WgpuOptions::int8_matvec`).
-    pub int8_matvec: bool,
+    /// wgpu matmuls over quantized weights in 8-bit integers
+    /// (`wgpu::WgpuOptions::int8_matmul`).
+    pub int8_matmul: bool,
     /// Per-op time ([`Context::profile_report`], [`Context::decode_profile`]): wgpu from
     /// timestamp queries, CUDA from events around each node's launches (no graphs then), the
     /// CPU from its own clock, with the weight bytes each op reads.
@@ -513,7 +513,7 @@ impl Default for BackendOptions {
             disable_wgpu: false,
             wgpu_allow_software: false,
             checked_shaders: false,
-            int8_matvec: true,
+            int8_matmul: true,
             profile: false,
             disable_cuda: false,
             cuda_emulator: None,
@@ -533,7 +533,7 @@ impl BackendOptions {
             disable_wgpu: o.disable_wgpu,
             wgpu_allow_software: o.wgpu_allow_cpu,
             checked_shaders: o.checked_shaders,
-            int8_matvec: o.int8_matvec.unwrap_or(true),
+            int8_matmul: o.int8_matmul.unwrap_or(true),
             profile: o.profile,
             disable_cuda: o.disable_cuda,
             cuda_emulator: o.cuda_emulator.clone(),
@@ -570,7 +570,7 @@ fn wgpu_backend(auto: bool, opts: &BackendOptions) -> std::result::Result<wgpu::
     };
     let w = wgpu::WgpuOptions {
         checked: opts.checked_shaders,
-        int8_matvec: opts.int8_matvec,
+        int8_matmul: opts.int8_matmul,
         ..w
     };
     Ok(wgpu::WgpuBackend::new(w)?

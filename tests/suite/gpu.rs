@@ -62,7 +62,7 @@ pub fn gpu(test: &str, subgroups: bool, max_binding: Option<u64>) -> Option<Wgpu
         subgroups,
         max_binding,
         checked: false,
-        int8_matvec: true,
+        int8_matmul: true,
     };
     match WgpuBackend::new(opts) {
         Ok(b) => Some(b),
@@ -114,8 +114,8 @@ pub fn gpus_at(test: &str, max_binding: Option<u64>, split_span: u32) -> Vec<Gpu
     v
 }
 
-/// `gpus`, then wgpu once more with the f32 matvec rows for quantized weights
-/// (`WgpuOptions::int8_matvec` off), so both readers of the 8-bit activations are held to the CPU.
+/// `gpus`, then wgpu once more with the f32 matmuls for quantized weights
+/// (`WgpuOptions::int8_matmul` off), so both readers of the 8-bit activations are held to the CPU.
 pub fn gpus_and_f32_rows(test: &str, max_binding: Option<u64>) -> Vec<Gpu> {
     let mut v = gpus(test, max_binding);
     let opts = WgpuOptions {
@@ -123,11 +123,11 @@ pub fn gpus_and_f32_rows(test: &str, max_binding: Option<u64>) -> Vec<Gpu> {
         subgroups: true,
         max_binding,
         checked: false,
-        int8_matvec: false,
+        int8_matmul: false,
     };
     if let (false, Ok(b)) = (v.is_empty(), WgpuBackend::new(opts)) {
         v.push(Gpu {
-            label: format!("{} (f32 rows)", b.describe()),
+            label: format!("{} (f32 matmuls)", b.describe()),
             backend: Arc::new(b),
             alt: true,
             emulated: false,

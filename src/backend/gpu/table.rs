@@ -73,6 +73,9 @@ pub struct Wgsl {
     /// The shared body after an element-wise op's `fn op` (`binary.wgsl`, `unary.wgsl`), or
     /// functions the body calls that other kernels share (`matmul_vec_row.wgsl`).
     pub tail: Option<&'static str>,
+    /// The body for quantized weights, where it differs: the tiled matmul in 8-bit integers
+    /// (`matmul_i8.wgsl`).
+    pub body_i8: Option<&'static str>,
     /// The tail for quantized weights, where it differs: the matvecs' int8 row reader
     /// (`matmul_vec_row_i8.wgsl`) in place of the f32 one.
     pub tail_i8: Option<&'static str>,
@@ -132,6 +135,7 @@ const fn body(body: &'static str) -> Wgsl {
         body,
         body_kv_q8_0: None,
         tail: None,
+        body_i8: None,
         tail_i8: None,
     }
 }
@@ -225,7 +229,11 @@ pub static KERNELS: [KernelInfo; 27] = [
         threads: 64,
         wg_override: false,
         params: of::<params::MatmulParams>(),
-        wgsl: body(wgsl!("matmul.wgsl")),
+        wgsl: Wgsl {
+            tail: Some(wgsl!("matmul_store.wgsl")),
+            body_i8: Some(wgsl!("matmul_i8.wgsl")),
+            ..body(wgsl!("matmul.wgsl"))
+        },
         cuda: cuda!("matmul.cu"),
     },
     KernelInfo {
@@ -299,6 +307,7 @@ pub static KERNELS: [KernelInfo; 27] = [
             body: wgsl!("kv_store.wgsl"),
             body_kv_q8_0: Some(wgsl!("kv_store_q8_0.wgsl")),
             tail: None,
+            body_i8: None,
             tail_i8: None,
         },
         cuda: cuda!("kv_store.cu"),

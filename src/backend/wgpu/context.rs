@@ -37,7 +37,7 @@ pub struct WgpuContext {
     pub(super) subgroups: bool,
     /// Shaders with wgpu's runtime checks (`WgpuOptions::checked`).
     pub(super) checked: bool,
-    /// The int8 matvec (`WgpuOptions::int8_matvec`).
+    /// The int8 matmuls (`WgpuOptions::int8_matmul`).
     pub(super) int8: bool,
     /// Bytes per binding: the adapter's limit, or the smaller one the backend was given.
     pub(super) max_binding: u64,

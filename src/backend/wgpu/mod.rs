@@ -63,10 +63,10 @@ pub struct WgpuOptions {
     /// tests run them unchecked, and compare them with the checked build), so the checks would
     /// only cost time where the platform has no robust buffer access of its own (Metal, DX12).
     pub checked: bool,
-    /// Decode matmuls over quantized weights multiply 8-bit activations by the weights' integers
-    /// (`dot4I8Packed`, llama.cpp's MMVQ); off, they multiply the dequantized weights by the
-    /// same activations in f32. On by default.
-    pub int8_matvec: bool,
+    /// Matmuls over quantized weights (decode rows and prefill tiles) multiply 8-bit
+    /// activations by the weights' integers (`dot4I8Packed`, llama.cpp's MMVQ and MMQ); off,
+    /// they multiply the dequantized weights by the same activations in f32. On by default.
+    pub int8_matmul: bool,
 }
 
 impl WgpuOptions {
@@ -78,7 +78,7 @@ impl WgpuOptions {
             subgroups: true,
             max_binding: None,
             checked: false,
-            int8_matvec: true,
+            int8_matmul: true,
         }
     }
 
@@ -253,7 +253,7 @@ impl Backend for WgpuBackend {
             graphs: HashMap::new(),
             subgroups: self.uses_subgroups(),
             checked: self.opts.checked,
-            int8: self.opts.int8_matvec,
+            int8: self.opts.int8_matmul,
             max_binding: self.max_binding(),
             profiler,
             profile_note,

@@ -70,7 +70,7 @@ pub struct Targets<'a> {
     pub subgroups: bool,
     /// Shaders with wgpu's runtime checks.
     pub checked: bool,
-    /// The int8 matvec (`WgpuOptions::int8_matvec`).
+    /// The int8 matmuls (`WgpuOptions::int8_matmul`).
     pub int8: bool,
 }
 

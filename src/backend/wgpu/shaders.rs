@@ -127,8 +127,9 @@ pub trait WgslSource {
         self.source_with(false, true)
     }
     /// The module with halves decoded by the hardware (`unpack2x16float`) when `f16_hw`, and
-    /// with `int8` the matvecs over quantized weights in 8-bit integers (`Wgsl::tail_i8`), else
-    /// in f32 over the rounded values (the same products, summed in another order).
+    /// with `int8` the matmuls over quantized weights in 8-bit integers (`Wgsl::body_i8`,
+    /// `tail_i8`), else in f32 over the rounded values (the same products, summed in another
+    /// order).
     fn source_with(&self, f16_hw: bool, int8: bool) -> Option<String>;
     /// Pipeline-overridable constants (`WG`).
     fn constants(&self) -> Vec<(&'static str, f64)>;
@@ -160,16 +161,13 @@ impl WgslSource for Variant {
         }
         let w = &info.wgsl;
         parts.extend(w.head);
-        parts.push(match w.body_kv_q8_0 {
-            Some(b) if self.kv == Some(KvType::Q8_0) => b,
+        let i8 = int8 && self.qtype.and_then(crate::backend::gpu::kernels::act_qtype).is_some();
+        parts.push(match (w.body_kv_q8_0, w.body_i8) {
+            (Some(b), _) if self.kv == Some(KvType::Q8_0) => b,
+            (_, Some(b)) if i8 => b,
             _ => w.body,
         });
-        let quantized = self.qtype.and_then(crate::backend::gpu::kernels::act_qtype).is_some();
-        parts.extend(if int8 && quantized {
-            w.tail_i8.or(w.tail)
-        } else {
-            w.tail
-        });
+        parts.extend(if i8 { w.tail_i8.or(w.tail) } else { w.tail });
         Some(parts.join("\n"))
     }
 

@@ -105,7 +105,7 @@ fn trusted_shaders_compute_what_checked_ones_do() {
             subgroups,
             max_binding: None,
             checked,
-            int8_matvec: true,
+            int8_matmul: true,
         };
         minfer::backend::wgpu::WgpuBackend::new(opts).map(|b| b.with_split_span(PROMPT as u32 + 3))
     };

@@ -31,9 +31,10 @@ fn shaders_validate_and_translate() {
         failures.push(format!("f16 probe: {e}"));
     }
     // Each variant with f16 decoded in software and in hardware; the matvecs also with their
-    // f32 rows for quantized weights (`WgpuOptions::int8_matvec` off).
+    // f32 matmuls for quantized weights (`WgpuOptions::int8_matmul` off).
     let builds = variants.into_iter().flat_map(|v| {
-        let f32_rows = v.kernel.info().wgsl.tail_i8.is_some();
+        let w = &v.kernel.info().wgsl;
+        let f32_rows = w.tail_i8.is_some() || w.body_i8.is_some();
         [(v, false, true), (v, true, true)]
             .into_iter()
             .chain(f32_rows.then_some((v, false, false)))
