@@ -127,8 +127,174 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
     }
 }
 
+// matmul_mma: the same product over quantized weights in 8-bit integers on the tensor cores
+// (llama.cpp's MMQ; the host takes it from sm_80 on, unless MINFER_INT8_MATMUL=0). The same
+// 32-row × 32-token tiles, grid and block; warp w of the two takes rows 16w .. 16w + 15 against
+// all 32 tokens, four mma.sync m16n8k16 (mma_s8, quant.cuh) per 16 elements of k.
+//
+// Per 32-element step each thread unpacks one row's half (two 8-element chunks, i8w<Q>) into
+// shared memory as signed bytes with the half's scale s and offset m (the two chunks of a half
+// share them in every format), and loads one token's half of quantize_act's packed q with its
+// sum Σ q_x; the token's scale d per 32 comes beside it. Each output adds, per step,
+// d · Σ_halves (s · Σ q_w q_x + m · Σ q_x): the integer sums exactly the CPU's, as in the int8
+// matvec (matmul_vec.cu) and matmul_i8.wgsl. q4_1 / q5_1 add the block offset times the q8_1
+// correction per step as matmul_body does. Rows of shared memory are 12 words (8 of data):
+// the fragment reads of a warp (8 rows × 4 words) then fall in 32 different banks.
+template <class Q>
+static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
+    constexpr u32 TM = 32; // rows per tile
+    constexpr u32 TN = 32; // tokens per tile
+    constexpr u32 TK = 32; // elements of k per step
+    constexpr u32 LD = 12; // words per tile row
+    constexpr u32 CPB = Q::QK / 8;
+    __shared__ u32 ws[TM * LD];
+    __shared__ u32 xs[TN * LD];
+    __shared__ float wsc[TM * 2];  // s per row and half
+    __shared__ float wof[TM * 2];  // m per row and half
+    __shared__ float xsum[TN * 2]; // Σ q_x per token and half
+    __shared__ float xd[TN];       // the step's scale per token
+    __shared__ float wmin[TM];     // act_s<Q>: the step's block offset per row
+    __shared__ float xcor[TN];     // act_s<Q>: the step's correction per token
+    const u8* __restrict__ w = binding<const u8>(p, 1);
+    const float* __restrict__ x = binding<const float>(p, 2);
+    float* __restrict__ y = binding<float>(p, 3);
+    const MatmulParams& prm = params<MatmulParams>(p);
+    const u32 k = prm.k, m = prm.m, rows = prm.rows, row0 = prm.row0, n = prm.n;
+    const u32 tid = threadIdx.x;
+    const u32 m0 = blockIdx.x * TM;
+    const u32 n0 = blockIdx.y * TN;
+    const u32 wr0 = 16 * (tid / 32); // the warp's first row in the tile
+    const u32 g = (tid % 32) / 4, tq = tid % 4;
+    const u32 lr = tid / 2, lh = tid % 2; // the row (and token) and half this thread loads
+    const unsigned long long rbytes = (k / Q::QK) * Q::QB;
+    // quantize_act's packed q (a word pair per 8-element chunk) and scales (one per 32).
+    const u32 qw = act_q_base(n * k);
+    const u2* __restrict__ xq = reinterpret_cast<const u2*>(x + qw);
+    const float* __restrict__ xdq = x + qw + n * k / 4;
+    // acc[j][i]: row m0 + wr0 + g + 8 (i / 2) × token n0 + 8j + 2tq + i % 2
+    float acc[4][4];
+    MF_UNROLL
+    for (u32 j = 0; j < 4; j++) {
+        MF_UNROLL
+        for (u32 i = 0; i < 4; i++) {
+            acc[j][i] = 0.0f;
+        }
+    }
+    for (u32 k0 = 0; k0 < k; k0 += TK) {
+        {
+            u2 q0 = {}, q1 = {};
+            float sc = 0.0f, of = 0.0f;
+            if (m0 + lr < rows) {
+                const u8* wr = w + (m0 + lr) * rbytes;
+                const u32 c0 = k0 / 8 + 2 * lh, c1 = c0 + 1;
+                const QI8 a = i8w<Q>::q(wr, (c0 / CPB) * Q::QB, c0 % CPB);
+                const QI8 b = i8w<Q>::q(wr, (c1 / CPB) * Q::QB, c1 % CPB);
+                q0 = a.q, q1 = b.q;
+                sc = a.s, of = a.m;
+            }
+            u32* d = ws + lr * LD + 4 * lh;
+            d[0] = q0.x, d[1] = q0.y, d[2] = q1.x, d[3] = q1.y;
+            wsc[lr * 2 + lh] = sc;
+            wof[lr * 2 + lh] = of;
+        }
+        {
+            u2 q0 = {}, q1 = {};
+            float d = 0.0f;
+            if (n0 + lr < n) {
+                const u32 t = n0 + lr;
+                q0 = xq[t * (k / 8) + k0 / 8 + 2 * lh];
+                q1 = xq[t * (k / 8) + k0 / 8 + 2 * lh + 1];
+                d = xdq[t * (k / 32) + k0 / 32];
+            }
+            u32* s = xs + lr * LD + 4 * lh;
+            s[0] = q0.x, s[1] = q0.y, s[2] = q1.x, s[3] = q1.y;
+            const int ones = 0x01010101;
+            xsum[lr * 2 + lh] = (float)__dp4a(ones, (int)q0.x, __dp4a(ones, (int)q0.y, __dp4a(ones, (int)q1.x, __dp4a(ones, (int)q1.y, 0))));
+            if (lh == 0) {
+                xd[lr] = d;
+            }
+        }
+        if constexpr (act_s<Q>::ON) {
+            const u32 i = tid % 32;
+            if (tid < 32) {
+                wmin[i] = m0 + i < rows ? act_s<Q>::m(w + (m0 + i) * rbytes, (k0 / Q::QK) * Q::QB) : 0.0f;
+            } else {
+                const float* xc = x + (unsigned long long)n * k;
+                xcor[i] = n0 + i < n ? xc[(n0 + i) * (k / Q::QK) + k0 / Q::QK] : 0.0f;
+            }
+        }
+        __syncthreads();
+        // st[j][i]: the step's Σ_halves (s · Σ q_w q_x + m · Σ q_x) of acc[j][i]
+        float st[4][4];
+        MF_UNROLL
+        for (u32 j = 0; j < 4; j++) {
+            MF_UNROLL
+            for (u32 i = 0; i < 4; i++) {
+                st[j][i] = 0.0f;
+            }
+        }
+        MF_UNROLL
+        for (u32 h = 0; h < 2; h++) {
+            const u32 ra = (wr0 + g) * LD + 4 * h + tq;
+            const u32 a0 = ws[ra], a1 = ws[ra + 8 * LD];
+            const u32 ia = (wr0 + g) * 2 + h, ib = ia + 16;
+            MF_UNROLL
+            for (u32 j = 0; j < 4; j++) {
+                int c[4] = {0, 0, 0, 0};
+                mma_s8(c, a0, a1, xs[(8 * j + g) * LD + 4 * h + tq]);
+                MF_UNROLL
+                for (u32 i = 0; i < 4; i++) {
+                    const u32 iw = i < 2 ? ia : ib;
+                    const float qs = xsum[(8 * j + 2 * tq + i % 2) * 2 + h];
+                    st[j][i] += mul_rn(wsc[iw], (float)c[i]) + mul_rn(wof[iw], qs);
+                }
+            }
+        }
+        MF_UNROLL
+        for (u32 j = 0; j < 4; j++) {
+            MF_UNROLL
+            for (u32 i = 0; i < 4; i++) {
+                const u32 t = 8 * j + 2 * tq + i % 2;
+                acc[j][i] += mul_rn(xd[t], st[j][i]);
+                if constexpr (act_s<Q>::ON) {
+                    acc[j][i] += mul_rn(wmin[wr0 + g + 8 * (i / 2)], xcor[t]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    MF_UNROLL
+    for (u32 j = 0; j < 4; j++) {
+        MF_UNROLL
+        for (u32 i = 0; i < 4; i++) {
+            const u32 r = m0 + wr0 + g + 8 * (i / 2);
+            const u32 t = n0 + 8 * j + 2 * tq + i % 2;
+            if (r < rows && t < n) {
+                store_y(p, y + t * m + row0 + r, acc[j][i], row0 + r);
+            }
+        }
+    }
+}
+
+// matmul_mma's entry for weights Q: where the tensor cores or Q's integer form are missing,
+// matmul_body (the host never launches it there).
+template <class Q>
+static __device__ __forceinline__ void matmul_mma_entry(const Params& p) {
+    if constexpr (MF_MMA && i8w<Q>::INT8) {
+        matmul_mma_body<Q>(p);
+    } else {
+        matmul_body<Q>(p);
+    }
+}
+
 #define MF_MATMUL(name)                                                                          \
     extern "C" __global__ void __launch_bounds__(64) matmul_##name(const Params p) { \
         matmul_body<qt_##name>(p);                                                               \
     }
 MF_MATRIX_QTYPES(MF_MATMUL)
+
+#define MF_MATMUL_MMA(name)                                                                          \
+    extern "C" __global__ void __launch_bounds__(64) matmul_mma_##name(const Params p) { \
+        matmul_mma_entry<qt_##name>(p);                                                              \
+    }
+MF_MATRIX_QTYPES(MF_MATMUL_MMA)

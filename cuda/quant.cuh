@@ -390,6 +390,30 @@ struct QI8 {
 #define MF_DP4A 0
 #endif
 
+// Whether the prefill matmul can take the tensor cores' integer products (matmul_mma, matmul.cu):
+// mma.sync m16n8k16 s8 from sm_80 on, and in the emulation (emu.h's mma_s8_m16n8k16).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define MF_MMA 1
+#else
+#define MF_MMA 0
+#endif
+
+// d += A · B for one warp: A 16 × 16 and B 16 × 8 signed bytes, d 16 × 8 s32, in PTX's fragment
+// layout (g = lane / 4, t = lane % 4): a0 = A[g][4t .. 4t + 3], a1 = A[g + 8][4t .. 4t + 3],
+// b0 = B[4t .. 4t + 3][g]; d = D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1].
+static __device__ __forceinline__ void mma_s8(int (&d)[4], u32 a0, u32 a1, u32 b0) {
+#if !defined(__CUDA_ARCH__)
+    minfer_emu::mma_s8_m16n8k16(d, a0, a1, b0);
+#elif __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+                 "{%0, %1, %2, %3};"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+#else
+    __trap();
+#endif
+}
+
 // The bytes of n, each below 2h (h a power of two), less h, as signed bytes, without a borrow
 // between bytes (q4_0: h 8, q5_0: 16, q6_K: 32).
 template <u32 H>

@@ -47,8 +47,9 @@ pub struct Overrides {
     pub wgpu_allow_cpu: bool,
     /// `MINFER_CHECKED_SHADERS`: wgpu shaders keep wgpu's runtime bounds checks.
     pub checked_shaders: bool,
-    /// `MINFER_INT8_MATMUL`: `Some(false)` runs wgpu's matmuls over quantized weights in f32
-    /// instead of 8-bit integers.
+    /// `MINFER_INT8_MATMUL`: `Some(false)` runs the matmuls over quantized weights in f32
+    /// instead of 8-bit integers (wgpu's matvec rows and prefill tiles, CUDA's tensor-core
+    /// prefill tiles).
     pub int8_matmul: Option<bool>,
     /// `MINFER_PROFILE`: per-op GPU time from wgpu timestamp queries.
     pub profile: bool,

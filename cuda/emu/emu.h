@@ -424,6 +424,41 @@ inline unsigned __dp4a(uchar4 a, uchar4 b, unsigned c) {
     return __dp4a(ua, ub, c);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Warp matrix products.
+// ---------------------------------------------------------------------------------------------
+
+namespace minfer_emu {
+
+// mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32: D (16 × 8, s32) += A (16 × 16, s8) · B
+// (16 × 8, s8) over the whole warp, each lane holding the fragments PTX assigns it. With
+// g = lane / 4 and t = lane % 4: a0 holds A[g][4t .. 4t + 3], a1 A[g + 8][4t .. 4t + 3] (element
+// i in byte i); b0 holds B[4t .. 4t + 3][g]; d[0], d[1] are D[g][2t], D[g][2t + 1] and d[2], d[3]
+// the same columns of row g + 8. The whole warp must take part.
+inline void mma_s8_m16n8k16(int (&d)[4], unsigned a0, unsigned a1, unsigned b0) {
+    WarpView va = warp_exchange(0xffffffffu, (unsigned long long)a1 << 32 | a0);
+    if (va.present != 0xffffffffu) fail("mma.sync needs all 32 lanes of the warp");
+    unsigned long long a[32];
+    std::memcpy(a, va.slot, sizeof a);
+    WarpView vb = warp_exchange(0xffffffffu, b0);
+    const unsigned g = vb.lane / 4, t = vb.lane % 4;
+    for (unsigned i = 0; i < 4; ++i) {
+        const unsigned row = g + (i >= 2 ? 8u : 0u), col = 2 * t + (i & 1u);
+        unsigned acc = (unsigned)d[i];
+        for (unsigned kk = 0; kk < 16; ++kk) {
+            const unsigned long long aw = a[(row % 8) * 4 + kk / 4];
+            const unsigned ar = row >= 8 ? (unsigned)(aw >> 32) : (unsigned)aw;
+            const unsigned br = (unsigned)vb.slot[col * 4 + kk / 4];
+            const int av = (signed char)(ar >> (8 * (kk % 4)));
+            const int bv = (signed char)(br >> (8 * (kk % 4)));
+            acc += (unsigned)(av * bv);
+        }
+        d[i] = (int)acc;
+    }
+}
+
+} // namespace minfer_emu
+
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }

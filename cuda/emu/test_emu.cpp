@@ -171,6 +171,26 @@ extern "C" __global__ void k_dp4a(const Params p) {
     out[2 * i + 1] = __dp4a(a[i], b[i], c[i]);
 }
 
+// One warp: D = A · B + A · B by two mma.sync m16n8k16 s8 steps, each lane gathering its
+// fragments byte by byte from a (16 × 16, row-major) and b (16 × 8, B[k][n] at n * 16 + k) as the
+// PTX ISA lays them out, and scattering its part of D to d (16 × 8 s32, row-major).
+extern "C" __global__ void k_mma(const Params p) {
+    const signed char* a = (const signed char*)p.b[0];
+    const signed char* b = (const signed char*)p.b[1];
+    int* out = (int*)p.b[2];
+    const unsigned g = threadIdx.x / 4, t = threadIdx.x % 4;
+    unsigned a0 = 0, a1 = 0, b0 = 0;
+    for (unsigned i = 0; i < 4; ++i) {
+        a0 |= (unsigned)(unsigned char)a[g * 16 + 4 * t + i] << (8 * i);
+        a1 |= (unsigned)(unsigned char)a[(g + 8) * 16 + 4 * t + i] << (8 * i);
+        b0 |= (unsigned)(unsigned char)b[g * 16 + 4 * t + i] << (8 * i);
+    }
+    int d[4] = {0, 0, 0, 0};
+    minfer_emu::mma_s8_m16n8k16(d, a0, a1, b0);
+    minfer_emu::mma_s8_m16n8k16(d, a0, a1, b0);
+    for (unsigned i = 0; i < 4; ++i) out[(g + (i >= 2 ? 8 : 0)) * 8 + 2 * t + (i & 1)] = d[i];
+}
+
 // Atomics from every thread of every block (blocks run on several OS threads).
 //   ctr[0] += 1 (int), ctr[1] += 2 (unsigned), fctr[0] += 0.5f, ctr[2] = max(global id),
 //   ctr[3] = min(global id + 7), ctr[4]: ticket counter by atomicCAS loop, ctr[5] atomicInc
@@ -578,6 +598,31 @@ void test_dp4a() {
     }
 }
 
+void test_mma() {
+    std::mt19937 rng(7);
+    std::vector<int8_t> a(16 * 16), b(8 * 16);
+    for (auto& v : a) v = (int8_t)rng();
+    for (auto& v : b) v = (int8_t)rng();
+    a[0] = -128; // -128 · -128 at D[0][0]
+    b[0] = -128;
+    std::vector<int32_t> out(16 * 8, 0);
+    Params p{};
+    p.b[0] = addr(a);
+    p.b[1] = addr(b);
+    p.b[2] = addr(out);
+    int rc = launch("k_mma", 1, 1, 1, 32, 1, 1, p);
+    CHECK(rc == MINFER_EMU_OK, "rc %d: %s", rc, emu_error());
+    for (unsigned r = 0; r < 16; ++r)
+        for (unsigned c = 0; c < 8; ++c) {
+            int32_t s = 0;
+            for (unsigned k = 0; k < 16; ++k) s += (int32_t)a[r * 16 + k] * b[c * 16 + k];
+            CHECK(out[r * 8 + c] == 2 * s, "D[%u][%u]: %d, want %d", r, c, out[r * 8 + c], 2 * s);
+        }
+    // A partial warp cannot take part.
+    rc = launch("k_mma", 1, 1, 1, 20, 1, 1, p);
+    CHECK(rc == MINFER_EMU_ERR_KERNEL, "partial warp: rc %d", rc);
+}
+
 void test_atomics() {
     const unsigned blocks = 64, threads = 128, total = blocks * threads;
     std::vector<int> ctr(9, 0);
@@ -805,6 +850,7 @@ int main(int argc, char** argv) {
         {"deadlock is reported, not hung", test_deadlock},
         {"barriers after an early return", test_early_return},
         {"__dp4a against a reference", test_dp4a},
+        {"mma.sync m16n8k16 s8 fragments against a reference", test_mma},
         {"atomics from 64 blocks on 4 OS threads", test_atomics},
         {"integer and float intrinsics", test_intrinsics},
         {"f16 and bf16 conversions", test_half},

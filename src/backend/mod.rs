@@ -484,8 +484,9 @@ pub struct BackendOptions {
     pub wgpu_allow_software: bool,
     /// wgpu shaders keep wgpu's runtime bounds checks (`wgpu::WgpuOptions::checked`).
     pub checked_shaders: bool,
-    /// wgpu matmuls over quantized weights in 8-bit integers
-    /// (`wgpu::WgpuOptions::int8_matmul`).
+    /// Matmuls over quantized weights in 8-bit integers: wgpu's matvec rows and prefill tiles
+    /// (`wgpu::WgpuOptions::int8_matmul`), CUDA's tensor-core prefill tiles
+    /// (`cuda::CudaBackend::with_int8_matmul`).
     pub int8_matmul: bool,
     /// Per-op time ([`Context::profile_report`], [`Context::decode_profile`]): wgpu from
     /// timestamp queries, CUDA from events around each node's launches (no graphs then), the
@@ -591,6 +592,7 @@ fn cuda_backend(gpu: Option<usize>, opts: &BackendOptions) -> std::result::Resul
     };
     Ok(b.with_graphs(opts.cuda_graphs)
         .with_pdl(opts.cuda_pdl)
+        .with_int8_matmul(opts.int8_matmul)
         .with_profile(opts.profile)
         .with_split_span(opts.split_span)
         .with_progress(opts.progress.clone()))

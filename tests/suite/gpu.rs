@@ -115,7 +115,8 @@ pub fn gpus_at(test: &str, max_binding: Option<u64>, split_span: u32) -> Vec<Gpu
 }
 
 /// `gpus`, then wgpu once more with the f32 matmuls for quantized weights
-/// (`WgpuOptions::int8_matmul` off), so both readers of the 8-bit activations are held to the CPU.
+/// (`WgpuOptions::int8_matmul` off) and the emulated CUDA with its f32 prefill tiles, so every
+/// reader of the 8-bit activations is held to the CPU.
 pub fn gpus_and_f32_rows(test: &str, max_binding: Option<u64>) -> Vec<Gpu> {
     let mut v = gpus(test, max_binding);
     let opts = WgpuOptions {
@@ -132,6 +133,10 @@ pub fn gpus_and_f32_rows(test: &str, max_binding: Option<u64>) -> Vec<Gpu> {
             alt: true,
             emulated: false,
         });
+    }
+    #[cfg(feature = "cuda")]
+    if !v.is_empty() {
+        v.extend(cuda::emulated_f32_tiles(test));
     }
     v
 }

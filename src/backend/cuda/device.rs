@@ -25,6 +25,47 @@ pub struct DevBuf {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Func(pub(super) usize);
 
+/// A device's loaded kernels, by variant and whether it is the variant's tensor-core entry
+/// (`Variant::mma_entry`); `Func` indexes `funcs`.
+pub struct FuncTable<F> {
+    index: std::collections::HashMap<(Variant, bool), usize>,
+    funcs: Vec<F>,
+}
+
+impl<F> Default for FuncTable<F> {
+    fn default() -> FuncTable<F> {
+        FuncTable {
+            index: std::collections::HashMap::new(),
+            funcs: Vec::new(),
+        }
+    }
+}
+
+impl<F> FuncTable<F> {
+    /// `v`'s kernel (its tensor-core entry where `mma` is on and it has one), loaded by `load`
+    /// from its entry name on first use.
+    pub fn get_or_load(
+        &mut self,
+        v: &Variant,
+        mma: bool,
+        load: impl FnOnce(&str) -> Result<F, String>,
+    ) -> Result<Func, String> {
+        let mma_entry = v.mma_entry().filter(|_| mma);
+        let key = (*v, mma_entry.is_some());
+        if let Some(&i) = self.index.get(&key) {
+            return Ok(Func(i));
+        }
+        let f = load(&mma_entry.unwrap_or_else(|| v.entry()))?;
+        self.funcs.push(f);
+        self.index.insert(key, self.funcs.len() - 1);
+        Ok(Func(self.funcs.len() - 1))
+    }
+
+    pub fn get(&self, f: Func) -> Result<&F, String> {
+        self.funcs.get(f.0).ok_or_else(|| "no such kernel".to_string())
+    }
+}
+
 /// A recorded sequence of launches and copies, replayed as one unit (a CUDA graph).
 pub trait Replay: Send {
     fn replay(&self) -> Result<(), String>;
@@ -46,6 +87,12 @@ pub trait Device: Send + Sync {
     /// Launch kernels with programmatic dependent launch where the device has it (sm_90 and
     /// later; `cuda/common.cuh`'s `binding` waits for the kernel before). By default nothing.
     fn set_pdl(&self, on: bool) {
+        let _ = on;
+    }
+    /// Launch the prefill matmul's tensor-core entries (`Variant::mma_entry`) where the device
+    /// has them (sm_80 and later; the emulation), for kernels looked up from now on. By default
+    /// nothing.
+    fn set_mma(&self, on: bool) {
         let _ = on;
     }
     /// Compiles the op files of `kernels` not compiled yet, side by side, ahead of the

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaGraph, CudaModule, CudaStream, DevicePtr, DeviceRepr};
 
-use super::device::{DevBuf, Device, Func, Params, Replay};
+use super::device::{DevBuf, Device, Func, FuncTable, Params, Replay};
 use super::source;
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::Refusal;
@@ -27,8 +27,12 @@ pub struct Driver {
     has_pdl: bool,
     /// Kernels are launched with it (`Device::set_pdl`; on where the device has it).
     pdl: AtomicBool,
+    /// The device has integer mma.sync (sm_80 and later).
+    has_mma: bool,
+    /// The prefill matmul takes its tensor-core entries (`Device::set_mma`; on where it can).
+    mma: AtomicBool,
     modules: Mutex<HashMap<Kernel, Arc<CudaModule>>>,
-    funcs: Mutex<(HashMap<Variant, usize>, Vec<CudaFunction>)>,
+    funcs: Mutex<FuncTable<CudaFunction>>,
 }
 
 fn derr(e: cudarc::driver::DriverError) -> String {
@@ -80,8 +84,10 @@ impl Driver {
                 total,
                 has_pdl: pdl,
                 pdl: AtomicBool::new(pdl),
+                has_mma: cc.0 >= 8,
+                mma: AtomicBool::new(cc.0 >= 8),
                 modules: Mutex::new(HashMap::new()),
-                funcs: Mutex::new((HashMap::new(), Vec::new())),
+                funcs: Mutex::new(FuncTable::default()),
             })
         });
         match opened {
@@ -254,18 +260,15 @@ impl Device for Driver {
 
     fn function(&self, v: &Variant) -> Result<Func, String> {
         let mut f = self.funcs.lock().map_err(|_| "function table poisoned".to_string())?;
-        if let Some(&i) = f.0.get(v) {
-            return Ok(Func(i));
-        }
-        let m = self.module(v.kernel)?;
-        let entry = v.entry();
-        let func = m
-            .load_function(&entry)
-            .map_err(|e| format!("{}.cu has no kernel {entry}: {}", v.kernel.name(), derr(e)))?;
-        f.1.push(func);
-        let i = f.1.len() - 1;
-        f.0.insert(*v, i);
-        Ok(Func(i))
+        f.get_or_load(v, self.mma.load(Ordering::Relaxed), |entry| {
+            self.module(v.kernel)?
+                .load_function(entry)
+                .map_err(|e| format!("{}.cu has no kernel {entry}: {}", v.kernel.name(), derr(e)))
+        })
+    }
+
+    fn set_mma(&self, on: bool) {
+        self.mma.store(on && self.has_mma, Ordering::Relaxed);
     }
 
     fn set_pdl(&self, on: bool) {
@@ -274,7 +277,7 @@ impl Device for Driver {
 
     fn launch(&self, f: Func, grid: [u32; 3], block: u32, p: &Params) -> Result<(), String> {
         let funcs = self.funcs.lock().map_err(|_| "function table poisoned".to_string())?;
-        let func = funcs.1.get(f.0).ok_or("no such kernel")?;
+        let func = funcs.get(f)?;
         if self.pdl.load(Ordering::Relaxed) {
             return self.launch_pdl(func, grid, block, p);
         }

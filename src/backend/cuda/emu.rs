@@ -5,12 +5,12 @@
 //! whole path from gate to readback on machines without a GPU. Slow; for tests and kernel
 //! work, never auto-selected.
 
-use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use super::device::{DevBuf, Device, Func, Params};
+use super::device::{DevBuf, Device, Func, FuncTable, Params};
 use super::source::{qtype_lists, HEADERS, QTYPES_HEADER};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 
@@ -38,7 +38,9 @@ pub struct Emulator {
     lib: libloading::Library,
     launch: LaunchFn,
     error: ErrorFn,
-    funcs: Mutex<(HashMap<Variant, usize>, Vec<usize>)>,
+    funcs: Mutex<FuncTable<usize>>,
+    /// The prefill matmul takes its tensor-core entries (emulated; `Device::set_mma`).
+    mma: AtomicBool,
 }
 
 impl Emulator {
@@ -60,7 +62,8 @@ impl Emulator {
             lib,
             launch,
             error,
-            funcs: Mutex::new((HashMap::new(), Vec::new())),
+            funcs: Mutex::new(FuncTable::default()),
+            mma: AtomicBool::new(true),
         })
     }
 }
@@ -109,24 +112,23 @@ impl Device for Emulator {
 
     fn function(&self, v: &Variant) -> Result<Func, String> {
         let mut f = self.funcs.lock().map_err(|_| "function table poisoned".to_string())?;
-        if let Some(&i) = f.0.get(v) {
-            return Ok(Func(i));
-        }
-        let entry = v.entry();
-        let sym = format!("{entry}\0");
-        // SAFETY: only the address is taken; it is called with the kernels' signature.
-        let addr = unsafe { self.lib.get::<*const c_void>(sym.as_bytes()) }
-            .map_err(|_| format!("{}.cu has no kernel {entry}", v.kernel.name()))?;
-        f.1.push(*addr as usize);
-        let i = f.1.len() - 1;
-        f.0.insert(*v, i);
-        Ok(Func(i))
+        f.get_or_load(v, self.mma.load(Ordering::Relaxed), |entry| {
+            let sym = format!("{entry}\0");
+            // SAFETY: only the address is taken; it is called with the kernels' signature.
+            let addr = unsafe { self.lib.get::<*const c_void>(sym.as_bytes()) }
+                .map_err(|_| format!("{}.cu has no kernel {entry}", v.kernel.name()))?;
+            Ok(*addr as usize)
+        })
+    }
+
+    fn set_mma(&self, on: bool) {
+        self.mma.store(on, Ordering::Relaxed);
     }
 
     fn launch(&self, f: Func, grid: [u32; 3], block: u32, p: &Params) -> Result<(), String> {
         let addr = {
             let funcs = self.funcs.lock().map_err(|_| "function table poisoned".to_string())?;
-            *funcs.1.get(f.0).ok_or("no such kernel")?
+            *funcs.get(f)?
         };
         let blk = [block, 1, 1];
         // SAFETY: `addr` is a kernel taking one `Params`; grid and block are plain arrays.

@@ -11,9 +11,10 @@
 //! - `context` — weights, KV cache, plans, CUDA graphs for decode, readback
 //!
 //! Numerics are the wgpu backend's (matmul inputs rounded to the CPU's 8-bit activation formats
-//! by `quantize_act`, weights dequantized in the dot products or, for the 32-element integer
-//! types on sm_61+, taken as int8 with dp4a; the CPU's rounding points in attention): the two
-//! GPU backends agree to f32 rounding.
+//! by `quantize_act`, weights dequantized in the dot products or taken as their integers: the
+//! decode rows with dp4a (sm_61 on), the prefill tiles on the tensor cores (integer mma.sync,
+//! sm_80 on); the CPU's rounding points in attention): the two GPU backends agree to f32
+//! rounding.
 
 mod context;
 pub mod device;
@@ -94,6 +95,14 @@ impl CudaBackend {
     /// finishes.
     pub fn with_pdl(self, on: bool) -> CudaBackend {
         self.dev.set_pdl(on);
+        self
+    }
+
+    /// Whether the prefill matmul over quantized weights takes the tensor cores' integer
+    /// products (`cuda/matmul.cu`'s matmul_mma) where the device has them (sm_80 and later;
+    /// default on); off, its f32 tiles (`MINFER_INT8_MATMUL=0`). Set before any context.
+    pub fn with_int8_matmul(self, on: bool) -> CudaBackend {
+        self.dev.set_mma(on);
         self
     }
 

@@ -119,6 +119,18 @@ impl Variant {
     }
 }
 
+impl Variant {
+    /// The tensor-core entry of the prefill matmul over quantized weights with an integer form
+    /// (`matmul_mma_q4_K` in `cuda/matmul.cu`), which the CUDA backend launches in `entry`'s
+    /// place where the device has integer `mma.sync`; `None` for every other variant.
+    pub fn mma_entry(&self) -> Option<String> {
+        match (self.kernel, self.qtype) {
+            (Kernel::Matmul, Some(q)) if act_qtype(q).is_some() => Some(format!("matmul_mma_{}", q.name())),
+            _ => None,
+        }
+    }
+}
+
 /// Every variant: each op with each type it takes, and on wgpu both reduction paths.
 /// The naga test validates and translates all of them; the NVRTC test compiles their CUDA twins.
 pub fn all_variants() -> Vec<Variant> {

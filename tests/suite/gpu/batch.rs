@@ -255,9 +255,12 @@ fn batch_invariance_measured() {
 /// different steps, one split over two, leaving after different numbers of tokens) through
 /// `Session::decode` on every GPU backend and every architecture's tiny model: each sequence's
 /// greedy tokens equal its run alone on the same backend, and its logits stay within NMSE 1e-4
-/// of them: the GPU matmul's kernel depends on the forward's rows (as measured above), and with
-/// q8_0 weights a last-bit difference can tip an activation's 8-bit rounding (measured: 1e-14
-/// on llvmpipe, 8.6e-6 on the CUDA emulation).
+/// of them or of the CPU's (which batching never changes): the GPU matmul's kernel depends on the
+/// forward's rows (as measured above), and with q8_0 weights a last-bit difference can tip an
+/// activation's 8-bit rounding either way. Such a tip is the decode kernel's as often as the
+/// batched one's: measured on glm4 (CUDA emulation, tensor-core prefill tiles), a sequence alone
+/// 1.4e-4 from the CPU at one step and batched 4.9e-15 from it, the same sequence batched 1.4e-4
+/// from itself alone; everywhere else batched and alone agree to 1e-14 or to each other's tip.
 fn joining_and_leaving_keeps_greedy_tokens() {
     use minfer::backend::BackendChoice;
     use minfer::model::Arch;
@@ -272,6 +275,13 @@ fn joining_and_leaving_keeps_greedy_tokens() {
     let dir = crate::gguf::tempdir("gpu-batch-join");
     let ps = crate::batch::prompts();
     let (join, steps) = ([0, 1, 1, 4], [9, 6, 3, 5]);
+    let cpu: Arc<dyn Backend> = Arc::new(cpu());
+    let cpu_opts = SessionOptions {
+        n_ctx: 128,
+        backend: BackendChoice::Auto,
+        kv_type: Some(KvType::F32),
+        ..SessionOptions::default()
+    };
     for arch in Arch::ALL {
         let path = crate::tiny::write_tiny(&dir, arch, QType::Q8_0, |_| {});
         let m = Arc::new(load::open_model(&path).unwrap());
@@ -293,6 +303,12 @@ fn joining_and_leaving_keeps_greedy_tokens() {
                 .collect();
             let mut s = session();
             let got = crate::batch::together(&mut s, &ps, &join, &steps);
+            let mut c = Session::on(vec![cpu.clone()], m.clone(), &cpu_opts).unwrap();
+            let on_cpu: Vec<_> = ps
+                .iter()
+                .zip(steps)
+                .map(|(p, k)| crate::batch::alone(&mut c, p, k))
+                .collect();
             let mut worst = 0f64;
             for i in 0..ps.len() {
                 for (k, (a, b)) in got[i].iter().zip(&want[i]).enumerate() {
@@ -304,10 +320,14 @@ fn joining_and_leaving_keeps_greedy_tokens() {
                         arch.name(),
                         g.label
                     );
-                    worst = worst.max(nmse(a, b));
+                    worst = worst.max(nmse(a, b).min(nmse(a, &on_cpu[i][k])));
                 }
             }
-            eprintln!("{} {}: batched vs alone NMSE ≤ {worst:.1e}", arch.name(), g.label);
+            eprintln!(
+                "{} {}: batched vs alone or CPU NMSE ≤ {worst:.1e}",
+                arch.name(),
+                g.label
+            );
             assert!(worst <= 1e-4, "{} {}: NMSE {worst:.2e}", arch.name(), g.label);
         }
     }

@@ -38,6 +38,21 @@ fn emulator(test: &str) -> Option<PathBuf> {
     }
 }
 
+/// The emulated CUDA backend with its prefill matmul in f32 tiles (`with_int8_matmul(false)`),
+/// as devices before sm_80 run it, beside the tensor-core tiles `backends_at` takes.
+pub fn emulated_f32_tiles(test: &str) -> Option<Gpu> {
+    let lib = emulator(test)?;
+    let b = CudaBackend::emulated(&lib)
+        .unwrap_or_else(|r| panic!("{test}: {r}"))
+        .with_int8_matmul(false);
+    Some(Gpu {
+        label: format!("{} (f32 matmul tiles)", b.describe()),
+        backend: Arc::new(b),
+        alt: true,
+        emulated: true,
+    })
+}
+
 /// The CUDA backends to test: the emulated one, and device 0 where there is one.
 /// Their decode steps take the split-KV attention from `split_span` positions on.
 pub fn backends_at(test: &str, split_span: u32) -> Vec<Gpu> {
@@ -67,8 +82,9 @@ pub fn backends_at(test: &str, split_span: u32) -> Vec<Gpu> {
 
 /// Every op file compiles with NVRTC for each target architecture (all of an op file's targets
 /// on threads at once), and its PTX holds an entry for every variant the schedule can launch
-/// (`Variant::entry`), waiting for the kernel before it from sm_90 on (programmatic dependent
-/// launch); so does its CUBIN for sm_90.
+/// (`Variant::entry`, and the tensor-core `Variant::mma_entry`, which uses integer mma.sync from
+/// sm_80 on), waiting for the kernel before it from sm_90 on (programmatic dependent launch);
+/// so does its CUBIN for sm_90.
 fn nvrtc_compiles_every_kernel() {
     let t = "nvrtc_compiles_every_kernel";
     let (major, minor) = match source::nvrtc_version() {
@@ -99,8 +115,10 @@ fn nvrtc_compiles_every_kernel() {
         let entries: Vec<String> = all_variants()
             .into_iter()
             .filter(|v| v.kernel == k && !v.subgroups)
-            .map(|v| v.entry())
+            .flat_map(|v| std::iter::once(v.entry()).chain(v.mma_entry()))
             .collect();
+        // The tensor-core entries multiply on the tensor cores from sm_80 on.
+        let mma = entries.iter().any(|e| e.starts_with("matmul_mma_"));
         // Every target of an op file compiled at once, one thread each, as a plan's files are
         // (`Device::prepare`): NVRTC is used from several threads.
         let targets: Vec<&str> = archs.iter().chain(&cubin).copied().collect();
@@ -121,6 +139,10 @@ fn nvrtc_compiles_every_kernel() {
                     let waits = ptx.contains("griddepcontrol.wait");
                     if waits != (*arch >= "compute_90") {
                         failures.push(format!("{}.cu for {arch}: griddepcontrol.wait {waits}", k.name()));
+                    }
+                    let has_mma = ptx.contains("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32");
+                    if has_mma != (mma && *arch >= "compute_80") {
+                        failures.push(format!("{}.cu for {arch}: integer mma.sync {has_mma}", k.name()));
                     }
                     for e in &entries {
                         if !ptx.contains(&format!(".entry {e}(")) {
