@@ -84,7 +84,7 @@ done
 say "## switches (SmolLM2, tg128)"
 m=SmolLM2-135M-Instruct.Q4_1.gguf
 if [ -f "models/$m" ]; then
-    for sw in NONE=1 MINFER_SPLIT_ATTENTION=0 MINFER_CUDA_PDL=0 MINFER_CUDA_GRAPHS=0 MINFER_CHECKED_SHADERS=1 MINFER_INT8_MATMUL=0; do
+    for sw in NONE=1 MINFER_SPLIT_ATTENTION=0 MINFER_CUDA_PDL=0 MINFER_CUDA_GRAPHS=0 MINFER_CHECKED_SHADERS=1 MINFER_INT8_MATMUL=0 MINFER_COOP_MATMUL=0; do
         env "$sw" "$bin" bench "models/$m" --backend wgpu,cuda -p 16 -n 128 -r 2 -d 0,4096 > "$out/switch-$sw.md" 2> "$out/switch-$sw.log"
         say "### $sw (exit $?)"
         grep "tg128" "$out/switch-$sw.md" >> "$summary"

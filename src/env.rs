@@ -17,13 +17,14 @@ use crate::backend::KvType;
 use crate::error::{Error, Result};
 
 /// The variables [`Overrides`] reads, in the README's order.
-pub const VARS: [&str; 14] = [
+pub const VARS: [&str; 15] = [
     "MINFER_CACHE_TYPE",
     "MINFER_CPU_ISA",
     "MINFER_DISABLE_WGPU",
     "MINFER_WGPU_ALLOW_CPU",
     "MINFER_CHECKED_SHADERS",
     "MINFER_INT8_MATMUL",
+    "MINFER_COOP_MATMUL",
     "MINFER_PROFILE",
     "MINFER_DISABLE_CUDA",
     "MINFER_CUDA_EMULATOR",
@@ -51,6 +52,9 @@ pub struct Overrides {
     /// instead of 8-bit integers (wgpu's matvec rows and prefill tiles, CUDA's tensor-core
     /// prefill tiles).
     pub int8_matmul: Option<bool>,
+    /// `MINFER_COOP_MATMUL`: `Some(false)` keeps wgpu's prefill matmul off cooperative
+    /// matrices where the device has them.
+    pub coop_matmul: Option<bool>,
     /// `MINFER_PROFILE`: per-op GPU time from wgpu timestamp queries.
     pub profile: bool,
     /// `MINFER_DISABLE_CUDA`: leave the CUDA backend out.
@@ -115,6 +119,7 @@ impl Overrides {
             wgpu_allow_cpu: flag("MINFER_WGPU_ALLOW_CPU")?.unwrap_or(false),
             checked_shaders: flag("MINFER_CHECKED_SHADERS")?.unwrap_or(false),
             int8_matmul: flag("MINFER_INT8_MATMUL")?,
+            coop_matmul: flag("MINFER_COOP_MATMUL")?,
             profile: flag("MINFER_PROFILE")?.unwrap_or(false),
             disable_cuda: flag("MINFER_DISABLE_CUDA")?.unwrap_or(false),
             cuda_emulator: path("MINFER_CUDA_EMULATOR")?,

@@ -488,6 +488,9 @@ pub struct BackendOptions {
     /// (`wgpu::WgpuOptions::int8_matmul`), CUDA's tensor-core prefill tiles
     /// (`cuda::CudaBackend::with_int8_matmul`).
     pub int8_matmul: bool,
+    /// wgpu's prefill matmul on cooperative matrices where the device has them
+    /// (`wgpu::WgpuOptions::coop_matmul`).
+    pub coop_matmul: bool,
     /// Per-op time ([`Context::profile_report`], [`Context::decode_profile`]): wgpu from
     /// timestamp queries, CUDA from events around each node's launches (no graphs then), the
     /// CPU from its own clock, with the weight bytes each op reads.
@@ -515,6 +518,7 @@ impl Default for BackendOptions {
             wgpu_allow_software: false,
             checked_shaders: false,
             int8_matmul: true,
+            coop_matmul: true,
             profile: false,
             disable_cuda: false,
             cuda_emulator: None,
@@ -535,6 +539,7 @@ impl BackendOptions {
             wgpu_allow_software: o.wgpu_allow_cpu,
             checked_shaders: o.checked_shaders,
             int8_matmul: o.int8_matmul.unwrap_or(true),
+            coop_matmul: o.coop_matmul.unwrap_or(true),
             profile: o.profile,
             disable_cuda: o.disable_cuda,
             cuda_emulator: o.cuda_emulator.clone(),
@@ -572,6 +577,7 @@ fn wgpu_backend(auto: bool, opts: &BackendOptions) -> std::result::Result<wgpu::
     let w = wgpu::WgpuOptions {
         checked: opts.checked_shaders,
         int8_matmul: opts.int8_matmul,
+        coop_matmul: opts.coop_matmul,
         ..w
     };
     Ok(wgpu::WgpuBackend::new(w)?

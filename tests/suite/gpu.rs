@@ -63,6 +63,7 @@ pub fn gpu(test: &str, subgroups: bool, max_binding: Option<u64>) -> Option<Wgpu
         max_binding,
         checked: false,
         int8_matmul: true,
+        coop_matmul: true,
     };
     match WgpuBackend::new(opts) {
         Ok(b) => Some(b),
@@ -125,6 +126,7 @@ pub fn gpus_and_f32_rows(test: &str, max_binding: Option<u64>) -> Vec<Gpu> {
         max_binding,
         checked: false,
         int8_matmul: false,
+        coop_matmul: true,
     };
     if let (false, Ok(b)) = (v.is_empty(), WgpuBackend::new(opts)) {
         v.push(Gpu {

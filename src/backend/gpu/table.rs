@@ -79,6 +79,8 @@ pub struct Wgsl {
     /// The tail for quantized weights, where it differs: the matvecs' int8 row reader
     /// (`matmul_vec_row_i8.wgsl`) in place of the f32 one.
     pub tail_i8: Option<&'static str>,
+    /// The body on cooperative matrices, where the device has them (`matmul_coop.wgsl`).
+    pub body_coop: Option<&'static str>,
 }
 
 /// A kernel's parameter struct (`params.rs`), by name and fields.
@@ -137,6 +139,7 @@ const fn body(body: &'static str) -> Wgsl {
         tail: None,
         body_i8: None,
         tail_i8: None,
+        body_coop: None,
     }
 }
 
@@ -232,6 +235,7 @@ pub static KERNELS: [KernelInfo; 27] = [
         wgsl: Wgsl {
             tail: Some(wgsl!("matmul_store.wgsl")),
             body_i8: Some(wgsl!("matmul_i8.wgsl")),
+            body_coop: Some(wgsl!("matmul_coop.wgsl")),
             ..body(wgsl!("matmul.wgsl"))
         },
         cuda: cuda!("matmul.cu"),
@@ -304,11 +308,8 @@ pub static KERNELS: [KernelInfo; 27] = [
         params: of::<params::KvStoreParams>(),
         wgsl: Wgsl {
             head: Some(wgsl!("kv_store_io.wgsl")),
-            body: wgsl!("kv_store.wgsl"),
             body_kv_q8_0: Some(wgsl!("kv_store_q8_0.wgsl")),
-            tail: None,
-            body_i8: None,
-            tail_i8: None,
+            ..body(wgsl!("kv_store.wgsl"))
         },
         cuda: cuda!("kv_store.cu"),
     },

@@ -39,6 +39,9 @@ pub struct WgpuContext {
     pub(super) checked: bool,
     /// The int8 matmuls (`WgpuOptions::int8_matmul`).
     pub(super) int8: bool,
+    /// The prefill matmul on cooperative matrices (`WgpuOptions::coop_matmul`, where the device
+    /// has them).
+    pub(super) coop: bool,
     /// Bytes per binding: the adapter's limit, or the smaller one the backend was given.
     pub(super) max_binding: u64,
     pub(super) profiler: Option<Profiler>,
@@ -245,6 +248,7 @@ impl WgpuContext {
                 subgroups: self.subgroups,
                 checked: self.checked,
                 int8: self.int8,
+                coop: self.coop,
             };
             let p = self
                 .gpu

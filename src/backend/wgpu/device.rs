@@ -72,6 +72,10 @@ pub struct Pipeline {
     pub layout: wgpu::BindGroupLayout,
 }
 
+/// A pipeline's variant, and whether its shader is checked, takes the int8 matmuls and the
+/// cooperative-matrix tiles (`Gpu::pipeline`).
+type PipelineKey = (Variant, bool, bool, bool);
+
 pub struct Gpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
@@ -84,8 +88,11 @@ pub struct Gpu {
     /// The kernels decode halves with `unpack2x16float`: the adapter has it, and a probe saw
     /// it decode all 65,536 as the integer decode does.
     pub f16_hw: bool,
+    /// The prefill matmul may multiply on cooperative matrices (`matmul_coop.wgsl`): the device
+    /// has 8 × 8 f32 ones, subgroups of 32, and `coop_probe` saw them multiply correctly.
+    pub coop: bool,
     /// By variant and whether its shader keeps wgpu's runtime checks.
-    pipelines: Mutex<HashMap<(Variant, bool, bool), Arc<Pipeline>>>,
+    pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
     cache: Option<wgpu::PipelineCache>,
     /// Errors that reached no error scope (recorded, never a panic).
     uncaptured: Arc<Mutex<Vec<String>>>,
@@ -157,6 +164,13 @@ fn run_probe(gpu: &Gpu, label: &str, src: &str, groups: u32, init: u32) -> Resul
     Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
 }
 
+/// How many of 128 outputs (two subgroups' 8 × 8) of two 8 × 8 × 8 cooperative multiply-adds
+/// differ from the scalar products, with the loads, offsets, strides and store `matmul_coop.wgsl`
+/// uses (`shaders::coop_probe_source`); the values are small integers, so every sum is exact.
+fn coop_probe(gpu: &Gpu) -> Result<u32, String> {
+    run_probe(gpu, "cooperative matrix probe", super::shaders::COOP_PROBE, 1, 0)
+}
+
 fn subgroup_probe(gpu: &Gpu) -> Result<u32, String> {
     const SRC: &str = "@group(0) @binding(0) var<storage, read_write> seen: array<atomic<u32>, 1>;\n\
         @compute @workgroup_size(64)\n\
@@ -183,13 +197,31 @@ impl Gpu {
             | wgpu::Features::SUBGROUP
             | wgpu::Features::TIMESTAMP_QUERY
             | wgpu::Features::PIPELINE_CACHE;
+        // Cooperative matrices are experimental in wgpu: asked for only where the adapter has
+        // the configuration the kernel uses.
+        let coop_8x8_f32 = adapter.cooperative_matrix_properties().iter().any(|c| {
+            (c.m_size, c.n_size, c.k_size) == (8, 8, 8)
+                && c.ab_type == wgpu::CooperativeScalarType::F32
+                && c.cr_type == wgpu::CooperativeScalarType::F32
+        });
+        let wanted = match coop_8x8_f32 {
+            true => wanted | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX,
+            false => wanted,
+        };
         let features = adapter.features() & wanted;
+        let coop = features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SUBGROUP);
         let limits = adapter.limits();
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("minfer"),
             required_features: features,
             required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            experimental_features: match coop {
+                // SAFETY: the one experimental feature asked for is cooperative matrices; a
+                // probe checks them before any kernel uses them, and only `matmul_coop.wgsl`
+                // does (its loads and stores stay within its workgroup arrays).
+                true => unsafe { wgpu::ExperimentalFeatures::enabled() },
+                false => wgpu::ExperimentalFeatures::disabled(),
+            },
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         }))
@@ -224,6 +256,7 @@ impl Gpu {
             features,
             subgroup_seen: None,
             f16_hw: false,
+            coop: false,
             pipelines: Mutex::new(HashMap::new()),
             cache,
             uncaptured,
@@ -243,6 +276,13 @@ impl Gpu {
                 .scoped("subgroup probe", || subgroup_probe(&gpu))
                 .ok()
                 .and_then(Result::ok);
+        }
+        // The kernel splits its workgroup into two subgroups of 32 (Apple's SIMD groups are
+        // always 32 wide; elsewhere the adapter must say so).
+        let metal = gpu.info.backend == wgpu::Backend::Metal;
+        let sg32 = gpu.subgroup_seen == Some(32) && (metal || gpu.info.subgroup_max_size == 32);
+        if coop && sg32 {
+            gpu.coop = gpu.scoped("cooperative matrix probe", || coop_probe(&gpu)).ok() == Some(Ok(0));
         }
         Ok(gpu)
     }
@@ -279,6 +319,9 @@ impl Gpu {
         }
         if self.f16_hw {
             s += ", f16 decode in hardware";
+        }
+        if self.coop {
+            s += ", cooperative matrices";
         }
         s
     }
@@ -333,19 +376,20 @@ impl Gpu {
 
     /// The pipeline for `v`, built on first use and kept for the life of the device; `checked`:
     /// with wgpu's runtime checks in the shader (bounds clamped, loops bounded), else trusted
-    /// without them; `int8`: the int8 matvec rows (`WgslSource::source_with`).
-    pub fn pipeline(&self, v: Variant, checked: bool, int8: bool) -> Result<Arc<Pipeline>, String> {
+    /// without them; `int8`: the int8 matmuls, `coop`: the prefill tiles on cooperative
+    /// matrices (`WgslSource::source_with`).
+    pub fn pipeline(&self, v: Variant, checked: bool, int8: bool, coop: bool) -> Result<Arc<Pipeline>, String> {
         if let Some(p) = self
             .pipelines
             .lock()
             .map_err(|e| e.to_string())?
-            .get(&(v, checked, int8))
+            .get(&(v, checked, int8, coop))
         {
             return Ok(p.clone());
         }
         let name = v.name();
         let src = v
-            .source_with(self.f16_hw, int8)
+            .source_with(self.f16_hw, int8, coop)
             .ok_or_else(|| format!("{name}: no shader for this type"))?;
         let p = self.scoped(&name, || {
             let desc = wgpu::ShaderModuleDescriptor {
@@ -420,7 +464,7 @@ impl Gpu {
         self.pipelines
             .lock()
             .map_err(|e| e.to_string())?
-            .insert((v, checked, int8), p.clone());
+            .insert((v, checked, int8, coop), p.clone());
         Ok(p)
     }
 

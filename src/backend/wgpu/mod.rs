@@ -67,6 +67,10 @@ pub struct WgpuOptions {
     /// activations by the weights' integers (`dot4I8Packed`, llama.cpp's MMVQ and MMQ); off,
     /// they multiply the dequantized weights by the same activations in f32. On by default.
     pub int8_matmul: bool,
+    /// The prefill matmul multiplies on cooperative matrices (`matmul_coop.wgsl`: Metal's
+    /// simdgroup matrices, Vulkan's cooperative matrices) where the device offers 8 × 8 f32 ones,
+    /// its subgroups are 32 wide and a probe saw them multiply correctly. On by default.
+    pub coop_matmul: bool,
 }
 
 impl WgpuOptions {
@@ -79,6 +83,7 @@ impl WgpuOptions {
             max_binding: None,
             checked: false,
             int8_matmul: true,
+            coop_matmul: true,
         }
     }
 
@@ -153,6 +158,12 @@ impl WgpuBackend {
     /// `Gpu::subgroups_usable`).
     pub fn uses_subgroups(&self) -> bool {
         self.opts.subgroups && self.gpu.subgroups_usable()
+    }
+
+    /// Whether the prefill matmul multiplies on cooperative matrices on this device
+    /// (`WgpuOptions::coop_matmul`, and `Gpu::coop`: the device has them and they passed a probe).
+    pub fn uses_coop(&self) -> bool {
+        self.opts.coop_matmul && self.gpu.coop
     }
 
     /// The smallest subgroup size a kernel of ours ran with on this device, where it has
@@ -254,6 +265,7 @@ impl Backend for WgpuBackend {
             subgroups: self.uses_subgroups(),
             checked: self.opts.checked,
             int8: self.opts.int8_matmul,
+            coop: self.uses_coop(),
             max_binding: self.max_binding(),
             profiler,
             profile_note,

@@ -72,6 +72,8 @@ pub struct Targets<'a> {
     pub checked: bool,
     /// The int8 matmuls (`WgpuOptions::int8_matmul`).
     pub int8: bool,
+    /// The prefill matmul on cooperative matrices (`WgpuContext::coop`).
+    pub coop: bool,
 }
 
 fn storage(gpu: &Gpu, label: &str, bytes: u64, extra: wgpu::BufferUsages) -> wgpu::Buffer {
@@ -168,7 +170,7 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
         let off = slot as u64 * align;
         bytes[off as usize..off as usize + 64].copy_from_slice(bytemuck::cast_slice(&l.params));
         slot += 1;
-        let pipeline = gpu.pipeline(l.variant, t.checked, t.int8)?;
+        let pipeline = gpu.pipeline(l.variant, t.checked, t.int8, t.coop)?;
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
             resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {

@@ -98,6 +98,49 @@ fn act_s(q: QType) -> &'static str {
 /// A kernel that counts, into `bad[0]`, the halves (one per invocation, 0..65535) that
 /// `unpack2x16float` decodes otherwise than the integer decode does (any NaN matching any NaN).
 /// Run once on an adapter that has the builtin, before the kernels are allowed to use it.
+/// The cooperative-matrix probe (`device::coop_probe`): each of two subgroups multiplies
+/// A (8 × 16, row-major, stride 16) by B (16 × 8, column-major, stride 16) as two 8 × 8 × 8
+/// multiply-adds onto a C of zeros (loaded as the kernel loads its), the second from offset
+/// pointers, stores D column-major at its own offset, and every mismatch against the scalar sum
+/// adds one to `bad`.
+pub const COOP_PROBE: &str = "enable wgpu_cooperative_matrix;
+@group(0) @binding(0) var<storage, read_write> bad: array<atomic<u32>, 1>;
+var<workgroup> a: array<f32, 128>;
+var<workgroup> b: array<f32, 128>;
+var<workgroup> d: array<f32, 128>;
+fn av(e: u32) -> f32 { return f32((e / 16u * 3u + e % 16u * 5u) % 7u) - 3.0; }
+fn bv(e: u32) -> f32 { return f32((e / 16u + 2u * (e % 16u)) % 5u) - 2.0; }
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg: u32) {
+    for (var e = lid; e < 128u; e += 64u) {
+        a[e] = av(e);
+        b[e] = bv(e);
+        d[e] = 0.0;
+    }
+    workgroupBarrier();
+    var c = coopLoad<coop_mat8x8<f32, C>>(&d[0], 8u);
+    workgroupBarrier();
+    for (var k0 = 0u; k0 < 16u; k0 += 8u) {
+        let ma = coopLoadT<coop_mat8x8<f32, A>>(&a[k0], 16u);
+        let mb = coopLoad<coop_mat8x8<f32, B>>(&b[k0], 16u);
+        c = coopMultiplyAdd(ma, mb, c);
+    }
+    coopStore(c, &d[sg * 64u], 8u);
+    workgroupBarrier();
+    for (var e = lid; e < 128u; e += 64u) {
+        let i = e % 8u;
+        let j = (e % 64u) / 8u;
+        var s = 0.0;
+        for (var k = 0u; k < 16u; k++) {
+            s += av(i * 16u + k) * bv(j * 16u + k);
+        }
+        if (d[e] != s) {
+            atomicAdd(&bad[0], 1u);
+        }
+    }
+}
+";
+
 pub fn f16_probe_source() -> String {
     const MAIN: &str = "@group(0) @binding(0) var<storage, read_write> bad: array<atomic<u32>, 1>;
 
@@ -124,19 +167,20 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 pub trait WgslSource {
     /// The whole module, or `None` where a piece has no source (no kernel for that type).
     fn source(&self) -> Option<String> {
-        self.source_with(false, true)
+        self.source_with(false, true, false)
     }
     /// The module with halves decoded by the hardware (`unpack2x16float`) when `f16_hw`, and
     /// with `int8` the matmuls over quantized weights in 8-bit integers (`Wgsl::body_i8`,
     /// `tail_i8`), else in f32 over the rounded values (the same products, summed in another
-    /// order).
-    fn source_with(&self, f16_hw: bool, int8: bool) -> Option<String>;
+    /// order); with `coop` the prefill tiles on cooperative matrices (`Wgsl::body_coop`, f32,
+    /// any weight type), ahead of `int8`'s.
+    fn source_with(&self, f16_hw: bool, int8: bool, coop: bool) -> Option<String>;
     /// Pipeline-overridable constants (`WG`).
     fn constants(&self) -> Vec<(&'static str, f64)>;
 }
 
 impl WgslSource for Variant {
-    fn source_with(&self, f16_hw: bool, int8: bool) -> Option<String> {
+    fn source_with(&self, f16_hw: bool, int8: bool, coop: bool) -> Option<String> {
         let k = self.kernel;
         let f16 = if f16_hw { F16_HARDWARE } else { F16_SOFTWARE };
         let mut parts: Vec<&str> = vec![
@@ -162,11 +206,17 @@ impl WgslSource for Variant {
         let w = &info.wgsl;
         parts.extend(w.head);
         let i8 = int8 && self.qtype.and_then(crate::backend::gpu::kernels::act_qtype).is_some();
-        parts.push(match (w.body_kv_q8_0, w.body_i8) {
-            (Some(b), _) if self.kv == Some(KvType::Q8_0) => b,
-            (_, Some(b)) if i8 => b,
+        let coop = w.body_coop.filter(|_| coop);
+        parts.push(match (w.body_kv_q8_0, coop, w.body_i8) {
+            (Some(b), _, _) if self.kv == Some(KvType::Q8_0) => b,
+            (_, Some(b), _) => b,
+            (_, _, Some(b)) if i8 => b,
             _ => w.body,
         });
+        if coop.is_some() {
+            // An enable directive comes before every declaration.
+            parts.insert(0, "enable wgpu_cooperative_matrix;");
+        }
         parts.extend(if i8 { w.tail_i8.or(w.tail) } else { w.tail });
         Some(parts.join("\n"))
     }

@@ -106,6 +106,7 @@ fn trusted_shaders_compute_what_checked_ones_do() {
             max_binding: None,
             checked,
             int8_matmul: true,
+            coop_matmul: true,
         };
         minfer::backend::wgpu::WgpuBackend::new(opts).map(|b| b.with_split_span(PROMPT as u32 + 3))
     };

@@ -31,24 +31,36 @@ fn shaders_validate_and_translate() {
         failures.push(format!("f16 probe: {e}"));
     }
     // Each variant with f16 decoded in software and in hardware; the matvecs also with their
-    // f32 matmuls for quantized weights (`WgpuOptions::int8_matmul` off).
+    // f32 matmuls for quantized weights (`WgpuOptions::int8_matmul` off); the tiled matmul also
+    // on cooperative matrices (`WgpuOptions::coop_matmul`), where the cooperative-matrix probe
+    // goes too (as `None`).
     let builds = variants.into_iter().flat_map(|v| {
         let w = &v.kernel.info().wgsl;
         let f32_rows = w.tail_i8.is_some() || w.body_i8.is_some();
-        [(v, false, true), (v, true, true)]
+        [(Some(v), false, true, false), (Some(v), true, true, false)]
             .into_iter()
-            .chain(f32_rows.then_some((v, false, false)))
+            .chain(f32_rows.then_some((Some(v), false, false, false)))
+            .chain(w.body_coop.is_some().then_some((Some(v), false, true, true)))
     });
-    for (v, f16_hw, int8) in builds {
-        let name = format!(
-            "{}{}{}",
-            v.name(),
-            if f16_hw { " (f16 in hardware)" } else { "" },
-            if int8 { "" } else { " (f32 rows)" }
-        );
-        let src = v
-            .source_with(f16_hw, int8)
-            .unwrap_or_else(|| panic!("{name}: no source"));
+    let builds = builds.chain([(None, false, false, true)]);
+    for (v, f16_hw, int8, coop) in builds {
+        let name = match v {
+            Some(v) => format!(
+                "{}{}{}{}",
+                v.name(),
+                if f16_hw { " (f16 in hardware)" } else { "" },
+                if int8 { "" } else { " (f32 rows)" },
+                if coop { " (cooperative matrices)" } else { "" }
+            ),
+            None => "cooperative matrix probe".to_string(),
+        };
+        let src = match v {
+            Some(v) => v
+                .source_with(f16_hw, int8, coop)
+                .unwrap_or_else(|| panic!("{name}: no source")),
+            None => minfer::backend::wgpu::shaders::COOP_PROBE.to_string(),
+        };
+        let subgroups = v.is_some_and(|v| v.subgroups) || coop;
         let module = match naga::front::wgsl::parse_str(&src) {
             Ok(m) => m,
             Err(e) => {
@@ -57,7 +69,7 @@ fn shaders_validate_and_translate() {
             }
         };
         // wgpu grants unpack2x16float with DownlevelFlags::SHADER_F16_IN_F32.
-        let mut caps = if v.subgroups {
+        let mut caps = if subgroups {
             Capabilities::SUBGROUP
         } else {
             Capabilities::empty()
@@ -65,8 +77,11 @@ fn shaders_validate_and_translate() {
         if f16_hw {
             caps |= Capabilities::SHADER_FLOAT16_IN_FLOAT32;
         }
+        if coop {
+            caps |= Capabilities::COOPERATIVE_MATRIX;
+        }
         let mut val = Validator::new(ValidationFlags::all(), caps);
-        if v.subgroups {
+        if subgroups {
             val.subgroup_stages(ShaderStages::COMPUTE)
                 .subgroup_operations(SubgroupOperationSet::all());
         }
@@ -77,14 +92,19 @@ fn shaders_validate_and_translate() {
                 continue;
             }
         };
-        let constants: naga::back::PipelineConstants =
-            v.constants().into_iter().map(|(k, x)| (k.to_string(), x)).collect();
+        let constants: naga::back::PipelineConstants = v
+            .map(|v| v.constants())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, x)| (k.to_string(), x))
+            .collect();
         let ep = Some((naga::ShaderStage::Compute, "main"));
         let (module, info) = naga::back::pipeline_constants::process_overrides(&module, &info, ep, &constants)
             .unwrap_or_else(|e| panic!("{name}: overrides: {e}"));
         let entry = Some((naga::ShaderStage::Compute, "main".to_string()));
+        // Metal's simdgroup matrices need MSL 2.3.
         let msl_opts = msl::Options {
-            lang_version: (2, 1),
+            lang_version: if coop { (2, 3) } else { (2, 1) },
             ..Default::default()
         };
         let msl_pipe = msl::PipelineOptions {
@@ -94,8 +114,9 @@ fn shaders_validate_and_translate() {
         if let Err(e) = msl::write_string(&module, &info, &msl_opts, &msl_pipe) {
             failures.push(format!("{name}: MSL: {e}"));
         }
+        // No cooperative matrices on DX12.
         let hlsl_opts = hlsl::Options {
-            shader_model: if v.subgroups {
+            shader_model: if subgroups {
                 hlsl::ShaderModel::V6_0
             } else {
                 hlsl::ShaderModel::V5_1
@@ -106,7 +127,8 @@ fn shaders_validate_and_translate() {
             entry_point: entry.clone(),
         };
         let mut out = String::new();
-        if let Err(e) = hlsl::Writer::new(&mut out, &hlsl_opts, &hlsl_pipe).write(&module, &info, None) {
+        if coop {
+        } else if let Err(e) = hlsl::Writer::new(&mut out, &hlsl_opts, &hlsl_pipe).write(&module, &info, None) {
             failures.push(format!("{name}: HLSL: {e}"));
         }
         // wgpu-hal's Vulkan capability list: the core set, plus GroupNonUniform* with subgroups.
@@ -121,7 +143,14 @@ fn shaders_validate_and_translate() {
         ]
         .into_iter()
         .collect();
-        if v.subgroups {
+        if coop {
+            spv_caps.extend([
+                spv::Capability::CooperativeMatrixKHR,
+                spv::Capability::VulkanMemoryModel,
+                spv::Capability::VulkanMemoryModelDeviceScope,
+            ]);
+        }
+        if subgroups {
             spv_caps.extend([
                 spv::Capability::GroupNonUniform,
                 spv::Capability::GroupNonUniformVote,
