@@ -128,9 +128,10 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
 }
 
 // matmul_mma: the same product over quantized weights in 8-bit integers on the tensor cores
-// (llama.cpp's MMQ; the host takes it from sm_80 on, unless MINFER_INT8_MATMUL=0). The same
-// 32-row × 32-token tiles, grid and block; warp w of the two takes rows 16w .. 16w + 15 against
-// all 32 tokens, four mma.sync m16n8k16 (mma_s8, quant.cuh) per 16 elements of k.
+// (llama.cpp's MMQ; the host takes it from sm_80 on, unless MINFER_INT8_MATMUL=0). Tiles of 64
+// rows × 64 tokens, a block of 128 threads: warp w of the four takes rows 16w .. 16w + 15
+// against all 64 tokens, eight mma.sync m16n8k16 (mma_s8, quant.cuh) per 16 elements of k. The
+// host launches it over (ceil(rows / 64), ceil(n / 64)) blocks (`Variant::mma_launch`).
 //
 // Per 32-element step each thread unpacks one row's half (two 8-element chunks, i8w<Q>) into
 // shared memory as signed bytes with the half's scale s and offset m (the two chunks of a half
@@ -142,10 +143,11 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
 // the fragment reads of a warp (8 rows × 4 words) then fall in 32 different banks.
 template <class Q>
 static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
-    constexpr u32 TM = 32; // rows per tile
-    constexpr u32 TN = 32; // tokens per tile
+    constexpr u32 TM = 64; // rows per tile
+    constexpr u32 TN = 64; // tokens per tile
     constexpr u32 TK = 32; // elements of k per step
     constexpr u32 LD = 12; // words per tile row
+    constexpr u32 NJ = TN / 8; // 8-token column blocks
     constexpr u32 CPB = Q::QK / 8;
     __shared__ u32 ws[TM * LD];
     __shared__ u32 xs[TN * LD];
@@ -172,9 +174,9 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     const u2* __restrict__ xq = reinterpret_cast<const u2*>(x + qw);
     const float* __restrict__ xdq = x + qw + n * k / 4;
     // acc[j][i]: row m0 + wr0 + g + 8 (i / 2) × token n0 + 8j + 2tq + i % 2
-    float acc[4][4];
+    float acc[NJ][4];
     MF_UNROLL
-    for (u32 j = 0; j < 4; j++) {
+    for (u32 j = 0; j < NJ; j++) {
         MF_UNROLL
         for (u32 i = 0; i < 4; i++) {
             acc[j][i] = 0.0f;
@@ -215,8 +217,8 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             }
         }
         if constexpr (act_s<Q>::ON) {
-            const u32 i = tid % 32;
-            if (tid < 32) {
+            const u32 i = tid % 64;
+            if (tid < 64) {
                 wmin[i] = m0 + i < rows ? act_s<Q>::m(w + (m0 + i) * rbytes, (k0 / Q::QK) * Q::QB) : 0.0f;
             } else {
                 const float* xc = x + (unsigned long long)n * k;
@@ -225,9 +227,9 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         }
         __syncthreads();
         // st[j][i]: the step's Σ_halves (s · Σ q_w q_x + m · Σ q_x) of acc[j][i]
-        float st[4][4];
+        float st[NJ][4];
         MF_UNROLL
-        for (u32 j = 0; j < 4; j++) {
+        for (u32 j = 0; j < NJ; j++) {
             MF_UNROLL
             for (u32 i = 0; i < 4; i++) {
                 st[j][i] = 0.0f;
@@ -239,7 +241,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             const u32 a0 = ws[ra], a1 = ws[ra + 8 * LD];
             const u32 ia = (wr0 + g) * 2 + h, ib = ia + 16;
             MF_UNROLL
-            for (u32 j = 0; j < 4; j++) {
+            for (u32 j = 0; j < NJ; j++) {
                 int c[4] = {0, 0, 0, 0};
                 mma_s8(c, a0, a1, xs[(8 * j + g) * LD + 4 * h + tq]);
                 MF_UNROLL
@@ -251,7 +253,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             }
         }
         MF_UNROLL
-        for (u32 j = 0; j < 4; j++) {
+        for (u32 j = 0; j < NJ; j++) {
             MF_UNROLL
             for (u32 i = 0; i < 4; i++) {
                 const u32 t = 8 * j + 2 * tq + i % 2;
@@ -264,7 +266,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         __syncthreads();
     }
     MF_UNROLL
-    for (u32 j = 0; j < 4; j++) {
+    for (u32 j = 0; j < NJ; j++) {
         MF_UNROLL
         for (u32 i = 0; i < 4; i++) {
             const u32 r = m0 + wr0 + g + 8 * (i / 2);
@@ -276,14 +278,14 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     }
 }
 
-// matmul_mma's entry for weights Q: where the tensor cores or Q's integer form are missing,
-// matmul_body (the host never launches it there).
+// matmul_mma's entry for weights Q: where the tensor cores or Q's integer form are missing, a
+// trap (the host never launches it there).
 template <class Q>
 static __device__ __forceinline__ void matmul_mma_entry(const Params& p) {
     if constexpr (MF_MMA && i8w<Q>::INT8) {
         matmul_mma_body<Q>(p);
     } else {
-        matmul_body<Q>(p);
+        __trap();
     }
 }
 
@@ -294,7 +296,7 @@ static __device__ __forceinline__ void matmul_mma_entry(const Params& p) {
 MF_MATRIX_QTYPES(MF_MATMUL)
 
 #define MF_MATMUL_MMA(name)                                                                          \
-    extern "C" __global__ void __launch_bounds__(64) matmul_mma_##name(const Params p) { \
+    extern "C" __global__ void __launch_bounds__(128) matmul_mma_##name(const Params p) { \
         matmul_mma_entry<qt_##name>(p);                                                              \
     }
 MF_MATRIX_QTYPES(MF_MATMUL_MMA)

@@ -283,7 +283,7 @@ fn attention_graph(n: usize, attn: minfer::model::Attn) -> Graph {
 
 /// `g` on a fresh context of `b`: tokens `ids` at `pos0`.
 pub fn run_at(b: &dyn Backend, m: &Arc<Model>, g: &Graph, ids: &[u32], pos0: usize) -> Vec<f32> {
-    let mut ctx = b.new_context(m, 64, KvType::F32).unwrap();
+    let mut ctx = b.new_context(m, 128, KvType::F32).unwrap();
     let mut out = Vec::new();
     ctx.forward(g, &Step::contiguous(ids, pos0), &mut out)
         .unwrap_or_else(|e| panic!("{}: {e}", b.name()));
@@ -304,7 +304,7 @@ fn matmul_ref(x: &[f32], w: &Tensor, n: usize) -> Vec<f32> {
     y
 }
 
-/// Every weight qtype: matmul_vec (n = 1, 2) and the tiled matmul (n = 7, 33) on 67 rows (not
+/// Every weight qtype: matmul_vec (n = 1, 2) and the tiled matmul (n = 7, 70) on 71 rows (not
 /// a multiple of any tile), with 8 KiB bindings so every weight is split into parts, on random
 /// activations and on ties of the 8-bit rounding; and
 /// get_rows of scattered ids, which must equal the CPU's dequantization.
@@ -315,12 +315,12 @@ fn matmul_and_get_rows_every_qtype() {
         return;
     }
     let cpu = cpu();
-    let m = 67;
+    let m = 71; // rows, and the vocabulary the token ids 0 .. n come from
     for q in WEIGHT_QTYPES {
         let k = if q.block_elems() == 256 { 512 } else { 96 };
         let w = tensor("w", q, k, m, q as u64 + 1, 1.0);
         let (mut worst_ref, mut worst_cpu) = (0f64, 0f64);
-        for n in [1usize, 2, 7, 33] {
+        for n in [1usize, 2, 7, 70] {
             // Odd tokens are ties: with a block maximum of 127 the 8-bit scale is 1 and every
             // x.5 rounds to even, as the CPU rounds it.
             let mut inp = tensor("inp", QType::F32, k, n, 7, 1.0);

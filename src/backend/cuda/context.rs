@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device::{DevBuf, Device, Func, Params, Replay};
-use crate::backend::gpu::kernels::Kernel;
+use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::profile::OpTotals;
 use crate::backend::gpu::schedule::{self, rope_table, PackSlot, Res, Stage, WeightParts};
 use crate::backend::{Context, KvLayout, KvType, Progress, Step, Submitted};
@@ -307,10 +307,14 @@ impl CudaContext {
             for (i, r) in l.res.iter().enumerate() {
                 params.b[i] = addr(r)?;
             }
+            let (grid, block) = match dev.takes_mma(&l.variant) {
+                true => Variant::mma_launch(l.groups),
+                false => (l.groups, l.variant.kernel.threads()),
+            };
             Ok(Item::Launch {
                 func: dev.function(&l.variant)?,
-                grid: l.groups,
-                block: l.variant.kernel.threads(),
+                grid,
+                block,
                 params,
             })
         };

@@ -95,6 +95,12 @@ pub trait Device: Send + Sync {
     fn set_mma(&self, on: bool) {
         let _ = on;
     }
+    /// Whether `v` is launched as its tensor-core entry here (`set_mma` on, and `v` has one):
+    /// then with `Variant::mma_launch`'s grid and block.
+    fn takes_mma(&self, v: &Variant) -> bool {
+        let _ = v;
+        false
+    }
     /// Compiles the op files of `kernels` not compiled yet, side by side, ahead of the
     /// `function` calls that need them (a plan's kernels). By default nothing: the emulation
     /// builds every kernel at once.

@@ -260,7 +260,7 @@ impl Device for Driver {
 
     fn function(&self, v: &Variant) -> Result<Func, String> {
         let mut f = self.funcs.lock().map_err(|_| "function table poisoned".to_string())?;
-        f.get_or_load(v, self.mma.load(Ordering::Relaxed), |entry| {
+        f.get_or_load(v, self.takes_mma(v), |entry| {
             self.module(v.kernel)?
                 .load_function(entry)
                 .map_err(|e| format!("{}.cu has no kernel {entry}: {}", v.kernel.name(), derr(e)))
@@ -269,6 +269,10 @@ impl Device for Driver {
 
     fn set_mma(&self, on: bool) {
         self.mma.store(on && self.has_mma, Ordering::Relaxed);
+    }
+
+    fn takes_mma(&self, v: &Variant) -> bool {
+        self.mma.load(Ordering::Relaxed) && v.mma_entry().is_some()
     }
 
     fn set_pdl(&self, on: bool) {

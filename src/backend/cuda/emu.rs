@@ -112,7 +112,7 @@ impl Device for Emulator {
 
     fn function(&self, v: &Variant) -> Result<Func, String> {
         let mut f = self.funcs.lock().map_err(|_| "function table poisoned".to_string())?;
-        f.get_or_load(v, self.mma.load(Ordering::Relaxed), |entry| {
+        f.get_or_load(v, self.takes_mma(v), |entry| {
             let sym = format!("{entry}\0");
             // SAFETY: only the address is taken; it is called with the kernels' signature.
             let addr = unsafe { self.lib.get::<*const c_void>(sym.as_bytes()) }
@@ -123,6 +123,10 @@ impl Device for Emulator {
 
     fn set_mma(&self, on: bool) {
         self.mma.store(on, Ordering::Relaxed);
+    }
+
+    fn takes_mma(&self, v: &Variant) -> bool {
+        self.mma.load(Ordering::Relaxed) && v.mma_entry().is_some()
     }
 
     fn launch(&self, f: Func, grid: [u32; 3], block: u32, p: &Params) -> Result<(), String> {
