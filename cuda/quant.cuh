@@ -345,18 +345,23 @@ struct qt_q5_K {
 // & 3) << 4, x = d·scales[8h + 2k + l/16]·(q − 32). ggml: dequantize_row_q6_K.
 struct qt_q6_K {
     static constexpr u32 QK = 256, QB = 210;
+    // Chunk c's 8 six-bit q (0 .. 63, one a byte) and its scale d · scales[8h + 2k + l0 / 16]:
+    // dq8 here and i8w<qt_q6_K> (integers less 32) read them.
+    static __device__ __forceinline__ u2 q(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 h = c >> 4, k = (c >> 2) & 3, l0 = (c & 3) * 8;
+        const u32 ol = b + 64 * h + 32 * (k & 1) + l0, oh = b + 128 + 32 * h + l0;
+        const u32 sl = 4 * (k >> 1), sh = 2 * k;
+        return u2{((ld_u32_2(w, ol) >> sl) & 0x0f0f0f0fu) | (((ld_u32_2(w, oh) >> sh) & 0x03030303u) << 4),
+                  ((ld_u32_2(w, ol + 4) >> sl) & 0x0f0f0f0fu) | (((ld_u32_2(w, oh + 4) >> sh) & 0x03030303u) << 4)};
+    }
+    static __device__ __forceinline__ float scale(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 h = c >> 4, k = (c >> 2) & 3, l0 = (c & 3) * 8;
+        return ld_f16(w, b + 208) * i8f(ld_u8(w, b + 192 + 8 * h + 2 * k + l0 / 16));
+    }
     static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
-        const u32 h = c >> 4;
-        const u32 k = (c >> 2) & 3;
-        const u32 l0 = (c & 3) * 8;
-        const float dl = ld_f16(w, b + 208) * i8f(ld_u8(w, b + 192 + 8 * h + 2 * k + l0 / 16));
-        const u32 ol = b + 64 * h + 32 * (k & 1) + l0;
-        const u32 oh = b + 128 + 32 * h + l0;
-        const u32 sl = 4 * (k >> 1);
-        const u32 sh = 2 * k;
-        const u32 q0 = ((ld_u32_2(w, ol) >> sl) & 0x0f0f0f0fu) | (((ld_u32_2(w, oh) >> sh) & 0x03030303u) << 4);
-        const u32 q1 = ((ld_u32_2(w, ol + 4) >> sl) & 0x0f0f0f0fu) | (((ld_u32_2(w, oh + 4) >> sh) & 0x03030303u) << 4);
-        return f4x2{scale4(u8x4<32>(q0), dl), scale4(u8x4<32>(q1), dl)};
+        const u2 v = q(w, b, c);
+        const float dl = scale(w, b, c);
+        return f4x2{scale4(u8x4<32>(v.x), dl), scale4(u8x4<32>(v.y), dl)};
     }
 };
 
@@ -573,13 +578,8 @@ template <>
 struct i8w<qt_q6_K> {
     static constexpr bool INT8 = true;
     static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
-        const u32 h = c >> 4, k = (c >> 2) & 3, l0 = (c & 3) * 8;
-        const u32 ol = b + 64 * h + 32 * (k & 1) + l0, oh = b + 128 + 32 * h + l0;
-        const u32 sl = 4 * (k >> 1), sh = 2 * k;
-        const u32 q0 = ((ld_u32_2(w, ol) >> sl) & 0x0f0f0f0fu) | (((ld_u32_2(w, oh) >> sh) & 0x03030303u) << 4);
-        const u32 q1 = ((ld_u32_2(w, ol + 4) >> sl) & 0x0f0f0f0fu) | (((ld_u32_2(w, oh + 4) >> sh) & 0x03030303u) << 4);
-        const float s = ld_f16(w, b + 208) * i8f(ld_u8(w, b + 192 + 8 * h + 2 * k + l0 / 16));
-        return QI8{u2{offset_i8<32>(q0), offset_i8<32>(q1)}, s, 0.0f};
+        const u2 v = qt_q6_K::q(w, b, c);
+        return QI8{u2{offset_i8<32>(v.x), offset_i8<32>(v.y)}, qt_q6_K::scale(w, b, c), 0.0f};
     }
 };
 

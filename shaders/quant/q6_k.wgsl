@@ -5,18 +5,10 @@
 const QK: u32 = 256u;
 const QB: u32 = 210u;
 
+// dl · (q − 32), from the integer form: q − 32 is exact in f32, so these are the same products.
 fn dq8(b: u32, c: u32) -> array<vec4<f32>, 2> {
-    let h = c >> 4u;
-    let k = (c >> 2u) & 3u;
-    let l0 = (c & 3u) * 8u;
-    let dl = w_f16(b + 208u) * f32(w_i8(b + 192u + 8u * h + 2u * k + l0 / 16u));
-    let ol = b + 64u * h + 32u * (k & 1u) + l0;
-    let oh = b + 128u + 32u * h + l0;
-    let sl = 4u * (k >> 1u);
-    let sh = 2u * k;
-    let q0 = ((w_u32(ol) >> sl) & 0x0f0f0f0fu) | (((w_u32(oh) >> sh) & 0x03030303u) << 4u);
-    let q1 = ((w_u32(ol + 4u) >> sl) & 0x0f0f0f0fu) | (((w_u32(oh + 4u) >> sh) & 0x03030303u) << 4u);
-    return array<vec4<f32>, 2>(dl * (vec4<f32>(unpack4xU8(q0)) - 32.0), dl * (vec4<f32>(unpack4xU8(q1)) - 32.0));
+    let q = dq8i(b, c);
+    return array<vec4<f32>, 2>(q.s * vec4<f32>(unpack4xI8(q.q.x)), q.s * vec4<f32>(unpack4xI8(q.q.y)));
 }
 
 fn dq8i(b: u32, c: u32) -> QI8 {
