@@ -1,6 +1,7 @@
-// attention_reduce (after attention_split), as shaders/attention_reduce.wgsl: one block per (q
-// head h, token t) combines the ranges attention_split wrote for it (by its place among the
-// launch's tokens, blocks y; split_chunk gives how many ranges hold positions): with M the largest range maximum (and the sink logit with sinks),
+// attention_reduce (after attention_split or attention_tile), as shaders/attention_reduce.wgsl:
+// one block per (q head h, token t) combines the n_split slots written for it (by its place
+// among the launch's tokens, blocks y), skipping those whose sum is 0 (no position in that
+// range): with M the largest maximum (and the sink logit with sinks),
 // o = Σ_s e^(m_s − M)·o_s / Σ_s e^(m_s − M)·l_s, a sink adding e^(sk[h] − M) to the sum. With
 // act = 1 + quantize_act's ACT the block then rounds its head's output into binding 5 as
 // attention.cu does.
@@ -12,7 +13,6 @@ extern "C" __global__ void __launch_bounds__(64) attention_reduce(const Params p
     constexpr u32 WG = 64;
     constexpr u32 MAX_SPLIT = 64; // the schedule's most ranges
     __shared__ float ws[MAX_SPLIT]; // e^(m_s − M) per range
-    const u32* __restrict__ step = binding<const u32>(p, 1);
     const float* __restrict__ part = binding<const float>(p, 2);
     float* __restrict__ o = binding<float>(p, 3);
     const float* __restrict__ sk = binding<const float>(p, 4);
@@ -21,30 +21,28 @@ extern "C" __global__ void __launch_bounds__(64) attention_reduce(const Params p
     const u32 h = blockIdx.x;
     const u32 t = blockIdx.y + prm.t0;
     const u32 tid = threadIdx.x;
-    const u32 pos = step[4 + 2 * t];
-    u32 lo = 0;
-    if (prm.window > 0 && pos + 1 > prm.window) {
-        lo = pos + 1 - prm.window;
-    }
-    const u32 span = pos + 1 - lo;
-    const u32 chunk = split_chunk(span, n_split);
-    const u32 ns = (span + chunk - 1) / chunk;
-    const u32 pb = (blockIdx.y * n_head + h) * n_split;
-    const float* __restrict__ ml = part + gridDim.y * n_head * n_split * hdv;
+    const u32 sb = (blockIdx.y * n_head + h) * n_split; // range s's slot: sb + s
+    const u32 stride = hdv + 2;
     float m = -3.0e38f;
-    for (u32 s = 0; s < ns; s++) {
-        m = fmaxf(m, ml[2 * (pb + s)]);
+    for (u32 s = 0; s < n_split; s++) {
+        const float* ml = part + (sb + s) * stride + hdv;
+        if (ml[1] > 0.0f) {
+            m = fmaxf(m, ml[0]);
+        }
     }
     if (prm.sinks != 0) {
         m = fmaxf(m, sk[h]);
     }
-    if (tid < ns) {
-        ws[tid] = expf(ml[2 * (pb + tid)] - m);
+    if (tid < n_split) {
+        const float* ml = part + (sb + tid) * stride + hdv;
+        ws[tid] = ml[1] > 0.0f ? expf(ml[0] - m) : 0.0f;
     }
     __syncthreads();
     float l = 0.0f;
-    for (u32 s = 0; s < ns; s++) {
-        l += ml[2 * (pb + s) + 1] * ws[s];
+    for (u32 s = 0; s < n_split; s++) {
+        if (ws[s] > 0.0f) {
+            l += part[(sb + s) * stride + hdv + 1] * ws[s];
+        }
     }
     if (prm.sinks != 0) {
         l += expf(sk[h] - m);
@@ -53,8 +51,10 @@ extern "C" __global__ void __launch_bounds__(64) attention_reduce(const Params p
     const u32 ob = (t * n_head + h) * hdv;
     for (u32 d = tid; d < hdv; d += WG) {
         float acc = 0.0f;
-        for (u32 s = 0; s < ns; s++) {
-            acc += part[(pb + s) * hdv + d] * ws[s];
+        for (u32 s = 0; s < n_split; s++) {
+            if (ws[s] > 0.0f) {
+                acc += part[(sb + s) * stride + d] * ws[s];
+            }
         }
         o[ob + d] = acc * inv;
     }

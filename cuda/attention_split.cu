@@ -3,11 +3,11 @@
 // into at most n_split ranges of whole 64-position tiles (split_chunk); block (x, s, t) takes
 // range s for the hg query heads x·hg .. x·hg + hg − 1, which all read one KV head, so each K and
 // V row of the range is loaded once for all of them. One pass with an online softmax per head in
-// f32; the range's unnormalised output, maximum and sum go to binding 5, by the token's place
-// u = t − t0 among the launch's nt tokens (blocks z):
-//   part[((u · n_head + h) · n_split + s) · head_dim_v + d], and at ml0 = nt · n_head · n_split ·
-//   head_dim_v the pairs (max, sum) at ml0 + 2 · ((u · n_head + h) · n_split + s).
-// A range past the end of the context writes nothing. q is read (rotated where a rope is folded
+// f32; the range's unnormalised output, maximum and sum go to binding 5 in the slot of the
+// token's place u = t − t0 among the launch's tokens (blocks z), the head and the range:
+//   part[slot · (head_dim_v + 2) + d], then max, sum; slot = (u · n_head + h) · n_split + s.
+// A range past the end of the context writes max −3e38 and sum 0, which attention_reduce skips.
+// q is read (rotated where a rope is folded
 // in) and rounded for the cache type as attention.cu does; probabilities are not rounded.
 //
 // Params: AttentionParams (kv.cuh), with n_split and hg. Bindings: 1 step, 2 q, 3 kc, 4 vc,
@@ -43,9 +43,15 @@ static __device__ __forceinline__ void attention_split_body(const Params& p) {
     if (prm.window > 0 && pos + 1 > prm.window) {
         lo = pos + 1 - prm.window;
     }
+    const u32 pb = (blockIdx.z * n_head + h0) * n_split + s; // head h0 + hh's slot: pb + hh · n_split
     const u32 chunk = split_chunk(pos + 1 - lo, n_split);
     const u32 j0 = lo + s * chunk;
     if (j0 > pos) {
+        if (tid < hg) {
+            const u32 mi = (pb + tid * n_split) * (hdv + 2) + hdv;
+            part[mi] = -3.0e38f;
+            part[mi + 1] = 0.0f;
+        }
         return;
     }
     const u32 j1 = umin32(j0 + chunk, pos + 1);
@@ -144,16 +150,15 @@ static __device__ __forceinline__ void attention_split_body(const Params& p) {
         __syncthreads();
     }
 
-    const u32 pb = (blockIdx.z * n_head + h0) * n_split + s; // head h0 + hh's range s: pb + hh · n_split
     MF_UNROLL
     for (u32 a = 0; a < MAX_A; a++) {
         const u32 i = tid + a * WG;
         if (i < hg * hdv) {
-            part[(pb + (i / hdv) * n_split) * hdv + i % hdv] = acc[a];
+            part[(pb + (i / hdv) * n_split) * (hdv + 2) + i % hdv] = acc[a];
         }
     }
     if (tid < hg) {
-        const u32 mi = gridDim.z * n_head * n_split * hdv + 2 * (pb + tid * n_split);
+        const u32 mi = (pb + tid * n_split) * (hdv + 2) + hdv;
         part[mi] = mh[tid];
         part[mi + 1] = lh[tid];
     }

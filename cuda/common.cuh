@@ -114,6 +114,10 @@ struct UnaryParams {
     return a < b ? a : b;
 }
 
+[[maybe_unused]] static __device__ __forceinline__ u32 umax32(u32 a, u32 b) {
+    return a > b ? a : b;
+}
+
 // ---- small vector types ------------------------------------------------------------------------
 
 // Plain structs rather than CUDA's float4 / uint4, so the CPU build needs no vector types. The

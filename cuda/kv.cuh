@@ -140,8 +140,7 @@ struct kv_q8_0 {
     X(f16)             \
     X(q8_0)
 
-// The parameters of the three attention kernels (attention.cu, attention_split.cu,
-// attention_reduce.cu).
+// The parameters of attention.cu, attention_split.cu and attention_reduce.cu.
 struct AttentionParams {
     u32 n_head, n_head_kv, head_dim, head_dim_v;
     float scale;
@@ -156,6 +155,23 @@ struct AttentionParams {
     u32 act;       // 0, or 1 + quantize_act's ACT: o also rounded into binding 8
     u32 n_split;   // attention_split / attention_reduce: ranges of positions, at most
     u32 hg;        // attention_split: query heads per block, all of one KV head
+};
+
+// The parameters of attention_tile.cu.
+struct AttentionTileParams {
+    u32 n_head, n_head_kv, head_dim, head_dim_v;
+    float scale;
+    u32 window;    // 0 = none
+    float softcap; // 0 = none
+    u32 n;         // tokens
+    u32 t0;        // the first token of this launch
+    u32 n_rot;     // 0, or the rope folded into the attention (q read rotated)
+    u32 neox;
+    u32 n_split;   // ranges of a run's positions
+    u32 hg;        // query heads per block, all of one KV head
+    u32 tq;        // query tokens per block (a power of two)
+    u32 kt;        // positions per K / V tile
+    u32 _pad0;
 };
 
 // Element d of the q head at q[qb] of token t, rotated where a rope of n_rot dimensions is folded

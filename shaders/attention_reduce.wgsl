@@ -1,6 +1,7 @@
-// attention_reduce (after attention_split): one workgroup per (q head h, token t) combines the
-// ranges attention_split wrote for them (by the token's place among the launch's, workgroups y) (split_chunk gives how many hold positions): with M the
-// largest range maximum (and the sink logit, p.sinks = 1), o = Σ_s e^(m_s − M)·o_s / Σ_s e^(m_s − M)·l_s,
+// attention_reduce (after attention_split or attention_tile): one workgroup per (q head h, token
+// t) combines the p.n_split slots written for them (by the token's place among the launch's
+// tokens, workgroups y), skipping those whose sum is 0 (no position in that range): with M the
+// largest maximum (and the sink logit, p.sinks = 1), o = Σ_s e^(m_s − M)·o_s / Σ_s e^(m_s − M)·l_s,
 // the sink adding e^(sk[h] − M) to the sum (ggml soft_max's sinks). With p.act = 1 +
 // quantize_act's ACT the workgroup then rounds its head's output into binding 5 as attention.wgsl
 // does.
@@ -51,36 +52,32 @@ var<workgroup> ws: array<f32, MAX_SPLIT>; // e^(m_s − M) per range
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
     let h = wid.x;
     let t = wid.y + p.t0;
-    let pos = step[4u + 2u * t];
-    var lo = 0u;
-    if (p.window > 0u && pos + 1u > p.window) {
-        lo = pos + 1u - p.window;
-    }
-    let span = pos + 1u - lo;
-    let chunk = split_chunk(span, p.n_split);
-    let ns = (span + chunk - 1u) / chunk;
     let hdv = p.head_dim_v;
-    let pb = (wid.y * p.n_head + h) * p.n_split;
-    let ml0 = nwg.y * p.n_head * p.n_split * hdv;
+    let sb = (wid.y * p.n_head + h) * p.n_split; // range s's slot: sb + s
     var m = -3.0e38;
-    for (var s = 0u; s < ns; s++) {
-        m = max(m, part[ml0 + 2u * (pb + s)]);
+    for (var s = 0u; s < p.n_split; s++) {
+        let mi = (sb + s) * (hdv + 2u) + hdv;
+        if (part[mi + 1u] > 0.0) {
+            m = max(m, part[mi]);
+        }
     }
     if (p.sinks != 0u) {
         m = max(m, sk[h]);
     }
-    if (lid < ns) {
-        ws[lid] = exp(part[ml0 + 2u * (pb + lid)] - m);
+    if (lid < p.n_split) {
+        let mi = (sb + lid) * (hdv + 2u) + hdv;
+        ws[lid] = select(0.0, exp(part[mi] - m), part[mi + 1u] > 0.0);
     }
     workgroupBarrier();
     var l = 0.0;
-    for (var s = 0u; s < ns; s++) {
-        l += part[ml0 + 2u * (pb + s) + 1u] * ws[s];
+    for (var s = 0u; s < p.n_split; s++) {
+        if (ws[s] > 0.0) {
+            l += part[(sb + s) * (hdv + 2u) + hdv + 1u] * ws[s];
+        }
     }
     if (p.sinks != 0u) {
         l += exp(sk[h] - m);
@@ -89,8 +86,10 @@ fn main(
     let ob = (t * p.n_head + h) * hdv;
     for (var d = lid; d < hdv; d += WG) {
         var acc = 0.0;
-        for (var s = 0u; s < ns; s++) {
-            acc += part[(pb + s) * hdv + d] * ws[s];
+        for (var s = 0u; s < p.n_split; s++) {
+            if (ws[s] > 0.0) {
+                acc += part[(sb + s) * (hdv + 2u) + d] * ws[s];
+            }
         }
         o[ob + d] = acc * inv;
     }

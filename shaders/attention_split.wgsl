@@ -1,17 +1,16 @@
 // attention_split (prefills, and decode steps with a long context; kv_store ran first,
 // attention_reduce follows): flash-decoding. Token t's positions [lo, pos] are cut into at most p.n_split ranges
-// of whole 64-position tiles (split_range: the same cut attention_reduce makes); workgroup
+// of whole 64-position tiles (split_chunk); workgroup
 // (x, s, t) takes range s for the p.hg query heads x·hg .. x·hg + hg − 1, which all read one KV
 // head, so each K and V row of the range is loaded once for all of them (GQA packing). One pass
 // with an online softmax per head, in f32: per tile of 64 positions each invocation scores one
 // position for every head, the tile's maximum rescales the running sum and accumulators, and
 // each invocation accumulates p·V for its (head, dimension) pairs. The range's unnormalised
-// output, its maximum and its sum go to `part` for attention_reduce, by the token's place u =
-// t − t0 among the launch's nt tokens (workgroups z):
-//   part[((u · n_head + h) · n_split + s) · head_dim_v + d]        the output, unnormalised
-//   part[ml0 + 2 · ((u · n_head + h) · n_split + s) + {0, 1}]     max, sum; ml0 = nt · n_head · n_split · head_dim_v
-// A range past the end of the context writes nothing (attention_reduce reads only the ranges
-// split_range gives). q is read (rotated where a rope is folded in) and rounded as the CPU rounds
+// output, its maximum and its sum go to `part` for attention_reduce, in the slot of the token's
+// place u = t − t0 among the launch's tokens (workgroups z), the head and the range:
+//   part[slot · (head_dim_v + 2) + d], then max, sum; slot = (u · n_head + h) · n_split + s
+// A range past the end of the context writes max −3e38 and sum 0, which attention_reduce skips
+// (attention_tile writes the same slots its own way). q is read (rotated where a rope is folded in) and rounded as the CPU rounds
 // it for the cache type, as attention.wgsl does; the probabilities are not rounded (the CPU's
 // default path rounds them to f16 with an f16 cache: the difference is within the attention
 // tests' tolerance).
@@ -72,7 +71,6 @@ fn score(kb: u32, qo: u32) -> f32 {
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
     let t = wid.z + p.t0;
@@ -86,14 +84,20 @@ fn main(
     if (p.window > 0u && pos + 1u > p.window) {
         lo = pos + 1u - p.window;
     }
+    let hd = p.head_dim;
+    let hdv = p.head_dim_v;
+    let pb = (wid.z * p.n_head + h0) * p.n_split + s; // head h0 + hh's slot: pb + hh · n_split
     let chunk = split_chunk(pos + 1u - lo, p.n_split);
     let j0 = lo + s * chunk;
     if (j0 > pos) {
+        if (lid < hg) {
+            let mi = (pb + lid * p.n_split) * (hdv + 2u) + hdv;
+            part[mi] = -3.0e38;
+            part[mi + 1u] = 0.0;
+        }
         return;
     }
     let j1 = min(j0 + chunk, pos + 1u);
-    let hd = p.head_dim;
-    let hdv = p.head_dim_v;
 
     // The heads' queries, rounded per head as attention.wgsl rounds one.
     for (var i = lid; i < hg * hd; i += WG) {
@@ -179,15 +183,14 @@ fn main(
         workgroupBarrier();
     }
 
-    let pb = (wid.z * p.n_head + h0) * p.n_split + s; // head h0 + hh's range s: pb + hh · n_split
     for (var a = 0u; a < MAX_A; a++) {
         let i = lid + a * WG;
         if (i < hg * hdv) {
-            part[(pb + (i / hdv) * p.n_split) * hdv + i % hdv] = acc[a];
+            part[(pb + (i / hdv) * p.n_split) * (hdv + 2u) + i % hdv] = acc[a];
         }
     }
     if (lid < hg) {
-        let mi = nwg.z * p.n_head * p.n_split * hdv + 2u * (pb + lid * p.n_split);
+        let mi = (pb + lid * p.n_split) * (hdv + 2u) + hdv;
         part[mi] = mh[lid];
         part[mi + 1u] = lh[lid];
     }

@@ -43,6 +43,7 @@ tests![
     norm_rope_elementwise_ops_match_cpu,
     attention_matches_cpu_over_steps,
     split_attention_matches_cpu_at_long_contexts,
+    tiled_prefill_attention_matches_cpu,
     rope_yarn_freq_factors_temperature_match_cpu,
     attention_sinks_match_a_direct_computation_and_cpu,
     long_prefill_is_bounded_submits_and_matches_cpu,
@@ -819,6 +820,177 @@ fn split_attention_matches_cpu_at_long_contexts() {
                 // Three get_rows, then the store, the split and the reduce.
                 let w = w.expect("a GPU backend says what it submitted");
                 assert_eq!(w.dispatches, 6, "{}: {what}: {w:?}", g.label);
+            }
+        }
+    }
+}
+
+/// The tiled prefill attention (`attention_tile` + `attention_reduce`) against the CPU on every
+/// row of every step: a 31-token prefill (contexts 1 to 31), 1,000 positions reached by prefills
+/// of 969 and 31 tokens, 5,000 by 4,900 and 100 (wgpu only: the CUDA emulation would take
+/// minutes), and a step of three sequences of one pool whose runs cut across the query tiles
+/// (A's next 5 tokens, B's one, C's first 20, A's 3 more). Query heads packed per KV head (4 over
+/// 2 or 1; 2 over 1; 8 over 2 at 256 wide, two tokens a tile), sliding windows shorter than the
+/// context, soft-capping, sinks, f32 / f16 / q8_0 caches and both numerics. The backends split
+/// from the first position, so every step of three or more tokens takes the tiled pair: the
+/// store, then a tile launch and a reduce per 256 tokens after the three get_rows.
+fn tiled_prefill_attention_matches_cpu() {
+    let t = "tiled_prefill_attention_matches_cpu";
+    let gs = gpus_at(t, None, 1);
+    if gs.is_empty() {
+        return;
+    }
+    let cpu = cpu();
+    let every: Vec<(KvType, bool)> = [KvType::F32, KvType::F16, KvType::Q8_0]
+        .into_iter()
+        .flat_map(|kv| [(kv, false), (kv, true)])
+        .collect();
+    // (steps as (sequence, tokens) parts, heads, KV heads, head width, window, softcap, sinks,
+    // cache types and numerics)
+    type Case<'a> = (
+        Vec<Vec<(usize, usize)>>,
+        usize,
+        usize,
+        usize,
+        Option<usize>,
+        Option<f32>,
+        bool,
+        &'a [(KvType, bool)],
+    );
+    let cases: Vec<Case> = vec![
+        (vec![vec![(0, 31)]], 4, 2, 64, None, None, false, &every[..]),
+        (vec![vec![(0, 31)]], 4, 1, 128, Some(20), Some(20.0), true, &every[..]),
+        (vec![vec![(0, 31)]], 8, 2, 256, Some(9), None, false, &every[..2]),
+        (
+            vec![vec![(0, 969)], vec![(0, 31)]],
+            4,
+            2,
+            64,
+            Some(700),
+            None,
+            false,
+            &every[2..5],
+        ),
+        (
+            vec![vec![(0, 4900)], vec![(0, 100)]],
+            2,
+            1,
+            32,
+            None,
+            Some(30.0),
+            false,
+            &every[2..3],
+        ),
+        (
+            vec![vec![(0, 40)], vec![(1, 100)], vec![(0, 5), (1, 1), (2, 20), (0, 3)]],
+            4,
+            2,
+            64,
+            Some(24),
+            None,
+            true,
+            &every[..],
+        ),
+    ];
+    for (steps, n_head, n_kv, hd, window, softcap, sinks, kinds) in cases {
+        let mut hp = hparams(n_head * hd, n_head, n_kv, hd);
+        hp.sliding_window = window;
+        let rows = 64;
+        let mut weights = vec![
+            tensor("tq", QType::F32, n_head * hd, rows, 51, 3.0),
+            tensor("tk", QType::F32, n_kv * hd, rows, 52, 3.0),
+            tensor("tv", QType::F32, n_kv * hd, rows, 53, 1.0),
+        ];
+        if sinks {
+            weights.push(tensor_of(
+                "blk.0.attn_sinks.weight",
+                QType::F32,
+                n_head,
+                1,
+                &[-2.0, 0.5, 3.0, 8.0],
+            ));
+        }
+        let mdl = model(hp.clone(), weights);
+        let attn = |n, flash| {
+            attention_graph(
+                n,
+                minfer::model::Attn {
+                    scale: hp.attn_scale,
+                    window,
+                    softcap,
+                    flash,
+                    sinks,
+                    ..minfer::model::Attn::new(0, n_head, n_kv, hd)
+                },
+            )
+        };
+        // Three sequences of one pool: A on the cells ≡ 0 mod 3, B ≡ 1, C ≡ 2 from the top down.
+        let total: usize = steps.iter().flatten().map(|p| p.1).sum();
+        let cells = 3 * total;
+        let mut seqs = vec![
+            batch::Seq::new((0..cells as u32).step_by(3)),
+            batch::Seq::new((1..cells as u32).step_by(3)),
+            batch::Seq::new((2..cells as u32).step_by(3).rev()),
+        ];
+        let built: Vec<Step> = steps
+            .iter()
+            .map(|parts| {
+                let toks: Vec<(usize, u32)> = parts
+                    .iter()
+                    .flat_map(|&(q, c)| std::iter::repeat_n(q, c))
+                    .enumerate()
+                    .map(|(i, q)| (q, ((i * 37 + 11 * q + 5) % rows) as u32))
+                    .collect();
+                batch::step_of(&mut seqs, &toks)
+            })
+            .collect();
+        let longest = total.min(5000);
+        for &(kv, flash) in kinds {
+            let what = format!(
+                "steps {steps:?}, {n_head}/{n_kv}×{hd}, window {window:?}, sinks {sinks}, kv {kv:?}, flash {flash}"
+            );
+            let run = |b: &dyn Backend, flash: bool| -> Vec<(Vec<f32>, Option<backend::Submitted>)> {
+                let mut c = b.new_context(&mdl, cells, kv).unwrap();
+                built
+                    .iter()
+                    .map(|step| {
+                        let mut out = Vec::new();
+                        c.forward(&attn(step.len(), flash), step, &mut out)
+                            .unwrap_or_else(|e| panic!("{}: {what}: {e}", b.name()));
+                        (out, c.submitted())
+                    })
+                    .collect()
+            };
+            let want = run(&cpu, flash);
+            // As in the split attention's test: the CPU's flash path rounds its accumulator to
+            // the cache type after every position, the tiled kernel keeps f32.
+            let tol = match flash {
+                true => {
+                    let other = run(&cpu, false);
+                    let gap = want
+                        .iter()
+                        .zip(&other)
+                        .map(|(a, b)| nmse(&b.0, &a.0))
+                        .fold(0.0, f64::max);
+                    (2.0 * gap).max(1e-6)
+                }
+                false => 1e-6,
+            };
+            for g in gs.iter().filter(|g| longest < 5000 || !g.emulated) {
+                let got = run(g.backend.as_ref(), flash);
+                for (i, ((got, w), (want, _))) in got.iter().zip(&want).enumerate() {
+                    let e = nmse(got, want);
+                    eprintln!("{t}: {}: {what}: step {i}: NMSE {e:.1e} (at most {tol:.1e})", g.label);
+                    assert!(
+                        e <= tol,
+                        "{}: {what}: step {i}: NMSE {e:.2e} against the CPU (at most {tol:.1e})",
+                        g.label
+                    );
+                    let n = built[i].len() as u64;
+                    let w = w.as_ref().expect("a GPU backend says what it submitted");
+                    let launches = n.div_ceil(minfer::backend::gpu::schedule::ATTN_TOKENS as u64);
+                    assert_eq!(w.dispatches, 4 + 2 * launches, "{}: {what}: step {i}: {w:?}", g.label);
+                }
             }
         }
     }

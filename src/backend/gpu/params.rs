@@ -238,10 +238,46 @@ params! {
         act: u32,
         /// The split-KV kernels (`attention_split`, `attention_reduce`): the ranges a token's
         /// positions are cut into, at most (whole 64-position tiles each; fewer where the
-        /// context is short).
+        /// context is short). `attention_reduce` combines this many slots per (token, head).
         n_split: u32,
         /// `attention_split`: the query heads one workgroup takes, all of one KV head.
         hg: u32,
+    }
+}
+
+params! {
+    /// `attention_tile`: `tq` query tokens × `hg` query heads (of one KV head) per workgroup
+    /// over one of `n_split` ranges of their positions, `kt` positions at a time; the rest as
+    /// `AttentionParams` (`attention_reduce` then takes the sinks and the fused rounding).
+    AttentionTileParams {
+        n_head: u32,
+        n_head_kv: u32,
+        head_dim: u32,
+        head_dim_v: u32,
+        scale: f32,
+        /// Sliding window; 0 = none.
+        window: u32,
+        /// 0 = none.
+        softcap: f32,
+        /// Tokens.
+        n: u32,
+        /// The first token of this launch.
+        t0: u32,
+        /// 0, or the rotated dimensions of the rope folded into the attention.
+        n_rot: u32,
+        /// 1: the folded rope's pairs are (i, i + n_rot / 2).
+        neox: u32,
+        /// The ranges a run of one sequence's tokens cuts its positions into (whole 64-position
+        /// tiles each).
+        n_split: u32,
+        /// Query heads per workgroup, all of one KV head.
+        hg: u32,
+        /// Query tokens per workgroup: a power of two, so tiles never cross a launch's
+        /// `ATTN_TOKENS`.
+        tq: u32,
+        /// Positions per K / V tile in workgroup memory.
+        kt: u32,
+        _pad0: u32,
     }
 }
 

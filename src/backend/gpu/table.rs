@@ -35,6 +35,7 @@ pub enum Kernel {
     MatmulVecPack,
     AttentionSplit,
     AttentionReduce,
+    AttentionTile,
 }
 
 /// How a kernel binds a buffer (binding i of group 0 is entry i).
@@ -186,7 +187,7 @@ const fn elementwise(
 }
 
 /// The table, in `Kernel` order.
-pub static KERNELS: [KernelInfo; 27] = [
+pub static KERNELS: [KernelInfo; 28] = [
     KernelInfo {
         kernel: Kernel::QuantizeAct,
         name: "quantize_act",
@@ -534,6 +535,22 @@ pub static KERNELS: [KernelInfo; 27] = [
         },
         cuda: cuda!("attention_reduce.cu"),
     },
+    KernelInfo {
+        kernel: Kernel::AttentionTile,
+        name: "attention_tile",
+        bindings: &[U, R, R, R, R, RW, R],
+        spec: Spec::Kv,
+        reduces: false,
+        act_input: false,
+        threads: 64,
+        wg_override: false,
+        params: of::<params::AttentionTileParams>(),
+        wgsl: Wgsl {
+            tail: Some(wgsl!("attention_q.wgsl")),
+            ..body(wgsl!("attention_tile.wgsl"))
+        },
+        cuda: cuda!("attention_tile.cu"),
+    },
 ];
 
 /// The CUDA headers every program starts with, in order (`cuda/`).
@@ -544,7 +561,7 @@ pub const CUDA_HEADERS: [(&str, &str); 3] = [
 ];
 
 impl Kernel {
-    pub const ALL: [Kernel; 27] = [
+    pub const ALL: [Kernel; 28] = [
         Kernel::QuantizeAct,
         Kernel::MatmulVec,
         Kernel::Matmul,
@@ -572,6 +589,7 @@ impl Kernel {
         Kernel::MatmulVecPack,
         Kernel::AttentionSplit,
         Kernel::AttentionReduce,
+        Kernel::AttentionTile,
     ];
 
     /// The most storage buffers one kernel binds: what a wgpu adapter must allow per shader

@@ -23,13 +23,13 @@ tests![
 ];
 
 /// A sequence: the pool cells it owns in position order, and how many positions it holds.
-struct Seq {
+pub(super) struct Seq {
     cells: Vec<u32>,
     len: usize,
 }
 
 impl Seq {
-    fn new(cells: impl IntoIterator<Item = u32>) -> Seq {
+    pub(super) fn new(cells: impl IntoIterator<Item = u32>) -> Seq {
         Seq {
             cells: cells.into_iter().collect(),
             len: 0,
@@ -39,7 +39,7 @@ impl Seq {
 
 /// A step of `toks` (sequence, token id) in order, each token at its sequence's next position;
 /// every sequence's cell list is laid out once, in order of first appearance.
-fn step_of(seqs: &mut [Seq], toks: &[(usize, u32)]) -> Step {
+pub(super) fn step_of(seqs: &mut [Seq], toks: &[(usize, u32)]) -> Step {
     let mut order: Vec<usize> = Vec::new();
     for &(s, _) in toks {
         if !order.contains(&s) {

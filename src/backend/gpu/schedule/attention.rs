@@ -5,15 +5,16 @@
 
 use super::{fold, Builder, Launch, Res, Stage, When, VEC_MAX_TOKENS};
 use crate::backend::gpu::kernels::{Kernel, Variant};
-use crate::backend::gpu::params::{AttentionParams, KernelParams, KvStoreParams, RopeParams};
+use crate::backend::gpu::params::{AttentionParams, AttentionTileParams, KernelParams, KvStoreParams, RopeParams};
 use crate::backend::KvType;
 use crate::model::{Attn, Node, Op, RopeMode};
 
 /// Tokens per `attention` launch.
 pub const ATTN_TOKENS: u32 = 256;
 
-/// A decode step whose longest context reaches this many positions takes the split-KV attention
-/// (`attention_split` + `attention_reduce`), unless the backend was given another span.
+/// A step whose longest context reaches this many positions takes the split-KV attention
+/// (`attention_split` + `attention_reduce` for decode, `attention_tile` + `attention_reduce` for
+/// prefill), unless the backend was given another span.
 pub const SPLIT_SPAN: u32 = 256;
 
 /// Ranges the split-KV attention cuts a context into, at most (`attention_reduce` combines up to
@@ -32,6 +33,30 @@ pub fn split_heads(gq: usize, hd: usize) -> usize {
         .rev()
         .find(|&hg| gq.is_multiple_of(hg) && hg * hd <= SPLIT_HG_D)
         .unwrap_or(1)
+}
+
+/// `attention_tile`'s workgroup memory in f32s (its `MAX_QD`, `MAX_KD`, `MAX_PS`) and its most
+/// rows (query heads × tokens).
+const TILE_QD: usize = 2048;
+const TILE_KD: usize = 1024;
+const TILE_PS: usize = 768;
+const TILE_ROWS: usize = 64;
+
+/// `attention_tile`'s workgroup for a KV head's `gq` query heads of widths `hd` (K) and `hdv`
+/// (V): (query heads, query tokens, positions per K / V tile). The rows, heads × tokens, are
+/// as many as its workgroup memory holds at these widths: every K and V row it loads serves
+/// all of them. The heads are the most of `gq` that divide it, the tokens a power of two (so a
+/// tile never crosses a launch of `ATTN_TOKENS`). None where a head is too wide.
+pub fn tile_shape(gq: usize, hd: usize, hdv: usize) -> Option<(usize, usize, usize)> {
+    let w = hd.max(hdv);
+    // The K tile's rows are w + 1 apart.
+    let kt = (TILE_KD / (w + 1)).min(64);
+    if kt == 0 {
+        return None;
+    }
+    let rows = TILE_ROWS.min(TILE_QD / w).min(TILE_PS / kt);
+    let hg = (1..=gq.min(rows)).rev().find(|&hg| gq.is_multiple_of(hg))?;
+    Some((hg, 1 << (rows / hg).ilog2(), kt))
 }
 
 impl Builder<'_> {
@@ -168,26 +193,56 @@ impl Builder<'_> {
                 // a KV head per workgroup, the context cut into up to `n_split` ranges, then the
                 // reduce. A step whose context reaches the split span takes it (`When::Long`),
                 // others the one-kernel attention (`When::Short`), decode and prefill alike, so
-                // a sequence's logits do not depend on what it is batched with.
+                // a sequence's logits do not depend on what it is batched with (up to the order
+                // of the sums). A prefill's pair is the tiled kernel's: its workgroups take a
+                // tile of query tokens as well, so each K and V row loaded serves every one.
                 let decode = rows as usize <= VEC_MAX_TOKENS;
-                let hg = split_heads(n_head / n_head_kv, head_dim.max(head_dim_v));
-                let gx = (n_head / hg) as u32;
+                let gq = n_head / n_head_kv;
                 let tokens = rows.min(ATTN_TOKENS);
+                let tile = tile_shape(gq, head_dim, head_dim_v).filter(|_| !decode);
+                let (hg, tq, kt) = tile.unwrap_or((split_heads(gq, head_dim.max(head_dim_v)), 1, 0));
+                let gx = (n_head / hg) as u32;
+                let workgroups = gx * tokens.div_ceil(tq as u32);
                 let n_split = match decode {
                     true => SPLIT_GROUPS.div_ceil(gx).clamp(2, MAX_SPLIT),
-                    false => (SPLIT_GROUPS / (gx * tokens)).clamp(1, MAX_SPLIT),
+                    false => (SPLIT_GROUPS / workgroups).clamp(1, MAX_SPLIT),
                 };
                 let split = |t0: u32| {
-                    let params = AttentionParams {
+                    let ap = AttentionParams {
                         n_split,
                         hg: hg as u32,
                         ..AttentionParams::from_words(&attend(t0).params)
-                    }
-                    .words();
+                    };
                     let n = (rows - t0).min(ATTN_TOKENS);
+                    let (variant, params, groups) = match tile {
+                        Some(_) => (
+                            Kernel::AttentionTile,
+                            AttentionTileParams {
+                                n_head: ap.n_head,
+                                n_head_kv: ap.n_head_kv,
+                                head_dim: ap.head_dim,
+                                head_dim_v: ap.head_dim_v,
+                                scale: ap.scale,
+                                window: ap.window,
+                                softcap: ap.softcap,
+                                n: ap.n,
+                                t0,
+                                n_rot: ap.n_rot,
+                                neox: ap.neox,
+                                n_split,
+                                hg: hg as u32,
+                                tq: tq as u32,
+                                kt: kt as u32,
+                                ..Default::default()
+                            }
+                            .words(),
+                            [gx, n_split, n.div_ceil(tq as u32)],
+                        ),
+                        None => (Kernel::AttentionSplit, ap.words(), [gx, n_split, n]),
+                    };
                     [
                         Launch {
-                            variant: Variant::with_kv(Kernel::AttentionSplit, self.kv),
+                            variant: Variant::with_kv(variant, self.kv),
                             params,
                             res: vec![
                                 Res::Step,
@@ -197,12 +252,12 @@ impl Builder<'_> {
                                 Res::Split,
                                 qr.2.clone(),
                             ],
-                            groups: [gx, n_split, n],
+                            groups,
                             when: When::Long,
                         },
                         Launch {
                             variant: Variant::new(Kernel::AttentionReduce),
-                            params,
+                            params: ap.words(),
                             res: vec![Res::Step, Res::Split, Res::Act(out), sk.clone(), qy.clone()],
                             groups: [n_head as u32, n, 1],
                             when: When::Long,
@@ -281,6 +336,31 @@ mod tests {
             let hg = split_heads(gq, hd);
             assert_eq!(hg, want, "{gq} heads of {hd}");
             assert!(gq.is_multiple_of(hg) && hg * hd <= SPLIT_HG_D && hg <= 16);
+        }
+    }
+
+    /// A tiled workgroup's rows (query heads × tokens) fill the workgroup memory at the head's
+    /// width: SmolLM2 3 heads × 8 tokens of 64, Qwen2.5-0.5B 7 × 4, gemma-3-270m 4 × 2 of 256; a
+    /// single head takes 16 tokens; a head of 1,024 does not fit.
+    #[test]
+    fn tiled_workgroups_fill_their_memory() {
+        for (gq, hd, hdv, want) in [
+            (3, 64, 64, Some((3, 8, 15))),
+            (7, 64, 64, Some((7, 4, 15))),
+            (4, 256, 256, Some((4, 2, 3))),
+            (1, 32, 32, Some((1, 16, 31))),
+            (16, 128, 128, Some((16, 1, 7))),
+            (5, 512, 512, Some((1, 4, 1))),
+            (2, 64, 512, Some((2, 2, 1))),
+            (1, 1024, 1024, None),
+        ] {
+            let shape = tile_shape(gq, hd, hdv);
+            assert_eq!(shape, want, "{gq} heads of {hd} / {hdv}");
+            if let Some((hg, tq, kt)) = shape {
+                let (w, rows) = (hd.max(hdv), hg * tq);
+                assert!(gq.is_multiple_of(hg) && tq.is_power_of_two() && rows <= TILE_ROWS);
+                assert!(rows * w <= TILE_QD && kt * (w + 1) <= TILE_KD && rows * kt <= TILE_PS);
+            }
         }
     }
 }

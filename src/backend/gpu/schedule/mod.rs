@@ -18,7 +18,7 @@ pub use attention::{split_heads, ATTN_TOKENS, MAX_SPLIT, SPLIT_SPAN};
 use std::sync::Arc;
 
 use super::kernels::{Kernel, Variant};
-use super::params::{ArgmaxParams, AttentionParams, KernelParams, MatmulPackParams, MatmulParams};
+use super::params::{ArgmaxParams, AttentionParams, AttentionTileParams, KernelParams, MatmulPackParams, MatmulParams};
 use crate::backend::alloc::Liveness;
 use crate::backend::KvType;
 use crate::model::graph::ROPE_FREQS;
@@ -73,8 +73,8 @@ pub enum Res {
     Logits,
     /// The argmax id (one u32).
     ArgmaxOut,
-    /// The split-KV attention's partial results (`attention_split` writes, `attention_reduce`
-    /// reads): one buffer of `Schedule::split_bytes` every layer reuses.
+    /// The split-KV attention's partial results (`attention_split` or `attention_tile` writes,
+    /// `attention_reduce` reads): one buffer of `Schedule::split_bytes` every layer reuses.
     Split,
     /// A read-write binding the launch never touches (a fused step it does not take): a
     /// small buffer of its own, so it conflicts with no other binding.
@@ -96,8 +96,8 @@ pub struct Launch {
 }
 
 /// Which steps a launch runs in. A step whose longest context reaches the backend's split span
-/// (`SPLIT_SPAN` by default) takes the split-KV attention (`attention_split` and
-/// `attention_reduce`, `Long`) instead of the one-workgroup-per-head kernel (`Short`); every
+/// (`SPLIT_SPAN` by default) takes the split-KV attention (`attention_split` or `attention_tile`,
+/// then `attention_reduce`: `Long`) instead of the one-workgroup-per-head kernel (`Short`); every
 /// other launch runs always. Both sets are in the plan, so a captured step stays fixed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum When {
@@ -145,6 +145,12 @@ impl Launch {
             Kernel::AttentionSplit => {
                 let p = AttentionParams::from_words(&self.params);
                 let heads = (self.groups[0] * p.hg * self.groups[2]) as u64;
+                (0, heads * (p.head_dim + p.head_dim_v) as u64)
+            }
+            // hg query heads of tq tokens per workgroup.
+            Kernel::AttentionTile => {
+                let p = AttentionTileParams::from_words(&self.params);
+                let heads = (self.groups[0] * p.hg * self.groups[2] * p.tq) as u64;
                 (0, heads * (p.head_dim + p.head_dim_v) as u64)
             }
             k => (groups * k.threads() as u64, 0),
@@ -782,9 +788,9 @@ mod tests {
             })
             .collect();
         let kinds = |i: usize| launches[i].iter().map(|l| l.0).collect::<Vec<_>>();
-        // The one-kernel attention and the split-KV pair (the step's context picks), after
-        // the store; each reads the source layer's cache.
-        let both = [Kernel::Attention, Kernel::AttentionSplit, Kernel::AttentionReduce];
+        // The one-kernel attention and the split-KV pair (the step's context picks; a 3-token
+        // step's pair is the tiled one), after the store; each reads the source layer's cache.
+        let both = [Kernel::Attention, Kernel::AttentionTile, Kernel::AttentionReduce];
         assert_eq!(kinds(0), [&[Kernel::KvStore][..], &both].concat());
         assert_eq!(kinds(1), both);
         assert_eq!(launches[0][0].1[3..5], [Res::Kc(0), Res::Vc(0)]);

@@ -1,0 +1,232 @@
+// attention_tile (prefill steps with a long context; kv_store ran first, attention_reduce
+// follows): flash attention over a tile of query tokens. Workgroup (x, s, z) takes the p.tq
+// tokens u = z·tq .. of the launch (token t = t0 + u) and the p.hg query heads x·hg .. of one
+// KV head: rows r = i·hg + hh of (token, head), at most 64. Its tokens run in runs of one
+// sequence (the same cell row step[5 + 2t]); for each run it cuts the run's positions
+// [min lo, max pos] into p.n_split ranges of whole 64-position tiles (split_chunk) and takes
+// range s, p.kt positions at a time: the K rows go to workgroup memory once for all of the
+// run's rows, every (row, position) pair is scored (masked outside the row's own [lo, pos]),
+// the online softmax of each row is updated, then the V rows replace the K rows and every
+// (row, dimension) pair accumulates p·V. So K and V are read once per tile of rows, not once
+// per row. Each row's unnormalised output, maximum and sum go to `part` in the slot of its
+// (token, head, range), as attention_split writes its own:
+//   part[slot · (head_dim_v + 2) + d], then max, sum; slot = (u · n_head + h) · n_split + s
+// A row that has no position in the range writes max −3e38 and sum 0, which attention_reduce
+// skips. q is read (rotated where a rope is folded in) and rounded as the CPU rounds it for the
+// cache type; the probabilities are not rounded (as attention_split).
+// Workgroup memory is fixed (16,128 bytes): the host picks tq, hg and kt within MAX_QD, MAX_KD
+// and MAX_PS (schedule::tile_shape).
+
+const WG: u32 = 64u;
+const MAX_QD: u32 = 2048u; // rows × max(head_dim, head_dim_v)
+const MAX_KD: u32 = 1024u; // kt × (max(head_dim, head_dim_v) + 1): a K, then a V, tile
+const MAX_PS: u32 = 768u; // rows × kt
+const MAX_R: u32 = 64u; // rows
+const MAX_A: u32 = 32u; // (row, dimension) pairs per invocation: MAX_QD / WG
+const MASKED: f32 = -3.0e38;
+
+struct Params {
+    n_head: u32,
+    n_head_kv: u32,
+    head_dim: u32,
+    head_dim_v: u32,
+    scale: f32,
+    window: u32,  // 0 = none
+    softcap: f32, // 0 = none
+    n: u32,
+    t0: u32,
+    n_rot: u32, // 0, or the rope folded into the attention (q read rotated; binding 6: its table)
+    neox: u32,
+    n_split: u32,
+    hg: u32,
+    tq: u32,
+    kt: u32,
+    _pad0: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> step: array<u32>;
+@group(0) @binding(2) var<storage, read> q: array<f32>;
+@group(0) @binding(3) var<storage, read> kc: array<KV>;
+@group(0) @binding(4) var<storage, read> vc: array<KV>;
+@group(0) @binding(5) var<storage, read_write> part: array<f32>;
+@group(0) @binding(6) var<storage, read> qcs: array<vec2<f32>>;
+
+var<workgroup> qs: array<f32, MAX_QD>; // row r's query at r · head_dim
+// The K tile (position jj at jj · (head_dim + 1): the odd stride keeps a warp's rows on
+// different banks), then the V tile (at jj · head_dim_v).
+var<workgroup> kvs: array<f32, MAX_KD>;
+var<workgroup> ps: array<f32, MAX_PS>; // rows × kt: the scores, then the probabilities
+var<workgroup> mr: array<f32, MAX_R>; // running maximum per row
+var<workgroup> fr: array<f32, MAX_R>; // this tile's rescale of the row's sum and output
+var<workgroup> lr: array<f32, MAX_R>; // running sum
+
+// The first position token t reads.
+fn row_lo(t: u32) -> u32 {
+    let pos = step[4u + 2u * t];
+    if (p.window > 0u && pos + 1u > p.window) {
+        return pos + 1u - p.window;
+    }
+    return 0u;
+}
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let s = wid.y;
+    let hg = p.hg;
+    let h0 = wid.x * hg;
+    let g = h0 / (p.n_head / p.n_head_kv);
+    let u0 = wid.z * p.tq;
+    let tb = p.t0 + u0;
+    let nt = min(p.tq, p.n - tb);
+    let hd = p.head_dim;
+    let hdv = p.head_dim_v;
+    let kt = p.kt;
+    let ks = hd + 1u;
+
+    // The tile's queries, rounded per head as attention.wgsl rounds one.
+    let nq = nt * hg * hd;
+    for (var i = lid; i < nq; i += WG) {
+        let r = i / hd;
+        let t = tb + r / hg;
+        qs[i] = q_at((t * p.n_head + h0 + r % hg) * hd, i % hd, t);
+    }
+    workgroupBarrier();
+    var qr: array<f32, MAX_A>;
+    for (var a = 0u; a < MAX_A; a++) {
+        let i = lid + a * WG;
+        if (i < nq) {
+            var amax = 0.0;
+            if (QBLOCK > 1u) {
+                let b0 = i / QBLOCK * QBLOCK;
+                for (var k = 0u; k < QBLOCK; k++) {
+                    amax = max(amax, abs(qs[b0 + k]));
+                }
+            }
+            qr[a] = kv_round_q(qs[i], amax);
+        }
+    }
+    workgroupBarrier();
+    for (var a = 0u; a < MAX_A; a++) {
+        let i = lid + a * WG;
+        if (i < nq) {
+            qs[i] = qr[a];
+        }
+    }
+
+    let kw = p.n_head_kv * hd;
+    let vw = p.n_head_kv * hdv;
+    var i0 = 0u;
+    while (i0 < nt) {
+        // The run: tokens i0 .. i1 of one sequence, and the positions any of them reads.
+        let cells = step[5u + 2u * (tb + i0)];
+        var i1 = i0 + 1u;
+        var jlo = row_lo(tb + i0);
+        var jhi = step[4u + 2u * (tb + i0)] + 1u;
+        while (i1 < nt && step[5u + 2u * (tb + i1)] == cells) {
+            jlo = min(jlo, row_lo(tb + i1));
+            jhi = max(jhi, step[4u + 2u * (tb + i1)] + 1u);
+            i1++;
+        }
+        let r0 = i0 * hg;
+        let nr = (i1 - i0) * hg;
+        let chunk = split_chunk(jhi - jlo, p.n_split);
+        let j0 = jlo + s * chunk;
+        let j1 = min(j0 + chunk, jhi);
+        if (lid < nr) {
+            mr[lid] = MASKED;
+            lr[lid] = 0.0;
+        }
+        var acc: array<f32, MAX_A>;
+        workgroupBarrier();
+
+        for (var base = j0; base < j1; base += kt) {
+            let cnt = min(kt, j1 - base);
+            for (var e = lid; e < cnt * (hd / 2u); e += WG) {
+                let jj = e / (hd / 2u);
+                let d = e % (hd / 2u);
+                let kp = k_pair((step[cells + base + jj] * kw + g * hd) / 2u + d);
+                kvs[jj * ks + 2u * d] = kp.x;
+                kvs[jj * ks + 2u * d + 1u] = kp.y;
+            }
+            workgroupBarrier();
+            for (var e = lid; e < nr * kt; e += WG) {
+                let r = e / kt;
+                let jj = e % kt;
+                let j = base + jj;
+                let t = tb + i0 + r / hg;
+                var sc = MASKED;
+                if (jj < cnt && j >= row_lo(t) && j <= step[4u + 2u * t]) {
+                    let qo = (r0 + r) * hd;
+                    let ko = jj * ks;
+                    sc = 0.0;
+                    for (var d = 0u; d < hd; d += 2u) {
+                        sc += qs[qo + d] * kvs[ko + d] + qs[qo + d + 1u] * kvs[ko + d + 1u];
+                    }
+                    sc *= p.scale;
+                    if (p.softcap > 0.0) {
+                        sc = tanh(clamp(sc / p.softcap, -15.0, 15.0)) * p.softcap;
+                    }
+                }
+                ps[e] = sc;
+            }
+            workgroupBarrier();
+            if (lid < nr) {
+                let m0 = mr[lid];
+                var m = m0;
+                for (var jj = 0u; jj < cnt; jj++) {
+                    m = max(m, ps[lid * kt + jj]);
+                }
+                var l = 0.0;
+                for (var jj = 0u; jj < cnt; jj++) {
+                    let sc = ps[lid * kt + jj];
+                    let pr = select(0.0, exp(sc - m), sc > MASKED);
+                    ps[lid * kt + jj] = pr;
+                    l += pr;
+                }
+                let f = exp(m0 - m);
+                fr[lid] = f;
+                mr[lid] = m;
+                lr[lid] = lr[lid] * f + l;
+            }
+            for (var e = lid; e < cnt * hdv; e += WG) {
+                let jj = e / hdv;
+                kvs[e] = v_at(step[cells + base + jj] * vw + g * hdv + e % hdv);
+            }
+            workgroupBarrier();
+            for (var a = 0u; a < MAX_A; a++) {
+                let i = lid + a * WG;
+                if (i < nr * hdv) {
+                    let r = i / hdv;
+                    let d = i % hdv;
+                    var sa = acc[a] * fr[r];
+                    for (var jj = 0u; jj < cnt; jj++) {
+                        sa += ps[r * kt + jj] * kvs[jj * hdv + d];
+                    }
+                    acc[a] = sa;
+                }
+            }
+            workgroupBarrier();
+        }
+
+        // Row r is token u0 + i0 + r / hg's head h0 + r % hg.
+        for (var a = 0u; a < MAX_A; a++) {
+            let i = lid + a * WG;
+            if (i < nr * hdv) {
+                let r = i / hdv;
+                let slot = ((u0 + i0 + r / hg) * p.n_head + h0 + r % hg) * p.n_split + s;
+                part[slot * (hdv + 2u) + i % hdv] = acc[a];
+            }
+        }
+        if (lid < nr) {
+            let slot = ((u0 + i0 + lid / hg) * p.n_head + h0 + lid % hg) * p.n_split + s;
+            part[slot * (hdv + 2u) + hdv] = mr[lid];
+            part[slot * (hdv + 2u) + hdv + 1u] = lr[lid];
+        }
+        workgroupBarrier();
+        i0 = i1;
+    }
+}
