@@ -141,6 +141,9 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
 // matvec (matmul_vec.cu) and matmul_i8.wgsl. q4_1 / q5_1 add the block offset times the q8_1
 // correction per step as matmul_body does. Rows of shared memory are 12 words (8 of data):
 // the fragment reads of a warp (8 rows × 4 words) then fall in 32 different banks.
+// Shared memory is double-buffered: while the warps multiply step i out of one buffer, each
+// thread's global reads for step i + 1 are in flight into registers, which go to the other
+// buffer after the products; one barrier per step.
 template <class Q>
 static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     constexpr u32 TM = 64; // rows per tile
@@ -149,14 +152,14 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     constexpr u32 LD = 12; // words per tile row
     constexpr u32 NJ = TN / 8; // 8-token column blocks
     constexpr u32 CPB = Q::QK / 8;
-    __shared__ u32 ws[TM * LD];
-    __shared__ u32 xs[TN * LD];
-    __shared__ float wsc[TM * 2];  // s per row and half
-    __shared__ float wof[TM * 2];  // m per row and half
-    __shared__ float xsum[TN * 2]; // Σ q_x per token and half
-    __shared__ float xd[TN];       // the step's scale per token
-    __shared__ float wmin[TM];     // act_s<Q>: the step's block offset per row
-    __shared__ float xcor[TN];     // act_s<Q>: the step's correction per token
+    __shared__ u32 ws[2][TM * LD];
+    __shared__ u32 xs[2][TN * LD];
+    __shared__ float wsc[2][TM * 2];  // s per row and half
+    __shared__ float wof[2][TM * 2];  // m per row and half
+    __shared__ float xsum[2][TN * 2]; // Σ q_x per token and half
+    __shared__ float xd[2][TN];       // the step's scale per token
+    __shared__ float wmin[2][TM];     // act_s<Q>: the step's block offset per row
+    __shared__ float xcor[2][TN];     // act_s<Q>: the step's correction per token
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const float* __restrict__ x = binding<const float>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
@@ -173,6 +176,59 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     const u32 qw = act_q_base(n * k);
     const u2* __restrict__ xq = reinterpret_cast<const u2*>(x + qw);
     const float* __restrict__ xdq = x + qw + n * k / 4;
+
+    // One thread's share of a step, from its global reads to its stores into shared memory.
+    struct Loads {
+        u2 w0, w1; // the row's half as bytes
+        float s, m;
+        u2 x0, x1; // the token's half
+        float d;
+        float c; // act_s<Q>: a row's block offset (threads 0–63) or a token's correction
+    };
+    auto load = [&](u32 k0) {
+        Loads l = {};
+        if (m0 + lr < rows) {
+            const u8* wr = w + (m0 + lr) * rbytes;
+            const u32 c0 = k0 / 8 + 2 * lh, c1 = c0 + 1;
+            const QI8 a = i8w<Q>::q(wr, (c0 / CPB) * Q::QB, c0 % CPB);
+            const QI8 b = i8w<Q>::q(wr, (c1 / CPB) * Q::QB, c1 % CPB);
+            l.w0 = a.q, l.w1 = b.q;
+            l.s = a.s, l.m = a.m;
+        }
+        if (n0 + lr < n) {
+            const u32 t = n0 + lr;
+            l.x0 = xq[t * (k / 8) + k0 / 8 + 2 * lh];
+            l.x1 = xq[t * (k / 8) + k0 / 8 + 2 * lh + 1];
+            l.d = xdq[t * (k / 32) + k0 / 32];
+        }
+        if constexpr (act_s<Q>::ON) {
+            const u32 i = tid % 64;
+            if (tid < 64) {
+                l.c = m0 + i < rows ? act_s<Q>::m(w + (m0 + i) * rbytes, (k0 / Q::QK) * Q::QB) : 0.0f;
+            } else {
+                const float* xc = x + (unsigned long long)n * k;
+                l.c = n0 + i < n ? xc[(n0 + i) * (k / Q::QK) + k0 / Q::QK] : 0.0f;
+            }
+        }
+        return l;
+    };
+    auto store = [&](const Loads& l, u32 b) {
+        u32* d = ws[b] + lr * LD + 4 * lh;
+        d[0] = l.w0.x, d[1] = l.w0.y, d[2] = l.w1.x, d[3] = l.w1.y;
+        wsc[b][lr * 2 + lh] = l.s;
+        wof[b][lr * 2 + lh] = l.m;
+        u32* s = xs[b] + lr * LD + 4 * lh;
+        s[0] = l.x0.x, s[1] = l.x0.y, s[2] = l.x1.x, s[3] = l.x1.y;
+        const int ones = 0x01010101;
+        xsum[b][lr * 2 + lh] = (float)__dp4a(ones, (int)l.x0.x, __dp4a(ones, (int)l.x0.y, __dp4a(ones, (int)l.x1.x, __dp4a(ones, (int)l.x1.y, 0))));
+        if (lh == 0) {
+            xd[b][lr] = l.d;
+        }
+        if constexpr (act_s<Q>::ON) {
+            (tid < 64 ? wmin[b] : xcor[b])[tid % 64] = l.c;
+        }
+    };
+
     // acc[j][i]: row m0 + wr0 + g + 8 (i / 2) × token n0 + 8j + 2tq + i % 2
     float acc[NJ][4];
     MF_UNROLL
@@ -182,50 +238,14 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             acc[j][i] = 0.0f;
         }
     }
-    for (u32 k0 = 0; k0 < k; k0 += TK) {
-        {
-            u2 q0 = {}, q1 = {};
-            float sc = 0.0f, of = 0.0f;
-            if (m0 + lr < rows) {
-                const u8* wr = w + (m0 + lr) * rbytes;
-                const u32 c0 = k0 / 8 + 2 * lh, c1 = c0 + 1;
-                const QI8 a = i8w<Q>::q(wr, (c0 / CPB) * Q::QB, c0 % CPB);
-                const QI8 b = i8w<Q>::q(wr, (c1 / CPB) * Q::QB, c1 % CPB);
-                q0 = a.q, q1 = b.q;
-                sc = a.s, of = a.m;
-            }
-            u32* d = ws + lr * LD + 4 * lh;
-            d[0] = q0.x, d[1] = q0.y, d[2] = q1.x, d[3] = q1.y;
-            wsc[lr * 2 + lh] = sc;
-            wof[lr * 2 + lh] = of;
+    store(load(0), 0);
+    __syncthreads();
+    for (u32 k0 = 0, b = 0; k0 < k; k0 += TK, b ^= 1) {
+        const bool next = k0 + TK < k;
+        Loads l = {};
+        if (next) {
+            l = load(k0 + TK);
         }
-        {
-            u2 q0 = {}, q1 = {};
-            float d = 0.0f;
-            if (n0 + lr < n) {
-                const u32 t = n0 + lr;
-                q0 = xq[t * (k / 8) + k0 / 8 + 2 * lh];
-                q1 = xq[t * (k / 8) + k0 / 8 + 2 * lh + 1];
-                d = xdq[t * (k / 32) + k0 / 32];
-            }
-            u32* s = xs + lr * LD + 4 * lh;
-            s[0] = q0.x, s[1] = q0.y, s[2] = q1.x, s[3] = q1.y;
-            const int ones = 0x01010101;
-            xsum[lr * 2 + lh] = (float)__dp4a(ones, (int)q0.x, __dp4a(ones, (int)q0.y, __dp4a(ones, (int)q1.x, __dp4a(ones, (int)q1.y, 0))));
-            if (lh == 0) {
-                xd[lr] = d;
-            }
-        }
-        if constexpr (act_s<Q>::ON) {
-            const u32 i = tid % 64;
-            if (tid < 64) {
-                wmin[i] = m0 + i < rows ? act_s<Q>::m(w + (m0 + i) * rbytes, (k0 / Q::QK) * Q::QB) : 0.0f;
-            } else {
-                const float* xc = x + (unsigned long long)n * k;
-                xcor[i] = n0 + i < n ? xc[(n0 + i) * (k / Q::QK) + k0 / Q::QK] : 0.0f;
-            }
-        }
-        __syncthreads();
         // st[j][i]: the step's Σ_halves (s · Σ q_w q_x + m · Σ q_x) of acc[j][i]
         float st[NJ][4];
         MF_UNROLL
@@ -238,17 +258,17 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         MF_UNROLL
         for (u32 h = 0; h < 2; h++) {
             const u32 ra = (wr0 + g) * LD + 4 * h + tq;
-            const u32 a0 = ws[ra], a1 = ws[ra + 8 * LD];
+            const u32 a0 = ws[b][ra], a1 = ws[b][ra + 8 * LD];
             const u32 ia = (wr0 + g) * 2 + h, ib = ia + 16;
             MF_UNROLL
             for (u32 j = 0; j < NJ; j++) {
                 int c[4] = {0, 0, 0, 0};
-                mma_s8(c, a0, a1, xs[(8 * j + g) * LD + 4 * h + tq]);
+                mma_s8(c, a0, a1, xs[b][(8 * j + g) * LD + 4 * h + tq]);
                 MF_UNROLL
                 for (u32 i = 0; i < 4; i++) {
                     const u32 iw = i < 2 ? ia : ib;
-                    const float qs = xsum[(8 * j + 2 * tq + i % 2) * 2 + h];
-                    st[j][i] += mul_rn(wsc[iw], (float)c[i]) + mul_rn(wof[iw], qs);
+                    const float qs = xsum[b][(8 * j + 2 * tq + i % 2) * 2 + h];
+                    st[j][i] += mul_rn(wsc[b][iw], (float)c[i]) + mul_rn(wof[b][iw], qs);
                 }
             }
         }
@@ -257,11 +277,14 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             MF_UNROLL
             for (u32 i = 0; i < 4; i++) {
                 const u32 t = 8 * j + 2 * tq + i % 2;
-                acc[j][i] += mul_rn(xd[t], st[j][i]);
+                acc[j][i] += mul_rn(xd[b][t], st[j][i]);
                 if constexpr (act_s<Q>::ON) {
-                    acc[j][i] += mul_rn(wmin[wr0 + g + 8 * (i / 2)], xcor[t]);
+                    acc[j][i] += mul_rn(wmin[b][wr0 + g + 8 * (i / 2)], xcor[b][t]);
                 }
             }
+        }
+        if (next) {
+            store(l, b ^ 1);
         }
         __syncthreads();
     }
