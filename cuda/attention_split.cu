@@ -59,30 +59,7 @@ static __device__ __forceinline__ void attention_split_body(const Params& p) {
     for (u32 i = tid; i < hg * hd; i += WG) {
         qs[i] = q_rotated(q, qcs, (t * n_head + h0 + i / hd) * hd, i % hd, t, n_rot, neox);
     }
-    __syncthreads();
-    float qr[MAX_A];
-    MF_UNROLL
-    for (u32 a = 0; a < MAX_A; a++) {
-        const u32 i = tid + a * WG;
-        if (i < hg * hd) {
-            float amax = 0.0f;
-            if constexpr (KV::QBLOCK > 1) {
-                const u32 b0 = i / KV::QBLOCK * KV::QBLOCK;
-                for (u32 k = 0; k < KV::QBLOCK; k++) {
-                    amax = fmaxf(amax, fabsf(qs[b0 + k]));
-                }
-            }
-            qr[a] = KV::kv_round_q(qs[i], amax);
-        }
-    }
-    __syncthreads();
-    MF_UNROLL
-    for (u32 a = 0; a < MAX_A; a++) {
-        const u32 i = tid + a * WG;
-        if (i < hg * hd) {
-            qs[i] = qr[a];
-        }
-    }
+    round_q<KV, WG, MAX_A>(qs, hg * hd, tid);
     if (tid < hg) {
         mh[tid] = -3.0e38f;
         lh[tid] = 0.0f;

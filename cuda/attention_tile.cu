@@ -62,30 +62,7 @@ static __device__ __forceinline__ void attention_tile_body(const Params& p) {
         const u32 t = tb + r / hg;
         qs[i] = q_rotated(q, qcs, (t * n_head + h0 + r % hg) * hd, i % hd, t, prm.n_rot, prm.neox);
     }
-    __syncthreads();
-    float qr[MAX_A];
-    MF_UNROLL
-    for (u32 a = 0; a < MAX_A; a++) {
-        const u32 i = tid + a * WG;
-        if (i < nq) {
-            float amax = 0.0f;
-            if constexpr (KV::QBLOCK > 1) {
-                const u32 b0 = i / KV::QBLOCK * KV::QBLOCK;
-                for (u32 k = 0; k < KV::QBLOCK; k++) {
-                    amax = fmaxf(amax, fabsf(qs[b0 + k]));
-                }
-            }
-            qr[a] = KV::kv_round_q(qs[i], amax);
-        }
-    }
-    __syncthreads();
-    MF_UNROLL
-    for (u32 a = 0; a < MAX_A; a++) {
-        const u32 i = tid + a * WG;
-        if (i < nq) {
-            qs[i] = qr[a];
-        }
-    }
+    round_q<KV, WG, MAX_A>(qs, nq, tid);
 
     const u32 kw = prm.n_head_kv * hd, vw = prm.n_head_kv * hdv;
     const float scale = prm.scale, softcap = prm.softcap;

@@ -186,6 +186,37 @@ struct AttentionTileParams {
     return rope_value(d, n_rot, neox, q[qb + d], q[qb + rope_partner(d, n_rot, neox)], c);
 }
 
+// Rounds qs[0 .. nq), the query heads the whole block has just loaded into shared memory, as the
+// CPU rounds q for cache type KV (per QBLOCK-element block for q8_0): attention_split.cu and
+// attention_tile.cu. Every thread calls it; each rounds at most A elements (nq ≤ A · WG).
+template <class KV, u32 WG, u32 A>
+static __device__ __forceinline__ void round_q(float* qs, u32 nq, u32 tid) {
+    __syncthreads();
+    float qr[A];
+    MF_UNROLL
+    for (u32 a = 0; a < A; a++) {
+        const u32 i = tid + a * WG;
+        if (i < nq) {
+            float amax = 0.0f;
+            if constexpr (KV::QBLOCK > 1) {
+                const u32 b0 = i / KV::QBLOCK * KV::QBLOCK;
+                for (u32 k = 0; k < KV::QBLOCK; k++) {
+                    amax = fmaxf(amax, fabsf(qs[b0 + k]));
+                }
+            }
+            qr[a] = KV::kv_round_q(qs[i], amax);
+        }
+    }
+    __syncthreads();
+    MF_UNROLL
+    for (u32 a = 0; a < A; a++) {
+        const u32 i = tid + a * WG;
+        if (i < nq) {
+            qs[i] = qr[a];
+        }
+    }
+}
+
 // The positions one range of the split-KV attention takes (attention_split, attention_reduce):
 // the span over n_split, rounded up to whole 64-position tiles; ranges past the span are empty.
 [[maybe_unused]] static __device__ __forceinline__ u32 split_chunk(u32 span, u32 n_split) {

@@ -22,6 +22,7 @@
 override WG: u32 = 64u;
 
 const MAX_HD: u32 = 512u; // head_dim limit (q lives in workgroup memory); checked by the gate
+const MAX_QA: u32 = 8u; // q elements each invocation rounds: MAX_HD / 64
 
 struct Params {
     n_head: u32,
@@ -101,29 +102,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
     for (var d = lid; d < hd; d += WG) {
         qs[d] = q_at(qb, d, t);
     }
-    workgroupBarrier();
     // q rounded as the CPU rounds it for the cache type (per QBLOCK-element block for q8_0).
-    var qr: array<f32, 8>;
-    for (var a = 0u; a < 8u; a++) {
-        let d = lid + a * WG;
-        if (d < hd) {
-            var amax = 0.0;
-            if (QBLOCK > 1u) {
-                let b0 = d / QBLOCK * QBLOCK;
-                for (var i = 0u; i < QBLOCK; i++) {
-                    amax = max(amax, abs(qs[b0 + i]));
-                }
-            }
-            qr[a] = kv_round_q(qs[d], amax);
-        }
-    }
-    workgroupBarrier();
-    for (var a = 0u; a < 8u; a++) {
-        let d = lid + a * WG;
-        if (d < hd) {
-            qs[d] = qr[a];
-        }
-    }
+    round_q(hd, lid);
     workgroupBarrier();
 
     var mx = 0.0;

@@ -18,6 +18,7 @@
 const WG: u32 = 64u;
 const MAX_HG_D: u32 = 1024u; // hg · head_dim and hg · head_dim_v; the schedule keeps within it
 const MAX_A: u32 = 16u; // (head, dimension) pairs per invocation: MAX_HG_D / WG
+const MAX_QA: u32 = MAX_A;
 const MAX_HG: u32 = 16u;
 
 struct Params {
@@ -103,28 +104,7 @@ fn main(
     for (var i = lid; i < hg * hd; i += WG) {
         qs[i] = q_at((t * p.n_head + h0 + i / hd) * hd, i % hd, t);
     }
-    workgroupBarrier();
-    var qr: array<f32, MAX_A>;
-    for (var a = 0u; a < MAX_A; a++) {
-        let i = lid + a * WG;
-        if (i < hg * hd) {
-            var amax = 0.0;
-            if (QBLOCK > 1u) {
-                let b0 = i / QBLOCK * QBLOCK;
-                for (var k = 0u; k < QBLOCK; k++) {
-                    amax = max(amax, abs(qs[b0 + k]));
-                }
-            }
-            qr[a] = kv_round_q(qs[i], amax);
-        }
-    }
-    workgroupBarrier();
-    for (var a = 0u; a < MAX_A; a++) {
-        let i = lid + a * WG;
-        if (i < hg * hd) {
-            qs[i] = qr[a];
-        }
-    }
+    round_q(hg * hd, lid);
     if (lid < hg) {
         mh[lid] = -3.0e38;
         lh[lid] = 0.0;

@@ -23,6 +23,7 @@ const MAX_KD: u32 = 1024u; // kt × (max(head_dim, head_dim_v) + 1): a K, then a
 const MAX_PS: u32 = 768u; // rows × kt
 const MAX_R: u32 = 64u; // rows
 const MAX_A: u32 = 32u; // (row, dimension) pairs per invocation: MAX_QD / WG
+const MAX_QA: u32 = MAX_A;
 const MASKED: f32 = -3.0e38;
 
 struct Params {
@@ -94,28 +95,7 @@ fn main(
         let t = tb + r / hg;
         qs[i] = q_at((t * p.n_head + h0 + r % hg) * hd, i % hd, t);
     }
-    workgroupBarrier();
-    var qr: array<f32, MAX_A>;
-    for (var a = 0u; a < MAX_A; a++) {
-        let i = lid + a * WG;
-        if (i < nq) {
-            var amax = 0.0;
-            if (QBLOCK > 1u) {
-                let b0 = i / QBLOCK * QBLOCK;
-                for (var k = 0u; k < QBLOCK; k++) {
-                    amax = max(amax, abs(qs[b0 + k]));
-                }
-            }
-            qr[a] = kv_round_q(qs[i], amax);
-        }
-    }
-    workgroupBarrier();
-    for (var a = 0u; a < MAX_A; a++) {
-        let i = lid + a * WG;
-        if (i < nq) {
-            qs[i] = qr[a];
-        }
-    }
+    round_q(nq, lid);
 
     let kw = p.n_head_kv * hd;
     let vw = p.n_head_kv * hdv;
