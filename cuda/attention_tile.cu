@@ -6,8 +6,9 @@
 // n_split ranges (split_chunk) and takes range s, kt positions at a time: the K rows go to shared
 // memory once for all of the run's rows, every (row, position) pair is scored (masked outside
 // the row's own [lo, pos]), each row's online softmax is updated, then the V rows replace the K
-// rows and every (row, dimension) pair accumulates p·V. Each row's unnormalised output, maximum
-// and sum go to binding 5 in the slot of its (token, head, range), as attention_split writes:
+// rows and every (row, dimension) pair accumulates p·V; both products take RB rows per thread,
+// so each element read from shared memory serves RB multiply-adds. Each row's unnormalised
+// output, maximum and sum go to binding 5 in the slot of its (token, head, range), as attention_split writes:
 //   part[slot · (head_dim_v + 2) + d], then max, sum; slot = (u · n_head + h) · n_split + s.
 // A row with no position in the range writes max −3e38 and sum 0 (attention_reduce skips it).
 // q is read (rotated where a rope is folded in) and rounded for the cache type as attention.cu
@@ -25,6 +26,7 @@ static __device__ __forceinline__ void attention_tile_body(const Params& p) {
     constexpr u32 MAX_PS = 768;  // rows × kt
     constexpr u32 MAX_R = 64;    // rows
     constexpr u32 MAX_A = MAX_QD / WG;
+    constexpr u32 RB = 4; // rows per thread in the products; blocks of RB rows fit MAX_QD too
     constexpr float MASKED = -3.0e38f;
     __shared__ float qs[MAX_QD]; // row r's query at r · head_dim
     // The K tile (position jj at jj · (head_dim + 1): rows on different banks), then the V tile
@@ -79,6 +81,7 @@ static __device__ __forceinline__ void attention_tile_body(const Params& p) {
         }
         const u32* __restrict__ rows = step + cells;
         const u32 r0 = i0 * hg, nr = (i1 - i0) * hg;
+        const u32 nb = (nr + RB - 1) / RB; // blocks of RB rows
         const u32 chunk = split_chunk(jhi - jlo, n_split);
         const u32 j0 = jlo + s * chunk;
         const u32 j1 = umin32(j0 + chunk, jhi);
@@ -101,24 +104,41 @@ static __device__ __forceinline__ void attention_tile_body(const Params& p) {
                 kvs[jj * ks + e % hd] = KV::v_at(kc, rows[base + jj] * kw + g * hd + e % hd);
             }
             __syncthreads();
-            for (u32 e = tid; e < nr * kt; e += WG) {
-                const u32 r = e / kt, jj = e % kt;
-                const u32 j = base + jj;
-                const u32 t = tb + i0 + r / hg;
-                float sc = MASKED;
-                if (jj < cnt && j >= row_lo(t) && j <= step[4 + 2 * t]) {
-                    const float* qv = qs + (r0 + r) * hd;
-                    const float* kv = kvs + jj * ks;
-                    sc = 0.0f;
-                    for (u32 d = 0; d < hd; d += 2) {
-                        sc += qv[d] * kv[d] + qv[d + 1] * kv[d + 1];
-                    }
-                    sc *= scale;
-                    if (softcap > 0.0f) {
-                        sc = tanhf(fminf(fmaxf(sc / softcap, -15.0f), 15.0f)) * softcap;
+            // Each thread scores RB rows against one position: every key element it reads
+            // serves RB rows. (A row past nr reads row nr − 1 and is not written.)
+            for (u32 e = tid; e < nb * kt; e += WG) {
+                const u32 rb = e / kt * RB, jj = e % kt;
+                const float* kv = kvs + jj * ks;
+                const float* qv[RB];
+                float sc[RB];
+                MF_UNROLL
+                for (u32 x = 0; x < RB; x++) {
+                    qv[x] = qs + (r0 + umin32(rb + x, nr - 1)) * hd;
+                    sc[x] = 0.0f;
+                }
+                for (u32 d = 0; d < hd; d += 2) {
+                    const float k0 = kv[d], k1 = kv[d + 1];
+                    MF_UNROLL
+                    for (u32 x = 0; x < RB; x++) {
+                        sc[x] += qv[x][d] * k0 + qv[x][d + 1] * k1;
                     }
                 }
-                ps[e] = sc;
+                const u32 j = base + jj;
+                MF_UNROLL
+                for (u32 x = 0; x < RB; x++) {
+                    const u32 r = rb + x;
+                    if (r < nr) {
+                        const u32 t = tb + i0 + r / hg;
+                        float v = MASKED;
+                        if (jj < cnt && j >= row_lo(t) && j <= step[4 + 2 * t]) {
+                            v = sc[x] * scale;
+                            if (softcap > 0.0f) {
+                                v = tanhf(fminf(fmaxf(v / softcap, -15.0f), 15.0f)) * softcap;
+                            }
+                        }
+                        ps[r * kt + jj] = v;
+                    }
+                }
             }
             __syncthreads();
             if (tid < nr) {
@@ -143,16 +163,24 @@ static __device__ __forceinline__ void attention_tile_body(const Params& p) {
                 kvs[e] = KV::v_at(vc, rows[base + e / hdv] * vw + g * hdv + e % hdv);
             }
             __syncthreads();
+            // Each thread accumulates RB rows of a dimension: every value it reads serves RB
+            // rows.
             MF_UNROLL
-            for (u32 a = 0; a < MAX_A; a++) {
+            for (u32 a = 0; a < MAX_A / RB; a++) {
                 const u32 i = tid + a * WG;
-                if (i < nr * hdv) {
-                    const u32 r = i / hdv, d = i % hdv;
-                    float sa = acc[a] * fr[r];
-                    for (u32 jj = 0; jj < cnt; jj++) {
-                        sa += ps[r * kt + jj] * kvs[jj * hdv + d];
+                if (i < nb * hdv) {
+                    const u32 rb = i / hdv * RB, d = i % hdv;
+                    MF_UNROLL
+                    for (u32 x = 0; x < RB; x++) {
+                        acc[a * RB + x] *= fr[umin32(rb + x, nr - 1)];
                     }
-                    acc[a] = sa;
+                    for (u32 jj = 0; jj < cnt; jj++) {
+                        const float v = kvs[jj * hdv + d];
+                        MF_UNROLL
+                        for (u32 x = 0; x < RB; x++) {
+                            acc[a * RB + x] += ps[umin32(rb + x, nr - 1) * kt + jj] * v;
+                        }
+                    }
                 }
             }
             __syncthreads();
@@ -160,12 +188,17 @@ static __device__ __forceinline__ void attention_tile_body(const Params& p) {
 
         // Row r is token u0 + i0 + r / hg's head h0 + r % hg.
         MF_UNROLL
-        for (u32 a = 0; a < MAX_A; a++) {
+        for (u32 a = 0; a < MAX_A / RB; a++) {
             const u32 i = tid + a * WG;
-            if (i < nr * hdv) {
-                const u32 r = i / hdv;
-                const u32 slot = ((u0 + i0 + r / hg) * n_head + h0 + r % hg) * n_split + s;
-                part[slot * (hdv + 2) + i % hdv] = acc[a];
+            if (i < nb * hdv) {
+                MF_UNROLL
+                for (u32 x = 0; x < RB; x++) {
+                    const u32 r = i / hdv * RB + x;
+                    if (r < nr) {
+                        const u32 slot = ((u0 + i0 + r / hg) * n_head + h0 + r % hg) * n_split + s;
+                        part[slot * (hdv + 2) + i % hdv] = acc[a * RB + x];
+                    }
+                }
             }
         }
         if (tid < nr) {

@@ -8,8 +8,9 @@
 // run's rows, every (row, position) pair is scored (masked outside the row's own [lo, pos]),
 // the online softmax of each row is updated, then the V rows replace the K rows and every
 // (row, dimension) pair accumulates p·V. So K and V are read once per tile of rows, not once
-// per row. Each row's unnormalised output, maximum and sum go to `part` in the slot of its
-// (token, head, range), as attention_split writes its own:
+// per row. Both products take RB rows per invocation, so each element read from workgroup
+// memory serves RB multiply-adds. Each row's unnormalised output, maximum and sum go to `part`
+// in the slot of its (token, head, range), as attention_split writes its own:
 //   part[slot · (head_dim_v + 2) + d], then max, sum; slot = (u · n_head + h) · n_split + s
 // A row that has no position in the range writes max −3e38 and sum 0, which attention_reduce
 // skips. q is read (rotated where a rope is folded in) and rounded as the CPU rounds it for the
@@ -23,6 +24,7 @@ const MAX_KD: u32 = 1024u; // kt × (max(head_dim, head_dim_v) + 1): a K, then a
 const MAX_PS: u32 = 768u; // rows × kt
 const MAX_R: u32 = 64u; // rows
 const MAX_A: u32 = 32u; // (row, dimension) pairs per invocation: MAX_QD / WG
+const RB: u32 = 4u; // rows per invocation in the products; blocks of RB rows fit MAX_QD too
 const MAX_QA: u32 = MAX_A;
 const MASKED: f32 = -3.0e38;
 
@@ -113,6 +115,7 @@ fn main(
         }
         let r0 = i0 * hg;
         let nr = (i1 - i0) * hg;
+        let nb = (nr + RB - 1u) / RB; // blocks of RB rows
         let chunk = split_chunk(jhi - jlo, p.n_split);
         let j0 = jlo + s * chunk;
         let j1 = min(j0 + chunk, jhi);
@@ -133,25 +136,36 @@ fn main(
                 kvs[jj * ks + 2u * d + 1u] = kp.y;
             }
             workgroupBarrier();
-            for (var e = lid; e < nr * kt; e += WG) {
-                let r = e / kt;
+            // Each invocation scores RB rows against one position: every key element it reads
+            // serves RB rows. (A row past nr reads row nr − 1 and is not written.)
+            for (var e = lid; e < nb * kt; e += WG) {
+                let rb = e / kt * RB;
                 let jj = e % kt;
-                let j = base + jj;
-                let t = tb + i0 + r / hg;
-                var sc = MASKED;
-                if (jj < cnt && j >= row_lo(t) && j <= step[4u + 2u * t]) {
-                    let qo = (r0 + r) * hd;
-                    let ko = jj * ks;
-                    sc = 0.0;
-                    for (var d = 0u; d < hd; d += 2u) {
-                        sc += qs[qo + d] * kvs[ko + d] + qs[qo + d + 1u] * kvs[ko + d + 1u];
-                    }
-                    sc *= p.scale;
-                    if (p.softcap > 0.0) {
-                        sc = tanh(clamp(sc / p.softcap, -15.0, 15.0)) * p.softcap;
+                let ko = jj * ks;
+                var sc: array<f32, RB>;
+                for (var d = 0u; d < hd; d += 2u) {
+                    let k0 = kvs[ko + d];
+                    let k1 = kvs[ko + d + 1u];
+                    for (var x = 0u; x < RB; x++) {
+                        let qo = (r0 + min(rb + x, nr - 1u)) * hd + d;
+                        sc[x] += qs[qo] * k0 + qs[qo + 1u] * k1;
                     }
                 }
-                ps[e] = sc;
+                let j = base + jj;
+                for (var x = 0u; x < RB; x++) {
+                    let r = rb + x;
+                    if (r < nr) {
+                        let t = tb + i0 + r / hg;
+                        var v = MASKED;
+                        if (jj < cnt && j >= row_lo(t) && j <= step[4u + 2u * t]) {
+                            v = sc[x] * p.scale;
+                            if (p.softcap > 0.0) {
+                                v = tanh(clamp(v / p.softcap, -15.0, 15.0)) * p.softcap;
+                            }
+                        }
+                        ps[r * kt + jj] = v;
+                    }
+                }
             }
             workgroupBarrier();
             if (lid < nr) {
@@ -177,28 +191,38 @@ fn main(
                 kvs[e] = v_at(step[cells + base + jj] * vw + g * hdv + e % hdv);
             }
             workgroupBarrier();
-            for (var a = 0u; a < MAX_A; a++) {
+            // Each invocation accumulates RB rows of a dimension: every value it reads serves RB
+            // rows.
+            for (var a = 0u; a < MAX_A / RB; a++) {
                 let i = lid + a * WG;
-                if (i < nr * hdv) {
-                    let r = i / hdv;
+                if (i < nb * hdv) {
+                    let rb = i / hdv * RB;
                     let d = i % hdv;
-                    var sa = acc[a] * fr[r];
-                    for (var jj = 0u; jj < cnt; jj++) {
-                        sa += ps[r * kt + jj] * kvs[jj * hdv + d];
+                    for (var x = 0u; x < RB; x++) {
+                        acc[a * RB + x] *= fr[min(rb + x, nr - 1u)];
                     }
-                    acc[a] = sa;
+                    for (var jj = 0u; jj < cnt; jj++) {
+                        let v = kvs[jj * hdv + d];
+                        for (var x = 0u; x < RB; x++) {
+                            acc[a * RB + x] += ps[min(rb + x, nr - 1u) * kt + jj] * v;
+                        }
+                    }
                 }
             }
             workgroupBarrier();
         }
 
         // Row r is token u0 + i0 + r / hg's head h0 + r % hg.
-        for (var a = 0u; a < MAX_A; a++) {
+        for (var a = 0u; a < MAX_A / RB; a++) {
             let i = lid + a * WG;
-            if (i < nr * hdv) {
-                let r = i / hdv;
-                let slot = ((u0 + i0 + r / hg) * p.n_head + h0 + r % hg) * p.n_split + s;
-                part[slot * (hdv + 2u) + i % hdv] = acc[a];
+            if (i < nb * hdv) {
+                for (var x = 0u; x < RB; x++) {
+                    let r = i / hdv * RB + x;
+                    if (r < nr) {
+                        let slot = ((u0 + i0 + r / hg) * p.n_head + h0 + r % hg) * p.n_split + s;
+                        part[slot * (hdv + 2u) + i % hdv] = acc[a * RB + x];
+                    }
+                }
             }
         }
         if (lid < nr) {

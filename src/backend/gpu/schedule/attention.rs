@@ -35,18 +35,20 @@ pub fn split_heads(gq: usize, hd: usize) -> usize {
         .unwrap_or(1)
 }
 
-/// `attention_tile`'s workgroup memory in f32s (its `MAX_QD`, `MAX_KD`, `MAX_PS`) and its most
-/// rows (query heads × tokens).
+/// `attention_tile`'s workgroup memory in f32s (its `MAX_QD`, `MAX_KD`, `MAX_PS`), its most
+/// rows (query heads × tokens), and the rows each invocation takes in its products (`RB`).
 const TILE_QD: usize = 2048;
 const TILE_KD: usize = 1024;
 const TILE_PS: usize = 768;
 const TILE_ROWS: usize = 64;
+const TILE_RB: usize = 4;
 
 /// `attention_tile`'s workgroup for a KV head's `gq` query heads of widths `hd` (K) and `hdv`
 /// (V): (query heads, query tokens, positions per K / V tile). The rows, heads × tokens, are
 /// as many as its workgroup memory holds at these widths: every K and V row it loads serves
 /// all of them. The heads are the most of `gq` that divide it, the tokens a power of two (so a
-/// tile never crosses a launch of `ATTN_TOKENS`). None where a head is too wide.
+/// tile never crosses a launch of `ATTN_TOKENS`); the rows a multiple of `TILE_RB`, whose
+/// blocks the products take whole. None where a head is too wide (over 512).
 pub fn tile_shape(gq: usize, hd: usize, hdv: usize) -> Option<(usize, usize, usize)> {
     let w = hd.max(hdv);
     // The K tile's rows are w + 1 apart.
@@ -54,7 +56,10 @@ pub fn tile_shape(gq: usize, hd: usize, hdv: usize) -> Option<(usize, usize, usi
     if kt == 0 {
         return None;
     }
-    let rows = TILE_ROWS.min(TILE_QD / w).min(TILE_PS / kt);
+    let rows = TILE_ROWS.min(TILE_QD / w).min(TILE_PS / kt) / TILE_RB * TILE_RB;
+    if rows == 0 {
+        return None;
+    }
     let hg = (1..=gq.min(rows)).rev().find(|&hg| gq.is_multiple_of(hg))?;
     Some((hg, 1 << (rows / hg).ilog2(), kt))
 }
@@ -341,7 +346,7 @@ mod tests {
 
     /// A tiled workgroup's rows (query heads × tokens) fill the workgroup memory at the head's
     /// width: SmolLM2 3 heads × 8 tokens of 64, Qwen2.5-0.5B 7 × 4, gemma-3-270m 4 × 2 of 256; a
-    /// single head takes 16 tokens; a head of 1,024 does not fit.
+    /// single head takes 16 tokens; a head over 512 does not fit.
     #[test]
     fn tiled_workgroups_fill_their_memory() {
         for (gq, hd, hdv, want) in [
@@ -352,6 +357,8 @@ mod tests {
             (16, 128, 128, Some((16, 1, 7))),
             (5, 512, 512, Some((1, 4, 1))),
             (2, 64, 512, Some((2, 2, 1))),
+            (1, 96, 96, Some((1, 16, 10))),
+            (1, 600, 600, None),
             (1, 1024, 1024, None),
         ] {
             let shape = tile_shape(gq, hd, hdv);
@@ -360,6 +367,7 @@ mod tests {
                 let (w, rows) = (hd.max(hdv), hg * tq);
                 assert!(gq.is_multiple_of(hg) && tq.is_power_of_two() && rows <= TILE_ROWS);
                 assert!(rows * w <= TILE_QD && kt * (w + 1) <= TILE_KD && rows * kt <= TILE_PS);
+                assert!(rows.div_ceil(TILE_RB) * TILE_RB * w <= TILE_QD, "{rows} rows in blocks");
             }
         }
     }
