@@ -280,6 +280,60 @@ fn attention_graph(n: usize, attn: minfer::model::Attn) -> Graph {
     ])
 }
 
+/// Every cache type with both numerics (default, flash).
+fn kv_numerics() -> Vec<(KvType, bool)> {
+    [KvType::F32, KvType::F16, KvType::Q8_0]
+        .into_iter()
+        .flat_map(|kv| [(kv, false), (kv, true)])
+        .collect()
+}
+
+/// An attention-only model for the long-context tests: 64-row tables `tq`, `tk`, `tv` (random,
+/// seeds `seed` ..= `seed + 2`), a sliding window, soft-capping and, with `sinks`, four heads'
+/// sink logits; and its graph over `n` tokens with default or flash numerics.
+fn attention_model(
+    n_head: usize,
+    n_kv: usize,
+    hd: usize,
+    window: Option<usize>,
+    softcap: Option<f32>,
+    sinks: bool,
+    seed: u64,
+) -> (Arc<Model>, impl Fn(usize, bool) -> Graph) {
+    let mut hp = hparams(n_head * hd, n_head, n_kv, hd);
+    hp.sliding_window = window;
+    let rows = 64;
+    let mut weights = vec![
+        tensor("tq", QType::F32, n_head * hd, rows, seed, 3.0),
+        tensor("tk", QType::F32, n_kv * hd, rows, seed + 1, 3.0),
+        tensor("tv", QType::F32, n_kv * hd, rows, seed + 2, 1.0),
+    ];
+    if sinks {
+        weights.push(tensor_of(
+            "blk.0.attn_sinks.weight",
+            QType::F32,
+            n_head,
+            1,
+            &[-2.0, 0.5, 3.0, 8.0],
+        ));
+    }
+    let scale = hp.attn_scale;
+    let graph = move |n, flash| {
+        attention_graph(
+            n,
+            minfer::model::Attn {
+                scale,
+                window,
+                softcap,
+                flash,
+                sinks,
+                ..minfer::model::Attn::new(0, n_head, n_kv, hd)
+            },
+        )
+    };
+    (model(hp, weights), graph)
+}
+
 // ---- ops ------------------------------------------------------------------------------------
 
 /// `g` on a fresh context of `b`: tokens `ids` at `pos0`.
@@ -738,47 +792,15 @@ fn split_attention_matches_cpu_at_long_contexts() {
         return;
     }
     let cpu = cpu();
-    let every: Vec<(KvType, bool)> = [KvType::F32, KvType::F16, KvType::Q8_0]
-        .into_iter()
-        .flat_map(|kv| [(kv, false), (kv, true)])
-        .collect();
+    let every = kv_numerics();
     for (ctx, n_head, n_kv, hd, window, softcap, sinks) in [
         (1, 4, 2, 64, None, None, false),
         (31, 4, 1, 128, Some(20), Some(20.0), true),
         (1000, 4, 2, 64, Some(700), None, false),
         (5000, 2, 1, 32, None, Some(30.0), false),
     ] {
-        let mut hp = hparams(n_head * hd, n_head, n_kv, hd);
-        hp.sliding_window = window;
         let rows = 64;
-        let mut weights = vec![
-            tensor("tq", QType::F32, n_head * hd, rows, 41, 3.0),
-            tensor("tk", QType::F32, n_kv * hd, rows, 42, 3.0),
-            tensor("tv", QType::F32, n_kv * hd, rows, 43, 1.0),
-        ];
-        if sinks {
-            weights.push(tensor_of(
-                "blk.0.attn_sinks.weight",
-                QType::F32,
-                n_head,
-                1,
-                &[-2.0, 0.5, 3.0, 8.0],
-            ));
-        }
-        let mdl = model(hp.clone(), weights);
-        let attn = |n, flash| {
-            attention_graph(
-                n,
-                minfer::model::Attn {
-                    scale: hp.attn_scale,
-                    window,
-                    softcap,
-                    flash,
-                    sinks,
-                    ..minfer::model::Attn::new(0, n_head, n_kv, hd)
-                },
-            )
-        };
+        let (mdl, attn) = attention_model(n_head, n_kv, hd, window, softcap, sinks, 41);
         let ids: Vec<u32> = (0..ctx as u32).map(|i| (i * 37 + 5) % rows as u32).collect();
         let cases = match ctx {
             1000 => &every[2..5],
@@ -841,10 +863,7 @@ fn tiled_prefill_attention_matches_cpu() {
         return;
     }
     let cpu = cpu();
-    let every: Vec<(KvType, bool)> = [KvType::F32, KvType::F16, KvType::Q8_0]
-        .into_iter()
-        .flat_map(|kv| [(kv, false), (kv, true)])
-        .collect();
+    let every = kv_numerics();
     // (steps as (sequence, tokens) parts, heads, KV heads, head width, window, softcap, sinks,
     // cache types and numerics)
     type Case<'a> = (
@@ -893,37 +912,8 @@ fn tiled_prefill_attention_matches_cpu() {
         ),
     ];
     for (steps, n_head, n_kv, hd, window, softcap, sinks, kinds) in cases {
-        let mut hp = hparams(n_head * hd, n_head, n_kv, hd);
-        hp.sliding_window = window;
         let rows = 64;
-        let mut weights = vec![
-            tensor("tq", QType::F32, n_head * hd, rows, 51, 3.0),
-            tensor("tk", QType::F32, n_kv * hd, rows, 52, 3.0),
-            tensor("tv", QType::F32, n_kv * hd, rows, 53, 1.0),
-        ];
-        if sinks {
-            weights.push(tensor_of(
-                "blk.0.attn_sinks.weight",
-                QType::F32,
-                n_head,
-                1,
-                &[-2.0, 0.5, 3.0, 8.0],
-            ));
-        }
-        let mdl = model(hp.clone(), weights);
-        let attn = |n, flash| {
-            attention_graph(
-                n,
-                minfer::model::Attn {
-                    scale: hp.attn_scale,
-                    window,
-                    softcap,
-                    flash,
-                    sinks,
-                    ..minfer::model::Attn::new(0, n_head, n_kv, hd)
-                },
-            )
-        };
+        let (mdl, attn) = attention_model(n_head, n_kv, hd, window, softcap, sinks, 51);
         // Three sequences of one pool: A on the cells ≡ 0 mod 3, B ≡ 1, C ≡ 2 from the top down.
         let total: usize = steps.iter().flatten().map(|p| p.1).sum();
         let cells = 3 * total;
