@@ -2,7 +2,7 @@
 // cache at the token's cell (`store_cell`). One invocation per cache word; rows are whole
 // words (K and V widths are multiples of EPW).
 
-override WG: u32 = 256u;
+override WG: u32 = 64u;
 
 // Params and bindings: kv_store_io.wgsl.
 

@@ -5,6 +5,7 @@ mod bench_profile;
 mod generate;
 mod info;
 mod perplexity;
+mod plan;
 mod progress;
 mod quantize;
 #[cfg(feature = "server")]
@@ -405,6 +406,32 @@ enum Cmd {
         #[arg(short = 't', long)]
         threads: Option<usize>,
     },
+    /// One forward's GPU launch table on a device profile, with each launch's bytes, FLOPs,
+    /// occupancy and roofline time (no GPU needed)
+    Plan {
+        model: PathBuf,
+        /// Tokens in the step
+        #[arg(long, default_value_t = 1)]
+        tokens: usize,
+        /// Sequences the tokens belong to, each with tokens / seqs of them and its own logits
+        /// (default: every token its own sequence up to 8 tokens, a single prompt above)
+        #[arg(long)]
+        seqs: Option<usize>,
+        /// Positions each sequence has in the cache before the step
+        #[arg(short = 'd', long, default_value_t = 0)]
+        depth: usize,
+        /// A built-in device profile (h200, a100, rtx4090, m3max) or a JSON file of one
+        #[arg(long, default_value = "h200")]
+        device: String,
+        /// cuda or wgpu
+        #[arg(long, default_value = "cuda")]
+        backend: String,
+        #[arg(long = "cache-type", value_parser = parse_kv)]
+        cache_type: Option<KvType>,
+        /// One JSON object
+        #[arg(long)]
+        json: bool,
+    },
     /// Prompt (pp) and generation (tg) speed per backend, llama-bench style
     Bench {
         model: PathBuf,
@@ -702,6 +729,33 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 threads: threads.unwrap_or(0),
             };
             quantize::run(&input, &output, &ty, &opts)
+        }
+        Cmd::Plan {
+            model,
+            tokens,
+            seqs,
+            depth,
+            device,
+            backend,
+            cache_type,
+            json,
+        } => {
+            let backend = minfer::backend::gpu::roofline::GpuBackend::parse(&backend).map_err(anyhow::Error::msg)?;
+            let seqs = seqs.unwrap_or(if tokens <= 8 { tokens } else { 1 });
+            plan::run(
+                &model,
+                &plan::Args {
+                    ask: minfer::backend::gpu::roofline::Ask {
+                        tokens,
+                        seqs,
+                        depth,
+                        backend,
+                        kv: cache_type.or(base.env.cache_type).unwrap_or(KvType::F16),
+                    },
+                    device,
+                    json,
+                },
+            )
         }
         Cmd::Bench {
             model,

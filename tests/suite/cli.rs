@@ -21,7 +21,7 @@ tests![
 const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"));
+    let mut c = Command::new(crate::common::exe());
     c.env_remove("MINFER_MODEL")
         .env_remove("MINFER_CACHE_TYPE")
         .env_remove("MINFER_CPU_ISA");

@@ -11,6 +11,14 @@ pub fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
 }
 
+/// The `minfer-wgpu` binary: `$MINFER_BIN` where set (a suite carried away from the tree it
+/// was built in, as the GPU kit does), else the one cargo built beside this suite.
+pub fn exe() -> PathBuf {
+    std::env::var_os("MINFER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_minfer-wgpu")))
+}
+
 fn in_ci() -> bool {
     std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
 }

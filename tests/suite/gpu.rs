@@ -33,6 +33,7 @@ use crate::common;
 pub mod batch;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod geometry;
 pub mod models;
 pub mod moe;
 pub mod translate;

@@ -26,7 +26,8 @@
 //! - `gpu`       — the GPU backends (wgpu; with the `cuda` feature, CUDA on its CPU emulation
 //!   and on a device where there is one) against the CPU, op by op and qtype by qtype; with
 //!   `gpu/translate` (every shader through naga, no GPU), `gpu/cuda` (every CUDA kernel through
-//!   NVRTC, no GPU), `gpu/models` (whole models) and `gpu/batch` (many sequences per step);
+//!   NVRTC, no GPU), `gpu/geometry` (launch tables on device profiles, no GPU), `gpu/models`
+//!   (whole models) and `gpu/batch` (many sequences per step);
 //!   built without the `wgpu` feature, one ignored entry says so
 
 // An unlisted test fn is dead code: a compile error, not a test that silently never runs.
@@ -80,6 +81,7 @@ fn main() {
     #[cfg(feature = "wgpu")]
     {
         tests.extend(gpu::tests());
+        tests.extend(gpu::geometry::tests());
         tests.extend(gpu::models::tests());
         tests.extend(gpu::moe::tests());
         tests.extend(gpu::batch::tests());

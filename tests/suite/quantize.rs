@@ -217,7 +217,7 @@ fn quantized_gguf_yields_recorded_files() {
 }
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"))
+    Command::new(crate::common::exe())
 }
 
 fn cli_quantizes_and_refuses_bad_input() {

@@ -37,7 +37,7 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn start(model: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"))
+        let mut child = Command::new(crate::common::exe())
             .args([
                 "serve",
                 &model.display().to_string(),
@@ -184,7 +184,7 @@ pub(crate) fn sse_data(body: &str) -> Vec<String> {
 }
 
 pub(crate) fn run_greedy(model: &Path, prompt: &str, n: usize, raw: bool) -> String {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"));
+    let mut c = Command::new(crate::common::exe());
     c.args([
         "run",
         &model.display().to_string(),
@@ -371,7 +371,7 @@ fn serve_template_exception_is_400_with_its_message() {
     drop(s);
 
     std::fs::write(&file, "{% for m in messages %}{{ m.content }").unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"))
+    let o = Command::new(crate::common::exe())
         .args([
             "serve",
             &model.display().to_string(),

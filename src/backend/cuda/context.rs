@@ -34,7 +34,7 @@ pub struct Registry {
 }
 
 /// Bytes after each weight's data, zeroed: kernels may read a word past a block's end.
-const PAD: usize = 16;
+const PAD: usize = crate::backend::gpu::CUDA_PAD as usize;
 
 impl Registry {
     /// Uploads every weight of the model, once each (in name order), reporting the bytes done.
@@ -183,9 +183,6 @@ pub struct CudaContext {
     split_span: u32,
 }
 
-/// Grid limit per dimension (y and z; x takes more, the schedule folds into x and y).
-const MAX_GRID: u32 = 65_535;
-
 impl CudaContext {
     /// `graphs`: capture decode steps as CUDA graphs (`BackendOptions::cuda_graphs`);
     /// `profile`: time each node's launches instead (`BackendOptions::profile`).
@@ -251,7 +248,7 @@ impl CudaContext {
 
     fn plan(&self, g: &Graph) -> std::result::Result<Prepared, String> {
         let dev = self.dev.as_ref();
-        let s = schedule::schedule(g, &|name| self.weights.layout(name), self.kv, false, MAX_GRID)?;
+        let s = schedule::schedule(g, &|name| self.weights.layout(name), self.kv, false, &dev.shape())?;
         // The plan's op files compiled side by side before their launches ask for them.
         let kernels: Vec<Kernel> = s
             .stages

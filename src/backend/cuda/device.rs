@@ -4,6 +4,7 @@
 //! a GPU.
 
 use crate::backend::gpu::kernels::{Kernel, Variant};
+use crate::backend::gpu::shape::DeviceShape;
 
 /// The single argument of every kernel in `cuda/`: the buffers bound in the schedule's order
 /// (`b[i]` is binding `i + 1`) and its 16 parameter words. `struct Params` in `cuda/common.cuh`.
@@ -75,6 +76,8 @@ pub trait Replay: Send {
 pub trait Device: Send + Sync {
     /// `NVIDIA H200 (sm_90, 139.8 GiB)`.
     fn describe(&self) -> String;
+    /// The device's shape: what the schedule sizes launches for.
+    fn shape(&self) -> DeviceShape;
     /// Free device memory in bytes, where the device can tell.
     fn free_memory(&self) -> Option<u64>;
     /// `bytes` of zeroed memory.

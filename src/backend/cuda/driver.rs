@@ -10,6 +10,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaGraph, CudaModule, CudaStrea
 use super::device::{DevBuf, Device, Func, FuncTable, Params, Replay};
 use super::source;
 use crate::backend::gpu::kernels::{Kernel, Variant};
+use crate::backend::gpu::shape::DeviceShape;
 use crate::backend::Refusal;
 
 // SAFETY: `Params` is `#[repr(C)]` plain data, laid out as the kernels' `struct Params`.
@@ -19,6 +20,8 @@ pub struct Driver {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     name: String,
+    /// SMs, block and shared-memory limits, warp width (read once at open).
+    shape: DeviceShape,
     /// What NVRTC compiles for: `sm_90` (CUBIN) where it has the device's architecture,
     /// else `compute_90` (PTX).
     target: String,
@@ -76,7 +79,19 @@ impl Driver {
             // launches into graphs.
             let pdl = cc.0 >= 9 && driver >= 12030;
             let total = ctx.total_mem().map_err(derr)?;
+            let shape = {
+                use cudarc::driver::sys::CUdevice_attribute as A;
+                let at = |a| ctx.attribute(a).map_err(derr).map(|v| v.max(1) as u32);
+                DeviceShape {
+                    sms: at(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+                    max_threads: at(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+                    subgroup: at(A::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
+                    shared_bytes: at(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
+                    max_groups: at(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?.min(65535),
+                }
+            };
             Ok(Driver {
+                shape,
                 ctx,
                 stream,
                 name,
@@ -170,6 +185,10 @@ impl Replay for Graph {
 }
 
 impl Device for Driver {
+    fn shape(&self) -> DeviceShape {
+        self.shape
+    }
+
     fn describe(&self) -> String {
         // `sm_90`, or `sm_61 via PTX` where NVRTC writes no machine code for it.
         let arch = match self.target.strip_prefix("compute_") {

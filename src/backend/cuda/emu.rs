@@ -13,6 +13,16 @@ use std::sync::Mutex;
 use super::device::{DevBuf, Device, Func, FuncTable, Params};
 use super::source::{qtype_lists, HEADERS, QTYPES_HEADER};
 use crate::backend::gpu::kernels::{Kernel, Variant};
+use crate::backend::gpu::shape::DeviceShape;
+
+/// The device the emulation stands for.
+pub const EMULATED_SHAPE: DeviceShape = DeviceShape {
+    sms: 16,
+    max_threads: 1024,
+    subgroup: 32,
+    shared_bytes: 48 * 1024,
+    max_groups: 65535,
+};
 
 type LaunchFn = unsafe extern "C" fn(*const c_void, *const c_uint, *const c_uint, *const c_void) -> c_int;
 type ErrorFn = unsafe extern "C" fn() -> *const c_char;
@@ -71,6 +81,11 @@ impl Emulator {
 impl Device for Emulator {
     fn describe(&self) -> String {
         "CPU emulation of the CUDA kernels".into()
+    }
+
+    /// A small GPU's: launches sized as on a real device, at a count the emulation runs fast.
+    fn shape(&self) -> DeviceShape {
+        EMULATED_SHAPE
     }
 
     fn free_memory(&self) -> Option<u64> {

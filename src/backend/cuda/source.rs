@@ -5,6 +5,7 @@
 //! on disk by a hash of the program, the architecture and the NVRTC version.
 
 use crate::backend::gpu::kernels::{Kernel, VECTOR_QTYPES, WEIGHT_QTYPES};
+use crate::backend::gpu::shape::Resources;
 use crate::quant::QType;
 
 /// The headers every program starts with, in order.
@@ -174,8 +175,9 @@ pub fn compile(k: Kernel, target: &str, cache: bool) -> Result<Image, String> {
         }
     }
     let name = format!("{}.cu", k.name());
-    let image =
-        std::panic::catch_unwind(|| nvrtc(&src, &name, target)).map_err(|_| format!("{name}: NVRTC panicked"))??;
+    let image = std::panic::catch_unwind(|| nvrtc(&src, &name, target, &[]))
+        .map_err(|_| format!("{name}: NVRTC panicked"))??
+        .0;
     if let Some(p) = path {
         // Best effort, written whole or not at all.
         if let Some(dir) = p.parent() {
@@ -201,13 +203,15 @@ pub fn cache_path(k: Kernel, target: &str) -> Result<Option<std::path::PathBuf>,
     }))
 }
 
-/// One NVRTC compilation of `src` for `target`: CUBIN for `sm_XX`, PTX otherwise.
-fn nvrtc(src: &str, name: &str, target: &str) -> Result<Image, String> {
+/// One NVRTC compilation of `src` for `target`: CUBIN for `sm_XX`, PTX otherwise, with NVRTC's
+/// log (what `extra` options such as `--ptxas-options=-v` make it say).
+fn nvrtc(src: &str, name: &str, target: &str, extra: &[&str]) -> Result<(Image, String), String> {
     use cudarc::nvrtc::{result, sys};
     let c_src = std::ffi::CString::new(src).map_err(|_| format!("{name}: a NUL in the source"))?;
     let c_name = std::ffi::CString::new(name).map_err(|_| format!("{name}: a NUL in the name"))?;
     let prog = result::create_program(&c_src, Some(&c_name)).map_err(|e| format!("{name}: {e:?}"))?;
-    let opts = [format!("--gpu-architecture={target}"), "--std=c++17".to_string()];
+    let mut opts = vec![format!("--gpu-architecture={target}"), "--std=c++17".to_string()];
+    opts.extend(extra.iter().map(|o| o.to_string()));
     // SAFETY: `prog` was created above and is destroyed once, at the end; the buffers passed
     // to NVRTC are sized by the calls that precede them.
     let out = unsafe {
@@ -236,9 +240,102 @@ fn nvrtc(src: &str, name: &str, target: &str) -> Result<Image, String> {
                 .map_err(|e| format!("{name} for {target}: nvrtcGetPTX: {e:?}"))
                 .map(|p| Image::Ptx(std::ffi::CStr::from_ptr(p.as_ptr()).to_string_lossy().into_owned())),
         };
+        let log = result::get_program_log(prog)
+            .map(|l| std::ffi::CStr::from_ptr(l.as_ptr()).to_string_lossy().into_owned())
+            .unwrap_or_default();
         let _ = result::destroy_program(prog);
-        out
+        out.map(|image| (image, log))
     };
+    out
+}
+
+/// Registers, spilled bytes and static workgroup memory of every kernel entry of every op
+/// file compiled to machine code for `arch` (`sm_90`), as ptxas reports them
+/// (`--ptxas-options=-v`): the op files compiled side by side on threads, the report cached on
+/// disk by the programs, the architecture and the NVRTC version.
+pub fn resources(arch: &str) -> Result<std::collections::HashMap<String, Resources>, String> {
+    let (major, minor) = nvrtc_version()?;
+    if !arch.starts_with("sm_") {
+        return Err(format!(
+            "{arch}: registers are reported for a real architecture (sm_XX)"
+        ));
+    }
+    let programs: Vec<(Kernel, String)> = Kernel::ALL.iter().map(|&k| (k, program(k))).collect();
+    let ver = format!("{major}.{minor}");
+    let mut parts: Vec<&[u8]> = programs.iter().map(|p| p.1.as_bytes()).collect();
+    parts.extend([arch.as_bytes(), ver.as_bytes()]);
+    let path = crate::backend::cache_dir().map(|d| {
+        d.join("cuda")
+            .join(format!("resources-{arch}-{:016x}.json", fnv64(&parts)))
+    });
+    if let Some(r) = path
+        .as_ref()
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+    {
+        return Ok(r);
+    }
+    let logs: Vec<Result<String, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = programs
+            .iter()
+            .map(|(k, src)| {
+                s.spawn(move || {
+                    let name = format!("{}.cu", k.name());
+                    std::panic::catch_unwind(|| nvrtc(src, &name, arch, &["--ptxas-options=-v"]))
+                        .map_err(|_| format!("{name}: NVRTC panicked"))?
+                        .map(|(_, log)| log)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a compile thread panicked".into())))
+            .collect()
+    });
+    let mut out = std::collections::HashMap::new();
+    for log in logs {
+        out.extend(parse_ptxas(&log?));
+    }
+    if let Some(p) = path {
+        if let (Some(dir), Ok(json)) = (p.parent(), serde_json::to_vec(&out)) {
+            let _ = std::fs::create_dir_all(dir);
+            let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+            if std::fs::write(&tmp, json).is_ok() {
+                let _ = std::fs::rename(&tmp, &p);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Each entry's resources from a ptxas `-v` log: `Compiling entry function 'NAME'`, then its
+/// `N bytes spill stores` and `Used N registers, … N bytes smem` lines.
+pub fn parse_ptxas(log: &str) -> Vec<(String, Resources)> {
+    let mut out: Vec<(String, Resources)> = Vec::new();
+    let number_before = |line: &str, unit: &str| -> Option<u32> {
+        let i = line.find(unit)?;
+        line[..i].split_whitespace().last()?.parse().ok()
+    };
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            let name = rest.split('\'').next().unwrap_or_default().to_string();
+            out.push((
+                name,
+                Resources {
+                    registers: 0,
+                    shared: 0,
+                    spill: 0,
+                },
+            ));
+        } else if let Some((_, r)) = out.last_mut() {
+            if line.contains("spill stores") {
+                r.spill = number_before(line, "bytes spill stores").unwrap_or(0);
+            } else if line.contains("Used") && line.contains("registers") {
+                r.registers = number_before(line, "registers").unwrap_or(0);
+                r.shared = number_before(line, "bytes smem").unwrap_or(0);
+            }
+        }
+    }
     out
 }
 
@@ -261,6 +358,41 @@ mod tests {
             let e = check_driver((13, 0), 12090, t).unwrap_err();
             assert!(e.contains("CUDA 12.9") && e.contains("NVRTC is 13.0"), "{e}");
         }
+    }
+
+    /// ptxas's `-v` lines as NVRTC 12.9 writes them, an entry without workgroup memory among
+    /// them.
+    #[test]
+    fn ptxas_reports_parse_per_entry() {
+        let log = "ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'rms_norm_f32' for 'sm_90'
+ptxas info    : Function properties for rms_norm_f32
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 32 registers, used 1 barriers, 16 bytes smem
+ptxas info    : Compile time = 7.138 ms
+ptxas info    : Compiling entry function 'matmul_mma_q4_K' for 'sm_90'
+ptxas info    : Function properties for matmul_mma_q4_K
+ptxas         .     8 bytes stack frame, 12 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 116 registers, used 1 barriers, 16384 bytes smem
+ptxas info    : Compiling entry function 'add' for 'sm_90'
+ptxas info    : Function properties for add
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 12 registers
+";
+        let r = parse_ptxas(log);
+        let res = |registers, shared, spill| Resources {
+            registers,
+            shared,
+            spill,
+        };
+        assert_eq!(
+            r,
+            [
+                ("rms_norm_f32".to_string(), res(32, 16, 0)),
+                ("matmul_mma_q4_K".to_string(), res(116, 16384, 12)),
+                ("add".to_string(), res(12, 0, 0)),
+            ]
+        );
     }
 
     /// The exact architecture where NVRTC writes machine code for it, else PTX.

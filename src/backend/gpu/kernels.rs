@@ -133,7 +133,10 @@ impl Variant {
     /// The tensor-core entry's grid and block for the grid the schedule gives the tiled matmul:
     /// its tiles are 64 rows × 64 tokens (the schedule's are 32 × 32), 128 threads a block.
     pub fn mma_launch(groups: [u32; 3]) -> ([u32; 3], u32) {
-        ([groups[0].div_ceil(2), groups[1].div_ceil(2), groups[2]], 128)
+        (
+            [groups[0].div_ceil(2), groups[1].div_ceil(2), groups[2]],
+            super::table::MMA_THREADS,
+        )
     }
 }
 

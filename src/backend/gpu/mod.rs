@@ -5,18 +5,30 @@
 
 #[cfg(test)]
 mod abi;
+pub mod cost;
 pub mod kernels;
 pub mod params;
 pub mod profile;
+pub mod roofline;
 pub mod schedule;
+pub mod shape;
 pub mod table;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::backend::Progress;
 use crate::model::Model;
 use crate::quant::QType;
 use crate::tensor::Tensor;
+use schedule::{PackSlot, WeightParts};
+
+/// Bytes after each weight's data on the CUDA backend, zeroed: kernels may read a word past a
+/// block's end (16: one vector load).
+pub const CUDA_PAD: u64 = 16;
+
+/// The same on wgpu: `w_u32` at the last block reads one word further.
+pub const WGPU_PAD: u64 = 4;
 
 /// Alignment of each member of a pack in its buffer: a binding's offset must be a multiple of
 /// the device's `min_storage_buffer_offset_alignment`, which is at most 256.
@@ -115,4 +127,68 @@ pub fn pack_offsets(sizes: &[u64], pad: u64) -> (Vec<u64>, u64) {
         end = o + s.div_ceil(4) * 4 + pad;
     }
     (offsets, end)
+}
+
+/// Row ranges `(row0, rows)` of the parts of a `n_rows × row_bytes` tensor when one binding
+/// holds at most `max_binding` bytes (data, rounded up to 4, plus `pad`).
+pub fn split_rows(row_bytes: u64, n_rows: u64, max_binding: u64, pad: u64) -> Result<Vec<(usize, usize)>, String> {
+    let room = max_binding.saturating_sub(pad + 3);
+    if row_bytes == 0 || row_bytes > room {
+        return Err(format!(
+            "a row of {row_bytes} bytes does not fit a {max_binding}-byte binding"
+        ));
+    }
+    let per = (room / row_bytes).max(1);
+    let mut out = Vec::new();
+    let mut r = 0;
+    while r < n_rows {
+        let n = per.min(n_rows - r);
+        out.push((r as usize, n as usize));
+        r += n;
+    }
+    if out.is_empty() {
+        out.push((0, 0));
+    }
+    Ok(out)
+}
+
+/// Every weight's layout as a GPU backend uploads it (`upload_each`): whole where `max_binding`
+/// is `None` (CUDA), else split by rows into bindings of at most that many bytes (wgpu); the
+/// members of a pack side by side (`pack_offsets` with `pad` bytes after each), where the pack
+/// fits one binding, else each alone. What `plan` schedules with, without a device.
+pub fn layouts(model: &Model, max_binding: Option<u64>, pad: u64) -> Result<HashMap<String, Arc<WeightParts>>, String> {
+    let mut out = HashMap::new();
+    upload_each(model, None, |ts| {
+        let alone = |t: &Tensor| -> Result<WeightParts, String> {
+            let parts = match max_binding {
+                Some(max) => split_rows(t.row_bytes() as u64, t.n_rows() as u64, max, pad)
+                    .map_err(|e| format!("{}: {e}", t.name))?,
+                None => vec![(0, t.n_rows())],
+            };
+            Ok(WeightParts {
+                name: t.name.as_str().into(),
+                qtype: t.qtype,
+                row_len: t.row_len(),
+                parts,
+                pack: None,
+            })
+        };
+        let sizes: Vec<u64> = ts.iter().map(|t| t.bytes().len() as u64).collect();
+        let (offsets, total) = pack_offsets(&sizes, pad);
+        let packed = ts.len() > 1 && max_binding.is_none_or(|m| total <= m);
+        for (index, t) in ts.iter().enumerate() {
+            let mut w = alone(t)?;
+            if packed {
+                w.parts = vec![(0, t.n_rows())];
+                w.pack = Some(PackSlot {
+                    first: ts[0].name.as_str().into(),
+                    index,
+                    offset: offsets[index],
+                });
+            }
+            out.insert(t.name.clone(), Arc::new(w));
+        }
+        Ok(())
+    })?;
+    Ok(out)
 }

@@ -118,6 +118,9 @@ pub struct KernelInfo {
     pub wgsl: Wgsl,
     /// `cuda/<name>.cu`.
     pub cuda: &'static str,
+    /// Why the kernel may run under a quarter of an SM's threads (its registers or workgroup
+    /// memory), where it does: the geometry check lets it pass only with a reason.
+    pub low_occupancy: Option<&'static str>,
 }
 
 macro_rules! wgsl {
@@ -183,6 +186,7 @@ const fn elementwise(
         params,
         wgsl,
         cuda,
+        low_occupancy: None,
     }
 }
 
@@ -203,6 +207,7 @@ pub static KERNELS: [KernelInfo; 28] = [
             ..body(wgsl!("quantize_act.wgsl"))
         },
         cuda: cuda!("quantize_act.cu"),
+        low_occupancy: None,
     },
     KernelInfo {
         kernel: Kernel::MatmulVec,
@@ -221,6 +226,7 @@ pub static KERNELS: [KernelInfo; 28] = [
             ..body(wgsl!("matmul_vec.wgsl"))
         },
         cuda: cuda!("matmul_vec.cu"),
+        low_occupancy: None,
     },
     KernelInfo {
         kernel: Kernel::Matmul,
@@ -240,6 +246,7 @@ pub static KERNELS: [KernelInfo; 28] = [
             ..body(wgsl!("matmul.wgsl"))
         },
         cuda: cuda!("matmul.cu"),
+        low_occupancy: None,
     },
     KernelInfo {
         kernel: Kernel::GetRows,
@@ -253,6 +260,7 @@ pub static KERNELS: [KernelInfo; 28] = [
         params: of::<params::GetRowsParams>(),
         wgsl: body(wgsl!("get_rows.wgsl")),
         cuda: cuda!("get_rows.cu"),
+        low_occupancy: None,
     },
     KernelInfo {
         kernel: Kernel::RmsNorm,
@@ -269,6 +277,7 @@ pub static KERNELS: [KernelInfo; 28] = [
             ..body(wgsl!("rms_norm.wgsl"))
         },
         cuda: cuda!("rms_norm.cu"),
+        low_occupancy: None,
     },
     KernelInfo {
         spec: Spec::Vector,
@@ -296,6 +305,7 @@ pub static KERNELS: [KernelInfo; 28] = [
         params: of::<params::RopeParams>(),
         wgsl: body(wgsl!("rope.wgsl")),
         cuda: cuda!("rope.cu"),
+        low_occupancy: None,
     },
     KernelInfo {
         kernel: Kernel::KvStore,
@@ -313,6 +323,7 @@ pub static KERNELS: [KernelInfo; 28] = [
             ..body(wgsl!("kv_store.wgsl"))
         },
         cuda: cuda!("kv_store.cu"),
+        low_occupancy: None,
     },
     KernelInfo {
         kernel: Kernel::Attention,
@@ -330,6 +341,7 @@ pub static KERNELS: [KernelInfo; 28] = [
             ..body(wgsl!("attention.wgsl"))
         },
         cuda: cuda!("attention.cu"),
+        low_occupancy: None,
     },
     elementwise(
         Kernel::Add,
@@ -392,6 +404,7 @@ pub static KERNELS: [KernelInfo; 28] = [
         params: of::<params::ArgmaxParams>(),
         wgsl: body(wgsl!("argmax.wgsl")),
         cuda: cuda!("argmax.cu"),
+        low_occupancy: None,
     },
     KernelInfo {
         kernel: Kernel::MatmulVecId,
@@ -411,6 +424,7 @@ pub static KERNELS: [KernelInfo; 28] = [
         },
         // The file on disk includes matmul_vec.cu; an NVRTC program has no include path.
         cuda: concat!("#define MF_MATMUL_VEC_ID 1\n", cuda!("matmul_vec.cu")),
+        low_occupancy: None,
     },
     KernelInfo {
         kernel: Kernel::MoeRoute,
@@ -424,6 +438,7 @@ pub static KERNELS: [KernelInfo; 28] = [
         params: of::<params::MoeRouteParams>(),
         wgsl: body(wgsl!("moe_route.wgsl")),
         cuda: cuda!("moe_route.cu"),
+        low_occupancy: None,
     },
     KernelInfo {
         spec: Spec::Vector,
@@ -501,6 +516,7 @@ pub static KERNELS: [KernelInfo; 28] = [
         },
         // The file on disk includes matmul_vec.cu.
         cuda: concat!("#define MF_MATMUL_VEC_PACK 1\n", cuda!("matmul_vec.cu")),
+        low_occupancy: None,
     },
     KernelInfo {
         kernel: Kernel::AttentionSplit,
@@ -518,6 +534,7 @@ pub static KERNELS: [KernelInfo; 28] = [
             ..body(wgsl!("attention_split.wgsl"))
         },
         cuda: cuda!("attention_split.cu"),
+        low_occupancy: None,
     },
     KernelInfo {
         kernel: Kernel::AttentionReduce,
@@ -534,6 +551,7 @@ pub static KERNELS: [KernelInfo; 28] = [
             ..body(wgsl!("attention_reduce.wgsl"))
         },
         cuda: cuda!("attention_reduce.cu"),
+        low_occupancy: None,
     },
     KernelInfo {
         kernel: Kernel::AttentionTile,
@@ -550,6 +568,7 @@ pub static KERNELS: [KernelInfo; 28] = [
             ..body(wgsl!("attention_tile.wgsl"))
         },
         cuda: cuda!("attention_tile.cu"),
+        low_occupancy: None,
     },
 ];
 
@@ -649,9 +668,81 @@ impl Kernel {
     }
 }
 
+/// Threads per block of the tensor-core entries of the prefill matmul (`matmul_mma_*`, launched
+/// in `matmul`'s place with `Variant::mma_launch`'s grid): four warps.
+pub const MMA_THREADS: u32 = 128;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The number after `key` in `src` (`override WG: u32 = 64u;` → 64).
+    fn number_after(src: &str, key: &str) -> Option<u32> {
+        let rest = &src[src.find(key)? + key.len()..];
+        let digits: String = rest.trim_start().chars().take_while(|c| c.is_ascii_digit()).collect();
+        digits.parse().ok()
+    }
+
+    /// The table is the one place a kernel's workgroup size is decided: its WGSL declares the
+    /// same size (the override's default, or the constant or literal of `@workgroup_size`) and
+    /// each of its CUDA entries the same `__launch_bounds__` (the tensor-core entries
+    /// `MMA_THREADS`), as do the `WG` constants of its CUDA bodies.
+    #[test]
+    fn workgroup_sizes_agree_between_the_table_wgsl_and_cuda() {
+        for k in Kernel::ALL {
+            let info = k.info();
+            let w = &info.wgsl;
+            let wgsl: String = [
+                w.head,
+                Some(w.body),
+                w.body_kv_q8_0,
+                w.tail,
+                w.body_i8,
+                w.tail_i8,
+                w.body_coop,
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let mut sizes = Vec::new();
+            for (i, _) in wgsl.match_indices("@workgroup_size(") {
+                let arg: String = wgsl[i + 16..].chars().take_while(|&c| c != ')').collect();
+                let n = match arg.trim().parse::<u32>() {
+                    Ok(n) => n,
+                    Err(_) => number_after(&wgsl, &format!("override {}: u32 =", arg.trim()))
+                        .or_else(|| number_after(&wgsl, &format!("const {}: u32 =", arg.trim())))
+                        .unwrap_or_else(|| panic!("{}: @workgroup_size({arg}) has no value", info.name)),
+                };
+                sizes.push(n);
+            }
+            assert!(!sizes.is_empty(), "{}: no @workgroup_size", info.name);
+            for n in sizes {
+                assert_eq!(n, info.threads, "{}: WGSL workgroup size", info.name);
+            }
+            let cuda = info.cuda;
+            let mut entries = 0;
+            for (i, _) in cuda.match_indices("__launch_bounds__(") {
+                let arg: String = cuda[i + 18..].chars().take_while(|&c| c != ')').collect();
+                let n: u32 = arg
+                    .trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{}: __launch_bounds__({arg})", info.name));
+                let entry = cuda[i..].split(')').nth(1).unwrap_or_default().trim();
+                let want = if entry.starts_with("matmul_mma") {
+                    MMA_THREADS
+                } else {
+                    info.threads
+                };
+                assert_eq!(n, want, "{}: __launch_bounds__ of {entry}", info.name);
+                entries += 1;
+            }
+            assert!(entries > 0, "{}: no __launch_bounds__", info.name);
+            for (i, _) in cuda.match_indices("constexpr u32 WG = ") {
+                let n = number_after(&cuda[i..], "constexpr u32 WG =").unwrap_or(0);
+                assert_eq!(n, info.threads, "{}: a CUDA body's WG", info.name);
+            }
+        }
+    }
 
     #[test]
     fn the_table_is_in_kernel_order_with_params_in_binding_0() {

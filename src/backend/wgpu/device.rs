@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::shaders::{Bind, Variant, WgslSource};
+use crate::backend::gpu::shape::{DeviceProfile, DeviceShape};
 
 /// The adapter we would use, described without creating a device.
 #[derive(Clone, Debug)]
@@ -81,6 +82,8 @@ pub struct Gpu {
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
+    /// What the schedule sizes launches for (`shape_of`).
+    pub shape: DeviceShape,
     pub features: wgpu::Features,
     /// The smallest subgroup a 64-invocation kernel ran with (`subgroup_probe`), where the
     /// device has subgroups.
@@ -96,6 +99,30 @@ pub struct Gpu {
     cache: Option<wgpu::PipelineCache>,
     /// Errors that reached no error scope (recorded, never a panic).
     uncaptured: Arc<Mutex<Vec<String>>>,
+}
+
+/// The device as the schedule sees it: the adapter's limits, and its compute units, which wgpu
+/// does not report: those of the built-in profile its name matches (`NVIDIA H200`), else a
+/// guess by its kind (a discrete GPU 64, an integrated one 16, a CPU adapter its threads).
+fn shape_of(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> DeviceShape {
+    let sms = DeviceProfile::for_device_name(&info.name)
+        .map(|p| p.sms)
+        .unwrap_or(match info.device_type {
+            wgpu::DeviceType::Cpu => std::thread::available_parallelism().map_or(4, |n| n.get() as u32),
+            wgpu::DeviceType::IntegratedGpu => 16,
+            _ => 64,
+        });
+    DeviceShape {
+        sms,
+        max_threads: limits.max_compute_invocations_per_workgroup.max(64),
+        subgroup: if info.subgroup_max_size > 0 {
+            info.subgroup_max_size
+        } else {
+            32
+        },
+        shared_bytes: limits.max_compute_workgroup_storage_size,
+        max_groups: limits.max_compute_workgroups_per_dimension.min(65535),
+    }
 }
 
 /// `Gpu::subgroups_usable` on its numbers: the feature, the reported minimum subgroup size,
@@ -248,9 +275,11 @@ impl Gpu {
         } else {
             None
         };
+        let shape = shape_of(&info, &limits);
         let mut gpu = Gpu {
             device,
             queue,
+            shape,
             info,
             limits,
             features,

@@ -91,13 +91,12 @@ fn kv_layer(cache: &[wgpu::Buffer], l: usize) -> Result<&wgpu::Buffer, String> {
 
 pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
     let gpu = t.gpu;
-    let maxg = gpu.limits.max_compute_workgroups_per_dimension;
     let s = schedule::schedule(
         g,
         &|name| t.weights.get(name).map(|w| w.layout.clone()),
         t.kv,
         t.subgroups,
-        maxg,
+        &gpu.shape,
     )?;
     let n = s.n_tokens;
 

@@ -15,7 +15,7 @@ use crate::quant::QType;
 use crate::tensor::Tensor;
 
 /// Bytes after the data of each buffer: `w_u32` at the last block reads one word further.
-pub const PAD: u64 = 4;
+pub const PAD: u64 = crate::backend::gpu::WGPU_PAD;
 
 /// Queue writes are flushed (and their staging memory freed) every this many bytes.
 const FLUSH_BYTES: u64 = 256 << 20;
@@ -52,24 +52,7 @@ pub struct GpuWeight {
 /// Row ranges `(row0, rows)` of the parts of a `n_rows × row_bytes` tensor when one binding
 /// holds at most `max_binding` bytes (data, rounded up to 4, plus [`PAD`]).
 pub fn split_rows(row_bytes: u64, n_rows: u64, max_binding: u64) -> Result<Vec<(usize, usize)>, String> {
-    let room = max_binding.saturating_sub(PAD + 3);
-    if row_bytes == 0 || row_bytes > room {
-        return Err(format!(
-            "a row of {row_bytes} bytes does not fit a {max_binding}-byte binding"
-        ));
-    }
-    let per = (room / row_bytes).max(1);
-    let mut out = Vec::new();
-    let mut r = 0;
-    while r < n_rows {
-        let n = per.min(n_rows - r);
-        out.push((r as usize, n as usize));
-        r += n;
-    }
-    if out.is_empty() {
-        out.push((0, 0));
-    }
-    Ok(out)
+    crate::backend::gpu::split_rows(row_bytes, n_rows, max_binding, PAD)
 }
 
 pub struct Registry {

@@ -408,7 +408,7 @@ fn run_json_schema_and_grammar_constrain_the_engine() {
         return;
     };
     let run = |extra: &[&str]| -> Value {
-        let o = Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"))
+        let o = Command::new(crate::common::exe())
             .args(["run", &model.display().to_string()])
             .args([
                 "Describe a person as JSON.",
@@ -452,7 +452,7 @@ fn run_json_schema_and_grammar_constrain_the_engine() {
     let yn = run(&["--grammar", &lark.display().to_string()]);
     assert!(["yes.", "no."].contains(&yn["text"].as_str().unwrap()), "{yn}");
     // A bad schema is refused before the model loads, naming the flag and the fault.
-    let o = Command::new(env!("CARGO_BIN_EXE_minfer-wgpu"))
+    let o = Command::new(crate::common::exe())
         .args([
             "run",
             &model.display().to_string(),

@@ -18,9 +18,14 @@ pub const ATTN_TOKENS: u32 = 256;
 pub const SPLIT_SPAN: u32 = 256;
 
 /// Ranges the split-KV attention cuts a context into, at most (`attention_reduce` combines up to
-/// 64), and the workgroups it aims for across heads and ranges.
+/// 64).
 pub const MAX_SPLIT: u32 = 64;
-const SPLIT_GROUPS: u32 = 256;
+
+/// The workgroups the split-KV attention aims for across heads and ranges on a device of `sms`
+/// SMs: two waves of one per SM, and at least 32.
+fn split_groups(sms: u32) -> u32 {
+    (2 * sms).max(32)
+}
 
 /// (head, dimension) pairs one `attention_split` workgroup holds, at most: its query heads times
 /// the wider of head_dim and head_dim_v (`MAX_HG_D` in the kernel), with at most 16 heads.
@@ -93,7 +98,7 @@ impl Builder<'_> {
                     .words(),
                     res: vec![Res::RopeTable(ri), self.inp(node, 0), Res::Act(out)],
                     // One invocation per (pair, head, token).
-                    groups: [(hd / 2).div_ceil(64), *n_heads as u32, rows],
+                    groups: [(hd / 2).div_ceil(Kernel::Rope.threads()), *n_heads as u32, rows],
                     when: When::Always,
                 }]
             }
@@ -156,7 +161,10 @@ impl Builder<'_> {
                         Res::Vc(layer),
                         kr.2.clone(),
                     ],
-                    groups: fold(((rows * (kw + vw)) / epw).div_ceil(64) as u64, self.maxg),
+                    groups: fold(
+                        ((rows * (kw + vw)) / epw).div_ceil(Kernel::KvStore.threads()) as u64,
+                        self.maxg,
+                    ),
                     when: When::Always,
                 };
                 // One workgroup per (q head, token) over tokens t0.. (at most ATTN_TOKENS): steps
@@ -209,8 +217,8 @@ impl Builder<'_> {
                 let gx = (n_head / hg) as u32;
                 let workgroups = gx * tokens.div_ceil(tq as u32);
                 let n_split = match decode {
-                    true => SPLIT_GROUPS.div_ceil(gx).clamp(2, MAX_SPLIT),
-                    false => (SPLIT_GROUPS / workgroups).clamp(1, MAX_SPLIT),
+                    true => split_groups(self.shape.sms).div_ceil(gx).clamp(2, MAX_SPLIT),
+                    false => (split_groups(self.shape.sms) / workgroups).clamp(1, MAX_SPLIT),
                 };
                 let split = |t0: u32| {
                     let ap = AttentionParams {

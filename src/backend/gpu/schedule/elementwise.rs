@@ -7,9 +7,6 @@ use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{AddBiasParams, BinaryParams, KernelParams, SliceParams, UnaryParams};
 use crate::model::{Node, Op};
 
-/// Invocations per workgroup of every element-wise kernel.
-const WG: u64 = 256;
-
 impl Builder<'_> {
     /// Node `i`'s op. A GLU whose first reader is a matmul over quantized weights also rounds
     /// its output into the scratch buffer as `quantize_act` would (one invocation per block), as
@@ -29,7 +26,7 @@ impl Builder<'_> {
                     }
                     .words(),
                     res: vec![Res::Weight(w, 0), self.inp(node, 0), Res::Act(out)],
-                    groups: self.linear(node, WG),
+                    groups: self.linear(node, Kernel::AddBias),
                     when: When::Always,
                 }
             }
@@ -45,7 +42,7 @@ impl Builder<'_> {
                     }
                     .words(),
                     res: vec![Res::Weight(w, 0), self.inp(node, 0), Res::Act(out)],
-                    groups: self.linear(node, WG),
+                    groups: self.linear(node, Kernel::ScaleBy),
                     when: When::Always,
                 }
             }
@@ -59,7 +56,7 @@ impl Builder<'_> {
                 }
                 .words(),
                 res: vec![self.inp(node, 0), Res::Act(out)],
-                groups: self.linear(node, WG),
+                groups: self.linear(node, Kernel::Slice),
                 when: When::Always,
             },
             Op::Add { .. } | Op::Mul { .. } | Op::Swiglu { .. } | Op::Geglu { .. } => {
@@ -78,9 +75,9 @@ impl Builder<'_> {
                         kind = format!("{kind}+quantize_act/{a}");
                         // One invocation per block.
                         let blocks = (n as usize / a.block_elems()) as u64;
-                        fold(blocks.div_ceil(WG), self.maxg)
+                        fold(blocks.div_ceil(kernel.threads() as u64), self.maxg)
                     }
-                    None => self.linear(node, WG),
+                    None => self.linear(node, kernel),
                 };
                 Launch {
                     variant: Variant::new(kernel),
@@ -110,7 +107,7 @@ impl Builder<'_> {
                     }
                     .words(),
                     res: vec![self.inp(node, 0), Res::Act(out)],
-                    groups: self.linear(node, WG),
+                    groups: self.linear(node, kernel),
                     when: When::Always,
                 }
             }

@@ -50,7 +50,7 @@ impl Builder<'_> {
                 .words(),
                 res: vec![Res::Weight(w.clone(), pi), Res::Ids, Res::Act(out)],
                 // One invocation per (8-element chunk, token).
-                groups: [(k / 8).div_ceil(64), n, 1],
+                groups: [(k / 8).div_ceil(Kernel::GetRows.threads()), n, 1],
                 when: When::Always,
             })
             .collect();
@@ -89,7 +89,7 @@ impl Builder<'_> {
                     }
                     .words(),
                     res: vec![self.inp(node, 0), Res::Act(sb)],
-                    groups: fold(blocks.div_ceil(64), self.maxg),
+                    groups: fold(blocks.div_ceil(Kernel::QuantizeAct.threads() as u64), self.maxg),
                     when: When::Always,
                 }],
             });

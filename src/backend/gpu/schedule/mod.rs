@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use super::kernels::{Kernel, Variant};
 use super::params::{ArgmaxParams, AttentionParams, AttentionTileParams, KernelParams, MatmulPackParams, MatmulParams};
+use super::shape::DeviceShape;
 use crate::backend::alloc::Liveness;
 use crate::backend::KvType;
 use crate::model::graph::ROPE_FREQS;
@@ -187,6 +188,8 @@ pub struct Schedule {
     pub argmax: Launch,
     /// Bytes of the `Res::Split` buffer (0 where no launch binds it).
     pub split_bytes: u64,
+    /// The node each stage computes (a `quantize_act` stage: the node whose matmul reads it).
+    pub stage_node: Vec<usize>,
 }
 
 /// Bytes per token of `quantize_act`'s output for rows of `k`: the rounded values, then (q8_1)
@@ -219,6 +222,8 @@ struct Builder<'a> {
     weight: &'a dyn Fn(&str) -> Option<Arc<WeightParts>>,
     kv: KvType,
     subgroups: bool,
+    /// The device the launches are sized for.
+    shape: DeviceShape,
     /// The device's limit on workgroups per grid dimension.
     maxg: u32,
     live: Liveness,
@@ -327,9 +332,12 @@ impl Builder<'_> {
         Res::Act(self.live.buf_of[node.op.inputs()[k]])
     }
 
-    /// One invocation per element of `node`, `wg` per workgroup, folded into (x, y).
-    fn linear(&self, node: &Node, wg: u64) -> [u32; 3] {
-        fold(((node.rows * node.width) as u64).div_ceil(wg), self.maxg)
+    /// One invocation per element of `node`, `kernel`'s threads per workgroup, folded into (x, y).
+    fn linear(&self, node: &Node, kernel: Kernel) -> [u32; 3] {
+        fold(
+            ((node.rows * node.width) as u64).div_ceil(kernel.threads() as u64),
+            self.maxg,
+        )
     }
 
     /// `Output`: the last `node.rows` rows of its input, copied.
@@ -345,20 +353,21 @@ impl Builder<'_> {
 }
 
 /// Schedules `g`. `weight` gives each resident weight's layout; `subgroups` picks the subgroup
-/// variants (wgpu); `max_groups` is the device's limit on workgroups per grid dimension.
+/// variants (wgpu); `shape` is the device the launches are sized for.
 pub fn schedule(
     g: &Graph,
     weight: &dyn Fn(&str) -> Option<Arc<WeightParts>>,
     kv: KvType,
     subgroups: bool,
-    max_groups: u32,
+    shape: &DeviceShape,
 ) -> Result<Schedule, String> {
     let mut b = Builder {
         g,
         weight,
         kv,
         subgroups,
-        maxg: max_groups,
+        shape: *shape,
+        maxg: shape.max_groups,
         live: Liveness::new(g),
         scratch: None,
         scratch_holds: None,
@@ -374,7 +383,10 @@ pub fn schedule(
             b.readers[j].push(i);
         }
     }
+    let mut stage_node = Vec::with_capacity(g.nodes.len());
     for (i, node) in g.nodes.iter().enumerate() {
+        // The stages node i pushed (its quantize_act before its own) are its.
+        stage_node.resize(b.stages.len(), i.saturating_sub(1));
         if let Some(buf) = b.done_in[i] {
             b.live.place_at(g, i, buf);
             b.stages.push(Stage::Compute {
@@ -434,6 +446,7 @@ pub fn schedule(
         };
         b.stages.push(stage);
     }
+    stage_node.resize(b.stages.len(), g.nodes.len().saturating_sub(1));
     let result = b.live.buf_of[g.result];
     let n_out = g.nodes[g.result].rows;
     let n_vocab = g.nodes[g.result].width;
@@ -459,6 +472,7 @@ pub fn schedule(
         result_bytes: (n_out * n_vocab * 4) as u64,
         argmax,
         split_bytes: b.split_bytes,
+        stage_node,
     })
 }
 
@@ -537,7 +551,7 @@ mod tests {
             result: nodes.len() - 1,
             nodes,
         };
-        schedule(&g, layout, KvType::F16, false, 65535).unwrap()
+        schedule(&g, layout, KvType::F16, false, &DeviceShape::portable(32)).unwrap()
     }
 
     /// Each matmul over quantized weights reads its input rounded by `quantize_act`, which runs

@@ -36,7 +36,10 @@ impl Builder<'_> {
                 }
                 .words(),
                 res: vec![self.inp(node, 0), Res::Act(out)],
-                groups: fold((node.rows as u64).div_ceil(64), self.maxg),
+                groups: fold(
+                    (node.rows as u64).div_ceil(Kernel::MoeRoute.threads() as u64),
+                    self.maxg,
+                ),
                 when: When::Always,
             },
             Op::MatmulId { x, route, weight } => return self.matmul_id(node, *x, *route, weight, out),
@@ -54,7 +57,7 @@ impl Builder<'_> {
                     }
                     .words(),
                     res: vec![Res::Weight(w, 0), self.inp(node, 0), self.inp(node, 1), Res::Act(out)],
-                    groups: self.linear(node, 256),
+                    groups: self.linear(node, Kernel::AddBiasId),
                     when: When::Always,
                 }
             }
@@ -68,7 +71,7 @@ impl Builder<'_> {
                 }
                 .words(),
                 res: vec![self.inp(node, 0), self.inp(node, 1), Res::Act(out)],
-                groups: self.linear(node, 256),
+                groups: self.linear(node, Kernel::MoeSum),
                 when: When::Always,
             },
             &Op::SwigluOai { alpha, limit, .. } => Launch {
@@ -81,7 +84,7 @@ impl Builder<'_> {
                 }
                 .words(),
                 res: vec![self.inp(node, 0), self.inp(node, 1), Res::Act(out)],
-                groups: self.linear(node, 256),
+                groups: self.linear(node, Kernel::SwigluOai),
                 when: When::Always,
             },
             Op::SigmoidGate { .. } => Launch {
@@ -93,7 +96,7 @@ impl Builder<'_> {
                 }
                 .words(),
                 res: vec![self.inp(node, 0), self.inp(node, 1), Res::Act(out)],
-                groups: self.linear(node, 256),
+                groups: self.linear(node, Kernel::SigmoidGate),
                 when: When::Always,
             },
             op => return Err(format!("{}: {} is not a mixture-of-experts op", node.name, op.kind())),

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""The closing tables of scripts/gpu-check.sh, from the raw outputs of its run in OUT_DIR:
+
+1. per model, `plan`'s predicted decode time per op beside each backend's measured profile
+   (`bench --profile`, tg at depth 0), µs per token;
+2. the last table: every test with minfer CUDA, minfer wgpu, llama.cpp CUDA and the ratios,
+   plus plan's predicted t/s for the profile the run named.
+
+usage: gpu-check-report.py OUT_DIR
+"""
+import glob
+import json
+import os
+import re
+import sys
+
+
+def load(path):
+    """A JSON document, or JSON lines; None where absent or cut off."""
+    try:
+        text = open(path).read()
+    except OSError:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        rows = []
+        for line in text.splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                pass
+        return rows or None
+
+
+def test_name(r):
+    t = f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
+    return t + (f" @ d{r['n_depth']}" if r.get("n_depth") else "")
+
+
+def fmt(v):
+    return "—" if v is None else f"{v:,.1f}"
+
+
+def ratio(a, b):
+    return "—" if a is None or not b else f"{a / b:.2f}"
+
+
+def llama_batched(path):
+    """S_PP and S_TG per B from llama-batched-bench's markdown table."""
+    out = {}
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 8 and all(re.fullmatch(r"[\d.]+", c) for c in cells[:8]):
+            out[int(cells[2])] = (float(cells[5]), float(cells[7]))
+    return out
+
+
+def main():
+    out = sys.argv[1]
+    names = sorted({re.sub(r"^bench-[a-z]+-", "", os.path.basename(p))[:-5]
+                    for p in glob.glob(f"{out}/bench-*.json")})
+    rows = []  # (test, plan, cuda, wgpu, llama)
+    for name in names:
+        bench = {b: load(f"{out}/bench-{b}-{name}.json") or [] for b in ("cuda", "wgpu")}
+        llama = load(f"{out}/llama-bench-{name}.json") or []
+        plan1 = load(f"{out}/plan-{name}-1.json")
+        profiles = {}
+        # 1. predicted per op beside measured.
+        for b, recs in bench.items():
+            for r in recs:
+                if r["n_gen"] > 0 and not r.get("n_depth") and r.get("profile"):
+                    profiles[b] = {o["op"]: o["us_per_token"] for o in r["profile"]["ops"]}
+        if plan1 and profiles:
+            pred = {}
+            for l in plan1["launches"]:
+                pred[l["op"]] = pred.get(l["op"], 0.0) + l["est_us"]
+            ops = sorted(set(pred) | {o for p in profiles.values() for o in p},
+                         key=lambda o: -max([pred.get(o, 0)] + [p.get(o, 0) for p in profiles.values()]))
+            bs = [b for b in ("cuda", "wgpu") if b in profiles]
+            print(f"\n### {name}: decode per op, µs per token — plan ({plan1['device']}) vs measured\n")
+            print("| op | plan | " + " | ".join(bs) + " |")
+            print("|---|---:|" + "---:|" * len(bs))
+            for o in ops:
+                print(f"| {o} | {fmt(pred.get(o))} | " + " | ".join(fmt(profiles[b].get(o)) for b in bs) + " |")
+            tot = [sum(profiles[b].values()) for b in bs]
+            print(f"| total | {fmt(plan1['est_us_total'])} | " + " | ".join(fmt(t) for t in tot) + " |")
+        # 2. rows of the last table.
+        tests = []
+        for recs in list(bench.values()) + [llama]:
+            for r in recs:
+                if test_name(r) not in tests:
+                    tests.append(test_name(r))
+        for t in tests:
+            pick = lambda recs: next((r["avg_ts"] for r in recs if test_name(r) == t), None)
+            plan = None
+            if t.startswith("tg") and "@" not in t and plan1:
+                plan = plan1["est_tokens_per_s"]
+            planp = load(f"{out}/plan-{name}-{t[2:]}.json") if t.startswith("pp") and "@" not in t else None
+            if planp:
+                plan = planp["est_tokens_per_s"]
+            rows.append((f"{name} {t}", plan, pick(bench["cuda"]), pick(bench["wgpu"]), pick(llama)))
+        ours = {b: load(f"{out}/batched-{b}-{name}.json") or [] for b in ("cuda", "wgpu")}
+        theirs = llama_batched(f"{out}/llama-batched-{name}.md")
+        pls = sorted({r["pl"] for v in ours.values() for r in v} | set(theirs))
+        for pl in pls:
+            for key, i in (("speed_tg", 1), ("speed_pp", 0)):
+                got = {b: next((r[key] for r in v if r["pl"] == pl), None) for b, v in ours.items()}
+                label = "S_TG" if key == "speed_tg" else "S_PP"
+                rows.append((f"{name} npl {pl} {label}", None, got["cuda"], got["wgpu"],
+                             theirs.get(pl, (None, None))[i]))
+    print("\n## minfer-wgpu vs llama.cpp CUDA (t/s; plan: predicted for the profile)\n")
+    print("| test | plan | minfer CUDA | minfer wgpu | llama.cpp CUDA | CUDA / llama.cpp | wgpu / llama.cpp |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for t, plan, c, w, l in rows:
+        print(f"| {t} | {fmt(plan)} | {fmt(c)} | {fmt(w)} | {fmt(l)} | {ratio(c, l)} | {ratio(w, l)} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,320 @@
+//! What one launch of a schedule moves and computes: the bytes it reads (weights, cache and
+//! activations apart) and writes, and its arithmetic, counted from its parameters the way the
+//! kernel's header comment describes its work. Unique bytes: a row read by several workgroups
+//! counts once (the roofline's lower bound), so a kernel that re-reads more than it must shows
+//! up as slower than its roofline, not as more bytes.
+
+use super::kernels::{act_qtype, Kernel};
+use super::params::{
+    AddBiasParams, ArgmaxParams, AttentionParams, AttentionTileParams, BinaryParams, GetRowsParams, KernelParams,
+    KvStoreParams, MatmulPackParams, MatmulParams, MoeRouteParams, MoeSlotParams, QuantizeActParams, RmsNormParams,
+    RopeParams, SigmoidGateParams, SliceParams, SwigluOaiParams, UnaryParams,
+};
+use super::schedule::{act_bytes, Launch, Res};
+use super::shape::Unit;
+use crate::backend::KvType;
+use crate::quant::QType;
+
+/// The step a launch belongs to: `seqs` sequences of `tokens / seqs` new tokens each, every
+/// one after `depth` positions already in the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepShape {
+    pub tokens: u64,
+    pub seqs: u64,
+    pub depth: u64,
+}
+
+/// The multiply paths a backend takes for quantized weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Paths {
+    /// Decode rows and prefill tiles in 8-bit integers (dp4a / dot4I8Packed).
+    pub int8: bool,
+    /// The prefill tiles on the int8 tensor cores (CUDA's `matmul_mma`, sm_80 on).
+    pub mma: bool,
+}
+
+/// One launch's traffic and arithmetic.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Cost {
+    /// Weight bytes read (each row once).
+    pub weights: u64,
+    /// KV cache bytes read.
+    pub cache: u64,
+    /// Other bytes read: activations, norms' weights, partial results.
+    pub acts: u64,
+    pub written: u64,
+    /// Operations (a multiply-add is two).
+    pub flops: u64,
+    pub unit: Option<Unit>,
+}
+
+impl Cost {
+    pub fn read(&self) -> u64 {
+        self.weights + self.cache + self.acts
+    }
+}
+
+/// Bytes of `n` elements of a KV cache of type `kv` (q8_0: 34 bytes per 32).
+fn kv_bytes(kv: KvType, n: u64) -> u64 {
+    match kv {
+        KvType::F32 => 4 * n,
+        KvType::F16 => 2 * n,
+        KvType::Q8_0 => n / 32 * 34,
+    }
+}
+
+/// Bytes of a row of `k` elements of `q`.
+fn row_bytes(q: QType, k: u64) -> u64 {
+    q.bytes_for(k).unwrap_or(4 * k)
+}
+
+/// Bytes a matmul reads of `n` rows of x of length `k` against weights of `q`: the packed 8-bit
+/// form (a byte per value, a scale per 32) on the integer paths, else the f32 values.
+fn x_bytes(q: QType, k: u64, n: u64, paths: Paths) -> u64 {
+    match (act_qtype(q), paths.int8) {
+        (Some(_), true) => n * (k + k / 8),
+        _ => n * k * 4,
+    }
+}
+
+/// The weight a launch reads at binding 1 (`Res::Weight` or a pack), as (qtype, rows there).
+fn weight_at(l: &Launch) -> Option<(QType, u64)> {
+    match l.res.first()? {
+        Res::Weight(w, part) => Some((w.qtype, w.parts.get(*part).map_or(0, |p| p.1) as u64)),
+        Res::Pack(w) => Some((w.qtype, 0)),
+        _ => None,
+    }
+}
+
+/// The multiply unit a matmul over `q` takes.
+fn matmul_unit(q: QType, tiles: bool, paths: Paths) -> Unit {
+    match (act_qtype(q).is_some() && paths.int8, tiles && paths.mma) {
+        (true, true) => Unit::Int8Tensor,
+        (true, false) => Unit::Dot4,
+        (false, _) => Unit::F32,
+    }
+}
+
+/// Σ over a sequence's new tokens t0..t0 + n of the positions each attends (causal, after
+/// `depth`, at most `window` where the layer has one).
+fn attended(depth: u64, t0: u64, n: u64, window: u64) -> u64 {
+    (t0..t0 + n)
+        .map(|t| {
+            let ctx = depth + t + 1;
+            if window > 0 {
+                ctx.min(window)
+            } else {
+                ctx
+            }
+        })
+        .sum()
+}
+
+/// The cost of launch `l` in a step of shape `s`, with a KV cache of type `kv`.
+pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
+    let w = &l.params;
+    let f = |n: u64| n * 4;
+    let mut c = Cost::default();
+    match l.variant.kernel {
+        Kernel::QuantizeAct => {
+            let p = QuantizeActParams::from_words(w);
+            let (k, n) = (p.k as u64, p.n as u64);
+            c.acts = f(n * k);
+            c.written = n * act_bytes(k as usize);
+            c.flops = 3 * n * k;
+            c.unit = Some(Unit::F32);
+        }
+        Kernel::MatmulVec | Kernel::Matmul | Kernel::MatmulVecId => {
+            let p = MatmulParams::from_words(w);
+            let q = weight_at(l).map_or(QType::F32, |w| w.0);
+            let (k, n, rows) = (p.k as u64, p.n as u64, p.rows as u64);
+            // Experts: one (token, slot) per workgroup z, each reading its expert's rows.
+            let (cols, experts) = match l.variant.kernel {
+                Kernel::MatmulVecId => {
+                    let cols = l.groups[2] as u64;
+                    (cols, cols.min(p.n_expert as u64))
+                }
+                _ => (n, 1),
+            };
+            c.weights = experts * rows * row_bytes(q, k);
+            c.acts = x_bytes(q, k, n, paths) + if p.bias != 0 { f(rows) } else { 0 };
+            c.written = f(cols * rows);
+            if p.acc != 0 {
+                c.acts += f(cols * rows);
+            }
+            c.flops = 2 * k * rows * cols;
+            c.unit = Some(matmul_unit(q, l.variant.kernel == Kernel::Matmul, paths));
+        }
+        Kernel::MatmulVecPack => {
+            let p = MatmulPackParams::from_words(w);
+            let q = l.variant.qtype.unwrap_or(QType::F32);
+            let (k, n) = (p.k as u64, p.n as u64);
+            let rows = (p.rows0 + p.rows1 + p.rows2) as u64;
+            c.weights = rows * row_bytes(q, k);
+            // A folded norm reads the f32 row (and its weight) and rounds it itself.
+            c.acts = match p.norm {
+                0 => x_bytes(q, k, n, paths),
+                _ => f(n * k + k),
+            } + if p.bias != 0 { f(rows) } else { 0 };
+            c.written = f(n * rows);
+            c.flops = 2 * k * rows * n;
+            c.unit = Some(matmul_unit(q, false, paths));
+        }
+        Kernel::GetRows => {
+            let p = GetRowsParams::from_words(w);
+            let q = l.variant.qtype.unwrap_or(QType::F32);
+            let (k, n) = (p.k as u64, p.n as u64);
+            c.weights = n * row_bytes(q, k);
+            c.acts = f(n);
+            c.written = f(n * k);
+            c.flops = n * k;
+            c.unit = Some(Unit::F32);
+        }
+        Kernel::RmsNorm => {
+            let p = RmsNormParams::from_words(w);
+            let (rows, width) = (p.rows as u64, p.width as u64);
+            c.weights = if p.plain != 0 { 0 } else { f(width) };
+            c.acts = f(rows * width);
+            c.written = f(rows * width)
+                + if p.act != 0 {
+                    rows * act_bytes(width as usize)
+                } else {
+                    0
+                };
+            c.flops = 4 * rows * width;
+            c.unit = Some(Unit::F32);
+        }
+        Kernel::AddBias | Kernel::ScaleBy => {
+            let p = AddBiasParams::from_words(w);
+            c.weights = f(p.width as u64);
+            c.acts = f(p.n as u64);
+            c.written = f(p.n as u64);
+            c.flops = p.n as u64;
+            c.unit = Some(Unit::F32);
+        }
+        Kernel::Add | Kernel::Mul | Kernel::Swiglu | Kernel::Geglu => {
+            let p = BinaryParams::from_words(w);
+            let n = p.n as u64;
+            c.acts = f(2 * n);
+            // The fused rounding writes the 8-bit form of its rows too.
+            c.written = f(n) + if p.act != 0 { n + n / 4 } else { 0 };
+            c.flops = n * if l.variant.kernel == Kernel::Add || l.variant.kernel == Kernel::Mul {
+                1
+            } else {
+                8
+            };
+            c.unit = Some(Unit::F32);
+        }
+        Kernel::Scale | Kernel::Softcap => {
+            let n = UnaryParams::from_words(w).n as u64;
+            (c.acts, c.written, c.flops, c.unit) = (f(n), f(n), n, Some(Unit::F32));
+        }
+        Kernel::Argmax => {
+            let n = ArgmaxParams::from_words(w).n as u64;
+            (c.acts, c.written, c.flops, c.unit) = (f(n), 4, n, Some(Unit::F32));
+        }
+        Kernel::Rope => {
+            let p = RopeParams::from_words(w);
+            let n = (p.n * p.n_heads * p.head_dim) as u64;
+            c.acts = f(n) + f(p.n as u64 * p.n_rot as u64);
+            c.written = f(n);
+            c.flops = 3 * n;
+            c.unit = Some(Unit::F32);
+        }
+        Kernel::KvStore => {
+            let p = KvStoreParams::from_words(w);
+            let n = p.n as u64 * (p.kw + p.vw) as u64;
+            c.acts = f(n);
+            c.written = kv_bytes(kv, n);
+            c.flops = n;
+            c.unit = Some(Unit::F32);
+        }
+        Kernel::Attention | Kernel::AttentionSplit | Kernel::AttentionTile => {
+            let (n_head, n_kv, hd, hdv, window, t0, n_split) = match l.variant.kernel {
+                Kernel::AttentionTile => {
+                    let p = AttentionTileParams::from_words(w);
+                    (
+                        p.n_head,
+                        p.n_head_kv,
+                        p.head_dim,
+                        p.head_dim_v,
+                        p.window,
+                        p.t0,
+                        p.n_split,
+                    )
+                }
+                _ => {
+                    let p = AttentionParams::from_words(w);
+                    (
+                        p.n_head,
+                        p.n_head_kv,
+                        p.head_dim,
+                        p.head_dim_v,
+                        p.window,
+                        p.t0,
+                        p.n_split,
+                    )
+                }
+            };
+            let (n_head, n_kv, hd, hdv) = (n_head as u64, n_kv as u64, hd as u64, hdv as u64);
+            // The launch's query tokens, and of each sequence its share.
+            let tokens = match l.variant.kernel {
+                Kernel::Attention => l.groups[1] as u64,
+                Kernel::AttentionSplit => l.groups[2] as u64,
+                _ => s
+                    .tokens
+                    .saturating_sub(t0 as u64)
+                    .min(super::schedule::ATTN_TOKENS as u64),
+            };
+            let seqs = s.seqs.clamp(1, tokens.max(1));
+            let per = tokens / seqs;
+            let t0 = if seqs > 1 { 0 } else { t0 as u64 };
+            let span = (s.depth + t0 + per).min(if window > 0 { window as u64 } else { u64::MAX });
+            c.cache = seqs * kv_bytes(kv, span * n_kv * (hd + hdv));
+            c.acts = f(tokens * n_head * hd);
+            c.written = match l.variant.kernel {
+                Kernel::Attention => f(tokens * n_head * hdv),
+                _ => f(n_split as u64 * tokens * n_head * (hdv + 2)),
+            };
+            c.flops = 2 * n_head * (hd + hdv) * seqs * attended(s.depth, t0, per, window as u64);
+            c.unit = Some(Unit::F32);
+        }
+        Kernel::AttentionReduce => {
+            let p = AttentionParams::from_words(w);
+            let tokens = l.groups[1] as u64;
+            let (h, hdv) = (p.n_head as u64, p.head_dim_v as u64);
+            c.acts = f(p.n_split as u64 * tokens * h * (hdv + 2));
+            c.written = f(tokens * h * hdv);
+            c.flops = 2 * p.n_split as u64 * tokens * h * hdv;
+            c.unit = Some(Unit::F32);
+        }
+        Kernel::MoeRoute => {
+            let p = MoeRouteParams::from_words(w);
+            let n = (p.rows * p.n_expert) as u64;
+            (c.acts, c.written, c.flops, c.unit) = (f(n), f(2 * p.rows as u64 * p.k as u64), 4 * n, Some(Unit::F32));
+        }
+        // add_bias_id: n elements, one bias row each; moe_sum: n outputs of k slots each.
+        Kernel::AddBiasId | Kernel::MoeSum => {
+            let p = MoeSlotParams::from_words(w);
+            let (n, k) = (p.n as u64, p.k.max(1) as u64);
+            let slots = if l.variant.kernel == Kernel::MoeSum { k } else { 1 };
+            c.acts = f(n * slots);
+            c.written = f(n);
+            c.flops = n * slots;
+            c.unit = Some(Unit::F32);
+        }
+        Kernel::SwigluOai => {
+            let n = SwigluOaiParams::from_words(w).n as u64;
+            (c.acts, c.written, c.flops, c.unit) = (f(2 * n), f(n), 10 * n, Some(Unit::F32));
+        }
+        Kernel::SigmoidGate => {
+            let n = SigmoidGateParams::from_words(w).n as u64;
+            (c.acts, c.written, c.flops, c.unit) = (f(2 * n), f(n), 6 * n, Some(Unit::F32));
+        }
+        Kernel::Slice => {
+            let n = SliceParams::from_words(w).n as u64;
+            (c.acts, c.written, c.unit) = (f(n), f(n), Some(Unit::F32));
+        }
+    }
+    c
+}
