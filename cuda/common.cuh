@@ -349,12 +349,16 @@ static __device__ __forceinline__ float seg_sum(float v) {
 // ---- element-wise binary ops -------------------------------------------------------------------
 // The body shared by add, mul, swiglu and geglu (WGSL: binary.wgsl): y[i] = OP::op(a[i], b[i]),
 // one element per thread. With act = 1 + quantize_act's ACT (a GLU feeding a quantized matmul)
-// one block per thread instead: its y, then the block rounded as quantize_act would into binding
-// 4 (quantize_act's layout: quantize_block, defined below).
+// the 4 elements of one packed word per thread instead (a grid of n / 4 threads): their y, then
+// the block rounded as quantize_act would into binding 4 (quantize_act's layout: quantize_word,
+// defined below).
 // Params: n, act. Bindings: 1 a, 2 b, 3 y, 4 qy (written only with act). Blocks of 256 threads,
 // folded into (x, y).
 
 static __device__ __forceinline__ void quantize_block(u32 act, const float* v, float* qy, u32 x0, u32 nk);
+template <u32 WG>
+static __device__ __forceinline__ void quantize_word(u32 act, const float v[4], bool valid, float* qy, u32 e0,
+                                                     u32 nk);
 
 template <class OP>
 static __device__ __forceinline__ void binary_body(const Params& p) {
@@ -371,14 +375,17 @@ static __device__ __forceinline__ void binary_body(const Params& p) {
         }
         return;
     }
-    const u32 act = prm.act - 1, qk = act == 2 ? 256 : 32;
-    if (i >= prm.n / qk) {
-        return;
+    // Rounded: thread i takes the word of elements 4i..4i + 3 (quantize_word, every thread).
+    const u32 e = 4 * i;
+    const bool valid = e < prm.n;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (valid) {
+        for (u32 j = 0; j < 4; j++) {
+            v[j] = OP::op(a[e + j], b[e + j]);
+            y[e + j] = v[j];
+        }
     }
-    for (u32 e = i * qk; e < i * qk + qk; e++) {
-        y[e] = OP::op(a[e], b[e]);
-    }
-    quantize_block(act, y + i * qk, qy, i * qk, prm.n);
+    quantize_word<WG>(prm.act - 1, v, valid, qy, e, prm.n);
 }
 
 // ---- element-wise unary ops with a scalar --------------------------------------------------------
@@ -458,6 +465,99 @@ static __device__ __forceinline__ void quantize_block(u32 act, const float* v, f
     dw[0] = d16;
     if (act == 1) {
         qy[nk + x0 / 32] = round_f16(mul_rn(sq, d)) - mul_rn(d16, sq);
+    }
+}
+
+// The same rounding with many threads per block, for the writers that spread a row over a whole
+// block (rms_norm, quantize_act, the GLUs): each thread holds the 4 elements of one packed word, v,
+// the first of them element e0 (a multiple of 4) of the nk that qy holds. The qk / 4 threads of a
+// block (8 for q8_0 / q8_1, 64 for q8_K) are consecutive in the CUDA block and the first of them
+// holds the block's first element; every thread of the CUDA block calls this (act uniform: q8_K
+// joins its two warps through shared memory), `valid` false for the whole blocks past the data.
+// The block's largest magnitude and the signed value that first holds it (quantize_block's serial
+// choice) are reduced as one key, largest first: the magnitude's bits, then the complement of the
+// element's index (the earlier wins a tie), then its sign. Σq of q8_1 is a sum of integers, exact
+// in any order. The values written are quantize_block's, bit for bit (WGSL: quantize_word.wgsl).
+template <u32 WG>
+static __device__ __forceinline__ void quantize_word(u32 act, const float v[4], bool valid, float* qy, u32 e0,
+                                                     u32 nk) {
+    static_assert(WG % 64 == 0, "whole q8_K blocks of 64 threads");
+    __shared__ unsigned long long warp_key[WG / 32];
+    unsigned long long key = 0;
+    if (valid) {
+        for (u32 i = 0; i < 4; i++) {
+            const unsigned long long k = ((unsigned long long)__float_as_uint(fabsf(v[i])) << 32) |
+                                         ((0x7fffffffu - (e0 + i)) << 1) | (v[i] < 0.0f ? 1u : 0u);
+            key = k > key ? k : key;
+        }
+    }
+    const u32 lanes = act == 2 ? 32 : 8;
+    for (u32 o = lanes / 2; o > 0; o >>= 1) {
+        const unsigned long long other = __shfl_xor_sync(0xffffffffu, key, o);
+        key = other > key ? other : key;
+    }
+    if (act == 2) {
+        // The block's two warps.
+        const u32 warp = threadIdx.x / 32;
+        if (threadIdx.x % 32 == 0) {
+            warp_key[warp] = key;
+        }
+        __syncthreads();
+        const unsigned long long other = warp_key[warp ^ 1];
+        key = other > key ? other : key;
+        __syncthreads(); // warp_key free for the next call
+    }
+    const float amax = __uint_as_float((u32)(key >> 32));
+    const float mx = (key & 1) ? -amax : amax;
+    float* o = qy + e0;
+    u32* qw = reinterpret_cast<u32*>(qy) + act_q_base(nk) + e0 / 4;
+    float* dw = qy + act_q_base(nk) + nk / 4 + e0 / 32;
+    const bool first32 = e0 % 32 == 0;
+    if (act == 2) {
+        const float iscale = amax != 0.0f ? -127.0f / mx : 0.0f;
+        const float d = amax != 0.0f ? 1.0f / iscale : 0.0f;
+        u32 word = 0;
+        for (u32 i = 0; i < 4; i++) {
+            const float q = fminf(rintf(mul_rn(iscale, v[i])), 127.0f);
+            if (valid) {
+                o[i] = mul_rn(d, q);
+            }
+            word |= ((u32)(int)q & 0xffu) << (8 * i);
+        }
+        if (valid) {
+            qw[0] = word;
+            if (first32) {
+                dw[0] = d;
+            }
+        }
+        return;
+    }
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float d16 = round_f16(d);
+    float sq = 0.0f;
+    u32 word = 0;
+    for (u32 i = 0; i < 4; i++) {
+        const float q = rintf(mul_rn(v[i], id));
+        sq += q;
+        if (valid) {
+            o[i] = mul_rn(d16, q);
+        }
+        word |= ((u32)(int)q & 0xffu) << (8 * i);
+    }
+    if (act == 1) {
+        for (u32 m = 4; m > 0; m >>= 1) {
+            sq += __shfl_xor_sync(0xffffffffu, sq, m);
+        }
+    }
+    if (valid) {
+        qw[0] = word;
+        if (first32) {
+            dw[0] = d16;
+            if (act == 1) {
+                qy[nk + e0 / 32] = round_f16(mul_rn(sq, d)) - mul_rn(d16, sq);
+            }
+        }
     }
 }
 

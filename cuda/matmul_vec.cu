@@ -1,7 +1,7 @@
 // matmul_vec, matmul for decode: y[t, row0 + r] = x[t, :] · W[r, :] for the rows of one weight
-// part. A block of 64 threads takes 8 rows of one token: the 8 lanes of a row (a segment of 8
-// consecutive threads, within one warp) stride over its 8-element chunks, and meet in a butterfly
-// of shuffles over the segment.
+// part. A block of 128 threads takes 4 rows of one token: the 32 lanes of a row (one warp) stride
+// over its 8-element chunks, so each step of a warp reads 32 consecutive chunks of the row (one
+// q4_K / q6_K block, four q4_0 blocks: whole 128-byte lines), and meet in a butterfly of shuffles.
 //
 // For quantized weights x is quantize_act's output (act_q_base, common.cuh): the activations
 // already rounded to the CPU's 8-bit partner format, as floats d · q, then for q4_1 / q5_1 one
@@ -15,7 +15,7 @@
 // row0 (first row of this part), n (rows of x); matmul_vec_id also ids, x_slot, n_expert.
 // Bindings: 1 W (raw blocks), 2 x [n][k] (+ corrections, packed form), 3 y [n][m], 4 b [m] (with
 // bias; id: the route). Grid: (x, y) folded over ceil(rows / 8) row groups, z = token (id: token
-// × slot). Block: 64.
+// × slot). Block: 128.
 
 // One token's activations as the rows read them: its values, its q8_1 corrections, its packed q
 // (a word pair per 8-element chunk) and its scales (one per 32 elements).
@@ -27,9 +27,12 @@ struct XRow {
 };
 
 // One lane's share of x · the row at wr (null past the last row), rows of k.
+// Threads per row: a warp.
+#define MV_TPR 32u
+
 template <class Q>
 static __device__ __forceinline__ float row_acc(const u8* __restrict__ wr, const XRow& xr, u32 k, u32 lane) {
-    constexpr u32 TPR = 8;
+    constexpr u32 TPR = MV_TPR;
     constexpr u32 CPB = Q::QK / 8; // chunks per block
     float acc = 0.0f;
     if (!wr) {
@@ -76,8 +79,8 @@ static __device__ __forceinline__ XRow act_row(const float* base, u32 t, u32 k, 
 // its x row t (or z where x has a row per slot), its y row z.
 template <class Q, bool ID>
 static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
-    constexpr u32 WG = 64;
-    constexpr u32 TPR = 8; // threads per row
+    constexpr u32 WG = 128;
+    constexpr u32 TPR = MV_TPR;
     const MatmulParams& prm = params<MatmulParams>(p);
     const u32 k = prm.k, m = prm.m, rows = prm.rows, row0 = prm.row0;
     const u32 seg = threadIdx.x / TPR;
@@ -111,8 +114,8 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
 
 template <class Q>
 static __device__ __forceinline__ void matmul_vec_pack_body(const Params& p) {
-    constexpr u32 WG = 64;
-    constexpr u32 TPR = 8;
+    constexpr u32 WG = 128;
+    constexpr u32 TPR = MV_TPR;
     const MatmulPackParams& prm = params<MatmulPackParams>(p);
     const u32 k = prm.k;
     const u32 seg = threadIdx.x / TPR;
@@ -150,9 +153,18 @@ static __device__ __forceinline__ void matmul_vec_pack_body(const Params& p) {
         }
         __syncthreads();
         if (prm.act != 0) {
-            const u32 act = prm.act - 1, qk = act == 2 ? 256 : 32;
-            for (u32 b = threadIdx.x; b < k / qk; b += WG) {
-                quantize_block(act, xs + b * qk, xs, b * qk, k);
+            // Rounded in place a word per thread (each thread reads its 4 values before it
+            // writes them; the packed form lies past the values).
+            for (u32 c = 0; c < k; c += 4 * WG) {
+                const u32 e = c + 4 * threadIdx.x;
+                const bool valid = e < k;
+                float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                if (valid) {
+                    for (u32 j = 0; j < 4; j++) {
+                        v[j] = xs[e + j];
+                    }
+                }
+                quantize_word<WG>(prm.act - 1, v, valid, xs, e, k);
             }
             __syncthreads();
         }
@@ -169,17 +181,17 @@ static __device__ __forceinline__ void matmul_vec_pack_body(const Params& p) {
 
 #if defined(MF_MATMUL_VEC_PACK)
 #define MF_MATMUL_VEC(name)                                                                       \
-    extern "C" __global__ void __launch_bounds__(64) matmul_vec_pack_##name(const Params p) { \
+    extern "C" __global__ void __launch_bounds__(128) matmul_vec_pack_##name(const Params p) { \
         matmul_vec_pack_body<qt_##name>(p);                                                       \
     }
 #elif defined(MF_MATMUL_VEC_ID)
 #define MF_MATMUL_VEC(name)                                                                              \
-    extern "C" __global__ void __launch_bounds__(64) matmul_vec_id_##name(const Params p) { \
+    extern "C" __global__ void __launch_bounds__(128) matmul_vec_id_##name(const Params p) { \
         matmul_vec_body<qt_##name, true>(p);                                                             \
     }
 #else
 #define MF_MATMUL_VEC(name)                                                                          \
-    extern "C" __global__ void __launch_bounds__(64) matmul_vec_##name(const Params p) { \
+    extern "C" __global__ void __launch_bounds__(128) matmul_vec_##name(const Params p) { \
         matmul_vec_body<qt_##name, false>(p);                                                        \
     }
 #endif

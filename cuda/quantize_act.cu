@@ -6,13 +6,14 @@
 //                q4_1 / q5_1 block multiplies)
 //   q8_K         256-element blocks, iscale = −127 / (signed value of largest magnitude),
 //                q = min(rint(iscale · x), 127), d = 1 / iscale
-// One thread per block (quantize_block, common.cuh).
+// One thread per packed word of 4 elements, a block's threads in one CUDA block (quantize_word,
+// common.cuh).
 //
 // The packed 8-bit form follows for the int8 matvec (act_q_base, common.cuh).
 //
 // Params: k (row length, whole blocks), n (tokens). Bindings: 1 x [n][k], 2 y [n][k] (+ [n][k / 32]
 // corrections, then the packed form).
-// Grid: ceil(blocks / 64) folded into (x, y). Block: 64.
+// Grid: ceil(n · k / 1,024) folded into (x, y). Block: 256.
 
 struct QuantizeActParams {
     u32 k; // row length (whole blocks)
@@ -21,25 +22,29 @@ struct QuantizeActParams {
 
 template <u32 ACT>
 static __device__ __forceinline__ void quantize_act_body(const Params& p) {
-    constexpr u32 WG = 64;
-    constexpr u32 QK = ACT == 2 ? 256 : 32;
+    constexpr u32 WG = 256;
     const float* __restrict__ x = binding<const float>(p, 1);
     float* __restrict__ y = binding<float>(p, 2);
     const QuantizeActParams& prm = params<QuantizeActParams>(p);
-    const u32 k = prm.k, n = prm.n;
-    const u32 b = linear_id<WG>();
-    if (b >= n * (k / QK)) {
-        return;
+    const u32 nk = prm.n * prm.k;
+    const u32 e = 4 * linear_id<WG>();
+    // A spare block of a folded grid still takes part (its blocks all past the data).
+    const bool valid = e < nk;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (valid) {
+        for (u32 j = 0; j < 4; j++) {
+            v[j] = x[e + j];
+        }
     }
-    quantize_block(ACT, x + b * QK, y, b * QK, n * k);
+    quantize_word<WG>(ACT, v, valid, y, e, nk);
 }
 
-extern "C" __global__ void __launch_bounds__(64) quantize_act_q8_0(const Params p) {
+extern "C" __global__ void __launch_bounds__(256) quantize_act_q8_0(const Params p) {
     quantize_act_body<0>(p);
 }
-extern "C" __global__ void __launch_bounds__(64) quantize_act_q8_1(const Params p) {
+extern "C" __global__ void __launch_bounds__(256) quantize_act_q8_1(const Params p) {
     quantize_act_body<1>(p);
 }
-extern "C" __global__ void __launch_bounds__(64) quantize_act_q8_K(const Params p) {
+extern "C" __global__ void __launch_bounds__(256) quantize_act_q8_K(const Params p) {
     quantize_act_body<2>(p);
 }

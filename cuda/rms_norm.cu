@@ -5,11 +5,12 @@
 // V norm, a bare ggml_rms_norm; cpu::ops::head_norm_plain): w is bound but never read.
 //
 // With act = 1 + quantize_act's ACT (the norm feeding quantized matmuls) the block then rounds its
-// row as quantize_act would into binding 4 (quantize_block): the same values, one launch fewer.
+// row as quantize_act would into binding 4 (quantize_word, a word per thread): the same values,
+// one launch fewer. 256 threads a row: a decode step's one row of 4,096 is 16 elements each.
 //
 // Params: width, eps (f32), rows, plain, act. Bindings: 1 w [width] (f32 / f16 / bf16),
 // 2 x [rows][width], 3 y [rows][width], 4 (act) quantize_act's output for the rows. Grid: rows
-// (folded into (x, y)). Block: 64.
+// (folded into (x, y)). Block: 256.
 
 struct RmsNormParams {
     u32 width;
@@ -21,7 +22,7 @@ struct RmsNormParams {
 
 template <class Q>
 static __device__ __forceinline__ void rms_norm_body(const Params& p) {
-    constexpr u32 WG = 64;
+    constexpr u32 WG = 256;
     __shared__ float red[WG / 32];
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const float* __restrict__ x = binding<const float>(p, 2);
@@ -50,17 +51,26 @@ static __device__ __forceinline__ void rms_norm_body(const Params& p) {
         }
     }
     if (prm.act != 0) {
-        __syncthreads(); // the row as written above, visible to the whole block
-        const u32 act = prm.act - 1, qk = act == 2 ? 256 : 32;
+        // The row as written above, visible to the whole block; then rounded a word per thread,
+        // WG words at a time (whole blocks: the row is whole blocks).
+        __syncthreads();
         float* __restrict__ q = binding<float>(p, 4);
-        for (u32 b = threadIdx.x; b < width / qk; b += WG) {
-            quantize_block(act, y + base + b * qk, q, base + b * qk, prm.rows * width);
+        for (u32 c = 0; c < width; c += 4 * WG) {
+            const u32 e = c + 4 * threadIdx.x;
+            const bool valid = e < width;
+            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (valid) {
+                for (u32 j = 0; j < 4; j++) {
+                    v[j] = y[base + e + j];
+                }
+            }
+            quantize_word<WG>(prm.act - 1, v, valid, q, base + e, prm.rows * width);
         }
     }
 }
 
 #define MF_RMS_NORM(name)                                                                          \
-    extern "C" __global__ void __launch_bounds__(64) rms_norm_##name(const Params p) { \
+    extern "C" __global__ void __launch_bounds__(256) rms_norm_##name(const Params p) { \
         rms_norm_body<qt_##name>(p);                                                               \
     }
 MF_VECTOR_QTYPES(MF_RMS_NORM)

@@ -1,9 +1,10 @@
 // The body shared by the element-wise binary ops: y[i] = op(a[i], b[i]). Each op's file
 // (add.wgsl, mul.wgsl, swiglu.wgsl, geglu.wgsl) supplies `fn op` and is concatenated before it.
-// With p.act = 1 + quantize_act's ACT (a GLU feeding a quantized matmul) each invocation takes one
-// block of rows of `width`: it writes the block's y, then rounds it as quantize_act would into
-// binding 4 (quantize_block.wgsl), the rounded values then the q8_1 corrections after all n
-// values: the same values, one dispatch fewer. Binding 4 is never written with p.act = 0.
+// With p.act = 1 + quantize_act's ACT (a GLU feeding a quantized matmul) each invocation takes
+// the 4 elements of one packed word (a grid of n / 4 invocations): it writes their y, then the
+// workgroup rounds them as quantize_act would into binding 4 (quantize_word.wgsl), the rounded
+// values then the q8_1 corrections after all n values: the same values, one dispatch fewer.
+// Binding 4 is never written with p.act = 0.
 
 override WG: u32 = 256u;
 
@@ -33,7 +34,11 @@ fn act_word(i: u32, v: u32) {
 }
 
 @compute @workgroup_size(WG)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+fn main(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
     let i = linear_id(gid, nwg, WG);
     if (p.act == 0u) {
         if (i < p.n) {
@@ -41,13 +46,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
         return;
     }
-    let act = p.act - 1u;
-    let qk = select(32u, 256u, act == 2u);
-    if (i >= p.n / qk) {
-        return;
+    // Rounded: invocation i takes the word of elements 4i..4i + 3.
+    let e = 4u * i;
+    let valid = e < p.n;
+    var v = vec4<f32>();
+    if (valid) {
+        for (var j = 0u; j < 4u; j++) {
+            v[j] = op(a[e + j], b[e + j]);
+            y[e + j] = v[j];
+        }
     }
-    for (var e = i * qk; e < i * qk + qk; e++) {
-        y[e] = op(a[e], b[e]);
-    }
-    quantize_block(act, i * qk, p.n);
+    quantize_word(p.act - 1u, v, valid, e, p.n, lid);
 }

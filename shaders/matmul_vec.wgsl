@@ -2,11 +2,13 @@
 // experts (matmul_vec_id, whose head supplies `mv_rows`), workgroup z is a (token, slot) and W
 // the rows of the slot's expert.
 // A workgroup of WG invocations takes WG / TPR rows of one token; the TPR invocations of a row
-// stride over its 8-element chunks (`row_dot`, matmul_vec_row.wgsl) and meet in a segment
-// reduction (a subgroup butterfly where the adapter has subgroups, workgroup memory otherwise).
+// stride over its 8-element chunks (`row_dot`, matmul_vec_row.wgsl), each step of a row reading
+// 32 consecutive chunks (one q4_K / q6_K block, four q4_0 blocks), and meet in a segment
+// reduction (subgroup butterflies where the adapter has subgroups, then workgroup memory across
+// the subgroups of a row; workgroup memory otherwise).
 
-override WG: u32 = 64u;
-override TPR: u32 = 8u; // invocations per row
+override WG: u32 = 128u;
+override TPR: u32 = 32u; // invocations per row
 
 struct Params {
     k: u32,        // row length (elements)

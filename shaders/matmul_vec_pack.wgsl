@@ -10,8 +10,8 @@
 // form included (`xsq`); the rows then read it there. Rows up to MAX_NORM_K long (checked by the
 // schedule).
 
-override WG: u32 = 64u;
-override TPR: u32 = 8u; // invocations per row
+override WG: u32 = 128u;
+override TPR: u32 = 32u; // invocations per row
 
 struct Params {
     k: u32,     // row length (elements)
@@ -77,7 +77,7 @@ fn act_out(i: u32, v: f32) {
     xs[i / 4u][i % 4u] = v;
 }
 
-// quantize_block's packed words, for one row of k (nk = k): into xsq from its start.
+// quantize_word's packed words, for one row of k (nk = k): into xsq from its start.
 fn act_word(i: u32, v: u32) {
     xsq[i - act_q_base(p.k)] = v;
 }
@@ -97,10 +97,16 @@ fn norm_row(t: u32, ln: Lanes) {
     }
     workgroupBarrier();
     if (p.act != 0u) {
-        let act = p.act - 1u;
-        let qk = select(32u, 256u, act == 2u);
-        for (var b = ln.lid; b < p.k / qk; b += WG) {
-            quantize_block(act, b * qk, p.k);
+        // Rounded in place a word per invocation (each reads its 4 values before any writes;
+        // the packed form goes to xsq).
+        for (var c = 0u; c < p.k; c += 4u * WG) {
+            let e = c + 4u * ln.lid;
+            let valid = e < p.k;
+            var v = vec4<f32>();
+            if (valid) {
+                v = xs[e / 4u];
+            }
+            quantize_word(p.act - 1u, v, valid, e, p.k, ln.lid);
         }
         workgroupBarrier();
     }

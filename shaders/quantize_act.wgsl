@@ -9,9 +9,10 @@
 //   y[n · k + block] (the matmul adds m times it).
 // - q8_K (ACT 2; 256-element blocks): quantize_row_q8_K_ref: iscale = −127 / (the signed value
 //   of largest magnitude), q = min(round-to-even(iscale · x), 127), d = 1 / iscale.
-// One invocation per block (quantize_block.wgsl). Params: k (row length, whole blocks), n (tokens).
+// One invocation per packed word of 4 elements, a block's invocations in one workgroup
+// (quantize_word.wgsl). Params: k (row length, whole blocks), n (tokens).
 
-override WG: u32 = 64u;
+override WG: u32 = 256u;
 override ACT: u32 = 0u;
 
 struct Params {
@@ -36,11 +37,18 @@ fn act_word(i: u32, v: u32) {
 }
 
 @compute @workgroup_size(WG)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let qk = select(32u, 256u, ACT == 2u);
-    let b = linear_id(gid, nwg, WG);
-    if (b >= p.n * (p.k / qk)) {
-        return;
+fn main(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let nk = p.n * p.k;
+    let e = 4u * linear_id(gid, nwg, WG);
+    // A spare workgroup of a folded grid still takes part (its blocks all past the data).
+    let valid = e < nk;
+    var v = vec4<f32>();
+    if (valid) {
+        v = vec4<f32>(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
     }
-    quantize_block(ACT, b * qk, p.n * p.k);
+    quantize_word(ACT, v, valid, e, nk, lid);
 }

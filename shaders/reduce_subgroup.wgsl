@@ -2,7 +2,7 @@
 // reduction, one barrier, then every invocation adds up the per-subgroup partials. The subgroup
 // size (8 to 64 depending on the adapter, 8 on llvmpipe) comes from the builtins, never assumed.
 // (wgpu enables the builtins with the device feature; naga rejects the `enable` directive.)
-// The host takes this path only when the smallest subgroup holds a whole matmul_vec segment.
+// The host takes this path only where subgroups have at least 8 lanes.
 
 struct Lanes {
     @builtin(local_invocation_index) lid: u32,
@@ -42,18 +42,38 @@ fn wg_max(v: f32, ln: Lanes) -> f32 {
     return t;
 }
 
-// Segments of `tpr` lanes of one subgroup (tpr ≤ subgroup size, checked by the host): segment
-// and lane come from the subgroup builtins, so no assumption about how local indices map onto
-// subgroups; the sum is a butterfly of shuffles, no barrier.
+// Segments of `tpr` lanes (a power of two dividing WG): a segment is `tpr` lanes of one subgroup
+// where the subgroup holds it (the sum a butterfly of shuffles), else tpr / sg_size whole
+// subgroups (each subgroup's butterfly, then their partials through workgroup memory).
+// Segment and lane come from the subgroup builtins, so no assumption about how local indices map
+// onto subgroups; every subgroup of a workgroup has the same size. Every invocation calls
+// seg_sum (uniform: its barriers).
 fn seg_index(ln: Lanes, tpr: u32) -> vec2<u32> {
-    let per = max(ln.sg_size / tpr, 1u);
-    return vec2<u32>(ln.sg_id * per + ln.sg_lane / tpr, ln.sg_lane % tpr);
+    if (tpr <= ln.sg_size) {
+        let per = ln.sg_size / tpr;
+        return vec2<u32>(ln.sg_id * per + ln.sg_lane / tpr, ln.sg_lane % tpr);
+    }
+    let subs = tpr / ln.sg_size;
+    return vec2<u32>(ln.sg_id / subs, (ln.sg_id % subs) * ln.sg_size + ln.sg_lane);
 }
 
 fn seg_sum(v: f32, ln: Lanes, tpr: u32) -> f32 {
     var s = v;
-    for (var m = tpr / 2u; m > 0u; m >>= 1u) {
+    for (var m = min(tpr, ln.sg_size) / 2u; m > 0u; m >>= 1u) {
         s += subgroupShuffleXor(s, m);
     }
+    if (ln.sg_lane == 0u) {
+        red[ln.sg_id] = s;
+    }
+    workgroupBarrier();
+    if (tpr > ln.sg_size) {
+        let subs = tpr / ln.sg_size;
+        let first = ln.sg_id / subs * subs;
+        s = 0.0;
+        for (var i = 0u; i < subs; i++) {
+            s += red[first + i];
+        }
+    }
+    workgroupBarrier();
     return s;
 }

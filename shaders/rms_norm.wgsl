@@ -3,10 +3,11 @@
 // ggml: ggml_compute_forward_rms_norm_f32 followed by ggml_mul. With p.plain = 1 no weight (Gemma
 // 4's V norm, a bare ggml_rms_norm; cpu::ops::head_norm_plain): w is bound but never read.
 // With p.act = 1 + quantize_act's ACT (the norm feeding quantized matmuls), the workgroup then
-// rounds its row as quantize_act would into binding 4 (quantize_block.wgsl): the same values,
-// one dispatch fewer. Binding 4 is never written with p.act = 0.
+// rounds its row as quantize_act would into binding 4 (quantize_word.wgsl, a word per
+// invocation): the same values, one dispatch fewer. Binding 4 is never written with p.act = 0.
+// 256 invocations a row: a decode step's one row of 4,096 is 16 elements each.
 
-override WG: u32 = 64u;
+override WG: u32 = 256u;
 
 struct Params {
     width: u32,
@@ -57,12 +58,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     if (p.act != 0u) {
-        // The row as written above, visible to the whole workgroup.
+        // The row as written above, visible to the whole workgroup; then rounded a word per
+        // invocation, WG words at a time (whole blocks: the row is whole blocks).
         storageBarrier();
         let act = p.act - 1u;
-        let qk = select(32u, 256u, act == 2u);
-        for (var b = ln.lid; b < p.width / qk; b += WG) {
-            quantize_block(act, base + b * qk, p.rows * p.width);
+        for (var c = 0u; c < p.width; c += 4u * WG) {
+            let e = c + 4u * ln.lid;
+            let valid = e < p.width;
+            var v = vec4<f32>();
+            if (valid) {
+                v = vec4<f32>(y[base + e], y[base + e + 1u], y[base + e + 2u], y[base + e + 3u]);
+            }
+            quantize_word(act, v, valid, base + e, p.rows * p.width, ln.lid);
         }
     }
 }

@@ -148,10 +148,10 @@ const fn body(body: &'static str) -> Wgsl {
 }
 
 /// An element-wise binary op: its file's `fn op`, then `binary.wgsl` (which may round its
-/// output through `quantize_block.wgsl`).
+/// output through `quantize_word.wgsl`).
 const fn binary(body: &'static str) -> Wgsl {
     Wgsl {
-        head: Some(wgsl!("quantize_block.wgsl")),
+        head: Some(wgsl!("quantize_word.wgsl")),
         tail: Some(wgsl!("binary.wgsl")),
         ..self::body(body)
     }
@@ -199,11 +199,11 @@ pub static KERNELS: [KernelInfo; 28] = [
         spec: Spec::Act,
         reduces: false,
         act_input: false,
-        threads: 64,
+        threads: 256,
         wg_override: true,
         params: of::<params::QuantizeActParams>(),
         wgsl: Wgsl {
-            head: Some(wgsl!("quantize_block.wgsl")),
+            head: Some(wgsl!("quantize_word.wgsl")),
             ..body(wgsl!("quantize_act.wgsl"))
         },
         cuda: cuda!("quantize_act.cu"),
@@ -216,7 +216,7 @@ pub static KERNELS: [KernelInfo; 28] = [
         spec: Spec::Matrix,
         reduces: true,
         act_input: true,
-        threads: 64,
+        threads: 128,
         wg_override: true,
         params: of::<params::MatmulParams>(),
         wgsl: Wgsl {
@@ -269,11 +269,11 @@ pub static KERNELS: [KernelInfo; 28] = [
         spec: Spec::Vector,
         reduces: true,
         act_input: false,
-        threads: 64,
+        threads: 256,
         wg_override: true,
         params: of::<params::RmsNormParams>(),
         wgsl: Wgsl {
-            head: Some(wgsl!("quantize_block.wgsl")),
+            head: Some(wgsl!("quantize_word.wgsl")),
             ..body(wgsl!("rms_norm.wgsl"))
         },
         cuda: cuda!("rms_norm.cu"),
@@ -413,7 +413,7 @@ pub static KERNELS: [KernelInfo; 28] = [
         spec: Spec::Matrix,
         reduces: true,
         act_input: true,
-        threads: 64,
+        threads: 128,
         wg_override: true,
         params: of::<params::MatmulParams>(),
         wgsl: Wgsl {
@@ -505,11 +505,11 @@ pub static KERNELS: [KernelInfo; 28] = [
         spec: Spec::Matrix,
         reduces: true,
         act_input: true,
-        threads: 64,
+        threads: 128,
         wg_override: true,
         params: of::<params::MatmulPackParams>(),
         wgsl: Wgsl {
-            head: Some(wgsl!("quantize_block.wgsl")),
+            head: Some(wgsl!("quantize_word.wgsl")),
             tail: Some(wgsl!("matmul_vec_row.wgsl")),
             tail_i8: Some(wgsl!("matmul_vec_row_i8.wgsl")),
             ..body(wgsl!("matmul_vec_pack.wgsl"))

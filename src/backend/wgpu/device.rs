@@ -316,8 +316,9 @@ impl Gpu {
         Ok(gpu)
     }
 
-    /// Whether the kernels may take their subgroup path here: the device has subgroups, and
-    /// every one holds a whole `matmul_vec` row segment (8 lanes). The reported minimum says
+    /// Whether the kernels may take their subgroup path here: the device has subgroups of 8
+    /// lanes or more (a `matmul_vec` row spans whole subgroups, or a subgroup whole rows: the
+    /// sizes are powers of two). The reported minimum says
     /// so, or, on Metal, where wgpu reports 4 for every GPU while Apple's SIMD groups are a
     /// fixed 32 lanes, the size a kernel of ours was seen to run with.
     pub fn subgroups_usable(&self) -> bool {

@@ -155,18 +155,18 @@ fn plan_counts_bytes_and_grids_as_by_hand() {
         (q4k_row, q4k_row + 4, 4096 * 4)
     );
 
-    // attn_output, 4,096 × 4,096 q4_K, into the residual (a fused add): 8 rows per workgroup of
-    // 64; the int8 activations (a byte and, per 32, a scale); the residual read and written.
+    // attn_output, 4,096 × 4,096 q4_K, into the residual (a fused add): 4 rows per workgroup of
+    // 128; the int8 activations (a byte and, per 32, a scale); the residual read and written.
     let o = find("matmul_vec_q4_K", "blk.1.attn_out");
-    assert_eq!((o.workgroups, o.threads), (4096 / 8, 64));
+    assert_eq!((o.workgroups, o.threads), (4096 / 4, 128));
     assert_eq!(o.weight_bytes, 4096 * q4k_row);
     assert_eq!(o.bytes_read, 4096 * q4k_row + (4096 + 4096 / 32 * 4) + 4096 * 4);
     assert_eq!((o.bytes_written, o.flops), (4096 * 4, 2 * 4096 * 4096));
 
-    // The attention norm, rounding its row for the pack: one workgroup per row; reads the row
+    // The attention norm, rounding its row for the pack: a workgroup of 256 per row; reads the row
     // and the f32 weight, writes the row and quantize_act's layout of it.
     let n = find("rms_norm_f32", "blk.1.attn_norm");
-    assert_eq!((n.workgroups, n.threads), (1, 64));
+    assert_eq!((n.workgroups, n.threads), (1, 256));
     assert_eq!((n.weight_bytes, n.bytes_read), (4096 * 4, 2 * 4096 * 4));
     let act = 4096 * 4 + 4096 / 32 * 4 + 4096 + 4096 / 32 * 4 + 16;
     assert_eq!(n.bytes_written, 4096 * 4 + act);

@@ -9,7 +9,7 @@ use crate::model::{Node, Op};
 
 impl Builder<'_> {
     /// Node `i`'s op. A GLU whose first reader is a matmul over quantized weights also rounds
-    /// its output into the scratch buffer as `quantize_act` would (one invocation per block), as
+    /// its output into the scratch buffer as `quantize_act` would (one invocation per word), as
     /// the fused `rms_norm` does.
     pub(super) fn elementwise(&mut self, i: usize, node: &Node, out: usize) -> Result<Stage, String> {
         let n = (node.rows * node.width) as u32;
@@ -73,9 +73,9 @@ impl Builder<'_> {
                 let groups = match fused {
                     Some(a) => {
                         kind = format!("{kind}+quantize_act/{a}");
-                        // One invocation per block.
-                        let blocks = (n as usize / a.block_elems()) as u64;
-                        fold(blocks.div_ceil(kernel.threads() as u64), self.maxg)
+                        // One invocation per packed word of 4 elements.
+                        let words = (n / 4) as u64;
+                        fold(words.div_ceil(kernel.threads() as u64), self.maxg)
                     }
                     None => self.linear(node, kernel),
                 };

@@ -10,8 +10,13 @@ use crate::backend::gpu::params::{GetRowsParams, KernelParams, MatmulParams, Qua
 use crate::model::{Node, Op};
 use crate::quant::QType;
 
-/// Rows per `matmul_vec` workgroup: 64 invocations, 8 per row.
-pub(super) const VEC_ROWS_PER_WG: u32 = 8;
+/// Invocations per `matmul_vec` row (its WGSL `TPR`, CUDA `MV_TPR`): a warp, so each step of a
+/// row reads 32 consecutive 8-element chunks.
+pub(super) const VEC_TPR: u32 = 32;
+
+/// Rows per `matmul_vec` workgroup (and `matmul_vec_pack`'s and `matmul_vec_id`'s): 128
+/// invocations, 32 per row.
+pub(super) const VEC_ROWS_PER_WG: u32 = 128 / VEC_TPR;
 
 impl Builder<'_> {
     /// `GetRows` or `Matmul` (pushing its `quantize_act` stage first where one is needed);
@@ -77,8 +82,8 @@ impl Builder<'_> {
         let sb = self.scratch(n_rows, row_len);
         if self.scratch_holds != Some((x, act)) {
             self.scratch_holds = Some((x, act));
-            // One invocation per block.
-            let blocks = (n_rows * row_len / act.block_elems()) as u64;
+            // One invocation per packed word of 4 elements.
+            let words = (n_rows * row_len / 4) as u64;
             self.stages.push(Stage::Compute {
                 kind: format!("quantize_act/{act}"),
                 launches: vec![Launch {
@@ -89,7 +94,7 @@ impl Builder<'_> {
                     }
                     .words(),
                     res: vec![self.inp(node, 0), Res::Act(sb)],
-                    groups: fold(blocks.div_ceil(Kernel::QuantizeAct.threads() as u64), self.maxg),
+                    groups: fold(words.div_ceil(Kernel::QuantizeAct.threads() as u64), self.maxg),
                     when: When::Always,
                 }],
             });
@@ -195,5 +200,23 @@ impl Builder<'_> {
             kind: format!("{}/{}{add}", if vec { "matmul_vec" } else { "matmul" }, w.qtype),
             launches,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rows per workgroup the grids are sized by are what the kernels take: their
+    /// workgroup over the invocations per row, for every matvec, in the WGSL as in the table.
+    #[test]
+    fn matvec_rows_per_workgroup_follow_the_table() {
+        for k in [Kernel::MatmulVec, Kernel::MatmulVecId, Kernel::MatmulVecPack] {
+            assert_eq!(k.threads() / VEC_TPR, VEC_ROWS_PER_WG, "{k:?}");
+            let w = k.info().wgsl.body;
+            assert!(w.contains(&format!("override TPR: u32 = {VEC_TPR}u;")), "{k:?}");
+        }
+        let cuda = Kernel::MatmulVec.info().cuda;
+        assert!(cuda.contains(&format!("#define MV_TPR {VEC_TPR}u")));
     }
 }

@@ -9,8 +9,7 @@ use crate::backend::gpu::params::{
 };
 use crate::model::{Gating, Node, Op};
 
-/// Rows per `matmul_vec_id` workgroup, as `matmul_vec`'s.
-const VEC_ROWS_PER_WG: u32 = 8;
+use super::matmul::VEC_ROWS_PER_WG;
 /// The most (token, slot) pairs one `matmul_vec_id` dispatch takes (its grid's z).
 const MAX_SLOTS: usize = 65_535;
 
