@@ -14,8 +14,8 @@
 // Params: k (row length), m (width of y: all rows of the weight), rows (rows in this part),
 // row0 (first row of this part), n (rows of x); matmul_vec_id also ids, x_slot, n_expert.
 // Bindings: 1 W (raw blocks), 2 x [n][k] (+ corrections, packed form), 3 y [n][m], 4 b [m] (with
-// bias; id: the route). Grid: (x, y) folded over ceil(rows / 8) row groups, z = token (id: token
-// × slot). Block: 128.
+// bias; id: the route). Grid: (x, y) folded over ceil(rows / 4) row groups; z: 1 (every token
+// of the step, at most MV_COLS, in one block) or for id token × slot. Block: 128.
 
 // One token's activations as the rows read them: its values, its q8_1 corrections, its packed q
 // (a word pair per 8-element chunk) and its scales (one per 32 elements).
@@ -67,6 +67,65 @@ static __device__ __forceinline__ float row_acc(const u8* __restrict__ wr, const
     return acc;
 }
 
+// The most tokens one matmul_vec block takes (MatmulParams::n for matmul_vec, the schedule's
+// VEC_MAX_TOKENS): a decode step of two sequences reads each weight row once for both. The
+// accumulators are registers: more columns cost every launch occupancy.
+#define MV_COLS 2u
+
+// row_acc for tokens 0..nc (nc ≤ MV_COLS) of x at once: each chunk of the row decoded once, each
+// token's sum kept apart with row_acc's arithmetic in row_acc's order (a token's result is the
+// same whatever the other tokens of its step). xr is token 0's row; token j's lies j rows on.
+template <class Q>
+static __device__ __forceinline__ void row_acc_cols(const u8* __restrict__ wr, const XRow& xr, u32 k, u32 lane, u32 nc,
+                                                    float acc[MV_COLS]) {
+    constexpr u32 TPR = MV_TPR;
+    constexpr u32 CPB = Q::QK / 8;
+    for (u32 j = 0; j < MV_COLS; j++) {
+        acc[j] = 0.0f;
+    }
+    if (!wr) {
+        return;
+    }
+    if constexpr (MF_DP4A && i8w<Q>::INT8) {
+        MF_UNROLL_N(2)
+        for (u32 c = lane; c < k / 8; c += TPR) {
+            const u32 bw = (c / CPB) * Q::QB;
+            const QI8 wq = i8w<Q>::q(wr, bw, c % CPB);
+            const float mc = act_s<Q>::ON && c % CPB == 0 ? act_s<Q>::m(wr, bw) : 0.0f;
+#pragma unroll
+            for (u32 j = 0; j < MV_COLS; j++) {
+                if (j < nc) {
+                    const u2 xq = xr.q[c + j * (k / 8)];
+                    float t = mul_rn(wq.s, (float)__dp4a((int)wq.q.x, (int)xq.x, __dp4a((int)wq.q.y, (int)xq.y, 0)));
+                    if (wq.m != 0.0f) {
+                        t += mul_rn(wq.m, (float)__dp4a(0x01010101, (int)xq.x, __dp4a(0x01010101, (int)xq.y, 0)));
+                    }
+                    acc[j] += mul_rn(xr.d[c / 4 + j * (k / 32)], t);
+                    if (act_s<Q>::ON && c % CPB == 0) {
+                        acc[j] += mul_rn(mc, xr.c[c / CPB + j * (k / 32)]);
+                    }
+                }
+            }
+        }
+        return;
+    }
+    const f4* x4 = reinterpret_cast<const f4*>(xr.x);
+    MF_UNROLL_N(2)
+    for (u32 c = lane; c < k / 8; c += TPR) {
+        const f4x2 v = Q::dq8(wr, (c / CPB) * Q::QB, c % CPB);
+        const float mc = act_s<Q>::ON && c % CPB == 0 ? act_s<Q>::m(wr, (c / CPB) * Q::QB) : 0.0f;
+#pragma unroll
+        for (u32 j = 0; j < MV_COLS; j++) {
+            if (j < nc) {
+                acc[j] += dot4(v.lo, x4[2 * c + j * (k / 4)]) + dot4(v.hi, x4[2 * c + 1 + j * (k / 4)]);
+                if (act_s<Q>::ON && c % CPB == 0) {
+                    acc[j] += mul_rn(mc, xr.c[c / CPB + j * (k / 32)]);
+                }
+            }
+        }
+    }
+}
+
 // Token t's activations in quantize_act's layout at base (nk = n · k of them).
 static __device__ __forceinline__ XRow act_row(const float* base, u32 t, u32 k, u32 nk) {
     const u32 qw = act_q_base(nk);
@@ -86,6 +145,7 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
     const u32 seg = threadIdx.x / TPR;
     const u32 lane = threadIdx.x % TPR;
     const u32 r = (blockIdx.x + blockIdx.y * gridDim.x) * (WG / TPR) + seg;
+    // Without ID one block takes every token (z = 0); with ID block z is one (token, slot).
     u32 t = blockIdx.z, yrow = blockIdx.z, wrow = r;
     if constexpr (ID) {
         const float* __restrict__ route = binding<const float>(p, 4);
@@ -96,9 +156,27 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
     }
     const u8* __restrict__ wr =
         r < rows ? binding<const u8>(p, 1) + (unsigned long long)wrow * ((k / Q::QK) * Q::QB) : nullptr;
-    const float s = seg_sum<TPR>(row_acc<Q>(wr, act_row(binding<const float>(p, 2), t, k, prm.n * k), k, lane));
-    if (r < rows && lane == 0) {
-        store_y(p, binding<float>(p, 3) + yrow * m + row0 + r, s, row0 + r);
+    const XRow xr = act_row(binding<const float>(p, 2), t, k, prm.n * k);
+    if (ID || prm.n == 1) {
+        // One token (row_acc_cols' arithmetic for it, without the other columns' registers).
+        const float s = seg_sum<TPR>(row_acc<Q>(wr, xr, k, lane));
+        if (r < rows && lane == 0) {
+            store_y(p, binding<float>(p, 3) + yrow * m + row0 + r, s, row0 + r);
+        }
+    } else {
+        // Every token of the step (n ≤ MV_COLS, the schedule's bound) from the one read of the row.
+        const u32 nc = min(prm.n, MV_COLS);
+        float acc[MV_COLS];
+        row_acc_cols<Q>(wr, xr, k, lane, nc, acc);
+#pragma unroll
+        for (u32 j = 0; j < MV_COLS; j++) {
+            if (j < nc) {
+                const float s = seg_sum<TPR>(acc[j]);
+                if (r < rows && lane == 0) {
+                    store_y(p, binding<float>(p, 3) + j * m + row0 + r, s, row0 + r);
+                }
+            }
+        }
     }
 }
 

@@ -4,6 +4,8 @@
 
 @group(0) @binding(4) var<storage, read> route: array<f32>;
 
+const ALL_TOKENS: bool = false;
+
 // Expert biases are their own op (add_bias_id); p.bias is 0 here.
 fn bias_at(i: u32) -> f32 {
     return 0.0;

@@ -1,5 +1,7 @@
-// matmul_vec without experts: workgroup z is token z, its x row and its y row; a fused bias
-// add reads b from binding 4.
+// matmul_vec without experts: one workgroup takes every token of the step (p.n ≤ MV_COLS: ALL_TOKENS),
+// reading each weight row once for all of them; a fused bias add reads b from binding 4.
+
+const ALL_TOKENS: bool = true;
 
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
 

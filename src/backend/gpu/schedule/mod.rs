@@ -26,8 +26,8 @@ use crate::model::graph::ROPE_FREQS;
 use crate::model::{Graph, Model, Node, Op, Rope};
 use crate::quant::QType;
 
-/// Token counts up to this use `matmul_vec` (one workgroup per row and token); more use the
-/// tiled `matmul`.
+/// Token counts up to this use `matmul_vec` (a workgroup per 4 rows, every token in it); more
+/// use the tiled `matmul`.
 pub const VEC_MAX_TOKENS: usize = 2;
 
 /// A resident weight as the schedule sees it: its rows, split into parts where a backend
