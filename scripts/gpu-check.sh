@@ -156,8 +156,11 @@ run() {
     mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
 
     say "# GPU check $(date -u +%FT%TZ)"
-    { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 || echo "no nvidia-smi"; } |
-        sed 's/^/    /' | tee -a "$summary"
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1
+    else
+        echo "no nvidia-smi"
+    fi | sed 's/^/    /' | tee -a "$summary"
 
     # 1. llama.cpp's build, in the background, first: it takes longest (~6.5 min on 16 cores).
     local llama_pid=""
@@ -233,8 +236,8 @@ run() {
                 > "$out/plan-$name-$n.json" 2> "$out/plan-$name-$n.log"
         done
     done
-    # Batched decode (llama-batched-bench's S_TG) on the q4_k_m shapes.
-    for m in "$m7"/*q4_k_m*.gguf; do
+    # Batched decode (llama-batched-bench's S_TG) on the Llama-2-7B q4_k_m shape.
+    for m in "$m7"/llama2-7b-q4_k_m*.gguf; do
         name=$(basename "$m" .gguf)
         for b in ${backends//,/ }; do
             step "batched $b $name" "$bin" bench "$m" --backend "$b" --npp "$pp" --ntg "$tg" --npl "$npl" --json \
@@ -259,7 +262,7 @@ run() {
                 step "llama-bench $name" "$lb/llama-bench" -m "$m" -ngl 99 -fa 1 -p "$pp" -n "$tg" -r "$reps" -d "0,$depth" -o json \
                     > "$out/llama-bench-$name.json" 2> "$out/llama-bench-$name.log"
             done
-            for m in "$m7"/*q4_k_m*.gguf; do
+            for m in "$m7"/llama2-7b-q4_k_m*.gguf; do
                 name=$(basename "$m" .gguf)
                 step "llama-batched-bench $name" "$lb/llama-batched-bench" -m "$m" -ngl 99 -fa on -c $(((pp + tg) * 33)) \
                     -npp "$pp" -ntg "$tg" -npl "$npl" > "$out/llama-batched-$name.md" 2> "$out/llama-batched-$name.log"

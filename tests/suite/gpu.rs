@@ -140,7 +140,7 @@ pub fn gpus_and_f32_rows(test: &str, max_binding: Option<u64>) -> Vec<Gpu> {
     }
     #[cfg(feature = "cuda")]
     if !v.is_empty() {
-        v.extend(cuda::emulated_f32_tiles(test));
+        v.extend(cuda::f32_tiles(test));
     }
     v
 }

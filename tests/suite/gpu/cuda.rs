@@ -23,8 +23,13 @@ tests![
 ];
 
 /// The emulator library, built once per test run from `cuda/` (a build failure is a kernel
-/// that does not compile for the CPU: a test failure, not a skip).
+/// that does not compile for the CPU: a test failure, not a skip). The emulator stands in where
+/// no device exists: with a CUDA device the tests run on the device alone (a GPU machine need
+/// not have a C++ compiler, and its tests are not ignored for the want of one).
 fn emulator(test: &str) -> Option<PathBuf> {
+    if real_device() {
+        return None;
+    }
     static LIB: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let lib = LIB.get_or_init(|| {
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda-emu");
@@ -33,12 +38,6 @@ fn emulator(test: &str) -> Option<PathBuf> {
     });
     match lib {
         Ok(p) => Some(p.clone()),
-        // The emulator stands in where no device exists: on a machine with a CUDA device and
-        // no C++ compiler the tests run on the device alone, and are not ignored for it.
-        Err(e) if e.contains("No such file") && real_device() => {
-            eprintln!("{test}: no C++ compiler for the CUDA emulator ({e}); the device runs the tests");
-            None
-        }
         Err(e) if e.contains("No such file") => common::skip(test, &format!("no C++ compiler: {e}")),
         Err(e) => panic!("{test}: {e}"),
     }
@@ -50,22 +49,27 @@ fn real_device() -> bool {
     *REAL.get_or_init(|| CudaBackend::new(0).is_ok())
 }
 
-/// The emulated CUDA backend with its prefill matmul in f32 tiles (`with_int8_matmul(false)`),
-/// as devices before sm_80 run it, beside the tensor-core tiles `backends_at` takes.
-pub fn emulated_f32_tiles(test: &str) -> Option<Gpu> {
-    let lib = emulator(test)?;
-    let b = CudaBackend::emulated(&lib)
-        .unwrap_or_else(|r| panic!("{test}: {r}"))
-        .with_int8_matmul(false);
+/// The CUDA backend with its prefill matmul in f32 tiles (`with_int8_matmul(false)`), as
+/// devices before sm_80 run it, beside the tensor-core tiles `backends_at` takes: on device 0
+/// where there is one, else emulated.
+pub fn f32_tiles(test: &str) -> Option<Gpu> {
+    let (b, emulated) = match real_device() {
+        true => (CudaBackend::new(0).unwrap_or_else(|r| panic!("{test}: {r}")), false),
+        false => (
+            CudaBackend::emulated(&emulator(test)?).unwrap_or_else(|r| panic!("{test}: {r}")),
+            true,
+        ),
+    };
+    let b = b.with_int8_matmul(false);
     Some(Gpu {
         label: format!("{} (f32 matmul tiles)", b.describe()),
         backend: Arc::new(b),
         alt: true,
-        emulated: true,
+        emulated,
     })
 }
 
-/// The CUDA backends to test: the emulated one, and device 0 where there is one.
+/// The CUDA backends to test: device 0 where there is one, else the emulated one.
 /// Their decode steps take the split-KV attention from `split_span` positions on.
 pub fn backends_at(test: &str, split_span: u32) -> Vec<Gpu> {
     let mut v = Vec::new();

@@ -22,9 +22,11 @@ pub const SPLIT_SPAN: u32 = 256;
 pub const MAX_SPLIT: u32 = 64;
 
 /// The workgroups the split-KV attention aims for across heads and ranges on a device of `sms`
-/// SMs: two waves of one per SM, and at least 32.
+/// SMs: eight of its 64 invocations per SM (a quarter of a 2,048-thread SM: enough loads in
+/// flight to keep its share of the memory busy, as ggml's `parallel_blocks` fills the SMs'
+/// resident blocks), and at least 32.
 fn split_groups(sms: u32) -> u32 {
-    (2 * sms).max(32)
+    (8 * sms).max(32)
 }
 
 /// (head, dimension) pairs one `attention_split` workgroup holds, at most: its query heads times
