@@ -561,6 +561,24 @@ static __device__ __forceinline__ void quantize_word(u32 act, const float v[4], 
     }
 }
 
+// A row of len elements (whole blocks) at `row`, element x0 of the nk that qy holds, rounded a
+// word per thread, WG words at a time (quantize_word); every thread of the block calls it. row
+// may be qy + x0 (rounded in place: each thread reads its 4 values before it writes them).
+template <u32 WG>
+static __device__ __forceinline__ void quantize_row(u32 act, const float* row, float* qy, u32 x0, u32 len, u32 nk) {
+    for (u32 c = 0; c < len; c += 4 * WG) {
+        const u32 e = c + 4 * threadIdx.x;
+        const bool valid = e < len;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (valid) {
+            for (u32 j = 0; j < 4; j++) {
+                v[j] = row[e + j];
+            }
+        }
+        quantize_word<WG>(act, v, valid, qy, x0 + e, nk);
+    }
+}
+
 // ---- RoPE where a value is read ----------------------------------------------------------------
 // A rope folded into the op that reads its output (kv_store's K, attention's q) rotates as
 // rope.cu does: element d of a head, n_rot of them rotated, pairs (i, i + n_rot / 2) with neox,

@@ -231,19 +231,8 @@ static __device__ __forceinline__ void matmul_vec_pack_body(const Params& p) {
         }
         __syncthreads();
         if (prm.act != 0) {
-            // Rounded in place a word per thread (each thread reads its 4 values before it
-            // writes them; the packed form lies past the values).
-            for (u32 c = 0; c < k; c += 4 * WG) {
-                const u32 e = c + 4 * threadIdx.x;
-                const bool valid = e < k;
-                float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                if (valid) {
-                    for (u32 j = 0; j < 4; j++) {
-                        v[j] = xs[e + j];
-                    }
-                }
-                quantize_word<WG>(prm.act - 1, v, valid, xs, e, k);
-            }
+            // Rounded in place (the packed form lies past the values).
+            quantize_row<WG>(prm.act - 1, xs, xs, 0, k, k);
             __syncthreads();
         }
         xr = act_row(xs, 0, k, k);

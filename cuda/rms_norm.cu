@@ -54,18 +54,7 @@ static __device__ __forceinline__ void rms_norm_body(const Params& p) {
         // The row as written above, visible to the whole block; then rounded a word per thread,
         // WG words at a time (whole blocks: the row is whole blocks).
         __syncthreads();
-        float* __restrict__ q = binding<float>(p, 4);
-        for (u32 c = 0; c < width; c += 4 * WG) {
-            const u32 e = c + 4 * threadIdx.x;
-            const bool valid = e < width;
-            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (valid) {
-                for (u32 j = 0; j < 4; j++) {
-                    v[j] = y[base + e + j];
-                }
-            }
-            quantize_word<WG>(prm.act - 1, v, valid, q, base + e, prm.rows * width);
-        }
+        quantize_row<WG>(prm.act - 1, y + base, binding<float>(p, 4), base, width, prm.rows * width);
     }
 }
 

@@ -27,7 +27,8 @@
 # Knobs (the rehearsal sets them): KIT_LAYERS (model layers, default the full 32), KIT_PP,
 # KIT_TG, KIT_DEPTH (512, 128, 4096), KIT_NPL (1,8,32), KIT_REPS (3), KIT_BACKENDS (cuda,wgpu),
 # KIT_LLAMA_WAIT (seconds to wait for llama.cpp's build after ours, 150), KIT_STEP_LIMIT
-# (seconds any one step may take, 240), MODELS7B (where the random models go, /tmp/minfer-7b).
+# (seconds any one step may take, 240), MODELS7B (where the random models go, /tmp/minfer-7b),
+# KIT_DEVICE (plan's profile, h200), KIT_CUDA_ARCH (llama.cpp's CUDA architectures, 90).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -172,7 +173,7 @@ run() {
             if [ ! -x "$w/llama.cpp/build/bin/llama-bench" ]; then
                 rm -rf "$w/llama.cpp" && tar xJf "$kit/llama-src.tar.xz" -C "$w" && cd "$w/llama.cpp" &&
                     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-                        -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DCMAKE_CUDA_ARCHITECTURES="${KIT_CUDA_ARCH:-native}" \
+                        -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DCMAKE_CUDA_ARCHITECTURES="${KIT_CUDA_ARCH:-90}" \
                         -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
                         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
                         -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_NUMBER=0 -DLLAMA_BUILD_COMMIT=0c1e57098 &&

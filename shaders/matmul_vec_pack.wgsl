@@ -97,17 +97,8 @@ fn norm_row(t: u32, ln: Lanes) {
     }
     workgroupBarrier();
     if (p.act != 0u) {
-        // Rounded in place a word per invocation (each reads its 4 values before any writes;
-        // the packed form goes to xsq).
-        for (var c = 0u; c < p.k; c += 4u * WG) {
-            let e = c + 4u * ln.lid;
-            let valid = e < p.k;
-            var v = vec4<f32>();
-            if (valid) {
-                v = xs[e / 4u];
-            }
-            quantize_word(p.act - 1u, v, valid, e, p.k, ln.lid);
-        }
+        // Rounded in place (the packed form goes to xsq).
+        quantize_row(p.act - 1u, 0u, p.k, p.k, ln.lid);
         workgroupBarrier();
     }
 }

@@ -111,3 +111,19 @@ fn quantize_word(act: u32, v: vec4<f32>, valid: bool, e0: u32, nk: u32, lid: u32
         }
     }
 }
+
+// A row of len elements (whole blocks) from element x0 of the nk the output holds, read through
+// the kernel's `act_in`, rounded a word per invocation, WG words at a time; every invocation
+// calls it (uniform). In place where `act_in` reads the output: each invocation reads its 4
+// values before any writes them.
+fn quantize_row(act: u32, x0: u32, len: u32, nk: u32, lid: u32) {
+    for (var c = 0u; c < len; c += 4u * WG) {
+        let e = c + 4u * lid;
+        let valid = e < len;
+        var v = vec4<f32>();
+        if (valid) {
+            v = vec4<f32>(act_in(x0 + e), act_in(x0 + e + 1u), act_in(x0 + e + 2u), act_in(x0 + e + 3u));
+        }
+        quantize_word(act, v, valid, x0 + e, nk, lid);
+    }
+}

@@ -61,15 +61,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         // The row as written above, visible to the whole workgroup; then rounded a word per
         // invocation, WG words at a time (whole blocks: the row is whole blocks).
         storageBarrier();
-        let act = p.act - 1u;
-        for (var c = 0u; c < p.width; c += 4u * WG) {
-            let e = c + 4u * ln.lid;
-            let valid = e < p.width;
-            var v = vec4<f32>();
-            if (valid) {
-                v = vec4<f32>(y[base + e], y[base + e + 1u], y[base + e + 2u], y[base + e + 3u]);
-            }
-            quantize_word(act, v, valid, base + e, p.rows * p.width, ln.lid);
-        }
+        quantize_row(p.act - 1u, base, p.width, p.rows * p.width, ln.lid);
     }
 }

@@ -230,31 +230,24 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
             c.unit = Some(Unit::F32);
         }
         Kernel::Attention | Kernel::AttentionSplit | Kernel::AttentionTile => {
+            // The fields both parameter structs have.
+            macro_rules! shape {
+                ($p:expr) => {{
+                    let p = $p;
+                    (
+                        p.n_head,
+                        p.n_head_kv,
+                        p.head_dim,
+                        p.head_dim_v,
+                        p.window,
+                        p.t0,
+                        p.n_split,
+                    )
+                }};
+            }
             let (n_head, n_kv, hd, hdv, window, t0, n_split) = match l.variant.kernel {
-                Kernel::AttentionTile => {
-                    let p = AttentionTileParams::from_words(w);
-                    (
-                        p.n_head,
-                        p.n_head_kv,
-                        p.head_dim,
-                        p.head_dim_v,
-                        p.window,
-                        p.t0,
-                        p.n_split,
-                    )
-                }
-                _ => {
-                    let p = AttentionParams::from_words(w);
-                    (
-                        p.n_head,
-                        p.n_head_kv,
-                        p.head_dim,
-                        p.head_dim_v,
-                        p.window,
-                        p.t0,
-                        p.n_split,
-                    )
-                }
+                Kernel::AttentionTile => shape!(AttentionTileParams::from_words(w)),
+                _ => shape!(AttentionParams::from_words(w)),
             };
             let (n_head, n_kv, hd, hdv) = (n_head as u64, n_kv as u64, hd as u64, hdv as u64);
             // The launch's query tokens, and of each sequence its share.

@@ -221,8 +221,8 @@ pub static KERNELS: [KernelInfo; 28] = [
         params: of::<params::MatmulParams>(),
         wgsl: Wgsl {
             head: Some(wgsl!("matmul_vec_plain.wgsl")),
-            tail: Some(wgsl!("matmul_vec_row.wgsl")),
-            tail_i8: Some(wgsl!("matmul_vec_row_i8.wgsl")),
+            tail: Some(concat!(wgsl!("matmul_vec_row.wgsl"), wgsl!("matmul_vec_loop.wgsl"))),
+            tail_i8: Some(concat!(wgsl!("matmul_vec_row_i8.wgsl"), wgsl!("matmul_vec_loop.wgsl"))),
             ..body(wgsl!("matmul_vec.wgsl"))
         },
         cuda: cuda!("matmul_vec.cu"),
@@ -418,8 +418,8 @@ pub static KERNELS: [KernelInfo; 28] = [
         params: of::<params::MatmulParams>(),
         wgsl: Wgsl {
             head: Some(wgsl!("matmul_vec_id.wgsl")),
-            tail: Some(wgsl!("matmul_vec_row.wgsl")),
-            tail_i8: Some(wgsl!("matmul_vec_row_i8.wgsl")),
+            tail: Some(concat!(wgsl!("matmul_vec_row.wgsl"), wgsl!("matmul_vec_loop.wgsl"))),
+            tail_i8: Some(concat!(wgsl!("matmul_vec_row_i8.wgsl"), wgsl!("matmul_vec_loop.wgsl"))),
             ..body(wgsl!("matmul_vec.wgsl"))
         },
         // The file on disk includes matmul_vec.cu; an NVRTC program has no include path.
@@ -510,8 +510,8 @@ pub static KERNELS: [KernelInfo; 28] = [
         params: of::<params::MatmulPackParams>(),
         wgsl: Wgsl {
             head: Some(wgsl!("quantize_word.wgsl")),
-            tail: Some(wgsl!("matmul_vec_row.wgsl")),
-            tail_i8: Some(wgsl!("matmul_vec_row_i8.wgsl")),
+            tail: Some(concat!(wgsl!("matmul_vec_row.wgsl"), wgsl!("matmul_vec_loop.wgsl"))),
+            tail_i8: Some(concat!(wgsl!("matmul_vec_row_i8.wgsl"), wgsl!("matmul_vec_loop.wgsl"))),
             ..body(wgsl!("matmul_vec_pack.wgsl"))
         },
         // The file on disk includes matmul_vec.cu.
