@@ -84,10 +84,28 @@ pub fn run(a: ServeArgs) -> Result<()> {
     rt.block_on(serve(a))
 }
 
+/// `--host` with `--port` as the address to bind: an IP address (IPv6 bare, `::1`, or in
+/// brackets) or a host name, resolved to its first IPv4 address where it has one (what most
+/// clients try first for `localhost`), else its first.
+async fn bind_addr(host: &str, port: u16) -> Result<SocketAddr> {
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let found: Vec<SocketAddr> = tokio::net::lookup_host((bare, port))
+        .await
+        .with_context(|| format!("--host {host}: not an IP address nor a host name this machine resolves"))?
+        .collect();
+    found
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(found.first())
+        .copied()
+        .with_context(|| format!("--host {host}: resolves to no address"))
+}
+
 async fn serve(a: ServeArgs) -> Result<()> {
-    let addr: SocketAddr = format!("{}:{}", a.host, a.port)
-        .parse()
-        .with_context(|| format!("--host {} --port {}: not an address", a.host, a.port))?;
+    let addr = bind_addr(&a.host, a.port).await?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
@@ -348,6 +366,21 @@ pub(crate) fn now() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_are_addresses_bare_ipv6_bracketed_or_names() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let bind = |h: &str| rt.block_on(bind_addr(h, 8080));
+        assert_eq!(bind("127.0.0.1").unwrap().to_string(), "127.0.0.1:8080");
+        assert_eq!(bind("::1").unwrap().to_string(), "[::1]:8080");
+        assert_eq!(bind("[::1]").unwrap().to_string(), "[::1]:8080");
+        assert_eq!(bind("0.0.0.0").unwrap().to_string(), "0.0.0.0:8080");
+        let local = bind("localhost").unwrap();
+        assert!(local.ip().is_loopback() && local.port() == 8080, "{local}");
+    }
 
     async fn read(r: Response) -> (StatusCode, serde_json::Value) {
         let status = r.status();
