@@ -276,6 +276,24 @@ fn serve_answers_as_run_does_streamed_or_not() {
     assert_eq!(v["choices"][0]["text"].as_str().unwrap(), want);
     let (_, models) = s.get("/v1/models");
     assert!(models.contains("SmolLM2"), "{models}");
+    // One model by id (the SDKs' models.retrieve), and an id not served: a 404 naming it.
+    let id = serde_json::from_str::<Value>(&models).unwrap()["data"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (st, one) = s.get(&format!("/v1/models/{id}"));
+    let one: Value = serde_json::from_str(&one).unwrap();
+    assert_eq!(
+        (st, one["id"].as_str(), one["object"].as_str()),
+        (200, Some(id.as_str()), Some("model"))
+    );
+    let (st, none) = s.get("/v1/models/gpt-4o");
+    assert_eq!(st, 404, "{none}");
+    let none: Value = serde_json::from_str(&none).unwrap();
+    assert!(
+        none["error"]["message"].as_str().unwrap().contains("'gpt-4o'"),
+        "{none}"
+    );
     let (st, v) = s.post("/tokenize", &json!({"content": "Hello world"}));
     assert_eq!(st, 200);
     let (_, back) = s.post("/detokenize", &json!({"tokens": v["tokens"]}));

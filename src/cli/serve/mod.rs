@@ -7,7 +7,7 @@
 //! shape (`{"error":{"message","type","param","code"}}`) with its status, never a 500.
 //!
 //! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions` (both streaming as SSE),
-//! `GET /v1/models`, `GET /health` (503 while loading), `GET /metrics` (Prometheus text),
+//! `GET /v1/models` (and `/v1/models/{id}`), `GET /health` (503 while loading), `GET /metrics` (Prometheus text),
 //! `POST /tokenize`, `POST /detokenize`; Ollama's API beside it (`ollama`): `GET|HEAD /`,
 //! `GET /api/version`, `/api/tags`, `/api/ps`, `POST /api/show`, `/api/chat`, `/api/generate`.
 
@@ -145,6 +145,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/v1/models", get(openai::models))
+        .route("/v1/models/{id}", get(openai::model))
         .route("/v1/chat/completions", post(openai::chat))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/embeddings", post(openai::embeddings))

@@ -24,15 +24,39 @@ use super::telemetry::Clock;
 use super::tools::{self, CallStream, Tools};
 use super::{authorize, bad, error, now, params, prelude, reject, App, Place, Reject, Served};
 
+/// The served model as OpenAI describes one.
+fn model_object(app: &App) -> serde_json::Value {
+    json!({"id": app.model_id, "object": "model", "created": 0, "owned_by": "minfer"})
+}
+
 pub(super) async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     if let Err(r) = authorize(&app, &headers) {
         return *r;
     }
-    axum::Json(json!({
-        "object": "list",
-        "data": [{"id": app.model_id, "object": "model", "created": 0, "owned_by": "minfer"}],
-    }))
-    .into_response()
+    axum::Json(json!({"object": "list", "data": [model_object(&app)]})).into_response()
+}
+
+/// `GET /v1/models/{id}` (the SDKs' `models.retrieve`): the served model, or a 404 naming the
+/// id asked for.
+pub(super) async fn model(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    if let Err(r) = authorize(&app, &headers) {
+        return *r;
+    }
+    if id != app.model_id {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "model '{id}' is not served here (this server serves '{}')",
+                app.model_id
+            ),
+            Some("model"),
+        );
+    }
+    axum::Json(model_object(&app)).into_response()
 }
 
 pub(super) async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
