@@ -25,6 +25,7 @@ tests![
     serve_errors_have_their_status_and_shape,
     serve_hang_up_frees_the_sequence,
     serve_template_exception_is_400_with_its_message,
+    serve_sigterm_finishes_live_streams_then_exits_0,
 ];
 
 pub(crate) const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -512,4 +513,44 @@ fn serve_hang_up_frees_the_sequence() {
         assert!(t0.elapsed() < Duration::from_secs(10), "sequences still running");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// SIGTERM (how Kubernetes, systemd and docker stop a process) drains as Ctrl-C does: a stream
+/// live when it arrives runs to its finish reason and `[DONE]`, new connections are refused,
+/// and the process exits 0.
+fn serve_sigterm_finishes_live_streams_then_exits_0() {
+    let t = "serve_sigterm_finishes_live_streams_then_exits_0";
+    let Some(model) = crate::common::real_model(t, SMOL) else {
+        return;
+    };
+    let mut s = Server::start(&model, &[]);
+    let body = json!({
+        "messages": [{"role": "user", "content": "Count from one to fifty in words."}],
+        "max_tokens": 48,
+        "temperature": 0,
+        "stream": true,
+    })
+    .to_string();
+    let mut c = stream_until(s.port, "/v1/chat/completions", &body, b"data:", 3);
+    // SAFETY: kill(2) on the server's own pid; no memory is touched.
+    assert_eq!(unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) }, 0);
+    // The server closes the connection once the stream is done (it is stopping).
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut rest = String::new();
+    c.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("data: [DONE]"), "the stream was cut: {rest}");
+    assert!(
+        rest.contains("\"finish_reason\":\"length\"") || rest.contains("\"finish_reason\":\"stop\""),
+        "no finish reason: {rest}"
+    );
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "the server did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit status {status}");
+    assert!(TcpStream::connect(("127.0.0.1", s.port)).is_err(), "still accepting");
 }

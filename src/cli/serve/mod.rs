@@ -176,11 +176,29 @@ async fn serve(a: ServeArgs) -> Result<()> {
         );
     }
     axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .with_graceful_shutdown(stop_signal())
         .await
         .context("serving")
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM, what Kubernetes, systemd and docker stop a process with: either
+/// stops the server accepting, and every live request (streams included) finishes before the
+/// process exits 0.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            eprintln!("stopping: finishing the live requests");
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    eprintln!("stopping: finishing the live requests");
 }
 
 /// Loads the model and starts its scheduler; from then on the handlers serve.
