@@ -10,7 +10,7 @@ use super::params::{
     KvStoreParams, MatmulPackParams, MatmulParams, MoeRouteParams, MoeSlotParams, QuantizeActParams, RmsNormParams,
     RopeParams, SigmoidGateParams, SliceParams, SwigluOaiParams, UnaryParams,
 };
-use super::schedule::{act_bytes, Launch, Res};
+use super::schedule::{act_bytes, Launch};
 use super::shape::Unit;
 use crate::backend::KvType;
 use crate::quant::QType;
@@ -77,15 +77,6 @@ fn x_bytes(q: QType, k: u64, n: u64, paths: Paths) -> u64 {
     }
 }
 
-/// The weight a launch reads at binding 1 (`Res::Weight` or a pack), as (qtype, rows there).
-fn weight_at(l: &Launch) -> Option<(QType, u64)> {
-    match l.res.first()? {
-        Res::Weight(w, part) => Some((w.qtype, w.parts.get(*part).map_or(0, |p| p.1) as u64)),
-        Res::Pack(w) => Some((w.qtype, 0)),
-        _ => None,
-    }
-}
-
 /// The multiply unit a matmul over `q` takes.
 fn matmul_unit(q: QType, tiles: bool, paths: Paths) -> Unit {
     match (act_qtype(q).is_some() && paths.int8, tiles && paths.mma) {
@@ -126,7 +117,7 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
         }
         Kernel::MatmulVec | Kernel::Matmul | Kernel::MatmulVecId => {
             let p = MatmulParams::from_words(w);
-            let q = weight_at(l).map_or(QType::F32, |w| w.0);
+            let q = l.variant.qtype.unwrap_or(QType::F32);
             let (k, n, rows) = (p.k as u64, p.n as u64, p.rows as u64);
             // Experts: one (token, slot) per workgroup z, each reading its expert's rows.
             let (cols, experts) = match l.variant.kernel {
