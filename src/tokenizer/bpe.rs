@@ -1,4 +1,6 @@
 //! Byte-level BPE (`tokenizer.ggml.model = "gpt2"`): GPT-2's bytes→unicode mapping, merges by rank.
+//! Also SentencePiece-style BPE (`"gemma4"`): the same merges over raw UTF-8 characters, spaces as
+//! `▁`, byte tokens `<0xXX>` for what no token covers.
 //!
 //! Follows llama.cpp `llm_tokenizer_bpe_session::tokenize`: each pre-tokenized word is byte-encoded,
 //! split into characters, and the adjacent pair with the lowest merge rank (leftmost on ties) is
@@ -165,7 +167,18 @@ impl Bpe {
         let mut heap = BinaryHeap::new();
         for (a, b) in self.pre.split(text) {
             word.clear();
-            word.extend(text.as_bytes()[a..b].iter().map(|&byte| BYTE_TO_CHAR[byte as usize]));
+            if self.pre.byte_encode {
+                word.extend(text.as_bytes()[a..b].iter().map(|&byte| BYTE_TO_CHAR[byte as usize]));
+            } else {
+                word.push_str(&text[a..b]);
+                // Gemma 4: a run of newlines that is a token is that token (llama.cpp #21343).
+                if word.bytes().all(|c| c == b'\n') {
+                    if let Some(id) = vocab.get(&word) {
+                        out.push(id);
+                        continue;
+                    }
+                }
+            }
             self.encode_word(vocab, &word, &mut symbols, &mut heap, out);
         }
     }
@@ -238,10 +251,13 @@ impl Bpe {
                 out.push(s.id);
                 continue;
             }
-            // not a token: each byte of the encoded text that is itself a token
+            // not a token: each byte of the encoded text that is itself a token (raw UTF-8:
+            // its byte tokens, `<0xXX>`)
             let piece = &word.as_bytes()[s.start as usize..(s.start + s.len) as usize];
             for &b in piece {
-                if b.is_ascii() {
+                if !self.pre.byte_encode {
+                    out.extend(vocab.get(&format!("<0x{b:02X}>")));
+                } else if b.is_ascii() {
                     if let Some(id) = vocab.get(std::str::from_utf8(&[b]).unwrap_or("")) {
                         out.push(id);
                     }

@@ -63,15 +63,24 @@ impl Tokenizer {
     /// A tokenizer from the bytes of a `tokenizer.json` (`file` names it in errors) and the
     /// special tokens of its directory.
     pub fn from_hf_json(json: &[u8], file: &str, specials: &HfSpecials) -> Result<Tokenizer> {
-        let tok = tokenizers::Tokenizer::from_bytes(json).map_err(|e| tok_err(file, e))?;
+        let mut tok = tokenizers::Tokenizer::from_bytes(json).map_err(|e| tok_err(file, e))?;
+        // A file's own truncation and padding (BERT exports often carry 128 of each) would cut
+        // or pad every text in silence: lengths are the engine's to check.
+        tok.with_truncation(None).map_err(|e| tok_err(file, e))?;
+        tok.with_padding(None);
         let by_text = |text: &Option<String>| text.as_deref().and_then(|t| tok.token_to_id(t));
-        let bos = by_text(&specials.bos_text).or(specials.bos_ids.first().copied());
-        let eos = by_text(&specials.eos_text).or(specials.eos_ids.first().copied());
+        let mut bos = by_text(&specials.bos_text).or(specials.bos_ids.first().copied());
+        let mut eos = by_text(&specials.eos_text).or(specials.eos_ids.first().copied());
 
         // What the post-processor adds around nothing: BOS first, EOS last, for tokenizers whose
         // config does not say.
         let probe = tok.encode("", true).map_err(|e| tok_err("encode", e))?;
         let probe = probe.get_ids();
+        // A template with two tokens and no BOS/EOS named anywhere (BERT's `[CLS] $A [SEP]`):
+        // they are the ones added around every text.
+        if let ([first, last], None, None) = (probe, bos, eos) {
+            (bos, eos) = (Some(*first), Some(*last));
+        }
         let add_bos = specials
             .add_bos
             .unwrap_or(bos.is_some() && probe.first() == bos.as_ref());
@@ -95,6 +104,58 @@ impl Tokenizer {
         };
         Tokenizer::from_hf(spec, hf, &specials.eos_ids)
     }
+}
+
+/// A `tokenizer.json` for a GGUF WordPiece vocabulary (`tokenizer.ggml.model = "bert"`), as
+/// BERT's own: the converter's `▁word` / `piece` forms back to `word` / `##piece` (bracketed
+/// special tokens stay), BERT's normaliser and pre-tokenizer, and the control tokens as
+/// special added tokens.
+pub(super) fn wordpiece_json(spec: &TokenizerSpec) -> Result<Vec<u8>> {
+    use serde_json::{json, Map, Value};
+    let mut vocab = Map::with_capacity(spec.tokens.len());
+    let mut added = Vec::new();
+    for (id, t) in spec.tokens.iter().enumerate() {
+        let ty = spec.token_types.get(id).copied().unwrap_or(1);
+        let bracketed = t.starts_with('[') && t.ends_with(']') && t.len() > 1;
+        let text = if bracketed {
+            t.clone()
+        } else if let Some(w) = t.strip_prefix('\u{2581}') {
+            w.to_string()
+        } else {
+            format!("##{t}")
+        };
+        if ty == 3 {
+            added.push(json!({
+                "id": id, "content": text, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": true
+            }));
+        }
+        // The first of two identical texts keeps its id, as in BERT's `vocab.txt`.
+        vocab.entry(text).or_insert(Value::from(id));
+    }
+    let unk = spec
+        .unk
+        .and_then(|id| spec.tokens.get(id as usize))
+        .cloned()
+        .unwrap_or_else(|| "[UNK]".into());
+    let doc = json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": {
+            "type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+            "strip_accents": null, "lowercase": true
+        },
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": null,
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+        "model": {
+            "type": "WordPiece", "unk_token": unk, "continuing_subword_prefix": "##",
+            "max_input_chars_per_word": 100, "vocab": vocab
+        }
+    });
+    serde_json::to_vec(&doc).map_err(|e| tok_err("tokenizer.ggml.tokens (bert)", e))
 }
 
 /// The token table in GGUF's terms: texts by id, and llama.cpp token types (special added

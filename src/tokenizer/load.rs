@@ -64,14 +64,14 @@ impl TokenizerSpec {
             .get_str("tokenizer.ggml.model")?
             .ok_or_else(|| Error::Tokenizer("tokenizer.ggml.model is missing".into()))?
             .to_string();
-        if !matches!(model.as_str(), "gpt2" | "llama") {
+        if !matches!(model.as_str(), "gpt2" | "llama" | "bert" | "gemma4") {
             return Err(super::unsupported_model(&model));
         }
         let tokens = strings(md, "tokenizer.ggml.tokens")?
             .ok_or_else(|| Error::Tokenizer("tokenizer.ggml.tokens is missing".into()))?;
         let merges = match model.as_str() {
-            "gpt2" => strings(md, "tokenizer.ggml.merges")?
-                .ok_or_else(|| Error::Tokenizer("tokenizer.ggml.merges is missing (gpt2 BPE needs it)".into()))?,
+            "gpt2" | "gemma4" => strings(md, "tokenizer.ggml.merges")?
+                .ok_or_else(|| Error::Tokenizer(format!("tokenizer.ggml.merges is missing ({model} BPE needs it)")))?,
             _ => Vec::new(),
         };
         let scores = numbers(md, "tokenizer.ggml.scores", |v| v.as_f64().map(|x| x as f32))?;

@@ -1,8 +1,9 @@
 //! Tokenizers built from GGUF metadata that give exactly llama.cpp's token ids.
 //!
 //! `tokenizer.ggml.model = "gpt2"` is byte-level BPE with the pre-tokenizer named by
-//! `tokenizer.ggml.pre` (`bpe.rs`, `pretokenize.rs`); `"llama"` is SentencePiece BPE with byte
-//! fallback (`spm.rs`). Special and user-defined tokens written in the text are cut out first, longest
+//! `tokenizer.ggml.pre` (`bpe.rs`, `pretokenize.rs`); `"gemma4"` the same BPE over raw UTF-8 with
+//! spaces as `▁`; `"llama"` is SentencePiece BPE with byte fallback (`spm.rs`); `"bert"` WordPiece
+//! (through the `tokenizers` crate). Special and user-defined tokens written in the text are cut out first, longest
 //! first, as llama.cpp's `tokenizer_st_partition` does. Everything follows llama.cpp
 //! `src/llama-vocab.cpp` and `src/unicode.cpp` at commit 0c1e570 (the reference data's oracle).
 //!
@@ -122,6 +123,16 @@ impl Tokenizer {
                     (spec.add_eos.unwrap_or(false), spec.add_space_prefix.unwrap_or(false));
                 Self::finish(vocab, Kind::Bpe(bpe), add_bos, add_eos, add_space_prefix)
             }
+            // Gemma 4: BPE as SentencePiece splits, whole lines with spaces as `▁`; no default
+            // special ids, and BOS always added (llama.cpp's workaround for the converted files).
+            "gemma4" => {
+                let pre = PreTokenizer::from_name(Some("gemma4"))?;
+                let merges = std::mem::take(&mut spec.merges);
+                let add_eos = spec.add_eos.unwrap_or(false);
+                let vocab = Vocab::build(&mut spec, SpecialIds::default())?;
+                let bpe = Box::new(Bpe::new(&vocab, &merges, pre)?);
+                Self::finish(vocab, Kind::Bpe(bpe), true, add_eos, false)
+            }
             "llama" => {
                 let defaults = SpecialIds {
                     bos: in_vocab(1),
@@ -134,6 +145,24 @@ impl Tokenizer {
                 let vocab = Vocab::build(&mut spec, defaults)?;
                 let bytes = Box::new(spm::byte_tokens(&vocab));
                 Self::finish(vocab, Kind::Spm { bytes }, add_bos, add_eos, add_space_prefix)
+            }
+            // WordPiece: llama.cpp's converter writes word-initial pieces with `▁` and
+            // continuations bare; the table is turned back into BERT's `##` form and run by the
+            // `tokenizers` crate with BERT's normaliser (lower-casing, accents stripped) and
+            // pre-tokenizer, so the ids are those of the model's own `tokenizer.json`.
+            "bert" => {
+                let json = hf::wordpiece_json(&spec)?;
+                let at = |id: Option<u32>, default: u32| id.filter(|&i| i < n).or(in_vocab(default));
+                let cls = at(spec.bos, 101);
+                let sep = at(spec.sep.or(spec.eos), 102);
+                let specials = HfSpecials {
+                    bos_ids: cls.into_iter().collect(),
+                    eos_ids: sep.into_iter().collect(),
+                    add_bos: Some(cls.is_some()),
+                    add_eos: Some(sep.is_some()),
+                    ..Default::default()
+                };
+                Tokenizer::from_hf_json(&json, "tokenizer.ggml.tokens (bert)", &specials)
             }
             other => Err(unsupported_model(other)),
         }
@@ -182,6 +211,9 @@ impl Tokenizer {
             Kind::Bpe(bpe) => {
                 for f in self.partition(text, parse_special) {
                     match f {
+                        Fragment::Text(a, b) if bpe.pre.escape_whitespaces => {
+                            bpe.encode(&self.vocab, &text[a..b].replace(' ', spm::ESCAPED_SPACE), &mut out)
+                        }
                         Fragment::Text(a, b) => bpe.encode(&self.vocab, &text[a..b], &mut out),
                         Fragment::Token(id) => out.push(id),
                     }
@@ -332,7 +364,7 @@ impl Tokenizer {
         }
         if attr & ATTR_NORMAL != 0 {
             let byte_level = match &self.kind {
-                Kind::Bpe(_) => true,
+                Kind::Bpe(b) => b.pre.byte_encode,
                 Kind::Spm { .. } => false,
                 Kind::Hf(hf) => hf.byte_level,
             };
@@ -427,7 +459,7 @@ impl Tokenizer {
 
 fn unsupported_model(name: &str) -> Error {
     Error::Tokenizer(format!(
-        "tokenizer model '{name}' (tokenizer.ggml.model) is not supported; supported: gpt2, llama"
+        "tokenizer model '{name}' (tokenizer.ggml.model) is not supported; supported: gpt2, llama, gemma4, bert"
     ))
 }
 

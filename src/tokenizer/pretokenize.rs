@@ -43,6 +43,11 @@ pub(crate) struct PreTokenizer {
     pub add_bos: bool,
     /// Pre-tokenizers that clear the default BOS id before the file's `bos_token_id` is read.
     pub no_default_bos: bool,
+    /// Words are GPT-2 byte-encoded before the merges (byte-level BPE); false: the raw UTF-8
+    /// characters, byte tokens `<0xXX>` for what no token covers (SentencePiece-style BPE).
+    pub byte_encode: bool,
+    /// Spaces become `▁` before the merges, and back when decoding (SentencePiece-style BPE).
+    pub escape_whitespaces: bool,
 }
 
 const DEFAULT: &[Split] = &[
@@ -61,6 +66,7 @@ const FALCON: &[Split] = &[
 const LLAMA3: &[Split] = &[Split::Llama3 { max_digits: 3 }];
 const QWEN2: &[Split] = &[Split::Llama3 { max_digits: 1 }];
 const LAGUNA: &[Split] = &[Split::Newlines, Split::Llama3 { max_digits: 1 }];
+const NEWLINES: &[Split] = &[Split::Newlines];
 
 impl PreTokenizer {
     /// `name` as llama.cpp spells it (`llama_vocab::impl::load`); None is llama.cpp's "default".
@@ -88,13 +94,16 @@ impl PreTokenizer {
                 (QWEN2, false, false, false, false)
             }
             "laguna" => (LAGUNA, false, false, false, false),
+            // Gemma 4: SentencePiece-style BPE over whole lines (below).
+            "gemma4" | "granite-embed-multi-311m" => (NEWLINES, true, false, true, true),
             other => {
                 return Err(Error::Tokenizer(format!(
                     "pre-tokenizer '{other}' (tokenizer.ggml.pre) is not supported; supported families: \
-                     default, gpt-2, llama-bpe (llama3), qwen2, smollm/starcoder, falcon, dbrx, chatglm-bpe/glm4, laguna"
+                     default, gpt-2, llama-bpe (llama3), qwen2, smollm/starcoder, falcon, dbrx, chatglm-bpe/glm4, laguna, gemma4"
                 )))
             }
         };
+        let spm_style = stages == NEWLINES;
         Ok(PreTokenizer {
             name: n.to_string(),
             stages,
@@ -102,6 +111,8 @@ impl PreTokenizer {
             clean_spaces,
             add_bos,
             no_default_bos,
+            byte_encode: !spm_style,
+            escape_whitespaces: spm_style,
         })
     }
 

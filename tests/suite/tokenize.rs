@@ -24,6 +24,7 @@ tests![
     gemma3_vocab_loads_fast,
     hand_built_metadata_works,
     hostile_metadata_is_refused_with_a_clear_error,
+    gemma4_ids_match_llama_cpp_and_round_trip,
 ];
 
 const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -356,4 +357,32 @@ fn hostile_metadata_is_refused_with_a_clear_error() {
     let e = tok.encode("z", true, true).unwrap_err().to_string();
     assert!(e.contains("byte-fallback token <0xE2>"), "{e}");
     assert!(tok.decode(&[99], false).unwrap_err().to_string().contains("99"));
+}
+
+/// Gemma 4's tokenizer (`tokenizer.ggml.model = "gemma4"`: BPE over whole lines, spaces as `▁`,
+/// byte tokens for the rest, BOS always) on the random gemma4 file: the 40 strings of the
+/// gemma3 reference give llama-tokenize's ids (`tests/data/tokenize/gemma4-random.tokenize.json`,
+/// its command inside), and decode back to the text.
+fn gemma4_ids_match_llama_cpp_and_round_trip() {
+    let t = "tokenize::gemma4_ids";
+    let Some(path) = common::ref_file(t, "random/gguf/gemma4-f32.gguf") else {
+        return;
+    };
+    let gguf = GgufFile::open(&path).unwrap();
+    let tok = Tokenizer::from_gguf(&gguf.metadata).unwrap();
+    let cases = cases("gemma4-random.tokenize.json");
+    assert_eq!(cases.len(), 40);
+    let mut bad = Vec::new();
+    for c in &cases {
+        let got = tok.encode(&c.text, true, true).unwrap();
+        if got != c.ids {
+            bad.push(format!(
+                "{:?}\n  llama.cpp: {:?}\n  minfer:    {:?}",
+                c.text, c.ids, got
+            ));
+        }
+        let body = &c.ids[1..];
+        assert_eq!(tok.decode(body, false).unwrap(), c.text, "ids {body:?}");
+    }
+    assert!(bad.is_empty(), "{} of 40 differ:\n{}", bad.len(), bad.join("\n"));
 }
