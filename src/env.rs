@@ -157,6 +157,15 @@ pub fn user_cache_dir() -> Option<PathBuf> {
     var("XDG_CACHE_HOME").or_else(|| var("HOME").map(|h| h.join(".cache")))
 }
 
+/// Where `scripts/fetch-models` puts models and where the default model is looked for first:
+/// `$MINFER_MODELS_DIR`, else `minfer/models` in the user's cache directory.
+pub fn models_dir() -> Option<PathBuf> {
+    var_os("MINFER_MODELS_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| Some(user_cache_dir()?.join("minfer").join("models")))
+}
+
 /// The C++ compiler for the CUDA emulator: `$CXX`, else `g++`.
 pub fn cxx() -> OsString {
     var_os("CXX").filter(|v| !v.is_empty()).unwrap_or_else(|| "g++".into())

@@ -136,6 +136,23 @@ impl Batch {
     }
 }
 
+/// The largest context a session takes (positions).
+pub const MAX_CTX: usize = 1 << 20;
+
+/// The memory the system can still give (Linux: `MemAvailable` of /proc/meminfo), in bytes.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
 impl Session {
     pub fn new(model: Arc<Model>, opts: &SessionOptions) -> Result<Session> {
         let cands = backend::candidates(opts.backend, opts.threads, opts.gpu, &opts.backend_options)?;
@@ -169,14 +186,40 @@ impl Session {
         } else {
             opts.n_ctx
         };
-        if n_ctx > 1 << 20 {
-            return Err(Error::InvalidArgument(format!("context size {n_ctx} is too large")));
+        if n_ctx > MAX_CTX {
+            return Err(Error::InvalidArgument(format!(
+                "context size {n_ctx} is over the limit of {MAX_CTX} positions"
+            )));
         }
         if opts.n_batch == 0 {
             return Err(Error::InvalidArgument("batch size 0".into()));
         }
         let full = KvLayout::new(&model, n_ctx, kv_type)?;
         let (backend, mut log) = backend::select(cands, &model, kv_type, n_ctx)?;
+        // The cache grows with use, but the context asked for must fit when it is full: on the
+        // CPU it lives in the machine's memory, so a context that cannot is refused now.
+        let kv_full = full.model_bytes(&model.hparams) as u64;
+        if backend.name() == "cpu" {
+            if let Some(avail) = available_memory() {
+                if kv_full > avail {
+                    return Err(Error::InvalidArgument(format!(
+                        "a context of {n_ctx} positions needs a {} KV cache of {:.1} GB; {:.1} GB of memory is available \
+                         (use a smaller context, -c, or a smaller cache type, --cache-type)",
+                        kv_type.name(),
+                        kv_full as f64 / 1e9,
+                        avail as f64 / 1e9
+                    )));
+                }
+            }
+        }
+        let n_train = model.hparams.n_ctx_train;
+        // (An embedding model's cells hold many inputs, each within the positions.)
+        if n_train > 0 && n_ctx > n_train && model.hparams.pooling.is_none() {
+            log.push(format!(
+                "warning: a context of {n_ctx} positions is beyond the {n_train} the model was trained on; \
+                 what it writes past them may degrade"
+            ));
+        }
         let cells = n_ctx.min(INITIAL_CELLS);
         let ctx = backend.new_context(&model, cells, kv_type)?;
         log.push(format!(
@@ -442,7 +485,8 @@ impl Session {
         if rows.len() == n_out {
             return Ok(logits);
         }
-        let nv = self.n_vocab();
+        // Logits, or an encoder's hidden states: the result's own width.
+        let nv = g.nodes[g.result].width;
         let mut out = Vec::with_capacity(rows.len() * nv);
         for r in rows {
             out.extend_from_slice(&logits[r * nv..(r + 1) * nv]);

@@ -15,8 +15,9 @@ use minfer::SessionOptions;
 
 pub const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
-/// The default model: `$MINFER_MODEL`, then `$MINFER_MODELS_DIR`, `./models/`, then the
-/// user's cache directory.
+/// The default model: `$MINFER_MODEL`, then `$MINFER_MODELS_DIR`, the user-level models
+/// directory `scripts/fetch-models` fills (`~/.cache/minfer/models`), `./models/`, then the
+/// user's cache directory itself.
 pub fn default_model(env: &Overrides) -> Result<PathBuf> {
     let mut tried = Vec::new();
     if let Some(p) = &env.model {
@@ -25,10 +26,14 @@ pub fn default_model(env: &Overrides) -> Result<PathBuf> {
         }
         tried.push(format!("$MINFER_MODEL={}", p.display()));
     }
-    let mut dirs = vec![PathBuf::from("models")];
+    let mut dirs = Vec::new();
     if let Some(d) = &env.models_dir {
-        dirs.insert(0, d.clone());
+        dirs.push(d.clone());
     }
+    if let Some(c) = minfer::env::user_cache_dir() {
+        dirs.push(c.join("minfer").join("models"));
+    }
+    dirs.push(PathBuf::from("models"));
     if let Some(c) = minfer::env::user_cache_dir() {
         dirs.push(c.join("minfer"));
     }
@@ -73,6 +78,11 @@ fn check_model(s: &str) -> Result<PathBuf> {
 }
 
 pub fn read_stdin_prompt() -> Result<String> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        // Someone at a keyboard who gave no prompt: say what the wait is for.
+        eprintln!("no prompt given: reading it from standard input (end it with Ctrl-D)");
+    }
     let mut buf = Vec::new();
     std::io::stdin()
         .read_to_end(&mut buf)

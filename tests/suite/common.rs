@@ -56,12 +56,23 @@ pub fn ref_file(test: &str, rel: &str) -> Option<PathBuf> {
     }
 }
 
-/// A real model fetched by `scripts/fetch-models` (`$MINFER_MODELS_DIR`, else `./models`), or a skip.
+/// Where `scripts/fetch-models` puts models (`$MINFER_MODELS_DIR`, else the user's
+/// `~/.cache/minfer/models`), then this checkout's `./models`: the first that holds `name`
+/// (a file or a model directory), else the first.
+pub fn model_path(name: &str) -> PathBuf {
+    let dirs: Vec<PathBuf> = minfer::env::models_dir()
+        .into_iter()
+        .chain([Path::new(env!("CARGO_MANIFEST_DIR")).join("models")])
+        .collect();
+    dirs.iter()
+        .map(|d| d.join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| dirs[0].join(name))
+}
+
+/// A real model fetched by `scripts/fetch-models` ([`model_path`]), or a skip.
 pub fn real_model(test: &str, file: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("MINFER_MODELS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("models"));
-    let p = dir.join(file);
+    let p = model_path(file);
     if p.is_file() {
         Some(p)
     } else {

@@ -155,6 +155,40 @@ fn reason(r: StopReason) -> &'static str {
 }
 
 /// Middleware: every response counted by its status.
+/// A request's tokens, where its handler knows them when it answers (a whole answer; a stream's
+/// are in its last chunk): what the access log prints.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tokens {
+    pub(crate) prompt: usize,
+    pub(crate) completion: usize,
+}
+
+/// One line on stderr per request (unless `--log-disable`): method, path, status, prompt +
+/// completion tokens where the answer carries them, and the time to the response's head (a
+/// stream's first byte).
+pub(crate) async fn access_log(
+    axum::extract::State(app): axum::extract::State<std::sync::Arc<super::App>>,
+    req: HttpRequest,
+    next: Next,
+) -> Response {
+    if !app.access_log {
+        return next.run(req).await;
+    }
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let t0 = Instant::now();
+    let r = next.run(req).await;
+    let tokens = r
+        .extensions()
+        .get::<Tokens>()
+        .map_or("-".to_string(), |t| format!("{}+{}", t.prompt, t.completion));
+    eprintln!(
+        "{method} {path} {} tokens {tokens} {:.1} ms",
+        r.status().as_u16(),
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    r
+}
+
 pub(crate) async fn count_responses(req: HttpRequest, next: Next) -> Response {
     let r = next.run(req).await;
     counter!("minfer_http_responses_total", "status" => r.status().as_u16().to_string()).increment(1);

@@ -98,14 +98,16 @@ impl Tools {
         };
         let one = |t: &Value| {
             let name = t.pointer("/function/name").cloned().unwrap_or(Value::Null);
-            let params = t
+            let mut params = t
                 .pointer("/function/parameters")
                 .cloned()
                 .unwrap_or_else(|| json!({"type": "object"}));
+            close_objects(&mut params);
             json!({
                 "type": "object",
                 "properties": {"name": {"const": name}, "arguments": params},
                 "required": ["name", "arguments"],
+                "additionalProperties": false,
             })
         };
         let schema = match allowed.as_slice() {
@@ -113,6 +115,35 @@ impl Tools {
             ts => json!({"anyOf": ts.iter().map(|t| one(t)).collect::<Vec<_>>()}),
         };
         Some(json!({"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}))
+    }
+}
+
+/// Closes every object of a JSON schema that does not say whether it is open
+/// (`additionalProperties: false`), through properties, items and combinators: a forced call
+/// then carries exactly the keys the function names, where an open schema would let a small
+/// model go on adding its own.
+fn close_objects(schema: &mut Value) {
+    let Some(o) = schema.as_object_mut() else {
+        return;
+    };
+    let is_object = o.get("type").and_then(Value::as_str) == Some("object") || o.contains_key("properties");
+    if is_object && !o.contains_key("additionalProperties") {
+        o.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    for key in ["properties", "patternProperties", "$defs", "definitions"] {
+        if let Some(Value::Object(m)) = o.get_mut(key) {
+            m.values_mut().for_each(close_objects);
+        }
+    }
+    for key in ["items", "additionalItems", "not"] {
+        if let Some(v) = o.get_mut(key) {
+            close_objects(v);
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(Value::Array(a)) = o.get_mut(key) {
+            a.iter_mut().for_each(close_objects);
+        }
     }
 }
 
@@ -222,14 +253,18 @@ pub(super) struct CallStream {
     parser: ToolCallParser,
     ids: String,
     calls: usize,
+    /// The answer was forced to be a call (`required`, a named tool): text that is not one is
+    /// a call `max_tokens` cut, never content.
+    forced: bool,
 }
 
 impl CallStream {
-    pub(super) fn new(ids: String) -> Self {
+    pub(super) fn new(ids: String, forced: bool) -> Self {
         CallStream {
             parser: ToolCallParser::new(),
             ids,
             calls: 0,
+            forced,
         }
     }
 
@@ -255,7 +290,7 @@ impl CallStream {
         let mut out = Vec::new();
         for p in pieces {
             match p {
-                Piece::Content(c) if c.is_empty() => {}
+                Piece::Content(c) if c.is_empty() || self.forced => {}
                 // Whitespace after a call is not content.
                 Piece::Content(c) if self.called() && c.trim().is_empty() => {}
                 Piece::Content(c) => out.push(json!({"content": c})),
@@ -309,6 +344,33 @@ mod tests {
             f.pointer("/json_schema/schema/properties/name/const"),
             Some(&json!("get_weather"))
         );
+        // The call and its arguments are closed: no key beyond the function's.
+        assert_eq!(
+            f.pointer("/json_schema/schema/additionalProperties"),
+            Some(&json!(false))
+        );
+        assert_eq!(
+            f.pointer("/json_schema/schema/properties/arguments/additionalProperties"),
+            Some(&json!(false))
+        );
+        // Nested objects too, and a schema that opens itself stays open.
+        let mut s = json!({"type": "object", "properties": {
+            "a": {"type": "object", "properties": {"b": {"type": "string"}}},
+            "c": {"type": "array", "items": {"properties": {"d": {}}}},
+            "e": {"type": "object", "additionalProperties": true},
+            "f": {"anyOf": [{"type": "object"}, {"type": "null"}]},
+        }});
+        close_objects(&mut s);
+        for (path, want) in [
+            ("/additionalProperties", json!(false)),
+            ("/properties/a/additionalProperties", json!(false)),
+            ("/properties/c/items/additionalProperties", json!(false)),
+            ("/properties/e/additionalProperties", json!(true)),
+            ("/properties/f/anyOf/0/additionalProperties", json!(false)),
+        ] {
+            assert_eq!(s.pointer(path), Some(&want), "{path}: {s}");
+        }
+        assert_eq!(s.pointer("/properties/f/anyOf/1/additionalProperties"), None);
         let bad_tools = [
             json!("x"),
             json!([weather(), {"type": "code_interpreter"}]),
@@ -352,7 +414,7 @@ mod tests {
         );
         assert_eq!(message("Hi", "c").0, json!({"role": "assistant", "content": "Hi"}));
 
-        let mut s = CallStream::new("call_7".into());
+        let mut s = CallStream::new("call_7".into(), false);
         let mut deltas = Vec::new();
         for ch in qwen.chars() {
             deltas.extend(s.push(&ch.to_string()));
@@ -368,8 +430,14 @@ mod tests {
             ]
         );
 
+        // A forced call cut short: no content deltas, no call.
+        let mut s = CallStream::new("call_9".into(), true);
+        let mut deltas = s.push(r#"{"name": "get_weather", "arguments": {"ci"#);
+        deltas.extend(s.end(""));
+        assert!(deltas.is_empty() && !s.called(), "{deltas:?}");
+
         // Text around a Hermes block: content deltas for the text only, indices per call.
-        let mut s = CallStream::new("call_8".into());
+        let mut s = CallStream::new("call_8".into(), false);
         let mut deltas = s.push("Sure. <tool_");
         deltas.extend(s.push(&format!("call>{qwen}</tool_call>\n<tool_call>{qwen}")));
         deltas.extend(s.end("</tool_call> "));

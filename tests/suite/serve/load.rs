@@ -68,7 +68,11 @@ fn error_shape(st: u16, b: &str, want: u16, what: &str) {
     assert_eq!(st, want, "{what}: {b}");
     let v: Value = serde_json::from_str(b).unwrap_or_else(|e| panic!("{what}: {e}: {b}"));
     assert!(v["error"]["message"].is_string(), "{what}: {v}");
-    assert_eq!(v["error"]["code"], want, "{what}: {v}");
+    // OpenAI's code: a string or null, never the status number.
+    assert!(
+        v["error"]["code"].is_string() || v["error"]["code"].is_null(),
+        "{what}: {v}"
+    );
 }
 
 /// One request of the load, checked against the answers each prompt gets alone.

@@ -147,6 +147,31 @@ fn serve_tools_qwen_answers_with_tool_calls() {
     );
     assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
 
+    // A forced call that max_tokens cuts is no content: finish_reason length, no half call
+    // as text, streamed or not.
+    let mut cut = named.clone();
+    cut["max_tokens"] = json!(4);
+    let (st, v) = s.post("/v1/chat/completions", &cut);
+    assert_eq!(st, 200, "{v}");
+    let m = &v["choices"][0]["message"];
+    assert!(m["content"].is_null() && m.get("tool_calls").is_none(), "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
+    cut["stream"] = json!(true);
+    let (st, _, b) = http(s.port, "POST", "/v1/chat/completions", &[], cut.to_string().as_bytes());
+    assert_eq!(st, 200, "{b}");
+    let chunks: Vec<Value> = sse_data(&b)
+        .iter()
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["choices"][0]["delta"]["content"].as_str().is_none_or(str::is_empty)),
+        "{b}"
+    );
+    assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "length", "{b}");
+
     // `tool_choice: none` renders without the tools and answers in text.
     let mut none = body.clone();
     none["tool_choice"] = json!("none");
