@@ -98,6 +98,7 @@ fn bench_attention(c: &mut Criterion) {
             flash: false,
             sinks: false,
             kv_from: None,
+            causal: true,
         };
         let q = vec![0.2f32; n_kv * n_head * hd];
         let fill = Step::contiguous(&vec![0; n_kv], 0);

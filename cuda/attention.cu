@@ -52,7 +52,9 @@ static __device__ __forceinline__ void attention_body(const Params& p) {
     const u32 t = blockIdx.y + prm.t0;
     const u32 tid = threadIdx.x;
     const u32 g = h / (n_head / n_head_kv);
-    const u32 pos = step[4 + 2 * t];
+    // The last position attended: the token's own, or in an encoder's step (step[1], the table
+    // of Step::words(bidir)) its whole sequence's last.
+    const u32 pos = step[1] != 0 ? step[step[1] + t] : step[4 + 2 * t];
     const u32* __restrict__ cells = step + step[5 + 2 * t]; // cache row of position j: cells[j]
     u32 lo = 0;
     if (window > 0 && pos + 1 > window) {

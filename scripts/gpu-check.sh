@@ -96,17 +96,20 @@ PY
         rm -f "$kit/llama-src.tar.xz"
         echo "gpu-check: no llama.cpp source archive ($pack failed, $top/pack-llama.log): the run goes without llama.cpp"
     fi
-    # The default model for the real-model tests, compressed and cut to fit transfers.
-    if [ -f "models/$default_model" ]; then
-        xz -T0 -6 -c "models/$default_model" | split -b 50M -d -a 1 - "$top/$default_model.xz.part"
+    # The default model for the real-model tests, compressed and cut to fit transfers: from
+    # where scripts/fetch-models puts it (else this checkout's models/).
+    local mdir=${MINFER_MODELS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/minfer/models}
+    [ -f "$mdir/$default_model" ] || mdir=models
+    if [ -f "$mdir/$default_model" ]; then
+        xz -T0 -6 -c "$mdir/$default_model" | split -b 50M -d -a 1 - "$top/$default_model.xz.part"
         local i=1
         for p in "$top/$default_model".xz.part*; do
             mkdir -p "$top/model-$i" && mv "$p" "$top/model-$i/"
             i=$((i + 1))
         done
-        (cd models && sha256sum "$default_model") > "$kit/models.sha256"
+        (cd "$mdir" && sha256sum "$default_model") > "$kit/models.sha256"
     else
-        echo "gpu-check: models/$default_model absent (scripts/fetch-models): the real-model tests will be ignored there"
+        echo "gpu-check: $mdir/$default_model absent (scripts/fetch-models): the real-model tests will be ignored there"
     fi
     (cd "$kit" && sha256sum -- * > SHA256SUMS)
     local size

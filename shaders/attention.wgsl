@@ -90,7 +90,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, ln: Lanes) {
     let t = wid.y + p.t0;
     let lid = ln.lid;
     let g = h / (p.n_head / p.n_head_kv);
-    let pos = step[4u + 2u * t];
+    // The last position attended: the token's own, or in an encoder's step (step[1], the table
+    // of Step::words(bidir)) its whole sequence's last.
+    var pos = step[4u + 2u * t];
+    if (step[1] != 0u) {
+        pos = step[step[1] + t];
+    }
     let cells = step[5u + 2u * t]; // the sequence's row of position j is step[cells + j]
     var lo = 0u;
     if (p.window > 0u && pos + 1u > p.window) {

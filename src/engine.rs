@@ -235,6 +235,19 @@ impl Engine {
         Ok(self.tokenize(text, true, true)?.len())
     }
 
+    /// One vector per text from an embedding model (`crate::embed`): pooled and normalised as
+    /// the model says; an input longer than the model's positions is an error naming it.
+    pub fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let ids = crate::embed::tokenize(&self.session, &self.tokenizer, texts, crate::embed::Overflow::Refuse)?;
+        Ok(self.embed_tokens(&ids)?.into_iter().map(|e| e.vector).collect())
+    }
+
+    /// [`Engine::embed`] of inputs already tokenized (with their special tokens).
+    pub fn embed_tokens(&mut self, inputs: &[Vec<u32>]) -> Result<Vec<crate::embed::Embedding>> {
+        self.reset();
+        crate::embed::embed_tokens(&mut self.session, inputs)
+    }
+
     /// Forgets the cached conversation.
     pub fn reset(&mut self) {
         self.cached.clear();
@@ -252,6 +265,13 @@ impl Engine {
     ) -> Result<Generation> {
         if prompt.is_empty() {
             return Err(Error::InvalidArgument("empty prompt".into()));
+        }
+        if self.model().hparams.pooling.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "{} is an embedding model ({}): it generates no text (use embed)",
+                self.model().source,
+                self.model().arch.name()
+            )));
         }
         let n_ctx = self.session.n_ctx();
         if prompt.len() >= n_ctx {

@@ -8,6 +8,7 @@
 pub mod backend;
 pub mod chat;
 pub mod constrain;
+pub mod embed;
 pub mod engine;
 pub mod env;
 pub mod error;

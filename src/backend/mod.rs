@@ -233,18 +233,31 @@ impl Step {
         self.tokens.is_empty()
     }
 
-    /// The step as GPU kernels read it: `[n, 0, 0, 0]`, then `(pos, 4 + 2n + off)` per token,
-    /// then `cells` — so token `t`'s position `j` is cell `words[words[5 + 2t] + j]`.
-    pub fn words(&self) -> Vec<u32> {
+    /// The step as GPU kernels read it: `[n, last, 0, 0]`, then `(pos, 4 + 2n + off)` per token,
+    /// then `cells` — so token `t`'s position `j` is cell `words[words[5 + 2t] + j]`. With
+    /// `bidir` (a graph whose attention is not causal) `last` is where a table of each token's
+    /// last attended position follows the cells, its sequence's last in the step
+    /// (`words[last + t]`); else 0.
+    pub fn words(&self, bidir: bool) -> Vec<u32> {
         let n = self.len();
         let base = (4 + 2 * n) as u32;
-        let mut w = Vec::with_capacity(4 + 2 * n + self.cells.len());
+        let mut w = Vec::with_capacity(4 + 2 * n + self.cells.len() + if bidir { n } else { 0 });
         w.extend_from_slice(&[n as u32, 0, 0, 0]);
         for (&p, &o) in self.pos.iter().zip(&self.off) {
             w.push(p);
             w.push(base + o);
         }
         w.extend_from_slice(&self.cells);
+        if bidir {
+            // A sequence is its cell list's offset: each one's last position, in one pass.
+            let mut last: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+            for (&o, &p) in self.off.iter().zip(&self.pos) {
+                let l = last.entry(o).or_insert(p);
+                *l = (*l).max(p);
+            }
+            w[1] = w.len() as u32;
+            w.extend(self.off.iter().map(|o| last[o]));
+        }
         w
     }
 }

@@ -10,6 +10,11 @@
 //! `tg` steps decode one token of every sequence per forward; one row per case with prompt,
 //! generation and total tokens/s, or with `--json` JSON lines under llama-batched-bench's own
 //! field names.
+//!
+//! An embedding model gets the embeddings mode instead: for each input length
+//! (`--embd-len`, tokens with `[CLS]` and `[SEP]`) and count (`--embd-batch`), that many inputs
+//! of random tokens embedded in one call (forwards of up to `-b` tokens of whole inputs), after a
+//! warm-up; embeddings and tokens per second, mean ± stddev over `-r` runs.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -42,6 +47,9 @@ pub struct Args {
     pub n_batch: usize,
     /// `-fa`: flash-attention numerics.
     pub flash_attn: bool,
+    /// Embedding models: tokens per input, and inputs per call.
+    pub embd_len: Vec<usize>,
+    pub embd_batch: Vec<usize>,
 }
 
 struct Record {
@@ -174,6 +182,9 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
         return batched(path, args);
     }
     let model = Arc::new(minfer::load::open_model(path)?);
+    if model.hparams.pooling.is_some() {
+        return embeddings(path, model, args);
+    }
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
@@ -443,6 +454,87 @@ fn batched(path: &std::path::Path, args: &Args) -> Result<()> {
             }
         }
         super::print_profile(&s);
+    }
+    Ok(())
+}
+
+/// The embeddings mode: `batch` inputs of `len` tokens each (`[CLS]`, random ids, `[SEP]`) per
+/// call, one row per backend × length × count.
+fn embeddings(path: &std::path::Path, model: Arc<minfer::Model>, args: &Args) -> Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let n_pos = model.hparams.n_ctx_train;
+    if let Some(&bad) = args.embd_len.iter().find(|&&l| l < 2 || l > n_pos) {
+        anyhow::bail!("--embd-len {bad}: inputs are 2 to {n_pos} tokens for this model");
+    }
+    if args.embd_batch.contains(&0) {
+        anyhow::bail!("--embd-batch 0: at least one input per call");
+    }
+    let longest = args.embd_len.iter().copied().max().unwrap_or(0);
+    let n_threads = args.threads.unwrap_or_else(minfer::backend::cpu::default_threads);
+    let mut rows = Vec::new();
+    for &b in &args.backends {
+        // Forwards of up to -b tokens (at least one whole input).
+        let n_batch = args.n_batch.max(longest);
+        let Some(mut s) = session(&model, args, b, n_batch, n_batch)? else {
+            continue;
+        };
+        let n_vocab = s.n_vocab();
+        for &len in &args.embd_len {
+            for &batch in &args.embd_batch {
+                let inputs: Vec<Vec<u32>> = (0..batch)
+                    .map(|i| {
+                        let mut ids = vec![101u32.min(n_vocab as u32 - 1)];
+                        ids.extend(prompt_tokens(len - 2 + i, n_vocab).into_iter().skip(i));
+                        ids.push(102u32.min(n_vocab as u32 - 1));
+                        ids
+                    })
+                    .collect();
+                minfer::embed::embed_tokens(&mut s, &inputs)?;
+                let mut samples = Vec::with_capacity(args.reps);
+                for _ in 0..args.reps {
+                    let t = Instant::now();
+                    minfer::embed::embed_tokens(&mut s, &inputs)?;
+                    samples.push(t.elapsed().as_secs_f64());
+                }
+                let per_s: Vec<f64> = samples.iter().map(|t| batch as f64 / t).collect();
+                let (mean, std) = mean_std(&per_s);
+                rows.push((s.backend_name, len, batch, mean, std, samples));
+            }
+        }
+        if let Some(r) = s.profile_report() {
+            eprintln!("{r}");
+        }
+    }
+    if args.json {
+        let out: Vec<_> = rows
+            .iter()
+            .map(|(backend, len, batch, mean, std, samples)| {
+                json!({
+                    "model_filename": name,
+                    "backend": backend,
+                    "n_threads": n_threads,
+                    "n_tokens": len,
+                    "n_inputs": batch,
+                    "avg_embd_s": mean,
+                    "stddev_embd_s": std,
+                    "avg_tok_s": mean * *len as f64,
+                    "samples_s": samples,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!("| model | backend | threads | test | embeddings/s | tokens/s |");
+    println!("| --- | --- | ---: | --- | ---: | ---: |");
+    for (backend, len, batch, mean, std, _) in &rows {
+        println!(
+            "| {name} | {backend} | {n_threads} | {len} tok × {batch} | {mean:.2} ± {std:.2} | {:.1} |",
+            mean * *len as f64
+        );
     }
     Ok(())
 }

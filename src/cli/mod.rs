@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_profile;
+mod embed;
 mod generate;
 mod info;
 mod perplexity;
@@ -118,6 +119,30 @@ fn checked(spec: minfer::constrain::ConstraintSpec, flag: &str) -> Result<minfer
     Ok(spec)
 }
 
+/// `-n`: a count of tokens, or -1 for as many as the context holds (llama.cpp's meaning).
+fn parse_n_predict(s: &str) -> std::result::Result<usize, String> {
+    match s.trim() {
+        "-1" => Ok(usize::MAX),
+        t => t
+            .parse::<usize>()
+            .map_err(|_| format!("'{s}' is not a token count (or -1 for until the context is full)")),
+    }
+}
+
+/// `--seed`: a number, or -1 for a random one (llama.cpp's meaning).
+#[derive(Clone, Copy)]
+struct Seed(Option<u64>);
+
+fn parse_seed(s: &str) -> std::result::Result<Seed, String> {
+    match s.trim() {
+        "-1" => Ok(Seed(None)),
+        t => t
+            .parse::<u64>()
+            .map(|v| Seed(Some(v)))
+            .map_err(|_| format!("'{s}' is not a seed (0 to 2^64 - 1, or -1 for a random one)")),
+    }
+}
+
 /// `--prompt-ids`: comma-separated token ids.
 #[derive(Clone)]
 struct TokenIds(Vec<u32>);
@@ -140,11 +165,11 @@ fn parse_spec(s: &str) -> std::result::Result<Speculation, String> {
 
 #[derive(Args, Clone)]
 struct SampleFlags {
-    /// Tokens to generate
-    #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
+    /// Tokens to generate; -1: until the context is full
+    #[arg(short = 'n', long = "n-predict", default_value = "256", value_parser = parse_n_predict, allow_negative_numbers = true)]
     n_predict: usize,
-    /// Temperature; 0 = greedy
-    #[arg(long, default_value_t = 0.8)]
+    /// Temperature; 0 (or below) = greedy
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     temp: f32,
     #[arg(long = "top-k", default_value_t = 40)]
     top_k: usize,
@@ -161,9 +186,9 @@ struct SampleFlags {
     /// Tokens the penalties look back over
     #[arg(long = "repeat-last-n", default_value_t = 64)]
     repeat_last_n: usize,
-    /// Seed for reproducible sampling
-    #[arg(long)]
-    seed: Option<u64>,
+    /// Seed for reproducible sampling; -1: a random one
+    #[arg(long, value_parser = parse_seed, allow_negative_numbers = true)]
+    seed: Option<Seed>,
     /// Stop before this string (repeatable)
     #[arg(long)]
     stop: Vec<String>,
@@ -237,7 +262,8 @@ impl SampleFlags {
 
     fn sampler(&self) -> Result<SamplerConfig> {
         let c = SamplerConfig {
-            temperature: self.temp,
+            // Below 0 is greedy, as llama.cpp takes it.
+            temperature: if self.temp < 0.0 { 0.0 } else { self.temp },
             top_k: self.top_k,
             top_p: self.top_p,
             min_p: self.min_p,
@@ -245,7 +271,7 @@ impl SampleFlags {
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
             penalty_last_n: self.repeat_last_n,
-            seed: self.seed,
+            seed: self.seed.and_then(|s| s.0),
         };
         c.validate()?;
         Ok(c)
@@ -294,6 +320,21 @@ enum Cmd {
         engine: EngineFlags,
         #[command(flatten)]
         sample: SampleFlags,
+    },
+    /// Embedding vectors of TEXTs (one per line of stdin when none): one JSON array per line,
+    /// pooled and normalised as the model says
+    Embed {
+        model: PathBuf,
+        texts: Vec<String>,
+        /// One JSON object {"data": [{"index", "embedding", "tokens"}], "usage"} instead
+        #[arg(long)]
+        json: bool,
+        /// Cut texts longer than the model's positions (keeping the closing [SEP]) instead of
+        /// refusing them
+        #[arg(long)]
+        truncate: bool,
+        #[command(flatten)]
+        engine: EngineFlags,
     },
     /// Print the token ids of TEXT, as llama-tokenize does
     Tokenize {
@@ -362,8 +403,8 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// An OpenAI-compatible HTTP server (chat and text completions, streaming) on continuous
-    /// batching
+    /// An OpenAI- and Ollama-compatible HTTP server (chat and text completions, streaming,
+    /// embeddings) on continuous batching; MODEL defaults as for run
     #[cfg(feature = "server")]
     Serve {
         model: Option<PathBuf>,
@@ -386,6 +427,13 @@ enum Cmd {
         /// Use this Jinja chat template instead of the model's own
         #[arg(long = "chat-template-file")]
         chat_template_file: Option<PathBuf>,
+        /// An embedding model (BERT family) served beside MODEL on /v1/embeddings and
+        /// /api/embed, chosen by the request's `model`
+        #[arg(long = "embedding-model")]
+        embedding_model: Option<PathBuf>,
+        /// No access log (a line per request on stderr: method, path, status, tokens, time)
+        #[arg(long = "log-disable")]
+        log_disable: bool,
         #[command(flatten)]
         engine: EngineFlags,
     },
@@ -475,6 +523,12 @@ enum Cmd {
         /// Flash-attention numerics (llama-bench's `-fa 1`, its CPU default)
         #[arg(long = "flash-attn", visible_alias = "fa")]
         flash_attn: bool,
+        /// Embedding models: tokens per input (with [CLS] and [SEP])
+        #[arg(long = "embd-len", value_delimiter = ',', default_values_t = [16, 128, 512])]
+        embd_len: Vec<usize>,
+        /// Embedding models: inputs per call
+        #[arg(long = "embd-batch", value_delimiter = ',', default_values_t = [1, 32])]
+        embd_batch: Vec<usize>,
     },
 }
 
@@ -601,6 +655,21 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             };
             generate::chat(&model, &a)
         }
+        Cmd::Embed {
+            model,
+            texts,
+            json,
+            truncate,
+            engine,
+        } => embed::run(
+            &model,
+            texts,
+            &embed::Args {
+                session: engine.session(base),
+                json,
+                truncate,
+            },
+        ),
         Cmd::Tokenize {
             model,
             json,
@@ -688,6 +757,8 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             cors,
             max_queue,
             chat_template_file,
+            embedding_model,
+            log_disable,
             engine,
         } => {
             if parallel == 0 {
@@ -713,6 +784,8 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 max_queue,
                 session: engine.session(base),
                 flash_attn: engine.flash_attn,
+                embedding_model,
+                log_disable,
             })
         }
         Cmd::Quantize {
@@ -774,6 +847,8 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             pp_shared,
             n_batch,
             flash_attn,
+            embd_len,
+            embd_batch,
         } => {
             if n_batch == 0 {
                 bail!("--batch-size must be at least 1");
@@ -804,6 +879,8 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                     pp_shared,
                     n_batch,
                     flash_attn,
+                    embd_len,
+                    embd_batch,
                 },
             )
         }

@@ -10,7 +10,7 @@ use crate::gguf::{Metadata, Value};
 use crate::model::Arch;
 
 /// The `model_type` values we run, and the architecture each maps to.
-pub const MODEL_TYPES: [(&str, Arch); 16] = [
+pub const MODEL_TYPES: [(&str, Arch); 17] = [
     ("llama", Arch::Llama),
     ("mistral", Arch::Llama),
     ("qwen2", Arch::Qwen2),
@@ -27,6 +27,7 @@ pub const MODEL_TYPES: [(&str, Arch); 16] = [
     ("qwen2_moe", Arch::Qwen2Moe),
     ("mixtral", Arch::Llama),
     ("gpt_oss", Arch::GptOss),
+    ("bert", Arch::Bert),
 ];
 
 /// Hyperparameters GGUF keys do not carry.
@@ -40,6 +41,10 @@ pub struct Extras {
     pub query_pre_attn_scalar: Option<f32>,
     /// SmolLM3 `no_rope_layers` (0 = NoPE), as `true` = NoPE.
     pub nope_layers: Option<Vec<bool>>,
+    /// A sentence-transformers directory's pooling (`1_Pooling/config.json`) and whether its
+    /// pipeline ends in `Normalize` (`modules.json`).
+    pub pooling: Option<crate::model::Pooling>,
+    pub normalize: Option<bool>,
 }
 
 pub struct Config {
@@ -156,6 +161,21 @@ pub fn parse(root: &J) -> Result<Config> {
             }
         }
         Arch::Smollm3 => extras.nope_layers = smollm3_nope(&c)?,
+        Arch::Bert => {
+            if let Some(eps) = c.f64("layer_norm_eps")? {
+                put_f(&mut md, "attention.layer_norm_epsilon", eps);
+            }
+            match c.0.get("position_embedding_type") {
+                None | Some(J::Null) => {}
+                Some(J::String(s)) if s == "absolute" => {}
+                Some(other) => {
+                    return Err(err(
+                        "position_embedding_type",
+                        format!("{other} is not supported (BERT's absolute positions only)"),
+                    ))
+                }
+            }
+        }
         _ => {}
     }
     if matches!(arch, Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss) || model_type == "mixtral" {
@@ -405,6 +425,7 @@ fn rope_scaling(c: &Fields, md: &mut Metadata, a: &str) -> Result<()> {
 fn check_activation(c: &Fields, arch: Arch) -> Result<()> {
     let (key, ok): (&str, &[&str]) = match arch {
         Arch::Gemma3 => ("hidden_activation", &["gelu_pytorch_tanh", "gelu"]),
+        Arch::Bert => ("hidden_act", &["gelu"]),
         _ => ("hidden_act", &["silu"]),
     };
     let v = match c.0.get(key).or_else(|| c.0.get("hidden_act")) {

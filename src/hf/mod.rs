@@ -66,6 +66,7 @@ impl HfDir {
         let config = config::parse(&read_json(&cfg_path, MAX_JSON)?).map_err(|e| in_file(&cfg_path, e))?;
         let arch = config.arch;
         let mut cfg = config;
+        (cfg.extras.pooling, cfg.extras.normalize) = sentence_transformers(dir)?;
         if let Some(t) = tokenizer::chat_template(dir)? {
             cfg.metadata.insert("tokenizer.chat_template", Value::String(t));
         }
@@ -269,6 +270,12 @@ impl HfDir {
         if let Some(q) = x.query_pre_attn_scalar {
             hp.attn_scale = 1.0 / q.sqrt();
         }
+        if let Some(p) = x.pooling {
+            hp.pooling = Some(p);
+        }
+        if let Some(n) = x.normalize {
+            hp.normalize = n;
+        }
         Ok(hp)
     }
 
@@ -392,6 +399,71 @@ pub(crate) fn read_json(path: &Path, cap: u64) -> Result<J> {
         offset: 0,
         what: format!("invalid JSON: {e}"),
     })
+}
+
+/// A sentence-transformers pipeline (`modules.json`): its `Pooling` module's mode and whether
+/// a `Normalize` module follows. (None, None) where the directory has no `modules.json`.
+fn sentence_transformers(dir: &Path) -> Result<(Option<crate::model::Pooling>, Option<bool>)> {
+    use crate::model::Pooling;
+    let path = dir.join("modules.json");
+    if !path.is_file() {
+        return Ok((None, None));
+    }
+    let bad = |what: String| Error::Format {
+        file: path.display().to_string(),
+        offset: 0,
+        what,
+    };
+    let modules = read_json(&path, MAX_JSON)?;
+    let list = modules
+        .as_array()
+        .ok_or_else(|| bad("is not a list of modules".into()))?;
+    let mut pooling = None;
+    let mut normalize = false;
+    for m in list {
+        let ty = m.get("type").and_then(J::as_str).unwrap_or("");
+        let sub = m.get("path").and_then(J::as_str).unwrap_or("");
+        if ty.ends_with(".Normalize") {
+            normalize = true;
+        } else if ty.ends_with(".Pooling") {
+            if sub.contains("..") || Path::new(sub).is_absolute() {
+                return Err(bad(format!("module path '{sub}' leaves the model directory")));
+            }
+            let cfg_path = dir.join(sub).join("config.json");
+            let cfg = read_json(&cfg_path, MAX_JSON)?;
+            let on = |k: &str| cfg.get(k).and_then(J::as_bool).unwrap_or(false);
+            let modes = [
+                ("pooling_mode_mean_tokens", Some(Pooling::Mean)),
+                ("pooling_mode_cls_token", Some(Pooling::Cls)),
+                ("pooling_mode_lasttoken", Some(Pooling::Last)),
+                ("pooling_mode_max_tokens", None),
+                ("pooling_mode_mean_sqrt_len_tokens", None),
+                ("pooling_mode_weightedmean_tokens", None),
+            ];
+            let chosen: Vec<_> = modes.iter().filter(|(k, _)| on(k)).collect();
+            pooling = match chosen.as_slice() {
+                [(_, Some(p))] => Some(*p),
+                [(k, None)] => {
+                    return Err(Error::Format {
+                        file: cfg_path.display().to_string(),
+                        offset: 0,
+                        what: format!("{k} is not supported (mean, cls or last token pooling)"),
+                    })
+                }
+                _ => {
+                    return Err(Error::Format {
+                        file: cfg_path.display().to_string(),
+                        offset: 0,
+                        what: format!(
+                            "{} pooling modes are on; one of mean, cls or last token is supported",
+                            chosen.len()
+                        ),
+                    })
+                }
+            };
+        }
+    }
+    Ok((pooling, Some(normalize)))
 }
 
 /// Names the config file in a metadata error.

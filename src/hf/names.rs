@@ -69,8 +69,62 @@ pub enum Mapped {
     Unknown,
 }
 
+/// BERT's names (after an optional `bert.`), and the canonical ones: (HF, GGUF).
+const BERT_GLOBAL: [(&str, &str); 5] = [
+    ("embeddings.word_embeddings.weight", "token_embd.weight"),
+    ("embeddings.position_embeddings.weight", "position_embd.weight"),
+    ("embeddings.token_type_embeddings.weight", "token_types.weight"),
+    ("embeddings.LayerNorm.weight", "token_embd_norm.weight"),
+    ("embeddings.LayerNorm.bias", "token_embd_norm.bias"),
+];
+
+/// BERT's per-layer names after `encoder.layer.N.`.
+const BERT_LAYER: [(&str, &str); 16] = [
+    ("attention.self.query.weight", "attn_q.weight"),
+    ("attention.self.query.bias", "attn_q.bias"),
+    ("attention.self.key.weight", "attn_k.weight"),
+    ("attention.self.key.bias", "attn_k.bias"),
+    ("attention.self.value.weight", "attn_v.weight"),
+    ("attention.self.value.bias", "attn_v.bias"),
+    ("attention.output.dense.weight", "attn_output.weight"),
+    ("attention.output.dense.bias", "attn_output.bias"),
+    ("attention.output.LayerNorm.weight", "attn_output_norm.weight"),
+    ("attention.output.LayerNorm.bias", "attn_output_norm.bias"),
+    ("intermediate.dense.weight", "ffn_up.weight"),
+    ("intermediate.dense.bias", "ffn_up.bias"),
+    ("output.dense.weight", "ffn_down.weight"),
+    ("output.dense.bias", "ffn_down.bias"),
+    ("output.LayerNorm.weight", "layer_output_norm.weight"),
+    ("output.LayerNorm.bias", "layer_output_norm.bias"),
+];
+
+fn bert(name: &str) -> Mapped {
+    let rest = name.strip_prefix("bert.").unwrap_or(name);
+    // The pooler (a dense layer over [CLS] for next-sentence prediction) and the position ids
+    // buffer are not part of the embedding.
+    if rest.starts_with("pooler.") || rest == "embeddings.position_ids" {
+        return Mapped::Skip;
+    }
+    if let Some(&(_, c)) = BERT_GLOBAL.iter().find(|(h, _)| *h == rest) {
+        return Mapped::Canonical(c.into());
+    }
+    let Some((n, tail)) = rest.strip_prefix("encoder.layer.").and_then(|a| a.split_once('.')) else {
+        return Mapped::Unknown;
+    };
+    if n.is_empty() || n.len() > 6 || !n.bytes().all(|b| b.is_ascii_digit()) || (n.len() > 1 && n.starts_with('0')) {
+        return Mapped::Unknown;
+    }
+    match BERT_LAYER.iter().find(|(h, _)| *h == tail) {
+        Some((_, c)) => Mapped::Canonical(format!("blk.{n}.{c}")),
+        None => Mapped::Unknown,
+    }
+}
+
 /// Maps one HF tensor name for `arch`.
 pub fn canonical(arch: Arch, name: &str) -> Mapped {
+    if arch == Arch::Bert {
+        return bert(name);
+    }
     if HEAD_NAMES.contains(&name) {
         return Mapped::Canonical("output.weight".into());
     }

@@ -32,6 +32,9 @@ pub struct Entry {
     /// Offsets into the data section.
     pub begin: u64,
     pub end: u64,
+    /// An integer buffer some exports keep beside the weights (BERT's
+    /// `embeddings.position_ids`): recomputable, never read.
+    pub buffer: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -129,7 +132,12 @@ fn entry(name: &str, v: &J, data_len: u64) -> std::result::Result<Entry, String>
         Some(other) => return Err(format!("dtype is {}, not a string", kind(other))),
         None => return Err("no dtype".into()),
     };
-    let qtype = if dtype == "U8" { None } else { Some(dtype_qtype(dtype)?) };
+    let buffer = matches!(dtype, "I64" | "I32") && name.ends_with("position_ids");
+    let qtype = if dtype == "U8" || buffer {
+        None
+    } else {
+        Some(dtype_qtype(dtype)?)
+    };
     let shape: Vec<u64> = match obj.get("shape") {
         Some(J::Array(dims)) if dims.len() <= MAX_RANK => dims
             .iter()
@@ -167,8 +175,13 @@ fn entry(name: &str, v: &J, data_len: u64) -> std::result::Result<Entry, String>
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| format!("shape {shape:?} overflows"))?;
+    let elem = match (buffer, dtype) {
+        (true, "I64") => 8,
+        (true, _) => 4,
+        _ => qtype.map_or(1, |q| q.block_bytes()),
+    };
     let want = n_elems
-        .checked_mul(qtype.map_or(1, |q| q.block_bytes()) as u64)
+        .checked_mul(elem as u64)
         .ok_or_else(|| format!("shape {shape:?} overflows"))?;
     if want != end - begin {
         return Err(format!(
@@ -182,6 +195,7 @@ fn entry(name: &str, v: &J, data_len: u64) -> std::result::Result<Entry, String>
         shape,
         begin,
         end,
+        buffer,
     })
 }
 
@@ -280,7 +294,7 @@ impl SafetensorsFile {
         self.header
             .entries
             .iter()
-            .filter(|e| e.qtype.is_none())
+            .filter(|e| e.qtype.is_none() && !e.buffer)
             .map(|e| {
                 let data = self
                     .bytes

@@ -25,7 +25,8 @@ pub enum Op {
         x: NodeId,
         weight: String,
     },
-    /// x + b, b a weight vector broadcast over rows.
+    /// x + b, b a weight vector broadcast over rows (of a `[width, n]` weight, its first row:
+    /// BERT's token type 0).
     AddBias {
         x: NodeId,
         bias: String,
@@ -34,6 +35,13 @@ pub enum Op {
     RmsNorm {
         x: NodeId,
         weight: String,
+        eps: f32,
+    },
+    /// LayerNorm over each row: (x - mean) / sqrt(var + eps) · `weight` + `bias` (BERT).
+    LayerNorm {
+        x: NodeId,
+        weight: String,
+        bias: String,
         eps: f32,
     },
     /// RMSNorm over each head-wide slice of a row, times `weight` (`[head_dim]`).
@@ -61,6 +69,12 @@ pub enum Op {
     Slice {
         x: NodeId,
         col0: usize,
+    },
+    /// x plus the rows of `weight` picked by the step's positions: learned absolute position
+    /// embeddings (BERT's `position_embd`).
+    AddPosRows {
+        x: NodeId,
+        weight: String,
     },
     /// Rotary embedding of `n_heads` heads at the step's positions.
     Rope {
@@ -99,6 +113,10 @@ pub enum Op {
     Geglu {
         gate: NodeId,
         up: NodeId,
+    },
+    /// gelu(x) = x · Φ(x) with the exact (erf) Φ, as BERT's `hidden_act: "gelu"`.
+    Gelu {
+        x: NodeId,
     },
     /// cap * tanh(x / cap)
     Softcap {
@@ -186,6 +204,9 @@ pub struct Attn {
     /// The earlier layer whose K/V cache this one reads, writing none of its own (Gemma 4's
     /// KV-shared layers; its k and v inputs are then unused).
     pub kv_from: Option<usize>,
+    /// Each token attends to the positions up to its own; false: to every position of its
+    /// sequence in the step (encoders, which take each sequence whole, from position 0).
+    pub causal: bool,
 }
 
 impl Attn {
@@ -204,6 +225,7 @@ impl Attn {
             flash: false,
             sinks: false,
             kv_from: None,
+            causal: true,
         }
     }
 
@@ -220,6 +242,9 @@ impl Op {
             Op::Matmul { .. } => "matmul",
             Op::AddBias { .. } => "add_bias",
             Op::RmsNorm { .. } => "rms_norm",
+            Op::LayerNorm { .. } => "layer_norm",
+            Op::AddPosRows { .. } => "add_pos_rows",
+            Op::Gelu { .. } => "gelu",
             Op::HeadNorm { .. } => "head_norm",
             Op::HeadNormPlain { .. } => "head_norm_plain",
             Op::Slice { .. } => "slice",
@@ -248,6 +273,9 @@ impl Op {
             Op::Matmul { x, .. }
             | Op::AddBias { x, .. }
             | Op::RmsNorm { x, .. }
+            | Op::LayerNorm { x, .. }
+            | Op::AddPosRows { x, .. }
+            | Op::Gelu { x }
             | Op::HeadNorm { x, .. }
             | Op::HeadNormPlain { x, .. }
             | Op::Slice { x, .. }
@@ -275,9 +303,11 @@ impl Op {
             | Op::RmsNorm { weight, .. }
             | Op::HeadNorm { weight, .. }
             | Op::ScaleBy { weight, .. }
+            | Op::AddPosRows { weight, .. }
             | Op::MatmulId { weight, .. } => {
                 vec![weight.into()]
             }
+            Op::LayerNorm { weight, bias, .. } => vec![weight.into(), bias.into()],
             Op::AddBias { bias, .. } | Op::AddBiasId { bias, .. } => vec![bias.into()],
             Op::Rope { rope, .. } if rope.freq_factors => vec![ROPE_FREQS.into()],
             Op::Attention { attn, .. } => attn.sinks_weight().map(Cow::Owned).into_iter().collect(),
@@ -344,6 +374,14 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// Whether some attention of the graph is not causal (an encoder's): the GPU step then
+    /// carries each token's last attended position (`Step::words`).
+    pub fn bidirectional(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| matches!(n.op, Op::Attention { attn, .. } if !attn.causal))
+    }
+
     pub fn to_dot(&self) -> String {
         let mut s = String::from("digraph minfer {\n  node [shape=box, fontname=monospace];\n");
         for (i, n) in self.nodes.iter().enumerate() {
@@ -577,6 +615,7 @@ impl<'a> Builder<'a> {
                 flash: self.key.flash,
                 sinks: opts.sinks,
                 kv_from: None,
+                causal: true,
             },
         };
         let a = self.push(format!("{p}.attn"), attn, hp.n_head * hp.head_dim_v);
@@ -804,11 +843,15 @@ impl<'a> Builder<'a> {
     }
 
     /// Keeps the output rows, final norm, LM head (tied to the embedding when there is no
-    /// `output.weight`), optional final soft-capping.
+    /// `output.weight`), optional final soft-capping. An embedding model (`HParams::pooling`:
+    /// Qwen3-Embedding's last-token pooling) ends at the final norm, every token's hidden state.
     pub fn head(mut self, x: NodeId) -> Graph {
         let hp = self.hp;
         let x = self.push("out_rows", Op::Output { x }, hp.n_embd);
         let x = self.norm(x, "output_norm.weight", "result_norm");
+        if hp.pooling.is_some() {
+            return self.finish(x);
+        }
         let w = if hp.tied_output {
             "token_embd.weight"
         } else {

@@ -133,6 +133,49 @@ pub struct HParams {
     /// Layers whose output is multiplied by `blk.N.layer_output_scale.weight` (Gemma 4);
     /// empty: none.
     pub layer_out_scale: Vec<bool>,
+    /// LayerNorm's epsilon (`attention.layer_norm_epsilon`; BERT).
+    pub norm_eps: f32,
+    /// How an embedding model pools its tokens' hidden states into one vector
+    /// (`pooling_type`); None: not an embedding model.
+    pub pooling: Option<Pooling>,
+    /// The pooled vector is scaled to unit length (sentence-transformers' `Normalize`).
+    pub normalize: bool,
+}
+
+/// llama.cpp's `pooling_type` values an embedding model can have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    /// The mean over the sequence's tokens.
+    Mean,
+    /// The first token's (`[CLS]`).
+    Cls,
+    /// The last token's (decoder embedding models).
+    Last,
+}
+
+impl Pooling {
+    /// GGUF `{arch}.pooling_type`: 0 none, 1 mean, 2 cls, 3 last; rank (4) is a reranker's.
+    pub fn from_gguf(key: &str, v: u64) -> Result<Option<Pooling>> {
+        match v {
+            0 => Ok(None),
+            1 => Ok(Some(Pooling::Mean)),
+            2 => Ok(Some(Pooling::Cls)),
+            3 => Ok(Some(Pooling::Last)),
+            _ => Err(Error::metadata(
+                key,
+                format!("pooling type {v} is not supported (0 none, 1 mean, 2 cls, 3 last)"),
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pooling::Mean => "mean",
+            Pooling::Cls => "cls",
+            Pooling::Last => "last",
+        }
+    }
 }
 
 /// One layer's widths where a model's layers differ (Gemma 4's sliding and full layers).
@@ -440,6 +483,12 @@ fn read_base(keys: &Keys, tensors: &Weights, rope_mode: RopeMode, layered: bool)
         kv_from: Vec::new(),
         n_embd_per_layer: 0,
         layer_out_scale: Vec::new(),
+        norm_eps: keys.f32_or("attention.layer_norm_epsilon", 1e-5)?,
+        pooling: match keys.u64_opt("pooling_type")? {
+            Some(v) => Pooling::from_gguf(&format!("{}.pooling_type", keys.arch), v)?,
+            None => None,
+        },
+        normalize: true,
     })
 }
 

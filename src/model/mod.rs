@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 pub use arch::Arch;
 pub use graph::{Attn, Gating, Graph, GraphKey, Node, NodeId, Op};
-pub use hparams::{AttnTemp, HParams, Rope, RopeMode, Yarn};
+pub use hparams::{AttnTemp, HParams, Pooling, Rope, RopeMode, Yarn};
 
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, Metadata};
@@ -123,10 +123,37 @@ impl Model {
                     hparams::check_shape(self.weight(weight)?, &[node.width, self.hparams.n_vocab])?
                 }
                 Op::Matmul { x, weight } => hparams::check_shape(self.weight(weight)?, &[in_width(*x), node.width])?,
-                Op::AddBias { bias: w, .. } | Op::RmsNorm { weight: w, .. } => {
+                Op::RmsNorm { weight: w, .. } => {
                     let t = self.weight(w)?;
                     hparams::check_shape(t, &[node.width])?;
                     check_float(t)?;
+                }
+                // A bias row, or rows of which the first is added (BERT's token types).
+                Op::AddBias { bias: w, .. } => {
+                    let t = self.weight(w)?;
+                    if t.shape.len() > 2 || t.row_len() != node.width {
+                        return Err(Error::tensor(
+                            w,
+                            format!("shape {:?} is not [{}] or [{}, n]", t.shape, node.width, node.width),
+                        ));
+                    }
+                    check_float(t)?;
+                }
+                Op::LayerNorm { weight, bias, .. } => {
+                    for w in [weight, bias] {
+                        let t = self.weight(w)?;
+                        hparams::check_shape(t, &[node.width])?;
+                        check_float(t)?;
+                    }
+                }
+                Op::AddPosRows { weight, .. } => {
+                    let t = self.weight(weight)?;
+                    if t.shape.len() != 2 || t.row_len() != node.width {
+                        return Err(Error::tensor(
+                            weight,
+                            format!("shape {:?} is not [{}, n_positions]", t.shape, node.width),
+                        ));
+                    }
                 }
                 Op::MatmulId { x, route, weight } => {
                     let t = self.weight(weight)?;

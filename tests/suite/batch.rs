@@ -123,7 +123,7 @@ fn joining_and_leaving_changes_no_bits_for_every_architecture() {
     let dir = crate::gguf::tempdir("batch-inv");
     let ps = prompts();
     let (join, steps) = ([0, 1, 1, 4], [9, 6, 3, 5]);
-    for arch in Arch::ALL {
+    for arch in Arch::DECODERS {
         for (qtype, kv) in [(QType::Q8_0, KvType::F32), (QType::Q4K, KvType::F16)] {
             let path = write_tiny(&dir, arch, qtype, |_| {});
             let mut s = session_of(&path, 128, kv);
@@ -197,7 +197,7 @@ fn seq_tokens(n: usize, salt: u32) -> Vec<u32> {
 /// Two sequences sharing a 200-token prefix: it is evaluated once (its cells shared), and each
 /// continuation's logits are the unshared run's, bit for bit.
 fn fork_shares_a_prefix_evaluated_once() {
-    for arch in Arch::ALL {
+    for arch in Arch::DECODERS {
         let path = tiny_path("batch-fork", arch);
         let prefix = seq_tokens(200, 1);
         let conts = [seq_tokens(5, 2), seq_tokens(7, 3)];
@@ -395,7 +395,7 @@ fn scheduler(path: &Path, max_seqs: usize, step_tokens: usize) -> Scheduler {
 /// prompts are chunked and requests wait) generate what each generates alone; a prompt that
 /// extends a finished one reuses its cells.
 fn scheduler_equals_alone_and_reuses_prefixes() {
-    for arch in Arch::ALL {
+    for arch in Arch::DECODERS {
         let path = tiny_path("sched", arch);
         let ps = prompts();
         let lens = [9, 6, 3, 5];

@@ -16,6 +16,9 @@ tests![
     trace_holds_one_node_against_the_first_backend,
     logits_out_holds_against_a_recorded_reference,
     bench_sweeps_depths_and_profiles_the_cpu,
+    llama_style_negative_numbers_parse,
+    gemma4_runs_from_a_text_prompt,
+    default_model_is_found_from_any_directory,
 ];
 
 const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -222,7 +225,9 @@ fn bad_input_is_a_clear_error() {
     for (args, needle) in [
         (vec!["--cache-type", "q9_9"], "q9_9"),
         (vec!["--backend", "tpu"], "tpu"),
-        (vec!["--temp=-1"], "temperature"),
+        (vec!["--temp", "nan"], "temperature"),
+        (vec!["-n", "-5"], "'-5' is not a token count"),
+        (vec!["--seed", "-2"], "'-2' is not a seed"),
         (vec!["--top-p", "1.5"], "top_p"),
         (vec!["-t", "0"], "thread count 0"),
     ] {
@@ -230,6 +235,28 @@ fn bad_input_is_a_clear_error() {
         c.arg("run").args(&args).arg(&model).arg("hi");
         expect_failure(&run(c, None), needle);
     }
+    // Contexts: past the limit, past the memory (f32 K and V of 30 layers × 384 × 2^20
+    // positions: 48 GB), and past the training length (a warning).
+    let mut c = bin();
+    c.args(["run", "-c", "100000000"]).arg(&model).arg("hi");
+    expect_failure(&run(c, None), "over the limit of 1048576");
+    let avail = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    });
+    if avail.is_some_and(|kb| kb * 1024 < 48_000_000_000) {
+        let mut c = bin();
+        c.args(["run", "--cache-type", "f32", "-c", "1048576"])
+            .arg(&model)
+            .arg("hi");
+        expect_failure(&run(c, None), "GB of memory is available");
+    }
+    let mut c = bin();
+    c.args(["run", "--raw", "-n", "1", "-c", "16384"]).arg(&model).arg("hi");
+    let o = run(c, None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("beyond the 8192"), "{}", stderr(&o));
     // A prompt longer than the context.
     let mut c = bin();
     c.args(["run", "--raw", "-c", "16"]).arg(&model).arg("word ".repeat(40));
@@ -432,4 +459,115 @@ fn bench_sweeps_depths_and_profiles_the_cpu() {
         .arg(&model)
         .args(["-p", "16", "-n", "0", "-r", "1", "-d", "600"]);
     expect_failure(&run(c, None), "-d 600");
+}
+
+/// llama.cpp's negative flags: `-n -1` generates until the context is full, `--temp -1` is
+/// greedy, `--seed -1` a random seed.
+fn llama_style_negative_numbers_parse() {
+    let t = "llama_style_negative_numbers_parse";
+    let Some(model) = common::real_model(t, SMOL) else {
+        return;
+    };
+    let mut c = bin();
+    c.args([
+        "run",
+        "--raw",
+        "--json",
+        "--ignore-eos",
+        "-c",
+        "40",
+        "-n",
+        "-1",
+        "--temp",
+        "-1",
+        "--seed",
+        "-1",
+    ])
+    .arg(&model)
+    .arg("The capital of France is");
+    let o = run(c, None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (prompt, gen) = (
+        v["prompt_tokens"].as_array().unwrap().len(),
+        v["tokens"].as_array().unwrap().len(),
+    );
+    // Until every one of the 40 cells holds a token; the last token generated is sampled from
+    // the full context's logits and needs no cell.
+    assert_eq!(prompt + gen, 41, "generated until the context of 40 was full: {v}");
+    // Greedy: the same as --temp 0.
+    let mut c = bin();
+    c.args(["run", "--raw", "--json", "-n", "6", "--temp", "-1"])
+        .arg(&model)
+        .arg("The capital of France is");
+    let a: serde_json::Value = serde_json::from_slice(&run(c, None).stdout).unwrap();
+    let mut c = bin();
+    c.args(["run", "--raw", "--json", "-n", "6", "--temp", "0"])
+        .arg(&model)
+        .arg("The capital of France is");
+    let b: serde_json::Value = serde_json::from_slice(&run(c, None).stdout).unwrap();
+    assert_eq!(a["tokens"], b["tokens"]);
+}
+
+/// A Gemma 4 GGUF takes text: `run --raw` on the random gemma4 file tokenizes the prompt as
+/// llama-tokenize does and generates.
+fn gemma4_runs_from_a_text_prompt() {
+    let t = "gemma4_runs_from_a_text_prompt";
+    let Some(model) = common::ref_file(t, "random/gguf/gemma4-f32.gguf") else {
+        return;
+    };
+    let refs = common::read_json(&common::data_dir().join("tokenize/gemma4-random.tokenize.json"));
+    let case = refs["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["text"] == "Hello world")
+        .unwrap()
+        .clone();
+    let mut c = bin();
+    c.args(["run", "--raw", "--json", "-n", "4", "--temp", "0"])
+        .arg(&model)
+        .arg("Hello world");
+    let o = run(c, None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["prompt_tokens"], case["ids"], "{v}");
+    assert_eq!(v["tokens"].as_array().unwrap().len(), 4, "{v}");
+}
+
+/// `scripts/fetch-models` and the binary share one user-level models directory
+/// (`$XDG_CACHE_HOME/minfer/models` here): from a directory that is not the checkout, the
+/// fetcher finds the default model there and `run` with no model runs it.
+fn default_model_is_found_from_any_directory() {
+    let t = "default_model_is_found_from_any_directory";
+    let Some(model) = common::real_model(t, SMOL) else {
+        return;
+    };
+    let dir = crate::gguf::tempdir("cli-models-home");
+    let cache = dir.join("cache");
+    let models = cache.join("minfer").join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::os::unix::fs::symlink(&model, models.join(SMOL)).unwrap();
+    let fetch = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fetch-models");
+    let o = Command::new(&fetch)
+        .arg("smollm2")
+        .current_dir(&dir)
+        .env("XDG_CACHE_HOME", &cache)
+        .env_remove("MINFER_MODELS_DIR")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{said}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        said.contains(&format!("{} already present", models.join(SMOL).display())),
+        "{said}"
+    );
+    let mut c = bin();
+    c.current_dir(&dir)
+        .env("XDG_CACHE_HOME", &cache)
+        .env_remove("MINFER_MODELS_DIR")
+        .args(["run", "--raw", "-n", "2", "--temp", "0", "The capital of France is"]);
+    let o = run(c, None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
 }

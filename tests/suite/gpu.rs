@@ -43,6 +43,7 @@ tests![
     pack_matmuls_every_qtype_match_cpu,
     norm_rope_elementwise_ops_match_cpu,
     attention_matches_cpu_over_steps,
+    encoder_attention_matches_cpu,
     split_attention_matches_cpu_at_long_contexts,
     tiled_prefill_attention_matches_cpu,
     rope_yarn_freq_factors_temperature_match_cpu,
@@ -226,6 +227,9 @@ pub fn hparams(n_vocab: usize, n_head: usize, n_head_kv: usize, head_dim: usize)
         kv_from: Vec::new(),
         n_embd_per_layer: 0,
         layer_out_scale: Vec::new(),
+        norm_eps: 1e-5,
+        pooling: None,
+        normalize: true,
     }
 }
 
@@ -665,6 +669,38 @@ fn norm_rope_elementwise_ops_match_cpu() {
     cases.push(("geglu".into(), vec![], Op::Geglu { gate: 0, up: 1 }, w));
     cases.push(("scale".into(), vec![], Op::Scale { x: 0, s: 0.7 }, w));
     cases.push(("softcap".into(), vec![], Op::Softcap { x: 0, cap: 2.0 }, w));
+    // BERT's: LayerNorm with a bias, the exact GELU, learned positions (rows 0..64, at the
+    // step's positions), a token-type table whose first row is the bias.
+    cases.push((
+        "layer_norm".into(),
+        vec![
+            tensor("v", QType::F32, w, 1, 3, 1.0),
+            tensor("vb", QType::F32, w, 1, 6, 1.0),
+        ],
+        Op::LayerNorm {
+            x: 0,
+            weight: "v".into(),
+            bias: "vb".into(),
+            eps: 1e-12,
+        },
+        w,
+    ));
+    cases.push(("gelu".into(), vec![], Op::Gelu { x: 0 }, w));
+    cases.push((
+        "add_pos_rows".into(),
+        vec![tensor("pos", QType::F32, w, 64, 7, 1.0)],
+        Op::AddPosRows {
+            x: 0,
+            weight: "pos".into(),
+        },
+        w,
+    ));
+    cases.push((
+        "add_bias/types".into(),
+        vec![tensor("v", QType::F32, w, 2, 8, 1.0)],
+        Op::AddBias { x: 0, bias: "v".into() },
+        w,
+    ));
     for (mode, n_rot) in [
         (RopeMode::Norm, 64),
         (RopeMode::Neox, 64),
@@ -775,6 +811,84 @@ fn attention_matches_cpu_over_steps() {
                 }
             }
             eprintln!("attention {n_head}/{n_kv}×{hd} window {window:?} softcap {softcap:?} kv {kv:?} flash {flash}: NMSE ≤ {worst:.1e}");
+        }
+    }
+}
+
+/// An encoder's attention (not causal): three sequences of 5, 1 and 70 tokens in one step, each
+/// token over its whole sequence and nothing else, f32 and f16 caches, both numerics; and each
+/// sequence alone gives its rows of the batch.
+fn encoder_attention_matches_cpu() {
+    let t = "encoder_attention_matches_cpu";
+    let gs = gpus(t, None);
+    if gs.is_empty() {
+        return;
+    }
+    let cpu = cpu();
+    let (n_head, n_kv, hd) = (4, 4, 32);
+    let hp = hparams(n_head * hd, n_head, n_kv, hd);
+    let weights = vec![
+        tensor("tq", QType::F32, n_head * hd, 128, 31, 3.0),
+        tensor("tk", QType::F32, n_kv * hd, 128, 32, 3.0),
+        tensor("tv", QType::F32, n_kv * hd, 128, 33, 1.0),
+    ];
+    let mdl = model(hp.clone(), weights);
+    let attn = |flash| minfer::model::Attn {
+        scale: hp.attn_scale,
+        causal: false,
+        flash,
+        ..minfer::model::Attn::new(0, n_head, n_kv, hd)
+    };
+    // 70 tokens: the CPU's tiled flash kernel (64 or more) as well as its one-chunk one.
+    let lens = [5usize, 1, 70];
+    // Sequence s's positions 0.. in cells from its offset on.
+    let step_of = |which: &[usize]| {
+        let mut st = Step::default();
+        for &s in which {
+            let off = st.cells.len() as u32;
+            for p in 0..lens[s] {
+                st.tokens.push(((s * 7 + p * 3) % 128) as u32);
+                st.pos.push(p as u32);
+                st.off.push(off);
+                st.run.push(lens[s] as u32);
+            }
+            st.cells.extend((0..lens[s] as u32).map(|c| c + off));
+        }
+        st
+    };
+    let width = n_head * hd;
+    for (kv, flash) in [KvType::F32, KvType::F16]
+        .into_iter()
+        .flat_map(|kv| [(kv, false), (kv, true)])
+    {
+        let attn = attn(flash);
+        let all = step_of(&[0, 1, 2]);
+        let g = attention_graph(all.len(), attn);
+        let mut c = cpu.new_context(&mdl, 128, kv).unwrap();
+        let mut want = Vec::new();
+        c.forward(&g, &all, &mut want).unwrap();
+        for b in &gs {
+            let mut ctx = b.backend.new_context(&mdl, 128, kv).unwrap();
+            let mut got = Vec::new();
+            ctx.forward(&g, &all, &mut got).unwrap();
+            let e = nmse(&got, &want);
+            assert!(
+                e <= 1e-6,
+                "{}: encoder attention kv {kv:?} flash {flash}: NMSE {e:.2e}",
+                b.label
+            );
+            // Sequence 2 alone: its rows of the batch.
+            let alone = step_of(&[2]);
+            let g2 = attention_graph(alone.len(), attn);
+            let mut one = Vec::new();
+            ctx.forward(&g2, &alone, &mut one).unwrap();
+            let rows = &got[6 * width..];
+            let e = nmse(&one, rows);
+            assert!(
+                e <= 1e-9,
+                "{}: sequence 2 alone vs batched, kv {kv:?} flash {flash}: NMSE {e:.2e}",
+                b.label
+            );
         }
     }
 }

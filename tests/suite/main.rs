@@ -11,6 +11,7 @@
 //! - `common`    — fixtures: tests/data, $MINFER_REF_DIR, the fetched real models; `skip`
 //! - `harness`   — the runner (libtest-mimic): registration, run-time ignores with their reason,
 //!   and its own tests
+//! - `embed`     — embeddings: all-MiniLM-L6-v2 against sentence-transformers, batches, `embed`
 //! - `gguf`      — the container: round trips, split files, real models, hostile files
 //! - `hf`        — safetensors directories vs transformers and GGUF; HF cache resolution; hostile files
 //! - `hf_moe`    — MoE safetensors: expert layouts stacked/split, gpt-oss MXFP4, bad experts
@@ -40,6 +41,7 @@ mod batch;
 mod chat;
 mod cli;
 mod common;
+mod embed;
 mod gguf;
 #[cfg(feature = "wgpu")]
 mod gpu;
@@ -60,6 +62,7 @@ fn main() {
     tests.extend(batch::tests());
     tests.extend(chat::tests());
     tests.extend(cli::tests());
+    tests.extend(embed::tests());
     tests.extend(gguf::tests());
     tests.extend(hf::tests());
     tests.extend(hf_moe::tests());
@@ -75,6 +78,7 @@ fn main() {
         tests.extend(serve::ollama::tests());
         tests.extend(serve::tools::tests());
         tests.extend(serve::constrain::tests());
+        tests.extend(serve::embed::tests());
     }
     tests.extend(tiny::tests());
     tests.extend(tokenize::tests());

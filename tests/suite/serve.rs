@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use crate::common;
 
 pub mod constrain;
+pub mod embed;
 pub mod load;
 pub mod ollama;
 pub mod openai_client;
@@ -26,6 +27,8 @@ tests![
     serve_hang_up_frees_the_sequence,
     serve_template_exception_is_400_with_its_message,
     serve_sigterm_finishes_live_streams_then_exits_0,
+    serve_takes_token_ids_and_names_bad_fields,
+    serve_missing_model_fails_before_listening,
 ];
 
 pub(crate) const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -421,7 +424,7 @@ fn serve_errors_have_their_status_and_shape() {
         let v: Value = serde_json::from_str(&b).unwrap_or_else(|e| panic!("{path} (status {st}): {e}: {b}"));
         let e = &v["error"];
         assert!(
-            e["message"].is_string() && e["type"].is_string() && e["code"] == st,
+            e["message"].is_string() && e["type"].is_string() && (e["code"].is_string() || e["code"].is_null()),
             "{path}: {v}"
         );
         (st, e["message"].as_str().unwrap().to_string())
@@ -435,6 +438,13 @@ fn serve_errors_have_their_status_and_shape() {
         &[("Authorization", "Bearer wrong")],
     );
     assert_eq!(st, 401);
+    // OpenAI's code names the error, as a string.
+    let (_, _, b) = http(s.port, "POST", "/v1/chat/completions", &[], ok.as_bytes());
+    assert_eq!(
+        serde_json::from_str::<Value>(&b).unwrap()["error"]["code"],
+        "invalid_api_key",
+        "{b}"
+    );
     let (st, m) = call("/v1/chat/completions", b"{\"messages\": [", &auth);
     assert_eq!((st, m.contains("JSON")), (400, true), "{m}");
     let (st, m) = call("/v1/chat/completions", br#"{"messages": "hello"}"#, &auth);
@@ -463,8 +473,9 @@ fn serve_errors_have_their_status_and_shape() {
     assert_eq!(st, 413);
     let (st, _) = call("/v1/nothing", b"{}", &auth);
     assert_eq!(st, 404);
-    let (st, _) = call("/v1/embeddings", b"{}", &auth);
-    assert_eq!(st, 501);
+    // A chat model serves no embeddings: a 400 saying which flag would.
+    let (st, m) = call("/v1/embeddings", br#"{"input": "a"}"#, &auth);
+    assert!(st == 400 && m.contains("--embedding-model"), "{st} {m}");
     // And the server is unharmed.
     let (st, _, b) = http(s.port, "POST", "/v1/chat/completions", &auth, ok.as_bytes());
     assert_eq!(st, 200, "{b}");
@@ -553,4 +564,76 @@ fn serve_sigterm_finishes_live_streams_then_exits_0() {
     };
     assert!(status.success(), "exit status {status}");
     assert!(TcpStream::connect(("127.0.0.1", s.port)).is_err(), "still accepting");
+}
+
+/// OpenAI's edges: a completions prompt as token ids (bare or in a list) answers as its text
+/// does; an unknown role, a penalty outside -2..2 are 400s naming them; `seed: -1` is a random
+/// seed; a wrong method is a 405 with an error body.
+fn serve_takes_token_ids_and_names_bad_fields() {
+    let t = "serve_takes_token_ids_and_names_bad_fields";
+    let Some(model) = common::real_model(t, SMOL) else {
+        return;
+    };
+    let s = Server::start(&model, &[]);
+    let text = "The three primary colours are";
+    let (st, v) = s.post("/tokenize", &json!({"content": text, "add_special": true}));
+    assert_eq!(st, 200, "{v}");
+    let ids = v["tokens"].clone();
+    let body = |prompt: Value| json!({"prompt": prompt, "max_tokens": 6, "temperature": 0});
+    let (st, by_text) = s.post("/v1/completions", &body(json!(text)));
+    assert_eq!(st, 200, "{by_text}");
+    for prompt in [ids.clone(), json!([ids.clone()])] {
+        let (st, v) = s.post("/v1/completions", &body(prompt.clone()));
+        assert_eq!(st, 200, "{prompt}: {v}");
+        assert_eq!(v["choices"][0]["text"], by_text["choices"][0]["text"], "{prompt}");
+        assert_eq!(v["usage"]["prompt_tokens"], by_text["usage"]["prompt_tokens"]);
+    }
+    for (path, body, needle) in [
+        ("/v1/completions", json!({"prompt": [999999999]}), "not a token id"),
+        ("/v1/completions", json!({"prompt": ["a", "b"]}), "more than one prompt"),
+        ("/v1/completions", json!({"prompt": {"x": 1}}), "string or token ids"),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "bogus", "content": "hi"}]}),
+            "role 'bogus'",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "frequency_penalty": 5}),
+            "frequency_penalty 5",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "presence_penalty": -2.5}),
+            "presence_penalty -2.5",
+        ),
+    ] {
+        let (st, v) = s.post(path, &body);
+        assert_eq!(st, 400, "{body}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(needle), "{body}: {msg}");
+        assert!(!msg.contains("untagged"), "{msg}");
+    }
+    let (st, v) = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hi"}], "seed": -1, "max_tokens": 2}),
+    );
+    assert_eq!(st, 200, "{v}");
+    let (st, _, b) = http(s.port, "GET", "/v1/chat/completions", &[], b"");
+    assert_eq!(st, 405, "{b}");
+    let v: Value = serde_json::from_str(&b).unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("GET"), "{v}");
+}
+
+/// `serve MISSING.gguf` fails before it listens, naming the file, with the path said once.
+fn serve_missing_model_fails_before_listening() {
+    let o = Command::new(crate::common::exe())
+        .args(["serve", "/nonexistent/MISSING.gguf", "--port", "0"])
+        .env_remove("MINFER_MODEL")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(!err.contains("listening"), "{err}");
+    assert_eq!(err.matches("MISSING.gguf").count(), 1, "{err}");
 }

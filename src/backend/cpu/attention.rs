@@ -230,6 +230,26 @@ pub fn attention(
         }
         i = j;
     }
+    // The last position each token attends: its own (causal), else its run's last, the
+    // run being the whole sequence from position 0 (an encoder's step).
+    let mut last: Vec<usize> = step.pos.iter().map(|&p| p as usize).collect();
+    if !p.causal {
+        let mut i = 0;
+        while i < n {
+            let mut j = i + 1;
+            while j < n && step.off[j] == step.off[i] && step.pos[j] == step.pos[j - 1] + 1 {
+                j += 1;
+            }
+            if step.pos[i] != 0 || j - i != step.run[i] as usize {
+                return Err(Error::InvalidArgument(format!(
+                    "layer {l}: non-causal attention takes each sequence whole from position 0 (token {i} at {})",
+                    step.pos[i]
+                )));
+            }
+            last[i..j].fill(step.pos[j - 1] as usize);
+            i = j;
+        }
+    }
     let n_chunks = chunks.len();
     let outp = SyncPtr::new(out);
     pool.for_chunks(p.n_head_kv * n_chunks, 1, |_, r| {
@@ -237,7 +257,7 @@ pub fn attention(
             let (g, c) = (task / n_chunks, task % n_chunks);
             let (t0, t1) = chunks[c];
             let pos_first = step.pos[t0] as usize;
-            let hi = step.pos[t1 - 1] as usize + 1; // exclusive
+            let hi = last[t1 - 1] + 1; // exclusive
             let lo = p.window.map_or(0, |w| (pos_first + 1).saturating_sub(w));
             SCRATCH.with(|s| {
                 let Scratch {
@@ -285,7 +305,7 @@ pub fn attention(
                 // The tiled flash kernel's queries, run together after the others.
                 let mut tiled_queries: Vec<ggml_order::TiledQuery> = Vec::new();
                 for i in t0..t1 {
-                    let pos = step.pos[i] as usize;
+                    let pos = last[i];
                     let run = step.run[i] as usize;
                     let order = Order::for_batch(run);
                     let first = p.window.map_or(0, |w| (pos + 1).saturating_sub(w)).max(lo);

@@ -137,6 +137,8 @@ struct Instr {
     weight: Option<Tensor>,
     /// Float copy of a vector weight (norms, biases): small, decoded once per plan.
     vector: Vec<f32>,
+    /// A LayerNorm's bias, decoded likewise.
+    bias: Vec<f32>,
     /// The experts of a `matmul_id` weight, as `[in, out]` windows.
     experts: Vec<Tensor>,
     out: usize,
@@ -173,6 +175,7 @@ fn compile(model: &Model, g: &Graph) -> Result<Program> {
         let vector = match (&n.op, &weight) {
             (
                 Op::RmsNorm { .. }
+                | Op::LayerNorm { .. }
                 | Op::HeadNorm { .. }
                 | Op::ScaleBy { .. }
                 | Op::AddBias { .. }
@@ -181,6 +184,10 @@ fn compile(model: &Model, g: &Graph) -> Result<Program> {
                 | Op::Attention { .. },
                 Some(t),
             ) => t.to_f32()?,
+            _ => Vec::new(),
+        };
+        let bias = match &n.op {
+            Op::LayerNorm { bias, .. } => model.weight(bias)?.to_f32()?,
             _ => Vec::new(),
         };
         let experts = match (&n.op, &weight) {
@@ -193,6 +200,7 @@ fn compile(model: &Model, g: &Graph) -> Result<Program> {
             op: n.op.clone(),
             weight,
             vector,
+            bias,
             experts,
             out,
             inputs,
@@ -316,6 +324,46 @@ impl CpuContext {
                             let yr = unsafe { yp.slice(t * w, w) };
                             ops::rms_norm(&x[t * w..(t + 1) * w], &s.vector, *eps, yr);
                         }
+                    });
+                }
+                Op::LayerNorm { eps, .. } => {
+                    let x = &bufs[s.inputs[0]];
+                    let (w, yp) = (s.width, SyncPtr::new(&mut y[..size]));
+                    pool.for_chunks(s.rows, 8, |_, r| {
+                        for t in r {
+                            // SAFETY: one row per task.
+                            let yr = unsafe { yp.slice(t * w, w) };
+                            ops::layer_norm(&x[t * w..(t + 1) * w], &s.vector, &s.bias, *eps, yr);
+                        }
+                    });
+                }
+                Op::AddPosRows { .. } => {
+                    let w = s
+                        .weight
+                        .as_ref()
+                        .ok_or_else(|| Error::InvalidArgument("add_pos_rows without weight".into()))?;
+                    let n_pos = w.shape.get(1).copied().unwrap_or(0) as usize;
+                    let x = &bufs[s.inputs[0]];
+                    for (t, &p) in step.pos.iter().enumerate().take(s.rows) {
+                        if p as usize >= n_pos {
+                            return Err(Error::ContextOverflow {
+                                pos: p as usize,
+                                n_ctx: n_pos,
+                            });
+                        }
+                        let yr = &mut y[t * s.width..(t + 1) * s.width];
+                        w.dequantize_rows(p as usize, 1, yr)?;
+                        yr.iter_mut().zip(&x[t * s.width..]).for_each(|(y, x)| *y += x);
+                    }
+                }
+                Op::Gelu { .. } => {
+                    let x = &bufs[s.inputs[0]][..size];
+                    let yp = SyncPtr::new(&mut y[..size]);
+                    let chunk = 4096.max(size / (4 * pool.n_threads()));
+                    pool.for_chunks(size, chunk, |_, r| {
+                        // SAFETY: disjoint ranges per task.
+                        let y = unsafe { yp.slice(r.start, r.len()) };
+                        ops::gelu(&x[r], y);
                     });
                 }
                 Op::HeadNorm { eps, head_dim, .. } => {
@@ -507,7 +555,8 @@ impl Context for CpuContext {
         }
         self.run_plan(key, step)?;
         let plan = &self.plans[&key];
-        let len = graph.key.n_outputs * n_vocab;
+        // Logits, or an encoder's hidden states (the result's own width).
+        let len = graph.key.n_outputs * graph.nodes[graph.result].width;
         out.clear();
         out.extend_from_slice(&plan.buffers[plan.result][..len]);
         Ok(())

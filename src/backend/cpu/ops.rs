@@ -18,6 +18,31 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     }
 }
 
+/// LayerNorm of one row as `ggml_compute_forward_norm_f32` then `ggml_mul` and `ggml_add`:
+/// the mean and the variance summed in f64, then (x - mean) / sqrt(var + eps) · w + b.
+pub fn layer_norm(x: &[f32], w: &[f32], b: &[f32], eps: f32, y: &mut [f32]) {
+    let n = x.len().max(1) as f64;
+    let mean = (x.iter().map(|&v| v as f64).sum::<f64>() / n) as f32;
+    let var = (x.iter().map(|&v| ((v - mean) * (v - mean)) as f64).sum::<f64>() / n) as f32;
+    let scale = 1.0 / (var + eps).sqrt();
+    for (((y, &x), &w), &b) in y.iter_mut().zip(x).zip(w).zip(b) {
+        *y = (x - mean) * scale * w + b;
+    }
+}
+
+/// The exact GELU, x · Φ(x) = x · (1 + erf(x / √2)) / 2 (BERT's `gelu`), erf by Abramowitz
+/// and Stegun 7.1.26 (absolute error below 1.5e-7) in f32: the GPU kernels' formula, so the
+/// backends agree to the rounding of their arithmetic.
+pub fn gelu(x: &[f32], y: &mut [f32]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        let z = x.abs() * std::f32::consts::FRAC_1_SQRT_2;
+        let t = 1.0 / (1.0 + 0.327_591_1 * z);
+        let poly = t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_8 + t * (-1.453_152 + t * 1.061_405_4))));
+        let e = 1.0 - poly * (-z * z).exp();
+        *y = 0.5 * x * (1.0 + if x < 0.0 { -e } else { e });
+    }
+}
+
 /// `ggml_compute_forward_rms_norm_f32` alone (no `ggml_mul`) over consecutive `head_dim`
 /// slices, in place: Gemma 4's V.
 pub fn head_norm_plain(x: &mut [f32], eps: f32, head_dim: usize) {

@@ -392,7 +392,7 @@ impl CudaContext {
     /// One forward; returns the logits rows, or the argmax id's 4 bytes when `argmax`.
     fn run(&mut self, graph: &Graph, step: &Step, argmax: bool) -> Result<Vec<u8>> {
         crate::backend::check_forward(graph, step, self.n_cells, self.model.hparams.n_vocab)?;
-        let words = step.words();
+        let words = step.words(graph.bidirectional());
         self.reserve_step(words.len())?;
         let key = graph.key;
         if !self.plans.contains_key(&key) {

@@ -6,9 +6,9 @@
 
 use super::kernels::{act_qtype, Kernel};
 use super::params::{
-    AddBiasParams, ArgmaxParams, AttentionParams, AttentionTileParams, BinaryParams, GetRowsParams, KernelParams,
-    KvStoreParams, MatmulPackParams, MatmulParams, MoeRouteParams, MoeSlotParams, QuantizeActParams, RmsNormParams,
-    RopeParams, SigmoidGateParams, SliceParams, SwigluOaiParams, UnaryParams,
+    AddBiasParams, AddPosRowsParams, ArgmaxParams, AttentionParams, AttentionTileParams, BinaryParams, GetRowsParams,
+    KernelParams, KvStoreParams, LayerNormParams, MatmulPackParams, MatmulParams, MoeRouteParams, MoeSlotParams,
+    QuantizeActParams, RmsNormParams, RopeParams, SigmoidGateParams, SliceParams, SwigluOaiParams, UnaryParams,
 };
 use super::schedule::{act_bytes, Launch};
 use super::shape::Unit;
@@ -199,6 +199,29 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
         Kernel::Scale | Kernel::Softcap => {
             let n = UnaryParams::from_words(w).n as u64;
             (c.acts, c.written, c.flops, c.unit) = (f(n), f(n), n, Some(Unit::F32));
+        }
+        Kernel::Gelu => {
+            let n = UnaryParams::from_words(w).n as u64;
+            (c.acts, c.written, c.flops, c.unit) = (f(n), f(n), 12 * n, Some(Unit::F32));
+        }
+        Kernel::LayerNorm => {
+            let p = LayerNormParams::from_words(w);
+            let (rows, width) = (p.rows as u64, p.width as u64);
+            c.weights = f(2 * width);
+            // Three passes over the row.
+            c.acts = f(3 * rows * width);
+            c.written = f(rows * width);
+            c.flops = 7 * rows * width;
+            c.unit = Some(Unit::F32);
+        }
+        Kernel::AddPosRows => {
+            let p = AddPosRowsParams::from_words(w);
+            let n = p.n as u64;
+            c.weights = f(n);
+            c.acts = f(n) + f(n / p.width.max(1) as u64);
+            c.written = f(n);
+            c.flops = n;
+            c.unit = Some(Unit::F32);
         }
         Kernel::Argmax => {
             let n = ArgmaxParams::from_words(w).n as u64;

@@ -252,6 +252,30 @@ pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> R
             }
         }
         match node.op {
+            // The BERT kernels read f32 vectors and tables (what llama.cpp's converter and
+            // sentence-transformers checkpoints store them as).
+            Op::LayerNorm {
+                ref weight, ref bias, ..
+            } => {
+                for w in [weight, bias] {
+                    let q = model.weights.get(w.as_str()).map(|t| t.qtype);
+                    if q != Some(QType::F32) {
+                        return refuse(format!(
+                            "{w}: the {backend} layer_norm takes f32 weights, not {}",
+                            q.map_or("missing", QType::name)
+                        ));
+                    }
+                }
+            }
+            Op::AddPosRows { ref weight, .. } => {
+                let q = model.weights.get(weight.as_str()).map(|t| t.qtype);
+                if q != Some(QType::F32) {
+                    return refuse(format!(
+                        "{weight}: the {backend} add_pos_rows takes an f32 table, not {}",
+                        q.map_or("missing", QType::name)
+                    ));
+                }
+            }
             Op::Attention {
                 attn:
                     Attn {

@@ -308,6 +308,27 @@ params! {
     /// `moe_route`: `rows` rows of `n_expert` router logits into rows of 2k (ids, weights).
     MoeRouteParams {
         n_expert: u32,
+params! {
+    /// `layer_norm`: `rows` rows of `width`, f32 weight and bias.
+    LayerNormParams {
+        width: u32,
+        eps: f32,
+        rows: u32,
+        _pad0: u32,
+    }
+}
+
+params! {
+    /// `add_pos_rows`: `n` elements in rows of `width`, each plus its token's row of an
+    /// `[n_pos][width]` f32 position table.
+    AddPosRowsParams {
+        n: u32,
+        width: u32,
+        n_pos: u32,
+        _pad0: u32,
+    }
+}
+
         k: u32,
         rows: u32,
         /// 0: softmax over all experts; 1: softmax over the k chosen logits (gpt-oss).

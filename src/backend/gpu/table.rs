@@ -36,6 +36,9 @@ pub enum Kernel {
     AttentionSplit,
     AttentionReduce,
     AttentionTile,
+    LayerNorm,
+    AddPosRows,
+    Gelu,
 }
 
 /// How a kernel binds a buffer (binding i of group 0 is entry i).
@@ -191,7 +194,7 @@ const fn elementwise(
 }
 
 /// The table, in `Kernel` order.
-pub static KERNELS: [KernelInfo; 28] = [
+pub static KERNELS: [KernelInfo; 31] = [
     KernelInfo {
         kernel: Kernel::QuantizeAct,
         name: "quantize_act",
@@ -580,12 +583,42 @@ pub const CUDA_HEADERS: [(&str, &str); 3] = [
 ];
 
 impl Kernel {
-    pub const ALL: [Kernel; 28] = [
+    pub const ALL: [Kernel; 31] = [
         Kernel::QuantizeAct,
         Kernel::MatmulVec,
         Kernel::Matmul,
         Kernel::GetRows,
         Kernel::RmsNorm,
+    KernelInfo {
+        kernel: Kernel::LayerNorm,
+        name: "layer_norm",
+        bindings: &[U, R, R, R, RW],
+        spec: Spec::None,
+        reduces: true,
+        act_input: false,
+        threads: 256,
+        wg_override: true,
+        params: of::<params::LayerNormParams>(),
+        wgsl: body(wgsl!("layer_norm.wgsl")),
+        cuda: cuda!("layer_norm.cu"),
+        low_occupancy: None,
+    },
+    elementwise(
+        Kernel::AddPosRows,
+        "add_pos_rows",
+        &[U, R, R, R, RW],
+        of::<params::AddPosRowsParams>(),
+        body(wgsl!("add_pos_rows.wgsl")),
+        cuda!("add_pos_rows.cu"),
+    ),
+    elementwise(
+        Kernel::Gelu,
+        "gelu",
+        &[U, R, RW],
+        of::<params::UnaryParams>(),
+        unary(wgsl!("gelu.wgsl")),
+        cuda!("gelu.cu"),
+    ),
         Kernel::AddBias,
         Kernel::Rope,
         Kernel::KvStore,
@@ -625,6 +658,9 @@ impl Kernel {
     pub fn info(self) -> &'static KernelInfo {
         &KERNELS[self as usize]
     }
+        Kernel::LayerNorm,
+        Kernel::AddPosRows,
+        Kernel::Gelu,
 
     pub fn name(self) -> &'static str {
         self.info().name

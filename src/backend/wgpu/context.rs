@@ -234,7 +234,7 @@ impl WgpuContext {
 
     fn run(&mut self, graph: &Graph, step: &Step, what: Readback) -> Result<Vec<u8>> {
         self.check_step(graph, step)?;
-        let words = step.words();
+        let words = step.words(graph.bidirectional());
         self.reserve_step(words.len())?;
         let key = graph.key;
         if !self.plans.contains_key(&key) {

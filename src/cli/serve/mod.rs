@@ -8,9 +8,12 @@
 //!
 //! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions` (both streaming as SSE),
 //! `GET /v1/models` (and `/v1/models/{id}`), `GET /health` (503 while loading), `GET /metrics` (Prometheus text),
-//! `POST /tokenize`, `POST /detokenize`; Ollama's API beside it (`ollama`): `GET|HEAD /`,
-//! `GET /api/version`, `/api/tags`, `/api/ps`, `POST /api/show`, `/api/chat`, `/api/generate`.
+//! `POST /tokenize`, `POST /detokenize`, `POST /v1/embeddings`; Ollama's API beside it
+//! (`ollama`): `GET|HEAD /`, `GET /api/version`, `/api/tags`, `/api/ps`, `POST /api/show`,
+//! `/api/chat`, `/api/generate`, `/api/embed`, `/api/embeddings`. Embeddings (`embed`) come from
+//! the served model where it is an embedding model, else from `--embedding-model`.
 
+mod embed;
 mod ollama;
 mod openai;
 pub(crate) mod params;
@@ -49,6 +52,10 @@ pub struct ServeArgs {
     pub chat_template: Option<String>,
     pub session: SessionOptions,
     pub flash_attn: bool,
+    /// An embedding model served beside the chat model (`--embedding-model`).
+    pub embedding_model: Option<PathBuf>,
+    /// No access log line per request (`--log-disable`).
+    pub log_disable: bool,
 }
 
 /// Request bodies beyond this are refused with 413.
@@ -64,6 +71,13 @@ pub(crate) struct App {
     pub(crate) capacity: usize,
     pub(crate) next_id: AtomicUsize,
     pub(crate) telemetry: telemetry::Telemetry,
+    /// The embedding model, once loaded: the served model itself when it is one (`served`
+    /// then stays empty), else `--embedding-model`.
+    pub(crate) embedder: OnceLock<embed::Embedder>,
+    /// Whether an `--embedding-model` was asked for (health waits for it).
+    pub(crate) wants_embedder: bool,
+    /// A line per request on stderr (`telemetry::access_log`); off with `--log-disable`.
+    pub(crate) access_log: bool,
 }
 
 pub(crate) struct Served {
@@ -105,6 +119,13 @@ async fn bind_addr(host: &str, port: u16) -> Result<SocketAddr> {
 }
 
 async fn serve(a: ServeArgs) -> Result<()> {
+    // A model that is not there is an error before the server listens, not after.
+    for m in std::iter::once(&a.model).chain(&a.embedding_model) {
+        let src = minfer::load::resolve(m)?;
+        if !src.path().exists() {
+            anyhow::bail!("{}: no such file or directory", m.display());
+        }
+    }
     let addr = bind_addr(&a.host, a.port).await?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -122,6 +143,9 @@ async fn serve(a: ServeArgs) -> Result<()> {
         capacity: a.parallel + a.max_queue,
         next_id: AtomicUsize::new(1),
         telemetry: telemetry::Telemetry::install()?,
+        embedder: OnceLock::new(),
+        wants_embedder: a.embedding_model.is_some(),
+        access_log: !a.log_disable,
     });
     // Listening first, so that /health says 503 while the model loads.
     eprintln!("listening on http://{}", listener.local_addr()?);
@@ -135,7 +159,16 @@ async fn serve(a: ServeArgs) -> Result<()> {
                 a.flash_attn,
                 a.chat_template.as_deref(),
                 a.parallel,
-            ) {
+            )
+            .and_then(|()| match &a.embedding_model {
+                Some(m) => {
+                    let e = embed::Embedder::load(m, &a.session).context("--embedding-model")?;
+                    eprintln!("ready: embeddings from {}", e.model_id);
+                    let _ = app.embedder.set(e);
+                    Ok(())
+                }
+                None => Ok(()),
+            }) {
                 eprintln!("error: {e:#}");
                 std::process::exit(1);
             }
@@ -148,7 +181,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         .route("/v1/models/{id}", get(openai::model))
         .route("/v1/chat/completions", post(openai::chat))
         .route("/v1/completions", post(openai::completions))
-        .route("/v1/embeddings", post(openai::embeddings))
+        .route("/v1/embeddings", post(embed::openai))
         .route("/tokenize", post(openai::tokenize))
         .route("/detokenize", post(openai::detokenize))
         .route("/", get(ollama::root))
@@ -158,9 +191,13 @@ async fn serve(a: ServeArgs) -> Result<()> {
         .route("/api/show", post(ollama::show))
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
+        .route("/api/embed", post(embed::ollama_embed))
+        .route("/api/embeddings", post(embed::ollama_embeddings))
         .route("/api/{*rest}", any(ollama::not_found))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn(telemetry::count_responses))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), telemetry::access_log))
         .with_state(app.clone());
     if !a.cors.is_empty() {
         let origins: Vec<HeaderValue> = a
@@ -210,13 +247,20 @@ fn load(
     chat_template: Option<&str>,
     parallel: usize,
 ) -> Result<()> {
-    let mut engine = Engine::load(model, session).with_context(|| format!("loading {}", model.display()))?;
+    let mut engine = Engine::load(model, session).map_err(|e| named(e, model))?;
     engine.session.set_flash_attn(flash_attn);
     if let Some(src) = chat_template {
         engine.set_chat_template(src).context("--chat-template-file")?;
     }
     for line in &engine.session.log {
         eprintln!("{line}");
+    }
+    if engine.model().hparams.pooling.is_some() {
+        // An embedding model: it serves the embedding endpoints only.
+        let e = embed::Embedder::start(engine, app.model_id.clone())?;
+        let _ = app.embedder.set(e);
+        eprintln!("ready: embeddings from {}", app.model_id);
+        return Ok(());
     }
     let n_ctx = engine.session.n_ctx();
     let facts = ollama::ModelFacts::of(&engine, model, &app.model_id);
@@ -242,6 +286,15 @@ fn load(
     Ok(())
 }
 
+/// A load error that names `model`'s path once: as it is where the error already does.
+fn named(e: minfer::Error, model: &Path) -> anyhow::Error {
+    let path = model.display().to_string();
+    match e.to_string().contains(&path) {
+        true => e.into(),
+        false => anyhow::Error::from(e).context(format!("loading {path}")),
+    }
+}
+
 /// An error in OpenAI's shape.
 pub(crate) fn error(status: StatusCode, message: impl Into<String>, param: Option<&str>) -> Response {
     let kind = match status {
@@ -251,9 +304,20 @@ pub(crate) fn error(status: StatusCode, message: impl Into<String>, param: Optio
         StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
         StatusCode::SERVICE_UNAVAILABLE => "unavailable_error",
         StatusCode::NOT_IMPLEMENTED => "not_implemented_error",
+        StatusCode::METHOD_NOT_ALLOWED => "invalid_request_error",
         _ => "server_error",
     };
-    let body = json!({"error": {"message": message.into(), "type": kind, "param": param, "code": status.as_u16()}});
+    // OpenAI's `code`: a string naming the error where it has one, else null.
+    let code = match status {
+        StatusCode::UNAUTHORIZED => json!("invalid_api_key"),
+        StatusCode::NOT_FOUND => json!("not_found"),
+        StatusCode::METHOD_NOT_ALLOWED => json!("method_not_allowed"),
+        StatusCode::PAYLOAD_TOO_LARGE => json!("request_too_large"),
+        StatusCode::TOO_MANY_REQUESTS => json!("rate_limit_exceeded"),
+        StatusCode::SERVICE_UNAVAILABLE => json!("model_loading"),
+        _ => serde_json::Value::Null,
+    };
+    let body = json!({"error": {"message": message.into(), "type": kind, "param": param, "code": code}});
     (status, axum::Json(body)).into_response()
 }
 
@@ -272,11 +336,38 @@ async fn not_found(uri: axum::http::Uri) -> Response {
     error(StatusCode::NOT_FOUND, format!("no route {}", uri.path()), None)
 }
 
-/// The loaded model, or 503.
+/// A known route asked with a method it does not take: 405 with the error's body.
+async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{method} is not allowed on {}", uri.path()),
+        None,
+    )
+}
+
+/// The loaded model, or 503 while it loads, or 400 where it is an embedding model (the chat
+/// model loads first, so an embedder without one is the served model itself).
 pub(crate) fn served(app: &App) -> Result<&Served, Reject> {
-    app.served
-        .get()
-        .ok_or_else(|| Box::new(error(StatusCode::SERVICE_UNAVAILABLE, "the model is loading", None)))
+    if let Some(s) = app.served.get() {
+        return Ok(s);
+    }
+    Err(Box::new(match app.embedder.get() {
+        Some(_) => bad(
+            format!(
+                "{} is an embedding model: it serves /v1/embeddings and /api/embed only",
+                app.model_id
+            ),
+            "model",
+        ),
+        None => error(StatusCode::SERVICE_UNAVAILABLE, "the model is loading", None),
+    }))
+}
+
+/// Everything asked for is loaded: the chat model (or the served embedding model) and any
+/// `--embedding-model`.
+fn ready(app: &App) -> bool {
+    let main = app.served.get().is_some() || app.embedder.get().is_some();
+    main && (!app.wants_embedder || app.embedder.get().is_some())
 }
 
 /// Checks `Authorization: Bearer KEY` where the server has a key.
@@ -321,8 +412,8 @@ pub(crate) async fn body_json<T: serde::de::DeserializeOwned>(headers: &HeaderMa
 }
 
 async fn health(State(app): State<Arc<App>>) -> Response {
-    match app.served.get() {
-        Some(_) => axum::Json(json!({"status": "ok"})).into_response(),
+    match ready(&app).then_some(()) {
+        Some(()) => axum::Json(json!({"status": "ok"})).into_response(),
         None => (
             StatusCode::SERVICE_UNAVAILABLE,
             axum::Json(json!({"status": "loading"})),
@@ -419,13 +510,16 @@ mod tests {
             capacity: 4,
             next_id: AtomicUsize::new(1),
             telemetry: telemetry::Telemetry::install().unwrap(),
+            embedder: OnceLock::new(),
+            wants_embedder: false,
+            access_log: false,
         });
         let body = || Body::from(r#"{"messages": [{"role": "user", "content": "hi"}]}"#);
         let (st, v) = read(health(State(app.clone())).await).await;
         assert_eq!((st, &v["status"]), (StatusCode::SERVICE_UNAVAILABLE, &json!("loading")));
         let (st, v) = read(openai::chat(State(app.clone()), HeaderMap::new(), body()).await).await;
         assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{v}");
-        assert_eq!(v["error"]["code"], 503, "{v}");
+        assert_eq!(v["error"]["code"], "model_loading", "{v}");
         assert!(v["error"]["message"].as_str().unwrap().contains("loading"), "{v}");
         let (st, v) = read(ollama::chat(State(app.clone()), HeaderMap::new(), body()).await).await;
         assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{v}");

@@ -33,7 +33,11 @@ pub(super) async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> R
     if let Err(r) = authorize(&app, &headers) {
         return *r;
     }
-    axum::Json(json!({"object": "list", "data": [model_object(&app)]})).into_response()
+    let mut data = vec![model_object(&app)];
+    if let Some(e) = app.embedder.get().filter(|e| e.model_id != app.model_id) {
+        data.push(json!({"id": e.model_id, "object": "model", "created": 0, "owned_by": "minfer"}));
+    }
+    axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 
 /// `GET /v1/models/{id}` (the SDKs' `models.retrieve`): the served model, or a 404 naming the
@@ -57,17 +61,6 @@ pub(super) async fn model(
         );
     }
     axum::Json(model_object(&app)).into_response()
-}
-
-pub(super) async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if let Err(r) = authorize(&app, &headers) {
-        return *r;
-    }
-    error(
-        StatusCode::NOT_IMPLEMENTED,
-        format!("{} is a text generation model, not an embedding model", app.model_id),
-        None,
-    )
 }
 
 #[derive(Deserialize)]
@@ -173,7 +166,8 @@ struct Params {
     presence_penalty: Option<f32>,
     frequency_penalty: Option<f32>,
     repeat_penalty: Option<f32>,
-    seed: Option<u64>,
+    /// -1 (any negative): a random seed, as llama.cpp's server takes it.
+    seed: Option<i64>,
     stop: Option<OneOrMany>,
     n: Option<u64>,
     #[serde(default)]
@@ -197,9 +191,54 @@ struct ChatReq {
 
 #[derive(Deserialize)]
 struct CompletionReq {
-    prompt: OneOrMany,
+    /// A string, token ids, or a list of one of either (OpenAI's four shapes).
+    prompt: Value,
     #[serde(flatten)]
     p: Params,
+}
+
+/// The completions `prompt`: a string or token ids, alone or as a one-element list.
+fn completion_prompt(v: &Value, n_vocab: usize) -> Result<Prompt, Reject> {
+    let ids = |a: &[Value]| -> Result<Prompt, Reject> {
+        let ids = a
+            .iter()
+            .map(|x| {
+                x.as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|&n| (n as usize) < n_vocab)
+                    .ok_or_else(|| {
+                        reject(
+                            format!("prompt: {x} is not a token id of the vocabulary of {n_vocab}"),
+                            "prompt",
+                        )
+                    })
+            })
+            .collect::<Result<Vec<u32>, Reject>>()?;
+        if ids.is_empty() {
+            return Err(reject("prompt has no tokens", "prompt"));
+        }
+        Ok(Prompt::Ids(ids))
+    };
+    match v {
+        Value::String(s) => Ok(Prompt::Text(s.clone())),
+        Value::Array(a) if !a.is_empty() && a.iter().all(Value::is_number) => ids(a),
+        Value::Array(a) if a.len() == 1 => match &a[0] {
+            Value::String(s) => Ok(Prompt::Text(s.clone())),
+            Value::Array(inner) => ids(inner),
+            other => Err(reject(
+                format!("prompt[0] is {other}, not a string or token ids"),
+                "prompt",
+            )),
+        },
+        Value::Array(a) if a.len() > 1 => Err(reject(
+            "prompt as a list of more than one prompt is not supported (send one per request)",
+            "prompt",
+        )),
+        other => Err(reject(
+            format!("prompt must be a string or token ids, not {other}"),
+            "prompt",
+        )),
+    }
 }
 
 impl Params {
@@ -215,6 +254,15 @@ impl Params {
             Some(k) => k as usize,
             None => d.top_k,
         };
+        // OpenAI's ranges for its two penalties.
+        for (name, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if let Some(v) = v.filter(|v| !(-2.0..=2.0).contains(v)) {
+                return Err(reject(format!("{name} {v} is outside -2 to 2"), name));
+            }
+        }
         let sampler = SamplerConfig {
             temperature: self.temperature.unwrap_or(d.temperature),
             top_k,
@@ -223,7 +271,7 @@ impl Params {
             repeat_penalty: self.repeat_penalty.unwrap_or(d.repeat_penalty),
             presence_penalty: self.presence_penalty.unwrap_or(d.presence_penalty),
             frequency_penalty: self.frequency_penalty.unwrap_or(d.frequency_penalty),
-            seed: self.seed,
+            seed: self.seed.and_then(|x| u64::try_from(x).ok()),
             ..d
         };
         if let Err(e) = sampler.validate() {
@@ -253,6 +301,9 @@ impl Params {
     }
 }
 
+/// The roles a chat message may have (OpenAI's, `developer` and the older `function` included).
+const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "function"];
+
 fn messages(ms: &[Message]) -> Result<Vec<ChatMessage>, Reject> {
     if ms.is_empty() {
         return Err(reject("messages is empty", "messages"));
@@ -260,6 +311,12 @@ fn messages(ms: &[Message]) -> Result<Vec<ChatMessage>, Reject> {
     ms.iter()
         .enumerate()
         .map(|(i, m)| {
+            if !ROLES.contains(&m.role.as_str()) {
+                return Err(reject(
+                    format!("messages[{i}].role '{}' is not one of {}", m.role, ROLES.join(", ")),
+                    "messages",
+                ));
+            }
             let content = match &m.content {
                 None => String::new(),
                 Some(Content::Text(t)) => t.clone(),
@@ -360,20 +417,32 @@ pub(super) async fn completions(State(app): State<Arc<App>>, headers: HeaderMap,
         Ok(v) => v,
         Err(r) => return *r,
     };
-    let prompt = match r.prompt {
-        OneOrMany::One(p) => p,
-        OneOrMany::Many(mut v) if v.len() == 1 => v.remove(0),
-        OneOrMany::Many(_) => return bad("prompt as a list of more than one string is not supported", "prompt"),
+    let prompt = match completion_prompt(&r.prompt, s.tokenizer.n_vocab()) {
+        Ok(p) => p,
+        Err(r) => return *r,
     };
-    generate(&app, s, Prompt::Text(prompt), &r.p, Kind::Completion, None).await
+    generate(&app, s, prompt, &r.p, Kind::Completion, None).await
 }
 
 /// One choice as the answer carries it; with tools (`calls`: the choice's call-id prefix),
 /// calls in the text become `tool_calls`.
-fn choice(kind: Kind, index: usize, text: String, logprobs: Value, f: &Finished, calls: Option<&str>) -> Value {
+fn choice(
+    kind: Kind,
+    index: usize,
+    text: String,
+    logprobs: Value,
+    f: &Finished,
+    calls: Option<&str>,
+    forced: bool,
+) -> Value {
     match kind {
         Kind::Chat if calls.is_some() => {
-            let (message, called) = tools::message(&text, calls.unwrap_or_default());
+            let (mut message, called) = tools::message(&text, calls.unwrap_or_default());
+            if forced && !called {
+                // A forced call cut short (max_tokens, the context): no half call as content;
+                // finish_reason says why it ended.
+                message["content"] = Value::Null;
+            }
             let finish = if called { "tool_calls" } else { finish_reason(f.reason) };
             json!({"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish})
         }
@@ -409,6 +478,7 @@ async fn generate(
     };
     // `required` or a named tool: the answer is constrained to a call (unless the request
     // has a format of its own).
+    let forced = tools.as_ref().is_some_and(|t| t.forced_call_format().is_some());
     if let Some(forced) = tools.as_ref().and_then(Tools::forced_call_format) {
         if opts.constraint.is_none() {
             match params::response_format(Some(&forced)) {
@@ -535,7 +605,7 @@ async fn generate(
             .enumerate()
             .map(|(i, ((f, text), lp))| {
                 let lv = logprobs_value(kind, &tok, asked, lp, &mut 0);
-                choice(kind, i, text, lv, f, call_ids[i].as_deref())
+                choice(kind, i, text, lv, f, call_ids[i].as_deref(), forced)
             })
             .collect();
         let object = if kind == Kind::Chat {
@@ -543,7 +613,7 @@ async fn generate(
         } else {
             "text_completion"
         };
-        return axum::Json(json!({
+        let mut r = axum::Json(json!({
             "id": id,
             "object": object,
             "created": created,
@@ -552,6 +622,11 @@ async fn generate(
             "usage": usage(&fins),
         }))
         .into_response();
+        r.extensions_mut().insert(super::telemetry::Tokens {
+            prompt: fins.first().map_or(0, |f| f.usage.prompt_tokens),
+            completion: fins.iter().map(|f| f.usage.completion_tokens).sum(),
+        });
+        return r;
     }
     let include_usage = p.stream_options.as_ref().is_some_and(|o| o.include_usage);
     // The usage chunk is one of the stream's chunks: same id, object, created and model.
@@ -608,7 +683,10 @@ async fn generate(
         done: false,
         held: vec![(Vec::new(), 0); n],
         fins: Vec::new(),
-        calls: call_ids.into_iter().map(|c| c.map(CallStream::new)).collect(),
+        calls: call_ids
+            .into_iter()
+            .map(|c| c.map(|ids| CallStream::new(ids, forced)))
+            .collect(),
         _hold: (tickets, places),
     };
     let stream = futures_util::stream::unfold(st, move |mut st| {

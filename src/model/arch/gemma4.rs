@@ -267,6 +267,7 @@ fn attention(b: &mut Builder, il: usize, x: NodeId) -> NodeId {
         flash: b.flash(),
         sinks: false,
         kv_from,
+        causal: true,
     };
     let a = b.push(format!("{p}.attn"), Op::Attention { q, k, v, attn }, q_w);
     b.matmul(

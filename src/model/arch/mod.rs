@@ -1,5 +1,6 @@
 //! The architecture table: one file per architecture, one match arm each.
 
+mod bert;
 mod gemma3;
 mod gemma4;
 mod glm4;
@@ -37,10 +38,12 @@ pub enum Arch {
     Granite,
     Smollm3,
     Glm4,
+    Bert,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 14] = [
+    /// The decoders: every architecture that generates text.
+    pub const DECODERS: [Arch; 14] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -56,6 +59,9 @@ impl Arch {
         Arch::Smollm3,
         Arch::Glm4,
     ];
+
+    /// The encoders: every token's hidden state is their output (embedding models).
+    pub const ENCODERS: [Arch; 1] = [Arch::Bert];
 
     /// Dispatch happens here, once, on the `general.architecture` string.
     pub fn from_name(name: &str) -> Result<Arch> {
@@ -74,13 +80,15 @@ impl Arch {
             "granite" => Arch::Granite,
             "smollm3" => Arch::Smollm3,
             "glm4" => Arch::Glm4,
+            "bert" => Arch::Bert,
             other => return Err(Error::UnknownArchitecture(other.to_string())),
         })
     }
 
     /// Every registered name, comma-separated (for errors).
     pub fn names() -> String {
-        Arch::ALL.map(Arch::name).join(", ")
+        let all: Vec<&str> = Arch::DECODERS.iter().chain(&Arch::ENCODERS).map(|a| a.name()).collect();
+        all.join(", ")
     }
 
     pub fn name(self) -> &'static str {
@@ -99,6 +107,7 @@ impl Arch {
             Arch::Granite => "granite",
             Arch::Smollm3 => "smollm3",
             Arch::Glm4 => "glm4",
+            Arch::Bert => "bert",
         }
     }
 
@@ -129,6 +138,7 @@ impl Arch {
             Arch::Granite => granite::hparams(keys, tensors),
             Arch::Smollm3 => smollm3::hparams(keys, tensors),
             Arch::Glm4 => glm4::hparams(keys, tensors),
+            Arch::Bert => bert::hparams(keys, tensors),
         }
     }
 
@@ -148,6 +158,7 @@ impl Arch {
             Arch::Granite => granite::build(b),
             Arch::Smollm3 => smollm3::build(b),
             Arch::Glm4 => glm4::build(b),
+            Arch::Bert => bert::build(b),
         }
     }
 }

@@ -21,6 +21,7 @@ tests![
     split_weights_and_batches_change_nothing,
     real_models_match_llama_cpp_and_cpu,
     greedy_runs_match_cpu,
+    minilm_embeddings_match_sentence_transformers,
     launches_passes_and_submits_are_bounded,
     trusted_shaders_compute_what_checked_ones_do,
     #[ignore = "minutes on llvmpipe; run with --ignored gemma3_paragraph"]
@@ -718,4 +719,46 @@ fn launches_passes_and_submits_are_bounded() {
         .unwrap();
     let e = nmse(&ours, &want);
     assert!(e <= 5e-3, "{}: last logits NMSE {e:.2e} against the CPU", g.label);
+}
+
+/// all-MiniLM-L6-v2 (BERT: LayerNorm, GELU, learned positions, attention both ways) on each
+/// GPU backend, from the sentence-transformers directory and from llama.cpp's conversion, every
+/// recorded text in one batch, against sentence-transformers' vectors.
+fn minilm_embeddings_match_sentence_transformers() {
+    let t = "minilm_embeddings_match_sentence_transformers";
+    let (Some(dir), Some(gguf)) = (crate::embed::minilm(t), crate::embed::minilm_gguf(t)) else {
+        return;
+    };
+    let gs: Vec<Gpu> = gpus(t, None).into_iter().filter(|g| !g.alt).collect();
+    let cases = crate::embed::cases();
+    for src in [&dir, &gguf] {
+        let load::Loaded { model, tokenizer } = load::open(src).unwrap();
+        let model = Arc::new(model);
+        let ids: Vec<Vec<u32>> = cases
+            .iter()
+            .map(|c| tokenizer.encode(&c.text, true, false).unwrap())
+            .collect();
+        for g in &gs {
+            let mut s = session_on(g, model.clone(), 512, KvType::F32);
+            let out = minfer::embed::embed_tokens(&mut s, &ids).unwrap_or_else(|e| panic!("{}: {e}", g.label));
+            let mut worst = 1f64;
+            for (c, e) in cases.iter().zip(&out) {
+                let cos = crate::embed::cosine(&e.vector, &c.embedding);
+                assert!(
+                    cos >= 0.9999,
+                    "{} ({}): {}: cosine {cos}",
+                    g.label,
+                    src.display(),
+                    c.name
+                );
+                worst = worst.min(cos);
+            }
+            eprintln!(
+                "{} ({}): {} texts, lowest cosine {worst:.9}",
+                g.label,
+                src.display(),
+                cases.len()
+            );
+        }
+    }
 }

@@ -120,6 +120,7 @@ impl Builder<'_> {
                         flash,
                         sinks,
                         kv_from,
+                        causal,
                     },
                 ..
             } => {
@@ -284,7 +285,12 @@ impl Builder<'_> {
                     when: When::Short,
                     ..attend(t0)
                 });
-                let attends: Vec<Launch> = short.chain(chunks.flat_map(split)).collect();
+                // An encoder's attention (each token over its whole sequence, whose last
+                // position the step carries) is the one-kernel attention's alone.
+                let attends: Vec<Launch> = match causal {
+                    true => short.chain(chunks.flat_map(split)).collect(),
+                    false => chunks.map(attend).collect(),
+                };
                 let bytes = (tokens as usize * n_head * n_split as usize * (head_dim_v + 2) * 4) as u64;
                 self.split_bytes = self.split_bytes.max(bytes);
                 match kv_from {

@@ -1,10 +1,13 @@
 //! The element-wise ops, one invocation per element: `add_bias` (a float weight vector per
 //! row), the binary ops (`add`, `mul`, `swiglu`, `geglu`) and those with a scalar (`scale`,
-//! `softcap`), `scale_by` (x times a weight's one value) and `slice` (columns of each row).
+//! `softcap`), `gelu`, `scale_by` (x times a weight's one value), `slice` (columns of each row)
+//! and `add_pos_rows` (BERT's position embeddings).
 
 use super::{fold, Builder, Launch, Res, Stage, When};
 use crate::backend::gpu::kernels::{Kernel, Variant};
-use crate::backend::gpu::params::{AddBiasParams, BinaryParams, KernelParams, SliceParams, UnaryParams};
+use crate::backend::gpu::params::{
+    AddBiasParams, AddPosRowsParams, BinaryParams, KernelParams, SliceParams, UnaryParams,
+};
 use crate::model::{Node, Op};
 
 impl Builder<'_> {
@@ -108,6 +111,36 @@ impl Builder<'_> {
                     .words(),
                     res: vec![self.inp(node, 0), Res::Act(out)],
                     groups: self.linear(node, kernel),
+                    when: When::Always,
+                }
+            }
+            Op::Gelu { .. } => Launch {
+                variant: Variant::new(Kernel::Gelu),
+                params: UnaryParams {
+                    n,
+                    ..Default::default()
+                }
+                .words(),
+                res: vec![self.inp(node, 0), Res::Act(out)],
+                groups: self.linear(node, Kernel::Gelu),
+                when: When::Always,
+            },
+            Op::AddPosRows { weight, .. } => {
+                // The gate took only an f32 table; its first part's rows are bound (the whole
+                // table where it is not split, as a position table never is).
+                let w = self.weight(weight)?;
+                let n_pos = w.parts.first().map_or(0, |p| p.1) as u32;
+                Launch {
+                    variant: Variant::new(Kernel::AddPosRows),
+                    params: AddPosRowsParams {
+                        n,
+                        width: node.width as u32,
+                        n_pos,
+                        ..Default::default()
+                    }
+                    .words(),
+                    res: vec![Res::Step, Res::Weight(w, 0), self.inp(node, 0), Res::Act(out)],
+                    groups: self.linear(node, Kernel::AddPosRows),
                     when: When::Always,
                 }
             }

@@ -438,6 +438,8 @@ pub fn schedule(
             | Op::Slice { .. } => b.elementwise(i, node, out)?,
             Op::Output { x } => b.output(node, *x, out),
             Op::MoeRoute { .. }
+            Op::LayerNorm { .. } => b.layer_norm(node, out)?,
+            Op::AddPosRows { .. } | Op::Gelu { .. } => b.elementwise(i, node, out)?,
             | Op::MatmulId { .. }
             | Op::AddBiasId { .. }
             | Op::MoeSum { .. }

@@ -1,13 +1,39 @@
 //! The norms: `RmsNorm`, `HeadNorm` and `HeadNormPlain`, all the `rms_norm` kernel (a head norm
-//! is an RMS norm over rows one head wide; the plain one has no weight).
+//! is an RMS norm over rows one head wide; the plain one has no weight), and BERT's
+//! `LayerNorm` (`layer_norm`).
 
 use super::{fold, Builder, Launch, Res, Stage, When};
 use crate::backend::gpu::kernels::{Kernel, Variant};
-use crate::backend::gpu::params::{KernelParams, RmsNormParams};
+use crate::backend::gpu::params::{KernelParams, LayerNormParams, RmsNormParams};
 use crate::model::{Node, Op};
 use crate::quant::QType;
 
 impl Builder<'_> {
+    /// Node `node`'s LayerNorm: one workgroup per row (the gate took only f32 weight and bias).
+    pub(super) fn layer_norm(&mut self, node: &Node, out: usize) -> Result<Stage, String> {
+        let Op::LayerNorm { weight, bias, eps, .. } = &node.op else {
+            return Err(format!("{}: {} is not a LayerNorm", node.name, node.op.kind()));
+        };
+        let (w, b) = (self.weight(weight)?, self.weight(bias)?);
+        let rows = node.rows as u32;
+        Ok(Stage::Compute {
+            kind: node.op.kind().to_string(),
+            launches: vec![Launch {
+                variant: Variant::new(Kernel::LayerNorm).subgroups(self.subgroups),
+                params: LayerNormParams {
+                    width: node.width as u32,
+                    eps: *eps,
+                    rows,
+                    ..Default::default()
+                }
+                .words(),
+                res: vec![Res::Weight(w, 0), Res::Weight(b, 0), self.inp(node, 0), Res::Act(out)],
+                groups: fold(rows as u64, self.maxg),
+                when: When::Always,
+            }],
+        })
+    }
+
     /// Node `i`'s norm. An `RmsNorm` whose first reader is a matmul over quantized weights also
     /// rounds its rows into the scratch buffer as `quantize_act` would, so that matmul (and the
     /// others over it in the same format: Q/K/V, gate/up) reads them without a launch of its own.
