@@ -9,6 +9,6 @@ struct op_add {
     }
 };
 
-extern "C" __global__ void __launch_bounds__(256) add(const Params p) {
+extern "C" __global__ void __launch_bounds__(128) add(const Params p) {
     binary_body<op_add>(p);
 }

@@ -352,17 +352,22 @@ static __device__ __forceinline__ float seg_sum(float v) {
 // the 4 elements of one packed word per thread instead (a grid of n / 4 threads): their y, then
 // the block rounded as quantize_act would into binding 4 (quantize_act's layout: quantize_word,
 // defined below).
-// Params: n, act. Bindings: 1 a, 2 b, 3 y, 4 qy (written only with act). Blocks of 256 threads,
-// folded into (x, y).
+// Params: n, act. Bindings: 1 a, 2 b, 3 y, 4 qy (written only with act). Blocks of BINARY_WG
+// threads, folded into (x, y).
 
 static __device__ __forceinline__ void quantize_block(u32 act, const float* v, float* qy, u32 x0, u32 nk);
 template <u32 WG>
 static __device__ __forceinline__ void quantize_word(u32 act, const float v[4], bool valid, float* qy, u32 e0,
                                                      u32 nk);
 
+// Threads per block of the binary kernels (the table's `BINARY_THREADS`, their entries'
+// __launch_bounds__): 128, so a decode step's GLU (8 tokens of 11,008, a word of 4 per thread
+// where it rounds) is 172 blocks, more than an H200's 132 SMs.
+#define BINARY_WG 128u
+
 template <class OP>
 static __device__ __forceinline__ void binary_body(const Params& p) {
-    constexpr u32 WG = 256;
+    constexpr u32 WG = BINARY_WG;
     const float* __restrict__ a = binding<const float>(p, 1);
     const float* __restrict__ b = binding<const float>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);

@@ -26,6 +26,6 @@ struct op_geglu {
     }
 };
 
-extern "C" __global__ void __launch_bounds__(256) geglu(const Params p) {
+extern "C" __global__ void __launch_bounds__(128) geglu(const Params p) {
     binary_body<op_geglu>(p);
 }

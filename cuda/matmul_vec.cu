@@ -67,9 +67,12 @@ static __device__ __forceinline__ float row_acc(const u8* __restrict__ wr, const
     return acc;
 }
 
-// The most tokens one matmul_vec block takes (MatmulParams::n for matmul_vec, the schedule's
-// VEC_MAX_TOKENS): a decode step of two sequences reads each weight row once for both. The
-// accumulators are registers: more columns cost every launch occupancy.
+// Tokens one pass over a row takes (the schedule's VEC_PASS_COLS): a block takes every token of
+// the step (up to the schedule's VEC_MAX_TOKENS, 8: llama.cpp's MMVQ_MAX_BATCH_SIZE) in passes of
+// MV_COLS over its rows, the first reading them from memory and the others from the cache, so a
+// decode step of eight sequences reads each weight row once for all of them. The accumulators
+// are registers: more columns a pass would cost every launch, one token's included, occupancy
+// (8 a pass: 108–127 registers, 25 % on sm_90).
 #define MV_COLS 2u
 
 // row_acc for tokens 0..nc (nc ≤ MV_COLS) of x at once: each chunk of the row decoded once, each
@@ -164,16 +167,18 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
             store_y(p, binding<float>(p, 3) + yrow * m + row0 + r, s, row0 + r);
         }
     } else {
-        // Every token of the step (n ≤ MV_COLS, the schedule's bound) from the one read of the row.
-        const u32 nc = min(prm.n, MV_COLS);
-        float acc[MV_COLS];
-        row_acc_cols<Q>(wr, xr, k, lane, nc, acc);
+        // Every token of the step (n ≤ VEC_MAX_TOKENS, the schedule's bound), MV_COLS a pass.
+        for (u32 j0 = 0; j0 < prm.n; j0 += MV_COLS) {
+            const u32 nc = min(prm.n - j0, MV_COLS);
+            float acc[MV_COLS];
+            row_acc_cols<Q>(wr, act_row(binding<const float>(p, 2), j0, k, prm.n * k), k, lane, nc, acc);
 #pragma unroll
-        for (u32 j = 0; j < MV_COLS; j++) {
-            if (j < nc) {
-                const float s = seg_sum<TPR>(acc[j]);
-                if (r < rows && lane == 0) {
-                    store_y(p, binding<float>(p, 3) + j * m + row0 + r, s, row0 + r);
+            for (u32 j = 0; j < MV_COLS; j++) {
+                if (j < nc) {
+                    const float s = seg_sum<TPR>(acc[j]);
+                    if (r < rows && lane == 0) {
+                        store_y(p, binding<float>(p, 3) + (j0 + j) * m + row0 + r, s, row0 + r);
+                    }
                 }
             }
         }
@@ -183,8 +188,9 @@ static __device__ __forceinline__ void matmul_vec_body(const Params& p) {
 // matmul_vec_pack: the 2 or 3 weights of one pack (a layer's Q/K/V or gate/up in one upload
 // buffer, members at byte offsets off1, off2 from binding 1) as one matrix of their rows in
 // order; row r of member s goes to y_s (bindings 3, 5, 6), plus b_s[r] where the biases are
-// fused (binding 4, their own pack). Each row is matmul_vec's.
-// With norm = 1 an RMS norm of x is folded in: each block first normalizes its token's row into
+// fused (binding 4, their own pack). Each row is matmul_vec's: with n > 1 one block takes every
+// token of the step (grid z = 1), else block z is token z.
+// With norm = 1 (one token) an RMS norm of x is folded in: each block first normalizes its row into
 // shared memory exactly as rms_norm does (the same sums in the same order, times the f32 weight
 // at binding 7) and, for quantized weights (act = 1 + quantize_act's ACT), rounds it as
 // quantize_act does; the rows then read it there. Rows up to MAX_NORM_K (checked by the schedule).
@@ -216,6 +222,29 @@ static __device__ __forceinline__ void matmul_vec_pack_body(const Params& p) {
     __shared__ __align__(16) float xs[(MAX_NORM_K + MAX_NORM_K / 32 + 3) / 4 * 4 + MAX_NORM_K / 4 + MAX_NORM_K / 32];
     __shared__ float red[WG / 32];
     const float* x = binding<const float>(p, 2);
+    float* __restrict__ y = binding<float>(p, m == 0 ? 3 : m == 1 ? 5 : 6);
+    if (prm.n > 1) {
+        // Every token of the step (n ≤ VEC_MAX_TOKENS; a norm is folded only into one token's
+        // launch), MV_COLS a pass as matmul_vec takes them, each as below.
+        for (u32 j0 = 0; j0 < prm.n; j0 += MV_COLS) {
+            const u32 nc = min(prm.n - j0, MV_COLS);
+            float acc[MV_COLS];
+            row_acc_cols<Q>(wr, act_row(x, j0, k, prm.n * k), k, lane, nc, acc);
+#pragma unroll
+            for (u32 j = 0; j < MV_COLS; j++) {
+                if (j < nc) {
+                    float s = seg_sum<TPR>(acc[j]);
+                    if (live && lane == 0) {
+                        if (prm.bias) {
+                            s += binding<const float>(p, 4)[boff + rl];
+                        }
+                        y[(j0 + j) * rows + rl] = s;
+                    }
+                }
+            }
+        }
+        return;
+    }
     XRow xr = act_row(x, t, k, prm.n * k);
     if (prm.norm) {
         const float* __restrict__ nw = binding<const float>(p, 7);
@@ -242,7 +271,7 @@ static __device__ __forceinline__ void matmul_vec_pack_body(const Params& p) {
         if (prm.bias) {
             s += binding<const float>(p, 4)[boff + rl];
         }
-        binding<float>(p, m == 0 ? 3 : m == 1 ? 5 : 6)[t * rows + rl] = s;
+        y[t * rows + rl] = s;
     }
 }
 

@@ -9,6 +9,6 @@ struct op_mul {
     }
 };
 
-extern "C" __global__ void __launch_bounds__(256) mul(const Params p) {
+extern "C" __global__ void __launch_bounds__(128) mul(const Params p) {
     binary_body<op_mul>(p);
 }

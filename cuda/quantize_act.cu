@@ -13,7 +13,8 @@
 //
 // Params: k (row length, whole blocks), n (tokens). Bindings: 1 x [n][k], 2 y [n][k] (+ [n][k / 32]
 // corrections, then the packed form).
-// Grid: ceil(n · k / 1,024) folded into (x, y). Block: 256.
+// Grid: ceil(n · k / 256) folded into (x, y). Block: 64 (one q8_K block: a decode step of 8
+// tokens of 4,096 is 128 blocks).
 
 struct QuantizeActParams {
     u32 k; // row length (whole blocks)
@@ -22,7 +23,7 @@ struct QuantizeActParams {
 
 template <u32 ACT>
 static __device__ __forceinline__ void quantize_act_body(const Params& p) {
-    constexpr u32 WG = 256;
+    constexpr u32 WG = 64;
     const float* __restrict__ x = binding<const float>(p, 1);
     float* __restrict__ y = binding<float>(p, 2);
     const QuantizeActParams& prm = params<QuantizeActParams>(p);
@@ -39,12 +40,12 @@ static __device__ __forceinline__ void quantize_act_body(const Params& p) {
     quantize_word<WG>(ACT, v, valid, y, e, nk);
 }
 
-extern "C" __global__ void __launch_bounds__(256) quantize_act_q8_0(const Params p) {
+extern "C" __global__ void __launch_bounds__(64) quantize_act_q8_0(const Params p) {
     quantize_act_body<0>(p);
 }
-extern "C" __global__ void __launch_bounds__(256) quantize_act_q8_1(const Params p) {
+extern "C" __global__ void __launch_bounds__(64) quantize_act_q8_1(const Params p) {
     quantize_act_body<1>(p);
 }
-extern "C" __global__ void __launch_bounds__(256) quantize_act_q8_K(const Params p) {
+extern "C" __global__ void __launch_bounds__(64) quantize_act_q8_K(const Params p) {
     quantize_act_body<2>(p);
 }

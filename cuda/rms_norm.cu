@@ -6,18 +6,25 @@
 //
 // With act = 1 + quantize_act's ACT (the norm feeding quantized matmuls) the block then rounds its
 // row as quantize_act would into binding 4 (quantize_word, a word per thread): the same values,
-// one launch fewer. 256 threads a row: a decode step's one row of 4,096 is 16 elements each.
+// one launch fewer.
+// With slice > 0 a row is ceil(width / slice) blocks (llama.cpp's norm takes a row in one
+// block of up to 1,024 threads; a decode step has one row, and one block is one SM of the
+// device): each sums the whole row's squares (the same sums in the same order in every block,
+// so the scale is the one-block scale, bit for bit; the row's re-reads come from L2), then writes
+// and rounds its slice of whole activation blocks. 256 threads a block: a decode step's row of
+// 4,096 is 16 elements each to sum.
 //
-// Params: width, eps (f32), rows, plain, act. Bindings: 1 w [width] (f32 / f16 / bf16),
-// 2 x [rows][width], 3 y [rows][width], 4 (act) quantize_act's output for the rows. Grid: rows
-// (folded into (x, y)). Block: 256.
+// Params: width, eps (f32), rows, plain, act, slice. Bindings: 1 w [width] (f32 / f16 / bf16),
+// 2 x [rows][width], 3 y [rows][width], 4 (act) quantize_act's output for the rows. Grid:
+// rows · ceil(width / slice) (folded into (x, y)), a row's slices consecutive. Block: 256.
 
 struct RmsNormParams {
     u32 width;
     float eps;
     u32 rows;
     u32 plain;
-    u32 act; // 0, or 1 + quantize_act's ACT
+    u32 act;   // 0, or 1 + quantize_act's ACT
+    u32 slice; // elements of a row per block (whole activation blocks); 0: the whole row
 };
 
 template <class Q>
@@ -30,11 +37,15 @@ static __device__ __forceinline__ void rms_norm_body(const Params& p) {
     const RmsNormParams& prm = params<RmsNormParams>(p);
     const u32 width = prm.width;
     const float eps = prm.eps;
-    const u32 row = blockIdx.x + blockIdx.y * gridDim.x;
+    const u32 slice = prm.slice == 0 ? width : prm.slice;
+    const u32 slices = (width + slice - 1) / slice;
+    const u32 g = blockIdx.x + blockIdx.y * gridDim.x;
+    const u32 row = g / slices;
     if (row >= prm.rows) {
         return; // a spare block of the folded grid (the whole block leaves)
     }
     const u32 base = row * width;
+    const u32 s0 = (g % slices) * slice, s1 = min(width, s0 + slice);
     float s = 0.0f;
     for (u32 i = threadIdx.x; i < width; i += WG) {
         const float v = x[base + i];
@@ -42,19 +53,19 @@ static __device__ __forceinline__ void rms_norm_body(const Params& p) {
     }
     const float scale = 1.0f / sqrtf(block_sum<WG>(s, red) / (float)width + eps);
     if (prm.plain == 1) {
-        for (u32 i = threadIdx.x; i < width; i += WG) {
+        for (u32 i = s0 + threadIdx.x; i < s1; i += WG) {
             y[base + i] = x[base + i] * scale;
         }
     } else {
-        for (u32 i = threadIdx.x; i < width; i += WG) {
+        for (u32 i = s0 + threadIdx.x; i < s1; i += WG) {
             y[base + i] = (x[base + i] * scale) * Q::dq1(w, i);
         }
     }
     if (prm.act != 0) {
-        // The row as written above, visible to the whole block; then rounded a word per thread,
-        // WG words at a time (whole blocks: the row is whole blocks).
+        // The slice as written above, visible to the whole block; then rounded a word per
+        // thread, WG words at a time (whole blocks: the slice is whole blocks).
         __syncthreads();
-        quantize_row<WG>(prm.act - 1, y + base, binding<float>(p, 4), base, width, prm.rows * width);
+        quantize_row<WG>(prm.act - 1, y + base + s0, binding<float>(p, 4), base + s0, s1 - s0, prm.rows * width);
     }
 }
 

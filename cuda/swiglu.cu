@@ -10,6 +10,6 @@ struct op_swiglu {
     }
 };
 
-extern "C" __global__ void __launch_bounds__(256) swiglu(const Params p) {
+extern "C" __global__ void __launch_bounds__(128) swiglu(const Params p) {
     binary_body<op_swiglu>(p);
 }

@@ -6,7 +6,7 @@
 // values then the q8_1 corrections after all n values: the same values, one dispatch fewer.
 // Binding 4 is never written with p.act = 0.
 
-override WG: u32 = 256u;
+override WG: u32 = 128u;
 
 struct Params {
     n: u32,

@@ -48,20 +48,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let seg = seg_index(ln, TPR);
     let r = (wid.x + wid.y * nwg.x) * (WG / TPR) + seg.x;
     if (ALL_TOKENS && p.n > 1u) {
-        // Every token of the step from one read of the row (p.n ≤ MV_COLS, the schedule's bound).
-        var acc: array<f32, MV_COLS>;
-        if (r < p.rows) {
-            acc = row_dot_cols(r * (p.k / QK) * QB, 0u, p.n, seg.y);
-        }
-        for (var j = 0u; j < MV_COLS; j++) {
-            if (j < p.n) {
-                var s = seg_sum(acc[j], ln, TPR);
-                if (r < p.rows && seg.y == 0u) {
-                    let yi = j * p.m + p.row0 + r;
-                    if (p.bias != 0u) {
-                        s += bias_at(p.row0 + r);
+        // Every token of the step (p.n ≤ VEC_MAX_TOKENS, the schedule's bound), MV_COLS a pass.
+        for (var j0 = 0u; j0 < p.n; j0 += MV_COLS) {
+            let nc = min(p.n - j0, MV_COLS);
+            var acc: array<f32, MV_COLS>;
+            if (r < p.rows) {
+                acc = row_dot_cols(r * (p.k / QK) * QB, j0, nc, seg.y);
+            }
+            for (var j = 0u; j < MV_COLS; j++) {
+                if (j < nc) {
+                    var s = seg_sum(acc[j], ln, TPR);
+                    if (r < p.rows && seg.y == 0u) {
+                        let yi = (j0 + j) * p.m + p.row0 + r;
+                        if (p.bias != 0u) {
+                            s += bias_at(p.row0 + r);
+                        }
+                        y[yi] = select(s, y[yi] + s, p.acc != 0u);
                     }
-                    y[yi] = select(s, y[yi] + s, p.acc != 0u);
                 }
             }
         }

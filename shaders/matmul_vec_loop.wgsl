@@ -13,7 +13,9 @@ fn row_dot(rb: u32, xr: XRow, lane: u32) -> f32 {
     return acc;
 }
 
-// The most tokens row_dot_cols takes (the schedule's VEC_MAX_TOKENS).
+// The most tokens row_dot_cols takes, one pass over the row (the schedule's VEC_PASS_COLS): a
+// step's tokens (up to VEC_MAX_TOKENS) take passes of MV_COLS, the row read from memory once and
+// from the cache after (more accumulators a pass would cost every launch occupancy).
 const MV_COLS: u32 = 2u;
 
 // row_dot for tokens t0.. (nc ≤ MV_COLS of them) at once: each chunk of the row decoded once,

@@ -2,9 +2,10 @@
 // into one buffer, each member at an aligned byte offset): their rows taken in order as one
 // matrix, row r of member s going to y_s (plus b_s[r] where the biases are fused: binding 4,
 // their own pack). One launch where there were one per weight; each row is matmul_vec's, the
-// same chunks summed in the same order.
-// With p.norm = 1 an RMS norm of x is folded in (Q/K/V after the attention norm, gate/up after
-// the FFN norm): each workgroup first normalizes its token's row into workgroup memory exactly
+// same chunks summed in the same order: with p.n > 1 one workgroup takes every token of the step
+// (grid z = 1, p.n ≤ VEC_MAX_TOKENS), else workgroup z is token z.
+// With p.norm = 1 (one token) an RMS norm of x is folded in (Q/K/V after the attention norm,
+// gate/up after the FFN norm): each workgroup first normalizes its row into workgroup memory exactly
 // as rms_norm does (the same sums in the same order, times the f32 weight at binding 7) and, for
 // quantized weights (p.act = 1 + quantize_act's ACT), rounds it as quantize_act does, packed
 // form included (`xsq`); the rows then read it there. Rows up to MAX_NORM_K long (checked by the
@@ -126,6 +127,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     let live = m < 2u || rl < p.rows2;
+    let rb = off + rl * (p.k / QK) * QB;
+    if (p.n > 1u) {
+        // Every token of the step, MV_COLS a pass as matmul_vec takes them (never with a folded
+        // norm).
+        for (var j0 = 0u; j0 < p.n; j0 += MV_COLS) {
+            let nc = min(p.n - j0, MV_COLS);
+            var accs: array<f32, MV_COLS>;
+            if (live) {
+                accs = row_dot_cols(rb, j0, nc, seg.y);
+            }
+            for (var j = 0u; j < MV_COLS; j++) {
+                if (j < nc) {
+                    store(live && seg.y == 0u, m, j0 + j, rl, boff, seg_sum(accs[j], ln, TPR));
+                }
+            }
+        }
+        return;
+    }
     // Where the row's values, (ACT_S) corrections and packed form are read.
     var xr = act_row(p.n * p.k, p.k, t);
     if (p.norm != 0u) {
@@ -134,23 +153,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     var acc = 0.0;
     if (live) {
-        acc = row_dot(off + rl * (p.k / QK) * QB, xr, seg.y);
+        acc = row_dot(rb, xr, seg.y);
     }
-    var s = seg_sum(acc, ln, TPR);
-    if (live && seg.y == 0u) {
-        if (p.bias != 0u) {
-            s += b[boff + rl];
+    store(live && seg.y == 0u, m, t, rl, boff, seg_sum(acc, ln, TPR));
+}
+
+// Where `own` (the row's first lane): member m's row rl of token t is s, plus its bias.
+fn store(own: bool, m: u32, t: u32, rl: u32, boff: u32, s: f32) {
+    if (!own) {
+        return;
+    }
+    var v = s;
+    if (p.bias != 0u) {
+        v += b[boff + rl];
+    }
+    switch m {
+        case 0u: {
+            y0[t * p.rows0 + rl] = v;
         }
-        switch m {
-            case 0u: {
-                y0[t * p.rows0 + rl] = s;
-            }
-            case 1u: {
-                y1[t * p.rows1 + rl] = s;
-            }
-            default: {
-                y2[t * p.rows2 + rl] = s;
-            }
+        case 1u: {
+            y1[t * p.rows1 + rl] = v;
+        }
+        default: {
+            y2[t * p.rows2 + rl] = v;
         }
     }
 }

@@ -12,7 +12,7 @@
 // One invocation per packed word of 4 elements, a block's invocations in one workgroup
 // (quantize_word.wgsl). Params: k (row length, whole blocks), n (tokens).
 
-override WG: u32 = 256u;
+override WG: u32 = 64u;
 override ACT: u32 = 0u;
 
 struct Params {

@@ -5,7 +5,10 @@
 // With p.act = 1 + quantize_act's ACT (the norm feeding quantized matmuls), the workgroup then
 // rounds its row as quantize_act would into binding 4 (quantize_word.wgsl, a word per
 // invocation): the same values, one dispatch fewer. Binding 4 is never written with p.act = 0.
-// 256 invocations a row: a decode step's one row of 4,096 is 16 elements each.
+// With p.slice > 0 a row is ceil(width / slice) workgroups, a row's consecutive: each sums the
+// whole row's squares (the same sums in the same order in each: the one-workgroup scale), then
+// writes and rounds its slice of whole activation blocks, so a step of one row is not one
+// workgroup (rms_norm.cu's header). 256 invocations: a row of 4,096 is 16 elements each to sum.
 
 override WG: u32 = 256u;
 
@@ -14,7 +17,8 @@ struct Params {
     eps: f32,
     rows: u32,
     plain: u32,
-    act: u32, // 0, or 1 + quantize_act's ACT
+    act: u32,   // 0, or 1 + quantize_act's ACT
+    slice: u32, // elements of a row per workgroup (whole activation blocks); 0: the whole row
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -37,11 +41,16 @@ fn act_word(i: u32, v: u32) {
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, ln: Lanes) {
-    let row = wid.x + wid.y * nwg.x;
+    let slice = select(p.slice, p.width, p.slice == 0u);
+    let slices = (p.width + slice - 1u) / slice;
+    let g = wid.x + wid.y * nwg.x;
+    let row = g / slices;
     if (row >= p.rows) {
         return; // a spare workgroup of the folded grid (uniform: the whole workgroup leaves)
     }
     let base = row * p.width;
+    let s0 = (g % slices) * slice;
+    let s1 = min(p.width, s0 + slice);
     var s = 0.0;
     for (var i = ln.lid; i < p.width; i += WG) {
         let v = x[base + i];
@@ -49,18 +58,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let scale = 1.0 / sqrt(wg_sum(s, ln) / f32(p.width) + p.eps);
     if (p.plain == 1u) {
-        for (var i = ln.lid; i < p.width; i += WG) {
+        for (var i = s0 + ln.lid; i < s1; i += WG) {
             y[base + i] = x[base + i] * scale;
         }
     } else {
-        for (var i = ln.lid; i < p.width; i += WG) {
+        for (var i = s0 + ln.lid; i < s1; i += WG) {
             y[base + i] = (x[base + i] * scale) * dq1(i);
         }
     }
     if (p.act != 0u) {
-        // The row as written above, visible to the whole workgroup; then rounded a word per
-        // invocation, WG words at a time (whole blocks: the row is whole blocks).
+        // The slice as written above, visible to the whole workgroup; then rounded a word per
+        // invocation, WG words at a time (whole blocks: the slice is whole blocks).
         storageBarrier();
-        quantize_row(p.act - 1u, base, p.width, p.rows * p.width, ln.lid);
+        quantize_row(p.act - 1u, base + s0, s1 - s0, p.rows * p.width, ln.lid);
     }
 }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use minfer::backend::cpu::CpuBackend;
 use minfer::backend::gpu::kernels::{act_qtype, WEIGHT_QTYPES};
+use minfer::backend::gpu::schedule::VEC_MAX_TOKENS;
 use minfer::backend::wgpu::{WgpuBackend, WgpuOptions};
 use minfer::backend::{self, Backend, KvType, Step};
 use minfer::gguf::Metadata;
@@ -364,7 +365,8 @@ fn matmul_ref(x: &[f32], w: &Tensor, n: usize) -> Vec<f32> {
     y
 }
 
-/// Every weight qtype: matmul_vec (n = 1, 2) and the tiled matmul (n = 7, 70) on 71 rows (not
+/// Every weight qtype: matmul_vec (n = 1, 2, 8: one token, and every token of a step from one
+/// read of each row) and the tiled matmul (n = 9, 70) on 71 rows (not
 /// a multiple of any tile), with 8 KiB bindings so every weight is split into parts, on random
 /// activations and on ties of the 8-bit rounding; and
 /// get_rows of scattered ids, which must equal the CPU's dequantization.
@@ -380,7 +382,7 @@ fn matmul_and_get_rows_every_qtype() {
         let k = if q.block_elems() == 256 { 512 } else { 96 };
         let w = tensor("w", q, k, m, q as u64 + 1, 1.0);
         let (mut worst_ref, mut worst_cpu) = (0f64, 0f64);
-        for n in [1usize, 2, 7, 70] {
+        for n in [1usize, 2, 8, 9, 70] {
             // Odd tokens are ties: with a block maximum of 127 the 8-bit scale is 1 and every
             // x.5 rounds to even, as the CPU rounds it.
             let mut inp = tensor("inp", QType::F32, k, n, 7, 1.0);
@@ -455,8 +457,9 @@ fn matmul_and_get_rows_every_qtype() {
 
 /// A layer's Q/K/V (with f32 biases) and gate/up are uploaded as packs and, in decode, run as
 /// one `matmul_vec_pack` launch each, with the RMS norm before them folded in where they are its
-/// only readers: for every weight qtype, 67 rows per member (workgroups straddle members), at 1
-/// and 2 tokens (one launch) and 7 (the tiled matmul reading each member as a view of the pack),
+/// only readers (one token's): for every weight qtype, 67 rows per member (workgroups straddle
+/// members), at 1, 2 and 7 tokens (one launch reading each row once for every token) and 9 (the
+/// tiled matmul reading each member as a view of the pack),
 /// `swiglu(q + bq, k + bk) + v + bv` and `swiglu(gate, up)`, on x and on norm(x), match the CPU,
 /// and the decode steps launch what the fusions leave.
 fn pack_matmuls_every_qtype_match_cpu() {
@@ -484,7 +487,7 @@ fn pack_matmuls_every_qtype_match_cpu() {
     for q in WEIGHT_QTYPES {
         let k = if q.block_elems() == 256 { 512 } else { 96 };
         let mut weights = vec![
-            tensor("inp", QType::F32, k, 7, 7, 1.0),
+            tensor("inp", QType::F32, k, 9, 7, 1.0),
             tensor("norm", QType::F32, k, 1, 8, 1.0),
         ];
         for (i, name) in ["attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"]
@@ -513,7 +516,7 @@ fn pack_matmuls_every_qtype_match_cpu() {
         let mdl = model(hparams(m, 1, 1, 64), weights);
         let quantized = act_qtype(q).is_some();
         let mut worst = 0f64;
-        for (n, norm) in [1usize, 2, 7].into_iter().flat_map(|n| [(n, false), (n, true)]) {
+        for (n, norm) in [1usize, 2, 7, 9].into_iter().flat_map(|n| [(n, false), (n, true)]) {
             // The matmuls' input: the rows as they are, or their RMS norm (node 1).
             let mut head = vec![get_rows("inp", k, n)];
             if norm {
@@ -550,9 +553,10 @@ fn pack_matmuls_every_qtype_match_cpu() {
                     ])
                     .collect(),
             );
-            // Launches in decode: get_rows, quantize_act (quantized weights, no norm folded),
-            // the pack (biases in its store), then swiglu and add.
-            let fused = |ops: u64| 1 + u64::from(quantized && !norm) + 1 + ops;
+            // Launches in decode: get_rows, quantize_act (quantized weights, no norm) or the
+            // norm (folded into the pack at one token only), the pack (biases in its store),
+            // then swiglu and add.
+            let fused = |ops: u64| 1 + u64::from((quantized && !norm) || (norm && n > 1)) + 1 + ops;
             let ids: Vec<u32> = (0..n as u32).collect();
             for (g, what, launches) in [(&qkv, "q/k/v", fused(2)), (&ffn, "gate/up", fused(1))] {
                 let want = run_at(&cpu, &mdl, g, &ids, 0);
@@ -568,7 +572,7 @@ fn pack_matmuls_every_qtype_match_cpu() {
                         "{l}: {what}/{q} n={n} norm={norm}: NMSE {e:.2e} against the CPU"
                     );
                     worst = worst.max(e);
-                    if n <= 2 {
+                    if n <= VEC_MAX_TOKENS {
                         let d = ctx.submitted().map(|s| s.dispatches);
                         assert_eq!(d, Some(launches), "{l}: {what}/{q} n={n} norm={norm}: launches");
                     }

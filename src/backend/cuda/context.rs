@@ -141,7 +141,7 @@ struct Prepared {
     /// The work of a step, `[long]`: the launches of `When::Short` or of `When::Long`
     /// (`schedule::When`), with every other.
     seqs: [Seq; 2],
-    argmax: Item,
+    argmax: Vec<Item>,
     runs: usize,
     /// Held for the launches (and the graph) that point into them.
     acts: Vec<DevBuf>,
@@ -257,7 +257,7 @@ impl CudaContext {
                 Stage::Compute { launches, .. } => launches.iter().map(|l| l.variant.kernel).collect(),
                 Stage::Copy { .. } => Vec::new(),
             })
-            .chain([s.argmax.variant.kernel])
+            .chain(s.argmax.iter().map(|l| l.variant.kernel))
             .collect();
         dev.prepare(&kernels)?;
         let n = s.n_tokens;
@@ -272,7 +272,7 @@ impl CudaContext {
             .iter()
             .map(|r| Ok((*r, dev.alloc(n * r.n_rot / 2 * 8)?)))
             .collect::<std::result::Result<Vec<_>, String>>()?;
-        let argmax_out = dev.alloc(4)?;
+        let argmax_out = dev.alloc(schedule::ARGMAX_OUT_BYTES as usize)?;
         let split = dev.alloc((s.split_bytes as usize).max(4))?;
         let addr = |r: &Res| -> std::result::Result<u64, String> {
             Ok(match r {
@@ -342,7 +342,11 @@ impl CudaContext {
                 }
             }
         }
-        let argmax = launch(&s.argmax)?;
+        let argmax = s
+            .argmax
+            .iter()
+            .map(launch)
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         Ok(Prepared {
             graphs: Default::default(),
             seqs,
@@ -426,12 +430,8 @@ impl CudaContext {
             // Decode shapes repeat every step: from the second run on, one graph launch, the
             // argmax inside it for greedy steps.
             let slot = usize::from(argmax);
-            let tail: &[Item] = if argmax {
-                std::slice::from_ref(&plan.argmax)
-            } else {
-                &[]
-            };
-            let whole = launches + u64::from(argmax);
+            let tail: &[Item] = if argmax { &plan.argmax } else { &[] };
+            let whole = launches + tail.len() as u64;
             if graphs && plan.graphs[long][slot].is_none() && plan.runs >= 1 && n == 1 {
                 let items = &plan.seqs[long].items;
                 plan.graphs[long][slot] = dev.capture(&mut || {

@@ -224,8 +224,14 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
             c.unit = Some(Unit::F32);
         }
         Kernel::Argmax => {
-            let n = ArgmaxParams::from_words(w).n as u64;
-            (c.acts, c.written, c.flops, c.unit) = (f(n), 4, n, Some(Unit::F32));
+            let p = ArgmaxParams::from_words(w);
+            let (n, parts) = (p.n as u64, p.parts as u64);
+            (c.acts, c.written, c.flops) = match (parts > 1, p.stage) {
+                (false, _) => (f(n), 4, n),
+                (true, 0) => (f(n), 8 * parts, n),
+                (true, _) => (8 * parts, 4, parts),
+            };
+            c.unit = Some(Unit::F32);
         }
         Kernel::Rope => {
             let p = RopeParams::from_words(w);

@@ -167,6 +167,10 @@ params! {
         /// 0, or 1 + `quantize_act`'s format index (`ACT_QTYPES`): the rows also rounded as
         /// `quantize_act` rounds them, into binding 4 (never written with 0).
         act: u32,
+        /// Elements of a row each workgroup writes (and rounds), whole activation blocks: a row's
+        /// `ceil(width / slice)` workgroups each sum the whole row's squares, then take their
+        /// slice, so a step of few rows still spreads over the device. 0: one workgroup a row.
+        slice: u32,
     }
 }
 
@@ -305,10 +309,6 @@ params! {
 }
 
 params! {
-    /// `moe_route`: `rows` rows of `n_expert` router logits into rows of 2k (ids, weights).
-    MoeRouteParams {
-        n_expert: u32,
-params! {
     /// `layer_norm`: `rows` rows of `width`, f32 weight and bias.
     LayerNormParams {
         width: u32,
@@ -329,6 +329,10 @@ params! {
     }
 }
 
+params! {
+    /// `moe_route`: `rows` rows of `n_expert` router logits into rows of 2k (ids, weights).
+    MoeRouteParams {
+        n_expert: u32,
         k: u32,
         rows: u32,
         /// 0: softmax over all experts; 1: softmax over the k chosen logits (gpt-oss).
@@ -383,12 +387,14 @@ params! {
 }
 
 params! {
-    /// `argmax` over `n` logits starting at element `offset`.
+    /// `argmax` over `n` logits starting at element `offset`: with `parts` ≤ 1 one workgroup
+    /// writes the id; else `stage` 0 on `parts` workgroups writes each slice's best (value, id)
+    /// after the id's word, and `stage` 1 on one workgroup reduces them to the id.
     ArgmaxParams {
         n: u32,
         offset: u32,
-        _pad0: u32,
-        _pad1: u32,
+        parts: u32,
+        stage: u32,
     }
 }
 
@@ -414,7 +420,8 @@ mod tests {
                 ("eps", 4, Scalar::F32),
                 ("rows", 8, Scalar::U32),
                 ("plain", 12, Scalar::U32),
-                ("act", 16, Scalar::U32)
+                ("act", 16, Scalar::U32),
+                ("slice", 20, Scalar::U32)
             ]
         );
         assert_eq!(RmsNormParams::from_words(&p.words()), p);

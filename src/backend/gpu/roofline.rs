@@ -164,7 +164,7 @@ pub fn plan(
     let long = (ask.depth + ask.tokens / ask.seqs) as u32 >= SPLIT_SPAN;
     let mut rows = Vec::new();
     let mut all = launches(&s, &g, long);
-    all.push(("argmax", "argmax", &s.argmax));
+    all.extend(s.argmax.iter().map(|l| ("argmax", "argmax", l)));
     for (node, op, l) in all {
         let c = cost(l, step, ask.kv, paths);
         rows.push(planned(node, op, l, &c, profile, report, mma));

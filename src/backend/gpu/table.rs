@@ -168,6 +168,10 @@ const fn unary(body: &'static str) -> Wgsl {
     }
 }
 
+/// Threads of the binary element-wise kernels (CUDA `BINARY_WG`): a decode step's GLU over 8
+/// tokens, rounding a word of 4 per thread, still fills an H200.
+pub const BINARY_THREADS: u32 = 128;
+
 /// A one-variant element-wise kernel of 256 threads.
 const fn elementwise(
     kernel: Kernel,
@@ -202,7 +206,7 @@ pub static KERNELS: [KernelInfo; 31] = [
         spec: Spec::Act,
         reduces: false,
         act_input: false,
-        threads: 256,
+        threads: 64,
         wg_override: true,
         params: of::<params::QuantizeActParams>(),
         wgsl: Wgsl {
@@ -346,22 +350,28 @@ pub static KERNELS: [KernelInfo; 31] = [
         cuda: cuda!("attention.cu"),
         low_occupancy: None,
     },
-    elementwise(
-        Kernel::Add,
-        "add",
-        &[U, R, R, RW, RW],
-        of::<params::BinaryParams>(),
-        binary(wgsl!("add.wgsl")),
-        cuda!("add.cu"),
-    ),
-    elementwise(
-        Kernel::Mul,
-        "mul",
-        &[U, R, R, RW, RW],
-        of::<params::BinaryParams>(),
-        binary(wgsl!("mul.wgsl")),
-        cuda!("mul.cu"),
-    ),
+    KernelInfo {
+        threads: BINARY_THREADS,
+        ..elementwise(
+            Kernel::Add,
+            "add",
+            &[U, R, R, RW, RW],
+            of::<params::BinaryParams>(),
+            binary(wgsl!("add.wgsl")),
+            cuda!("add.cu"),
+        )
+    },
+    KernelInfo {
+        threads: BINARY_THREADS,
+        ..elementwise(
+            Kernel::Mul,
+            "mul",
+            &[U, R, R, RW, RW],
+            of::<params::BinaryParams>(),
+            binary(wgsl!("mul.wgsl")),
+            cuda!("mul.cu"),
+        )
+    },
     elementwise(
         Kernel::Scale,
         "scale",
@@ -370,22 +380,28 @@ pub static KERNELS: [KernelInfo; 31] = [
         unary(wgsl!("scale.wgsl")),
         cuda!("scale.cu"),
     ),
-    elementwise(
-        Kernel::Swiglu,
-        "swiglu",
-        &[U, R, R, RW, RW],
-        of::<params::BinaryParams>(),
-        binary(wgsl!("swiglu.wgsl")),
-        cuda!("swiglu.cu"),
-    ),
-    elementwise(
-        Kernel::Geglu,
-        "geglu",
-        &[U, R, R, RW, RW],
-        of::<params::BinaryParams>(),
-        binary(wgsl!("geglu.wgsl")),
-        cuda!("geglu.cu"),
-    ),
+    KernelInfo {
+        threads: BINARY_THREADS,
+        ..elementwise(
+            Kernel::Swiglu,
+            "swiglu",
+            &[U, R, R, RW, RW],
+            of::<params::BinaryParams>(),
+            binary(wgsl!("swiglu.wgsl")),
+            cuda!("swiglu.cu"),
+        )
+    },
+    KernelInfo {
+        threads: BINARY_THREADS,
+        ..elementwise(
+            Kernel::Geglu,
+            "geglu",
+            &[U, R, R, RW, RW],
+            of::<params::BinaryParams>(),
+            binary(wgsl!("geglu.wgsl")),
+            cuda!("geglu.cu"),
+        )
+    },
     elementwise(
         Kernel::Softcap,
         "softcap",
@@ -573,22 +589,6 @@ pub static KERNELS: [KernelInfo; 31] = [
         cuda: cuda!("attention_tile.cu"),
         low_occupancy: None,
     },
-];
-
-/// The CUDA headers every program starts with, in order (`cuda/`).
-pub const CUDA_HEADERS: [(&str, &str); 3] = [
-    ("common.cuh", cuda!("common.cuh")),
-    ("quant.cuh", cuda!("quant.cuh")),
-    ("kv.cuh", cuda!("kv.cuh")),
-];
-
-impl Kernel {
-    pub const ALL: [Kernel; 31] = [
-        Kernel::QuantizeAct,
-        Kernel::MatmulVec,
-        Kernel::Matmul,
-        Kernel::GetRows,
-        Kernel::RmsNorm,
     KernelInfo {
         kernel: Kernel::LayerNorm,
         name: "layer_norm",
@@ -619,6 +619,22 @@ impl Kernel {
         unary(wgsl!("gelu.wgsl")),
         cuda!("gelu.cu"),
     ),
+];
+
+/// The CUDA headers every program starts with, in order (`cuda/`).
+pub const CUDA_HEADERS: [(&str, &str); 3] = [
+    ("common.cuh", cuda!("common.cuh")),
+    ("quant.cuh", cuda!("quant.cuh")),
+    ("kv.cuh", cuda!("kv.cuh")),
+];
+
+impl Kernel {
+    pub const ALL: [Kernel; 31] = [
+        Kernel::QuantizeAct,
+        Kernel::MatmulVec,
+        Kernel::Matmul,
+        Kernel::GetRows,
+        Kernel::RmsNorm,
         Kernel::AddBias,
         Kernel::Rope,
         Kernel::KvStore,
@@ -642,6 +658,9 @@ impl Kernel {
         Kernel::AttentionSplit,
         Kernel::AttentionReduce,
         Kernel::AttentionTile,
+        Kernel::LayerNorm,
+        Kernel::AddPosRows,
+        Kernel::Gelu,
     ];
 
     /// The most storage buffers one kernel binds: what a wgpu adapter must allow per shader
@@ -658,9 +677,6 @@ impl Kernel {
     pub fn info(self) -> &'static KernelInfo {
         &KERNELS[self as usize]
     }
-        Kernel::LayerNorm,
-        Kernel::AddPosRows,
-        Kernel::Gelu,
 
     pub fn name(self) -> &'static str {
         self.info().name
@@ -777,6 +793,12 @@ mod tests {
                 let n = number_after(&cuda[i..], "constexpr u32 WG =").unwrap_or(0);
                 assert_eq!(n, info.threads, "{}: a CUDA body's WG", info.name);
             }
+        }
+        // The binary kernels' shared body (common.cuh's binary_body).
+        let common = cuda!("common.cuh");
+        assert!(common.contains(&format!("#define BINARY_WG {BINARY_THREADS}u")));
+        for k in [Kernel::Add, Kernel::Mul, Kernel::Swiglu, Kernel::Geglu] {
+            assert_eq!(k.threads(), BINARY_THREADS, "{k:?}");
         }
     }
 

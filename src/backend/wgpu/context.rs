@@ -282,7 +282,7 @@ impl WgpuContext {
                 let (src, dst, size) = match what {
                     Readback::Logits => (&plan.acts[plan.result], &plan.readback, plan.result_bytes),
                     Readback::Argmax => {
-                        rec.pass(&[&plan.argmax], "argmax", None);
+                        rec.pass(&plan.argmax.iter().collect::<Vec<_>>(), "argmax", None);
                         (&plan.argmax_out, &plan.argmax_readback, 4)
                     }
                 };

@@ -52,7 +52,7 @@ pub struct Plan {
     pub result_bytes: u64,
     pub readback: wgpu::Buffer,
     /// argmax of the last output row; its 4 bytes are read back for greedy steps.
-    pub argmax: Dispatch,
+    pub argmax: Vec<Dispatch>,
     pub argmax_out: wgpu::Buffer,
     pub argmax_readback: wgpu::Buffer,
     _params: wgpu::Buffer,
@@ -125,7 +125,7 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
             )
         })
         .collect();
-    let argmax_out = storage(gpu, "argmax", 4, wgpu::BufferUsages::COPY_SRC);
+    let argmax_out = storage(gpu, "argmax", schedule::ARGMAX_OUT_BYTES, wgpu::BufferUsages::COPY_SRC);
     let readback = gpu.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("logits readback"),
         size: s.result_bytes.max(4),
@@ -154,7 +154,7 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
             Stage::Copy { .. } => 0,
         })
         .sum::<usize>()
-        + 1;
+        + s.argmax.len();
     let mut bytes = vec![0u8; n_launch * align as usize];
     let params = gpu.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("params"),
@@ -247,7 +247,11 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
             },
         });
     }
-    let argmax = make(&s.argmax, &mut bytes)?;
+    let argmax = s
+        .argmax
+        .iter()
+        .map(|l| make(l, &mut bytes))
+        .collect::<Result<Vec<_>, _>>()?;
     gpu.queue.write_buffer(&params, 0, &bytes);
     Ok(Plan {
         items,

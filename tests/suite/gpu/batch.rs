@@ -254,13 +254,18 @@ fn batch_invariance_measured() {
 /// The CPU suite's join-and-leave pattern (`crate::batch::together`: four prompts joining at
 /// different steps, one split over two, leaving after different numbers of tokens) through
 /// `Session::decode` on every GPU backend and every architecture's tiny model: each sequence's
-/// greedy tokens equal its run alone on the same backend, and its logits stay within NMSE 1e-4
+/// greedy tokens equal its run alone on the same backend, and its logits stay within NMSE 1e-3
 /// of them or of the CPU's (which batching never changes): the GPU matmul's kernel depends on the
 /// forward's rows (as measured above), and with q8_0 weights a last-bit difference can tip an
 /// activation's 8-bit rounding either way. Such a tip is the decode kernel's as often as the
 /// batched one's: measured on glm4 (CUDA emulation, tensor-core prefill tiles), a sequence alone
 /// 1.4e-4 from the CPU at one step and batched 4.9e-15 from it, the same sequence batched 1.4e-4
 /// from itself alone; everywhere else batched and alone agree to 1e-14 or to each other's tip.
+/// Steps of up to `VEC_MAX_TOKENS` rows take the matvec, whose columns are each summed as alone
+/// (decode steps agree bit for bit); a prompt prefilled alone by the matvec and batched by the
+/// tiles (sequence 2's 8 tokens in a 20-row step) can tip on the tiles' side, away from both the
+/// matvec and the CPU: measured on llvmpipe 3.9e-4 (glm4) and 3.6e-4 (qwen2moe), greedy tokens
+/// equal. The bound is 1e-3, a tip's size.
 fn joining_and_leaving_keeps_greedy_tokens() {
     use minfer::backend::BackendChoice;
     use minfer::model::Arch;
@@ -328,7 +333,7 @@ fn joining_and_leaving_keeps_greedy_tokens() {
                 arch.name(),
                 g.label
             );
-            assert!(worst <= 1e-4, "{} {}: NMSE {worst:.2e}", arch.name(), g.label);
+            assert!(worst <= 1e-3, "{} {}: NMSE {worst:.2e}", arch.name(), g.label);
         }
     }
 }

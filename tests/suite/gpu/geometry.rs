@@ -14,7 +14,7 @@ use minfer::quant::QType;
 tests![
     plan_counts_bytes_and_grids_as_by_hand,
     plan_json_is_stable_and_bad_asks_are_named,
-    #[ignore = "open GPU decode/prefill geometry: 8-token steps, argmax, narrow K/V prefill tiles"]
+    #[ignore = "open GPU geometry: 8-token q8_K rows (128 blocks of 256 for 132 SMs), narrow K/V prefill tiles"]
     launches_fill_an_h200_at_1_8_and_512_tokens,
 ];
 
@@ -163,10 +163,11 @@ fn plan_counts_bytes_and_grids_as_by_hand() {
     assert_eq!(o.bytes_read, 4096 * q4k_row + (4096 + 4096 / 32 * 4) + 4096 * 4);
     assert_eq!((o.bytes_written, o.flops), (4096 * 4, 2 * 4096 * 4096));
 
-    // The attention norm, rounding its row for the pack: a workgroup of 256 per row; reads the row
-    // and the f32 weight, writes the row and quantize_act's layout of it.
+    // The attention norm, rounding its row for the pack: the one row spread over 16 workgroups of
+    // 256, a q8_K block each (each sums the whole row); reads the row and the f32 weight once,
+    // writes the row and quantize_act's layout of it.
     let n = find("rms_norm_f32", "blk.1.attn_norm");
-    assert_eq!((n.workgroups, n.threads), (1, 256));
+    assert_eq!((n.workgroups, n.threads), (4096 / 256, 256));
     assert_eq!((n.weight_bytes, n.bytes_read), (4096 * 4, 2 * 4096 * 4));
     let act = 4096 * 4 + 4096 / 32 * 4 + 4096 + 4096 / 32 * 4 + 16;
     assert_eq!(n.bytes_written, 4096 * 4 + act);

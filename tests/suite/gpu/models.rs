@@ -283,14 +283,16 @@ fn random_models_match_cpu() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// With 16 KiB bindings every weight is split by rows and the prompt into sub-batches of a few
-/// tokens (all-position logits would not fit one binding): the logits are unchanged.
+/// With 48 KiB bindings every weight is split by rows and the prompt into sub-batches of 12
+/// tokens (all-position logits of 1,024 would not fit one binding): the logits are unchanged.
+/// (Sub-batches past `VEC_MAX_TOKENS`, so they take the tiles as the whole prompt does; a
+/// sub-batch of up to 8 tokens would take the matvec, whose sums differ in order.)
 fn split_weights_and_batches_change_nothing() {
     let t = "split_weights_and_batches_change_nothing";
     let Some(root) = common::ref_dir(t) else {
         return;
     };
-    let (Some(whole), Some(split)) = (gpu(t, true, None), gpu(t, true, Some(16 << 10))) else {
+    let (Some(whole), Some(split)) = (gpu(t, true, None), gpu(t, true, Some(48 << 10))) else {
         return;
     };
     for name in ["llama-Q4_K_M", "gemma3-Q8_0", "qwen2-Q5_0"] {
@@ -688,9 +690,9 @@ fn launches_passes_and_submits_are_bounded() {
             // attention (q's rope folded in, rounding its output), the output matmul adding
             // into the residual, gate/up (the norm in), the GLU rounding its output, the down
             // matmul adding into the residual. Besides the layers: get_rows, the output norm
-            // and matmul, the argmax.
+            // and matmul, the argmax (its slices, then their reduction).
             let l = format!("{} {}", g.label, m.arch.name());
-            assert!(w.dispatches <= 7 * n_layer + 4, "{l}: {w:?} for {n_layer} layers");
+            assert!(w.dispatches <= 7 * n_layer + 5, "{l}: {w:?} for {n_layer} layers");
             assert!(w.dispatches >= 7 * n_layer, "{l}: {w:?} counts every launch");
             assert_eq!(w.submits, 1, "{l}: {w:?}");
             if g.backend.name() == "wgpu" {

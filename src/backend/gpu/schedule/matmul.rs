@@ -18,14 +18,6 @@ pub(super) const VEC_TPR: u32 = 32;
 /// invocations, 32 per row.
 pub(super) const VEC_ROWS_PER_WG: u32 = 128 / VEC_TPR;
 
-/// The most tokens `matmul_vec` takes, all in one workgroup reading each weight row once (its
-/// CUDA and WGSL `MV_COLS`: accumulators in registers, which every launch pays for in
-/// occupancy). No more than `VEC_MAX_TOKENS`: a token's result must not depend on how many
-/// share its step, and past that the tiles take a prompt's tokens whatever its sub-batches (a
-/// matvec and a tile sum in different orders, which the 8-bit rounding of the next matmul's
-/// input magnifies).
-pub(super) const VEC_MAX_COLS: usize = VEC_MAX_TOKENS;
-
 impl Builder<'_> {
     /// `GetRows` or `Matmul` (pushing its `quantize_act` stage first where one is needed);
     /// `acc`: the matmul adds into `out`, which holds the residual of a fused add; `bias`: the
@@ -156,7 +148,7 @@ impl Builder<'_> {
         bias: Option<Arc<WeightParts>>,
     ) -> Result<Stage, String> {
         let w = self.weight(name)?;
-        let vec = node.rows <= VEC_MAX_COLS;
+        let vec = node.rows <= VEC_MAX_TOKENS;
         let rows = node.rows as u32;
         let (k, m) = (w.row_len as u32, node.width as u32);
         let xin = self.quantized_input(node, x, w.qtype, w.row_len, node.rows);
@@ -214,6 +206,12 @@ impl Builder<'_> {
 mod tests {
     use super::*;
 
+    /// Tokens one pass of the matvecs over their rows takes (CUDA and WGSL `MV_COLS`:
+    /// accumulators in registers, which every launch pays for in occupancy); a step's tokens, up
+    /// to `VEC_MAX_TOKENS`, take passes of it, the rows read from memory once and from the cache
+    /// after.
+    const VEC_PASS_COLS: usize = 2;
+
     /// The rows per workgroup the grids are sized by are what the kernels take: their
     /// workgroup over the invocations per row, for every matvec, in the WGSL as in the table.
     #[test]
@@ -225,10 +223,10 @@ mod tests {
         }
         let cuda = Kernel::MatmulVec.info().cuda;
         assert!(cuda.contains(&format!("#define MV_TPR {VEC_TPR}u")));
-        assert!(cuda.contains(&format!("#define MV_COLS {VEC_MAX_COLS}u")));
+        assert!(cuda.contains(&format!("#define MV_COLS {VEC_PASS_COLS}u")));
         let wgsl = &Kernel::MatmulVec.info().wgsl;
         for row in [wgsl.tail.unwrap(), wgsl.tail_i8.unwrap()] {
-            assert!(row.contains(&format!("const MV_COLS: u32 = {VEC_MAX_COLS}u;")));
+            assert!(row.contains(&format!("const MV_COLS: u32 = {VEC_PASS_COLS}u;")));
         }
     }
 }

@@ -26,9 +26,24 @@ use crate::model::graph::ROPE_FREQS;
 use crate::model::{Graph, Model, Node, Op, Rope};
 use crate::quant::QType;
 
-/// Token counts up to this use `matmul_vec` (a workgroup per 4 rows, every token in it); more
-/// use the tiled `matmul`.
-pub const VEC_MAX_TOKENS: usize = 2;
+/// Token counts up to this use `matmul_vec` (a workgroup per 4 rows, every token in it: a decode
+/// step of up to 8 sequences reads each weight row once, as llama.cpp's MMVQ); more use the
+/// tiled `matmul`.
+pub const VEC_MAX_TOKENS: usize = 8;
+
+/// The most slices `argmax` splits a row into (its second stage reduces them in one workgroup).
+pub const ARGMAX_MAX_PARTS: u32 = 1024;
+
+/// Bytes of the `Res::ArgmaxOut` buffer: the id, then a (value, id) pair per slice.
+pub const ARGMAX_OUT_BYTES: u64 = 4 + 8 * ARGMAX_MAX_PARTS as u64;
+
+/// The slices `argmax` takes a row of `n` logits in: about 1,024 logits each (4 per invocation),
+/// more where that leaves the device part-empty, never under 256 each; 1 (one workgroup, one
+/// launch) for a row of one slice.
+fn argmax_parts(n: usize, sms: u32) -> u32 {
+    let most = n.div_ceil(256).min(ARGMAX_MAX_PARTS as usize) as u32;
+    (n.div_ceil(1024) as u32).max(sms).min(most).max(1)
+}
 
 /// A resident weight as the schedule sees it: its rows, split into parts where a backend
 /// cannot bind the whole tensor at once.
@@ -184,8 +199,9 @@ pub struct Schedule {
     /// The logits node's buffer and size in bytes.
     pub result: usize,
     pub result_bytes: u64,
-    /// argmax of the last output row (greedy steps read back its 4 bytes).
-    pub argmax: Launch,
+    /// argmax of the last output row (greedy steps read back its 4 bytes): one launch, or the
+    /// slices' and then their reduction's (`argmax_parts`).
+    pub argmax: Vec<Launch>,
     /// Bytes of the `Res::Split` buffer (0 where no launch binds it).
     pub split_bytes: u64,
     /// The node each stage computes (a `quantize_act` stage: the node whose matmul reads it).
@@ -437,9 +453,9 @@ pub fn schedule(
             | Op::ScaleBy { .. }
             | Op::Slice { .. } => b.elementwise(i, node, out)?,
             Op::Output { x } => b.output(node, *x, out),
-            Op::MoeRoute { .. }
             Op::LayerNorm { .. } => b.layer_norm(node, out)?,
             Op::AddPosRows { .. } | Op::Gelu { .. } => b.elementwise(i, node, out)?,
+            Op::MoeRoute { .. }
             | Op::MatmulId { .. }
             | Op::AddBiasId { .. }
             | Op::MoeSum { .. }
@@ -452,18 +468,22 @@ pub fn schedule(
     let result = b.live.buf_of[g.result];
     let n_out = g.nodes[g.result].rows;
     let n_vocab = g.nodes[g.result].width;
-    let argmax = Launch {
-        variant: Variant::new(Kernel::Argmax),
-        params: ArgmaxParams {
-            n: n_vocab as u32,
-            offset: ((n_out - 1) * n_vocab) as u32,
-            ..Default::default()
-        }
-        .words(),
-        res: vec![Res::Logits, Res::ArgmaxOut],
-        groups: [1, 1, 1],
-        when: When::Always,
-    };
+    let parts = argmax_parts(n_vocab, shape.sms);
+    let argmax = (0..if parts > 1 { 2 } else { 1 })
+        .map(|stage| Launch {
+            variant: Variant::new(Kernel::Argmax),
+            params: ArgmaxParams {
+                n: n_vocab as u32,
+                offset: ((n_out - 1) * n_vocab) as u32,
+                parts,
+                stage,
+            }
+            .words(),
+            res: vec![Res::Logits, Res::ArgmaxOut],
+            groups: [if stage == 0 { parts.max(1) } else { 1 }, 1, 1],
+            when: When::Always,
+        })
+        .collect();
     Ok(Schedule {
         stages: b.stages,
         act_bytes: b.live.sizes,
@@ -502,6 +522,22 @@ pub fn rope_table(model: &Model, rope: &Rope, pos: &[u32]) -> crate::Result<Vec<
 mod tests {
     use super::*;
     use crate::model::Node;
+
+    /// A step's token count that takes the tiled matmul.
+    const TILED: usize = VEC_MAX_TOKENS + 1;
+
+    /// A vocabulary row spreads over the device in slices of 256 or more logits; a short row
+    /// is one workgroup's; the slices never pass what the reduction takes.
+    #[test]
+    fn argmax_splits_long_rows_over_the_device() {
+        assert_eq!(argmax_parts(128_256, 132), 132, "Llama 3: one slice per SM");
+        assert_eq!(argmax_parts(262_144, 132), 256, "Gemma 3: 1,024 logits a slice");
+        assert_eq!(argmax_parts(32_000, 132), 125, "Llama 2: 256 logits a slice");
+        assert_eq!(argmax_parts(3_000, 1), 3);
+        assert_eq!(argmax_parts(256, 132), 1);
+        assert_eq!(argmax_parts(0, 132), 1);
+        assert_eq!(argmax_parts(1 << 30, 132), ARGMAX_MAX_PARTS);
+    }
 
     pub(super) fn node(name: &str, op: Op, width: usize) -> Node {
         Node {
@@ -585,7 +621,7 @@ mod tests {
             mm(0, "w_f16", 512),
             mm(5, "w_q4_1", 512),
         ];
-        let s = sched(nodes, 3, None, &layout);
+        let s = sched(nodes, TILED, None, &layout);
         let (mut seen, mut inputs, mut scratch) = (Vec::new(), Vec::new(), None);
         for st in &s.stages {
             if let Stage::Compute { launches, .. } = st {
@@ -620,7 +656,7 @@ mod tests {
         let layout = uniform(QType::F32, 64, 64);
         let add = |a, b| node("add", Op::Add { a, b }, 64);
         let run = |nodes: Vec<Node>, keep: Option<usize>| {
-            let s = sched(nodes, 3, keep, &layout);
+            let s = sched(nodes, TILED, keep, &layout);
             let launches: Vec<Vec<(Kernel, u32, Vec<Res>)>> = s
                 .stages
                 .iter()
@@ -640,7 +676,7 @@ mod tests {
         assert_eq!(
             (l[2].len(), l[2][0].0),
             (1, Kernel::Matmul),
-            "3 tokens: the tiled matmul"
+            "past VEC_MAX_TOKENS: the tiled matmul"
         );
         assert_eq!(l[2][0].1, 1, "the matmul accumulates");
         assert_eq!(l[2][0].2[2], Res::Act(bufs[0]), "into the residual's buffer");
@@ -674,7 +710,7 @@ mod tests {
                 node("biased", Op::AddBias { x: 1, bias: "b".into() }, 64),
                 mm(2, "w2", 64),
             ];
-            sched(nodes, 3, keep, &layout)
+            sched(nodes, TILED, keep, &layout)
         };
         let launches = |s: &Schedule, i: usize| match &s.stages[i] {
             Stage::Compute { launches, .. } => launches.clone(),
@@ -795,7 +831,7 @@ mod tests {
             node("blk.0.attn", at(attn(0, None)), 128),
             node("blk.1.attn", at(attn(1, Some(0))), 128),
         ];
-        let s = sched(nodes, 3, None, &layout);
+        let s = sched(nodes, TILED, None, &layout);
         let launches: Vec<Vec<(Kernel, Vec<Res>)>> = s.stages[1..]
             .iter()
             .map(|st| match st {
@@ -804,7 +840,7 @@ mod tests {
             })
             .collect();
         let kinds = |i: usize| launches[i].iter().map(|l| l.0).collect::<Vec<_>>();
-        // The one-kernel attention and the split-KV pair (the step's context picks; a 3-token
+        // The one-kernel attention and the split-KV pair (the step's context picks; a prefill
         // step's pair is the tiled one), after the store; each reads the source layer's cache.
         let both = [Kernel::Attention, Kernel::AttentionTile, Kernel::AttentionReduce];
         assert_eq!(kinds(0), [&[Kernel::KvStore][..], &both].concat());

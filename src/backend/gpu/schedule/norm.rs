@@ -68,6 +68,17 @@ impl Builder<'_> {
             Some(a) => format!("{}+quantize_act/{a}", node.op.kind()),
             None => node.op.kind().to_string(),
         };
+        // A model-wide norm spreads its few rows over the device; head norms have rows enough.
+        let slice = match node.op {
+            Op::RmsNorm { .. } => row_slice(
+                nrows,
+                nwidth,
+                fused.map_or(64, |a| a.block_elems() as u32),
+                self.shape.sms,
+            ),
+            _ => 0,
+        };
+        let slices = if slice == 0 { 1 } else { nwidth.div_ceil(slice) };
         Ok(Stage::Compute {
             kind,
             launches: vec![Launch {
@@ -78,13 +89,60 @@ impl Builder<'_> {
                     rows: nrows,
                     plain: u32::from(name.is_none()),
                     act,
+                    slice,
                 }
                 .words(),
                 res: vec![w, self.inp(node, 0), Res::Act(out), q],
-                // One workgroup per row.
-                groups: fold(nrows as u64, self.maxg),
+                // One workgroup per row's slice.
+                groups: fold(nrows as u64 * slices as u64, self.maxg),
                 when: When::Always,
             }],
         })
+    }
+}
+
+/// The elements of a row each `rms_norm` workgroup takes so that `rows` rows of `width` make at
+/// least `sms` workgroups where whole blocks of `block` elements allow it (the last slice may be
+/// shorter); 0 (a workgroup a row) where the rows alone fill the device.
+fn row_slice(rows: u32, width: u32, block: u32, sms: u32) -> u32 {
+    let want = sms.div_ceil(rows.max(1));
+    if want <= 1 || width < 2 * block || !width.is_multiple_of(block) {
+        return 0;
+    }
+    // Rounded down to whole blocks: at least `want` slices, unless that leaves fewer than 128
+    // elements (or a block) to a workgroup of 256 invocations.
+    let slice = (width / want / block * block).max(block.max(128));
+    if slice >= width {
+        0
+    } else {
+        slice
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_slice;
+
+    /// A decode step's row of 4,096 spreads over an H200's 132 SMs in whole activation blocks;
+    /// rows that fill the device, and rows of one block, stay whole.
+    #[test]
+    fn rows_split_into_whole_blocks_until_the_device_is_full() {
+        let slices = |rows, width, block, sms| match row_slice(rows, width, block, sms) {
+            0 => rows,
+            s => {
+                assert_eq!(s % block, 0, "whole blocks");
+                rows * width.div_ceil(s)
+            }
+        };
+        // q8_0 blocks of 32: one token 32 slices of 128, eight tokens 19 slices of 224.
+        assert_eq!(row_slice(1, 4096, 32, 132), 128);
+        assert_eq!(slices(8, 4096, 32, 132), 8 * 19);
+        // q8_K blocks of 256: at most 16 per row.
+        assert_eq!(slices(1, 4096, 256, 132), 16);
+        assert_eq!(slices(8, 4096, 256, 132), 128);
+        // Enough rows already, or a row of one block: a workgroup a row.
+        assert_eq!(row_slice(512, 4096, 256, 132), 0);
+        assert_eq!(row_slice(1, 256, 256, 132), 0);
+        assert_eq!(row_slice(1, 100, 64, 132), 0);
     }
 }

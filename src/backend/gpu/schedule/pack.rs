@@ -35,7 +35,8 @@ impl Builder<'_> {
     /// The input of RMS norm node `i` where the norm folds into the matmuls reading it: its
     /// readers are exactly runs of them (`run_from`: a pack's, or single matmuls), its weight is
     /// one f32 row of its width, its rows fit `MAX_NORM_K` (whole vec4s and activation blocks),
-    /// and it is not a kept node.
+    /// it is one token's (a launch over several reads each weight row once for all of them, from
+    /// rows normalized before), and it is not a kept node.
     pub(super) fn folds_norm(&self, i: usize) -> Option<usize> {
         let node = &self.g.nodes[i];
         let Op::RmsNorm { x, weight, .. } = &node.op else {
@@ -43,7 +44,7 @@ impl Builder<'_> {
         };
         let w = (self.weight)(weight)?;
         let plain_f32 = w.qtype == QType::F32 && w.row_len == node.width && w.parts.len() == 1;
-        if !plain_f32 || self.kept(i) || node.width > MAX_NORM_K || !node.width.is_multiple_of(4) {
+        if !plain_f32 || node.rows > 1 || self.kept(i) || node.width > MAX_NORM_K || !node.width.is_multiple_of(4) {
             return None;
         }
         let readers = &self.readers[i];
@@ -187,8 +188,9 @@ impl Builder<'_> {
             act: norm.as_ref().map_or(0, |n| n.2),
         };
         let total = params.rows0 + params.rows1 + params.rows2;
+        // z: one token per workgroup where it normalizes its row, else every token in each.
         let mut groups = fold(total.div_ceil(VEC_ROWS_PER_WG) as u64, self.maxg);
-        groups[2] = params.n;
+        groups[2] = if params.n > 1 { 1 } else { params.n };
         let [y0, y1, y2] = <[Res; 3]>::try_from(outs).map_err(|_| "three outputs".to_string())?;
         // Without a norm binding 7 is never read: the weights stand in.
         let nw = norm.map_or(Res::Pack(w0.clone()), |n| Res::Weight(n.0, 0));
