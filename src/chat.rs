@@ -90,6 +90,83 @@ impl Chat {
     }
 }
 
+/// The tools of `chat` for a template that renders none (llama.cpp's "generic" tool format): a
+/// system message (the first one, extended, or a new one) lists them as JSON and asks for a JSON
+/// answer, either a call `{"name": …, "arguments": {…}}` or `{"response": "…"}`, which the
+/// caller constrains generation to ([`generic_tools_schema`]) and reads back
+/// ([`generic_response`]). The tools themselves are left out of `chat.tools`.
+pub fn with_generic_tools(chat: &Chat) -> Chat {
+    let list = serde_json::to_string_pretty(&chat.tools).unwrap_or_default();
+    let text = format!(
+        "You are a helpful assistant with access to these tools:\n{list}\n\n\
+         When a tool can answer the user's request, call it by replying with JSON only: \
+         {{\"name\": \"<tool name>\", \"arguments\": {{<its arguments>}}}}. \
+         Otherwise reply with JSON: {{\"response\": \"<your answer>\"}}."
+    );
+    let mut messages = chat.messages.clone();
+    match messages.first_mut() {
+        Some(m) if m.role == "system" => m.content = format!("{}\n\n{text}", m.content),
+        _ => messages.insert(0, ChatMessage::new("system", text)),
+    }
+    Chat {
+        messages,
+        tools: Vec::new(),
+        kwargs: chat.kwargs.clone(),
+    }
+}
+
+/// The JSON schema of a generic-format answer: one of `calls` (the call schemas the tools
+/// allow, `{"name", "arguments"}` each) or, where `reply` is allowed, `{"response": string}`.
+pub fn generic_tools_schema(calls: Vec<serde_json::Value>, reply: bool) -> serde_json::Value {
+    let mut any = calls;
+    if reply {
+        any.push(serde_json::json!({
+            "type": "object",
+            "properties": {"response": {"type": "string"}},
+            "required": ["response"],
+            "additionalProperties": false,
+        }));
+    }
+    match any.len() {
+        1 => any.pop().unwrap_or_default(),
+        _ => serde_json::json!({ "anyOf": any }),
+    }
+}
+
+/// The reply of a generic-format answer that is not a call: the string of
+/// `{"response": "…"}` (as far as it goes where `max_tokens` cut it), or the text as it is
+/// where it is not that.
+pub fn generic_response(text: &str) -> String {
+    if let Ok(serde_json::Value::Object(o)) = serde_json::from_str::<serde_json::Value>(text.trim()) {
+        return match (o.len(), o.get("response")) {
+            (1, Some(serde_json::Value::String(s))) => s.clone(),
+            _ => text.to_string(),
+        };
+    }
+    // Cut short: the string's characters so far, its escapes undone.
+    let open = text
+        .trim_start()
+        .strip_prefix('{')
+        .map(str::trim_start)
+        .and_then(|t| t.strip_prefix("\"response\""))
+        .map(str::trim_start)
+        .and_then(|t| t.strip_prefix(':'))
+        .map(str::trim_start)
+        .and_then(|t| t.strip_prefix('"'));
+    let Some(rest) = open else {
+        return text.to_string();
+    };
+    // Whole escapes only: a trailing backslash (or a cut \uXXXX) is dropped.
+    let mut end = rest.len();
+    while end > 0 {
+        if let Ok(s) = serde_json::from_str::<String>(&format!("\"{}\"", &rest[..end])) {
+            return s;
+        }
+        end = rest[..end].char_indices().next_back().map_or(0, |(i, _)| i);
+    }
+    String::new()
+}
+
 /// The messages as the template sees them: string arguments that hold JSON become objects.
 fn template_messages(messages: &[ChatMessage]) -> Value {
     if messages.iter().all(|m| m.tool_calls.is_empty()) {
@@ -150,6 +227,22 @@ impl ChatTemplate {
     /// Renders a conversation with its tools and extra variables.
     pub fn render_chat(&self, chat: &Chat, add_generation_prompt: bool) -> Result<String> {
         self.render_messages(&chat.messages, &chat.tools, &chat.kwargs, add_generation_prompt)
+    }
+
+    /// Whether the template shows the model a request's tools: a probe tool's name appears in
+    /// its rendering. Where it does not (SmolLM2's, Gemma's), tools go through
+    /// [`with_generic_tools`] instead of vanishing.
+    pub fn renders_tools(&self) -> bool {
+        const PROBE: &str = "minfer_probe_tool_3c9e";
+        let chat = Chat {
+            messages: vec![ChatMessage::new("user", "?")],
+            tools: vec![serde_json::json!({
+                "type": "function",
+                "function": {"name": PROBE, "description": PROBE, "parameters": {"type": "object", "properties": {}}},
+            })],
+            ..Chat::default()
+        };
+        self.render_chat(&chat, true).is_ok_and(|s| s.contains(PROBE))
     }
 
     fn render_messages(
@@ -578,5 +671,54 @@ mod tests {
             render("{{ bos_token }}{{ eos_token }}{{ tools is none }}"),
             "<s></s>True" // Python's str(True), as jinja2 prints it
         );
+    }
+
+    /// A template that prints no tools is found out and the generic format carries them: a
+    /// system message (extended or new) listing them, a schema of calls or a reply, the
+    /// reply's string read back.
+    #[test]
+    fn templates_without_tools_get_the_generic_format() {
+        let plain = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+        let with = "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}";
+        assert!(!ChatTemplate::new(plain, "", "").unwrap().renders_tools());
+        assert!(ChatTemplate::new(with, "", "").unwrap().renders_tools());
+
+        let tool = serde_json::json!({"type": "function", "function": {"name": "get_weather"}});
+        let chat = Chat {
+            messages: vec![ChatMessage::new("user", "Weather?")],
+            tools: vec![tool.clone()],
+            ..Chat::default()
+        };
+        let g = with_generic_tools(&chat);
+        assert!(g.tools.is_empty());
+        assert_eq!(g.messages.len(), 2);
+        assert_eq!(g.messages[0].role, "system");
+        assert!(
+            g.messages[0].content.contains("\"get_weather\""),
+            "{}",
+            g.messages[0].content
+        );
+        assert!(g.messages[0].content.contains("\"response\""));
+        let mut sys = chat.clone();
+        sys.messages.insert(0, ChatMessage::new("system", "Be brief."));
+        let g = with_generic_tools(&sys);
+        assert_eq!(g.messages.len(), 2);
+        assert!(g.messages[0].content.starts_with("Be brief.\n\n"));
+
+        let call = serde_json::json!({"type": "object"});
+        assert_eq!(generic_tools_schema(vec![call.clone()], false), call);
+        let both = generic_tools_schema(vec![call.clone()], true);
+        assert_eq!(both["anyOf"][0], call);
+        assert_eq!(both["anyOf"][1]["required"], serde_json::json!(["response"]));
+        assert_eq!(generic_response(r#" {"response": "Hi"} "#), "Hi");
+        assert_eq!(generic_response(r#"{"response": 3}"#), r#"{"response": 3}"#);
+        // Cut by max_tokens: the reply so far, a half escape dropped.
+        assert_eq!(
+            generic_response(r#"{"response": "Paris, \"the\" ci"#),
+            r#"Paris, "the" ci"#
+        );
+        assert_eq!(generic_response(r#"{"response": "a\"#), "a");
+        assert_eq!(generic_response(r#"{"respo"#), r#"{"respo"#);
+        assert_eq!(generic_response("plain"), "plain");
     }
 }

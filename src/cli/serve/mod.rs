@@ -35,6 +35,7 @@ use axum::routing::{any, get, post};
 use axum::Router;
 use serde_json::json;
 
+use minfer::chat::ChatTemplate;
 use minfer::engine::Engine;
 use minfer::sched::{Runner, Scheduler, SchedulerOptions, Stats};
 use minfer::tokenizer::Tokenizer;
@@ -87,6 +88,9 @@ pub(crate) struct Served {
     pub(crate) n_ctx: usize,
     /// What the Ollama endpoints report about the model.
     pub(crate) facts: ollama::ModelFacts,
+    /// The chat template shows the model a request's tools; else they go in the generic
+    /// format (`tools`).
+    pub(crate) renders_tools: bool,
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
@@ -264,6 +268,13 @@ fn load(
     }
     let n_ctx = engine.session.n_ctx();
     let facts = ollama::ModelFacts::of(&engine, model, &app.model_id);
+    let renders_tools = engine.template.as_ref().is_some_and(ChatTemplate::renders_tools);
+    if engine.template.is_some() && !renders_tools {
+        eprintln!(
+            "the chat template shows no tools: requests with tools get them in a system message \
+             and answer in JSON (the generic tool format; response header x-tool-format: generic)"
+        );
+    }
     let sched = Scheduler::from_engine(
         engine,
         SchedulerOptions {
@@ -281,6 +292,7 @@ fn load(
         tokenizer,
         n_ctx,
         facts,
+        renders_tools,
     });
     eprintln!("ready: {parallel} sequences, context {n_ctx}");
     Ok(())

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -21,7 +21,7 @@ use minfer::sched::{Event, Finished, Prompt, Request};
 use minfer::tokenizer::Tokenizer;
 
 use super::telemetry::Clock;
-use super::tools::{self, CallStream, Tools};
+use super::tools::{self, CallStream, Reading, Tools};
 use super::{authorize, bad, error, now, params, prelude, reject, App, Place, Reject, Served};
 
 /// The served model as OpenAI describes one.
@@ -400,16 +400,34 @@ pub(super) async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: 
         let kwargs = tools::template_kwargs(r.chat_template_kwargs.as_ref())?;
         Ok((m, tools, kwargs))
     });
-    let (messages, tools, kwargs) = match prepared {
+    let (messages, mut tools, kwargs) = match prepared {
         Ok(v) => v,
         Err(r) => return *r,
     };
-    let chat = Chat {
+    let mut chat = Chat {
         messages,
         tools: tools.as_ref().map(|t| t.list.clone()).unwrap_or_default(),
         kwargs,
     };
-    generate(&app, s, Prompt::Chat(chat), &r.p, Kind::Chat, tools).await
+    // A template that shows no tools: they go in the generic format (`tools`).
+    let format = tools.as_mut().map(|t| {
+        t.generic = !s.renders_tools;
+        if t.generic {
+            chat = minfer::chat::with_generic_tools(&chat);
+        }
+        if t.generic {
+            "generic"
+        } else {
+            "template"
+        }
+    });
+    let mut answer = generate(&app, s, Prompt::Chat(chat), &r.p, Kind::Chat, tools).await;
+    if let Some(f) = format {
+        answer
+            .headers_mut()
+            .insert("x-tool-format", HeaderValue::from_static(f));
+    }
+    answer
 }
 
 pub(super) async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
@@ -433,12 +451,12 @@ fn choice(
     logprobs: Value,
     f: &Finished,
     calls: Option<&str>,
-    forced: bool,
+    reading: Reading,
 ) -> Value {
     match kind {
         Kind::Chat if calls.is_some() => {
-            let (mut message, called) = tools::message(&text, calls.unwrap_or_default());
-            if forced && !called {
+            let (mut message, called) = tools::message(&text, calls.unwrap_or_default(), reading.generic);
+            if reading.forced && !called {
                 // A forced call cut short (max_tokens, the context): no half call as content;
                 // finish_reason says why it ended.
                 message["content"] = Value::Null;
@@ -476,12 +494,12 @@ async fn generate(
         Ok(o) => o,
         Err(r) => return *r,
     };
-    // `required` or a named tool: the answer is constrained to a call (unless the request
-    // has a format of its own).
-    let forced = tools.as_ref().is_some_and(|t| t.forced_call_format().is_some());
-    if let Some(forced) = tools.as_ref().and_then(Tools::forced_call_format) {
+    // `required` or a named tool: the answer is constrained to a call; in the generic format
+    // always to JSON, a call or a reply (unless the request has a format of its own).
+    let reading = tools.as_ref().map(Tools::reading).unwrap_or_default();
+    if let Some(format) = tools.as_ref().and_then(Tools::format) {
         if opts.constraint.is_none() {
-            match params::response_format(Some(&forced)) {
+            match params::response_format(Some(&format)) {
                 Ok(c) => opts.constraint = c,
                 Err(r) => return *r,
             }
@@ -605,7 +623,7 @@ async fn generate(
             .enumerate()
             .map(|(i, ((f, text), lp))| {
                 let lv = logprobs_value(kind, &tok, asked, lp, &mut 0);
-                choice(kind, i, text, lv, f, call_ids[i].as_deref(), forced)
+                choice(kind, i, text, lv, f, call_ids[i].as_deref(), reading)
             })
             .collect();
         let object = if kind == Kind::Chat {
@@ -685,7 +703,7 @@ async fn generate(
         fins: Vec::new(),
         calls: call_ids
             .into_iter()
-            .map(|c| c.map(|ids| CallStream::new(ids, forced)))
+            .map(|c| c.map(|ids| CallStream::new(ids, reading)))
             .collect(),
         _hold: (tickets, places),
     };

@@ -4,7 +4,11 @@
 //!
 //! `tool_choice`: `none` renders without tools and parses nothing; `auto`, `required` and a
 //! named function render the tools and parse the answer; under `required` or a named choice
-//! generation is constrained to a bare JSON call ([`Tools::forced_call_format`]).
+//! generation is constrained to a bare JSON call ([`Tools::format`]).
+//!
+//! A chat template that renders no tools (SmolLM2's) gets them in llama.cpp's generic format
+//! (`minfer::chat::with_generic_tools`): a system message lists them, and the answer is
+//! constrained to JSON, a call or `{"response": …}`, whose reply becomes the content.
 
 use serde_json::{json, Map, Value};
 
@@ -26,6 +30,18 @@ pub(super) struct Tools {
     /// As sent (`[{"type": "function", "function": {...}}]`), for the template.
     pub(super) list: Vec<Value>,
     choice: Choice,
+    /// The template renders no tools: the generic format (the module's header).
+    pub(super) generic: bool,
+}
+
+/// How an answer with tools is read.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Reading {
+    /// Generation was constrained to a call (`required`, a named tool): text that is not one
+    /// is a call cut short, never content.
+    pub(super) forced: bool,
+    /// The generic format: a reply is `{"response": …}`, its string the content.
+    pub(super) generic: bool,
 }
 
 impl Tools {
@@ -80,16 +96,28 @@ impl Tools {
             }
             return Ok(None);
         }
-        Ok(Some(Tools { list, choice }))
+        Ok(Some(Tools {
+            list,
+            choice,
+            generic: false,
+        }))
     }
 
-    /// For `required` and named choices: the `response_format` that forces the call (a JSON
-    /// schema of `{"name", "arguments"}` over the allowed tools), set on a request that has no
-    /// format of its own.
-    pub(super) fn forced_call_format(&self) -> Option<Value> {
+    pub(super) fn reading(&self) -> Reading {
+        Reading {
+            forced: self.choice != Choice::Auto,
+            generic: self.generic,
+        }
+    }
+
+    /// The `response_format` generation is constrained to, set on a request that has no format
+    /// of its own: for `required` and named choices the call (a JSON schema of `{"name",
+    /// "arguments"}` over the allowed tools); in the generic format also under `auto`, a call
+    /// or `{"response": …}`.
+    pub(super) fn format(&self) -> Option<Value> {
         let allowed: Vec<&Value> = match &self.choice {
-            Choice::Auto => return None,
-            Choice::Required => self.list.iter().collect(),
+            Choice::Auto if !self.generic => return None,
+            Choice::Auto | Choice::Required => self.list.iter().collect(),
             Choice::Named(n) => self
                 .list
                 .iter()
@@ -110,10 +138,8 @@ impl Tools {
                 "additionalProperties": false,
             })
         };
-        let schema = match allowed.as_slice() {
-            [t] => one(t),
-            ts => json!({"anyOf": ts.iter().map(|t| one(t)).collect::<Vec<_>>()}),
-        };
+        let reply = self.choice == Choice::Auto;
+        let schema = minfer::chat::generic_tools_schema(allowed.iter().map(|t| one(t)).collect(), reply);
         Some(json!({"type": "json_schema", "json_schema": {"name": "tool_call", "schema": schema}}))
     }
 }
@@ -225,10 +251,15 @@ fn call_json(id: String, c: &ParsedCall) -> Value {
 }
 
 /// The answer's `message` and whether it made calls: `content` is the text around the calls
-/// (null when there is none) and `tool_calls` the calls, ids `{ids}_{k}`.
-pub(super) fn message(text: &str, ids: &str) -> (Value, bool) {
+/// (null when there is none; in the generic format a reply's string) and `tool_calls` the
+/// calls, ids `{ids}_{k}`.
+pub(super) fn message(text: &str, ids: &str, generic: bool) -> (Value, bool) {
     let (content, calls) = minfer::toolcall::parse(text);
     if calls.is_empty() {
+        let content = match generic {
+            true => minfer::chat::generic_response(&content),
+            false => content,
+        };
         return (json!({"role": "assistant", "content": content}), false);
     }
     let content = if content.trim().is_empty() {
@@ -253,18 +284,19 @@ pub(super) struct CallStream {
     parser: ToolCallParser,
     ids: String,
     calls: usize,
-    /// The answer was forced to be a call (`required`, a named tool): text that is not one is
-    /// a call `max_tokens` cut, never content.
-    forced: bool,
+    reading: Reading,
+    /// The generic format's content, held until the end: the reply inside `{"response": …}`.
+    held: String,
 }
 
 impl CallStream {
-    pub(super) fn new(ids: String, forced: bool) -> Self {
+    pub(super) fn new(ids: String, reading: Reading) -> Self {
         CallStream {
             parser: ToolCallParser::new(),
             ids,
             calls: 0,
-            forced,
+            reading,
+            held: String::new(),
         }
     }
 
@@ -283,14 +315,20 @@ impl CallStream {
     pub(super) fn end(&mut self, rest: &str) -> Vec<Value> {
         let mut pieces = self.parser.push(rest);
         pieces.extend(std::mem::take(&mut self.parser).finish());
-        self.deltas(pieces)
+        let mut out = self.deltas(pieces);
+        let held = std::mem::take(&mut self.held);
+        if !held.trim().is_empty() && !self.called() {
+            out.push(json!({"content": minfer::chat::generic_response(&held)}));
+        }
+        out
     }
 
     fn deltas(&mut self, pieces: Vec<Piece>) -> Vec<Value> {
         let mut out = Vec::new();
         for p in pieces {
             match p {
-                Piece::Content(c) if c.is_empty() || self.forced => {}
+                Piece::Content(c) if c.is_empty() || self.reading.forced => {}
+                Piece::Content(c) if self.reading.generic => self.held.push_str(&c),
                 // Whitespace after a call is not content.
                 Piece::Content(c) if self.called() && c.trim().is_empty() => {}
                 Piece::Content(c) => out.push(json!({"content": c})),
@@ -332,14 +370,14 @@ mod tests {
         let tools = json!([weather()]);
         let t = Tools::from_request(Some(&tools), None).unwrap().unwrap();
         assert_eq!(t.list, [weather()]);
-        assert!(t.forced_call_format().is_none());
+        assert!(t.format().is_none());
         assert!(Tools::from_request(Some(&tools), Some(&json!("none")))
             .unwrap()
             .is_none());
         assert!(Tools::from_request(None, Some(&json!("auto"))).unwrap().is_none());
         let named = json!({"type": "function", "function": {"name": "get_weather"}});
         let t = Tools::from_request(Some(&tools), Some(&named)).unwrap().unwrap();
-        let f = t.forced_call_format().unwrap();
+        let f = t.format().unwrap();
         assert_eq!(
             f.pointer("/json_schema/schema/properties/name/const"),
             Some(&json!("get_weather"))
@@ -402,19 +440,57 @@ mod tests {
         );
     }
 
+    /// A template without tools: `auto` is constrained too, to a call or a reply, and the
+    /// reply's string is the content, whole or (held to the end) streamed.
+    #[test]
+    fn the_generic_format_constrains_auto_and_unwraps_replies() {
+        let tools = json!([weather()]);
+        let mut t = Tools::from_request(Some(&tools), None).unwrap().unwrap();
+        t.generic = true;
+        let f = t.format().expect("auto is constrained in the generic format");
+        let any = f
+            .pointer("/json_schema/schema/anyOf")
+            .and_then(Value::as_array)
+            .unwrap();
+        assert_eq!(any.len(), 2, "{f}");
+        assert_eq!(any[0].pointer("/properties/name/const"), Some(&json!("get_weather")));
+        assert_eq!(any[1]["required"], json!(["response"]));
+        let r = t.reading();
+        assert!(r.generic && !r.forced);
+
+        let reply = r#"{"response": "It is sunny."}"#;
+        assert_eq!(
+            message(reply, "c", true),
+            (json!({"role": "assistant", "content": "It is sunny."}), false)
+        );
+        let call = r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#;
+        assert!(message(call, "c", true).1);
+        let mut s = CallStream::new("c".into(), r);
+        let mut deltas = Vec::new();
+        for ch in reply.chars() {
+            deltas.extend(s.push(&ch.to_string()));
+        }
+        assert!(deltas.is_empty(), "held to the end: {deltas:?}");
+        deltas.extend(s.end(""));
+        assert_eq!(deltas, [json!({"content": "It is sunny."})]);
+    }
+
     #[test]
     fn answers_become_tool_calls() {
         let qwen = r#"{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}"#;
-        let (m, called) = message(qwen, "call_7");
+        let (m, called) = message(qwen, "call_7", false);
         assert!(called);
         assert_eq!(
             m,
             json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_7_0", "type": "function",
                 "function": {"name": "get_weather", "arguments": r#"{"city":"Paris","unit":"celsius"}"#}}]})
         );
-        assert_eq!(message("Hi", "c").0, json!({"role": "assistant", "content": "Hi"}));
+        assert_eq!(
+            message("Hi", "c", false).0,
+            json!({"role": "assistant", "content": "Hi"})
+        );
 
-        let mut s = CallStream::new("call_7".into(), false);
+        let mut s = CallStream::new("call_7".into(), Reading::default());
         let mut deltas = Vec::new();
         for ch in qwen.chars() {
             deltas.extend(s.push(&ch.to_string()));
@@ -431,13 +507,19 @@ mod tests {
         );
 
         // A forced call cut short: no content deltas, no call.
-        let mut s = CallStream::new("call_9".into(), true);
+        let mut s = CallStream::new(
+            "call_9".into(),
+            Reading {
+                forced: true,
+                generic: false,
+            },
+        );
         let mut deltas = s.push(r#"{"name": "get_weather", "arguments": {"ci"#);
         deltas.extend(s.end(""));
         assert!(deltas.is_empty() && !s.called(), "{deltas:?}");
 
         // Text around a Hermes block: content deltas for the text only, indices per call.
-        let mut s = CallStream::new("call_8".into(), false);
+        let mut s = CallStream::new("call_8".into(), Reading::default());
         let mut deltas = s.push("Sure. <tool_");
         deltas.extend(s.push(&format!("call>{qwen}</tool_call>\n<tool_call>{qwen}")));
         deltas.extend(s.end("</tool_call> "));

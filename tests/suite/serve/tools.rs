@@ -1,7 +1,8 @@
 //! Tools on `serve`'s chat endpoint with the real Qwen2.5-Coder-0.5B: its recorded tools
 //! prompt (llama.cpp's greedy answer is a bare JSON call) comes back as `tool_calls`, whole and
 //! as stream deltas; a second turn carrying the call and the tool's answer renders and
-//! answers; malformed `tools` are a 400 naming them.
+//! answers; malformed `tools` are a 400 naming them. The default SmolLM2, whose template shows
+//! no tools, calls them through the generic format.
 
 use serde_json::{json, Value};
 
@@ -12,6 +13,7 @@ tests![
     serve_tools_qwen_answers_with_tool_calls,
     serve_tools_follow_up_turn_answers,
     serve_tools_bad_tools_are_400,
+    serve_tools_on_a_template_without_tools_take_the_generic_format,
 ];
 
 const QWEN: &str = "qwen2.5-coder-0.5b-instruct.gguf";
@@ -272,4 +274,72 @@ fn serve_tools_bad_tools_are_400() {
     b["tool_choice"] = json!("auto");
     let (st, v) = s.post("/v1/chat/completions", &b);
     assert_eq!(st, 200, "{v}");
+}
+
+/// SmolLM2's template shows no tools: without the generic format `tools` changed nothing (the
+/// same prompt tokens, no call ever). With it the tools are in the prompt, the answer is JSON,
+/// and a weather question comes back as a `get_weather` call whose arguments validate against
+/// the function's schema (the `jsonschema` crate), whole and streamed; the response says which
+/// format was used; `tool_choice: none` leaves the prompt as it was.
+fn serve_tools_on_a_template_without_tools_take_the_generic_format() {
+    let test = "serve_tools_on_a_template_without_tools_take_the_generic_format";
+    let Some(model) = common::real_model(test, SMOL) else {
+        return;
+    };
+    let s = Server::start(&model, &[]);
+    let params = json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "description": "The city, e.g. Paris"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        },
+        "required": ["city"],
+    });
+    let tool = json!({"type": "function", "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": params,
+    }});
+    let mut body = chat_body("What is the weather like in Paris today?", 64);
+    body["tools"] = json!([tool]);
+
+    let (st, head, raw) = http(s.port, "POST", "/v1/chat/completions", &[], body.to_string().as_bytes());
+    assert_eq!(st, 200, "{raw}");
+    assert!(head.to_ascii_lowercase().contains("x-tool-format: generic"), "{head}");
+    let v: Value = serde_json::from_str(&raw).unwrap();
+    let mut plain = body.clone();
+    plain["tool_choice"] = json!("none");
+    let (st, p) = s.post("/v1/chat/completions", &plain);
+    assert_eq!(st, 200, "{p}");
+    assert!(
+        v["usage"]["prompt_tokens"].as_u64() > p["usage"]["prompt_tokens"].as_u64(),
+        "the tools are in the prompt: {v} vs {p}"
+    );
+    let choice = &v["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+    let calls = choice["message"]["tool_calls"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(calls.len(), 1, "{v}");
+    assert_eq!(calls[0]["function"]["name"], "get_weather", "{v}");
+    let args = args_of(&calls[0]);
+    let validator = jsonschema::validator_for(&params).unwrap();
+    assert!(validator.is_valid(&args), "{args} against {params}");
+
+    // Streamed: the same call.
+    let chunks = stream(&s, body.clone());
+    let name: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["function"]["name"].as_str())
+        .collect();
+    assert_eq!(name, "get_weather", "{chunks:?}");
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str())
+        .collect();
+    assert_eq!(
+        streamed,
+        calls[0]["function"]["arguments"].as_str().unwrap(),
+        "{chunks:?}"
+    );
 }
