@@ -231,11 +231,6 @@ impl HParams {
             (k.max(kl), v.max(vl))
         })
     }
-    /// Whether layers differ in their K/V widths (or share caches): a cache with one width
-    /// for every layer cannot hold such a model as it is.
-    pub fn has_layered_kv(&self) -> bool {
-        !self.layers.is_empty() || self.kv_from.iter().any(Option::is_some)
-    }
     /// The layer whose K/V cache layer `il` reads instead of its own.
     pub fn kv_source(&self, il: usize) -> Option<usize> {
         self.kv_from.get(il).copied().flatten()

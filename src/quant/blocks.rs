@@ -331,7 +331,7 @@ pub fn get_scale_min_k4(j: usize, q: &[u8; K_SCALE_SIZE]) -> (u8, u8) {
 
 /// The 16 signed 6-bit group scales of a q3_K block, still offset by 32 (`scales[g] - 32` is
 /// the scale). ggml: the `aux`/`kmask` shuffle in `dequantize_row_q3_K`.
-#[inline]
+#[inline(always)]
 pub fn unpack_q3k_scales(scales: &[u8; 12]) -> [i8; 16] {
     const KMASK1: u32 = 0x0303_0303;
     const KMASK2: u32 = 0x0f0f_0f0f;

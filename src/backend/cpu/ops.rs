@@ -334,11 +334,6 @@ fn axpy_portable(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
-/// Reads a float vector weight (f32/f16/bf16 bytes) into f32.
-pub fn vector_to_f32(t: &crate::tensor::Tensor) -> crate::Result<Vec<f32>> {
-    t.to_f32()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,7 @@
 //! The kernels every GPU backend implements (one row each in `table.rs`), and their variants:
 //! each kernel specialised per weight qtype, float vector type, KV cache type or activation
 //! format, as its row says. The wgpu backend builds a variant from WGSL (`shaders/`), the CUDA
-//! backend from CUDA C++ (`cuda/`); both run the same schedule (`schedule.rs`): the same
+//! backend from CUDA C++ (`cuda/`); both run the same schedule (`schedule/`): the same
 //! parameters, bindings and workgroup counts per dispatch.
 
 use std::collections::{HashMap, HashSet};

@@ -77,11 +77,6 @@ pub fn kv_source(kv: KvType) -> Option<&'static str> {
     })
 }
 
-/// The qtypes with a weight kernel, in table order.
-pub fn weight_qtypes() -> Vec<QType> {
-    crate::backend::gpu::kernels::WEIGHT_QTYPES.to_vec()
-}
-
 pub use crate::backend::gpu::kernels::{all_variants, Bind, Kernel, Variant};
 
 /// For the matmuls: whether the weight type's activation partner is q8_1, whose block sums

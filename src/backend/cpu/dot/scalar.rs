@@ -6,6 +6,7 @@
 //! Weight and activation rows are raw bytes: fields are read with `from_le_bytes`.
 
 use super::{dot_fn, f16_at, f32_at, DotFn};
+use crate::quant::unpack_q3k_scales;
 use crate::quant::QType;
 use crate::quant::{e8m0_to_f32_half, KVALUES_IQ4NL, KVALUES_MXFP4};
 
@@ -274,28 +275,6 @@ pub(crate) fn k4_scales_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
     (b(utmp[0], utmp[1]), b(utmp[2], utmp[3]))
 }
 
-/// ggml's q3_K `scales[12]` → 16 six-bit scales (still offset by 32).
-#[inline(always)]
-pub(crate) fn q3k_scales(s: &[u8]) -> [i8; 16] {
-    const KMASK1: u32 = 0x03030303;
-    const KMASK2: u32 = 0x0f0f0f0f;
-    let u = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
-    let (a0, a1, tmp) = (u(0), u(1), u(2));
-    let aux = [
-        (a0 & KMASK2) | ((tmp & KMASK1) << 4),
-        (a1 & KMASK2) | (((tmp >> 2) & KMASK1) << 4),
-        ((a0 >> 4) & KMASK2) | (((tmp >> 4) & KMASK1) << 4),
-        ((a1 >> 4) & KMASK2) | (((tmp >> 6) & KMASK1) << 4),
-    ];
-    let mut out = [0i8; 16];
-    for (i, v) in aux.iter().enumerate() {
-        for (k, b) in v.to_le_bytes().iter().enumerate() {
-            out[4 * i + k] = *b as i8;
-        }
-    }
-    out
-}
-
 /// block_q3_K {hmask[32], qs[64], scales[12], d: f16}.
 pub fn dot_q3_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sums = [0f32; 8];
@@ -311,7 +290,7 @@ pub fn dot_q3_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
                 }
             }
         }
-        let scales = q3k_scales(&x[96..108]);
+        let scales = unpack_q3k_scales(x[96..108].try_into().expect("a q3_K block has 12 scale bytes"));
         let aux32 = k_lanes(&aux8, q8, 16, |j| scales[j] as i32 - 32);
         let d = f16_at(x, 108) * f32_at(y, 0);
         for l in 0..8 {
