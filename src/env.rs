@@ -157,6 +157,13 @@ pub fn user_cache_dir() -> Option<PathBuf> {
     var("XDG_CACHE_HOME").or_else(|| var("HOME").map(|h| h.join(".cache")))
 }
 
+/// The user's data directory: `$XDG_DATA_HOME`, else `$HOME/.local/share` (empty counts as
+/// unset); `chat` keeps its history there.
+pub fn user_data_dir() -> Option<PathBuf> {
+    let var = |k: &str| var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    var("XDG_DATA_HOME").or_else(|| var("HOME").map(|h| h.join(".local").join("share")))
+}
+
 /// Where `scripts/fetch-models` puts models and where the default model is looked for first:
 /// `$MINFER_MODELS_DIR`, else `minfer/models` in the user's cache directory.
 pub fn models_dir() -> Option<PathBuf> {

@@ -254,6 +254,72 @@ pub fn run(model: &Path, prompt: &Prompt, a: &RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// `chat`'s lines: at a terminal a line editor (arrow keys, Home/End, word motions) with the
+/// history of earlier sessions (`$XDG_DATA_HOME/minfer/chat_history`, else
+/// `~/.local/share/minfer/chat_history`; Up recalls); Ctrl-C clears the line being typed, Ctrl-D
+/// at an empty line leaves. Piped, plain lines.
+enum Input {
+    Editor {
+        ed: Box<rustyline::DefaultEditor>,
+        history: Option<PathBuf>,
+    },
+    Lines(std::io::Lines<std::io::StdinLock<'static>>),
+}
+
+impl Input {
+    fn open() -> Result<Input> {
+        if !std::io::stdin().is_terminal() {
+            return Ok(Input::Lines(std::io::stdin().lock().lines()));
+        }
+        let mut ed = Box::new(rustyline::DefaultEditor::new().context("starting the line editor")?);
+        let history = minfer::env::user_data_dir().map(|d| d.join("minfer").join("chat_history"));
+        if let Some(h) = &history {
+            // None yet on a first session.
+            let _ = ed.load_history(h);
+        }
+        Ok(Input::Editor { ed, history })
+    }
+
+    /// The next line, or None at the end (Ctrl-D, end of input).
+    fn next(&mut self) -> Result<Option<String>> {
+        use rustyline::error::ReadlineError;
+        match self {
+            Input::Lines(lines) => lines.next().transpose().context("reading stdin"),
+            Input::Editor { ed, history } => loop {
+                match ed.readline("> ") {
+                    Ok(line) => {
+                        if !line.trim().is_empty() {
+                            let _ = ed.add_history_entry(line.as_str());
+                            if let Some(h) = history {
+                                save_history(ed, h);
+                            }
+                        }
+                        return Ok(Some(line));
+                    }
+                    // Ctrl-C at the prompt: the line is dropped, a fresh prompt follows.
+                    Err(ReadlineError::Interrupted) => continue,
+                    Err(ReadlineError::Eof) => {
+                        eprintln!();
+                        return Ok(None);
+                    }
+                    Err(e) => return Err(e).context("reading the terminal"),
+                }
+            },
+        }
+    }
+}
+
+/// Writes the history after each line, so a session that ends any way keeps it; a history
+/// that cannot be written is said once per line, never fatal.
+fn save_history(ed: &mut rustyline::DefaultEditor, path: &Path) {
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if let Err(e) = ed.save_history(path) {
+        eprintln!("(history not saved to {}: {e})", path.display());
+    }
+}
+
 pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
     let mut engine = load(model, a)?;
     if engine.template.is_none() {
@@ -268,17 +334,10 @@ pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
     if let Some(s) = &a.system {
         history.push(ChatMessage::new("system", s.as_str()));
     }
-    let interactive = std::io::stdin().is_terminal();
     eprintln!("chat: /reset forgets the conversation, /exit (or Ctrl-D) quits, Ctrl-C stops an answer");
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
+    let mut input = Input::open()?;
     loop {
-        if interactive {
-            eprint!("> ");
-            std::io::stderr().flush().ok();
-        }
-        let Some(line) = lines.next() else { break };
-        let line = line.context("reading stdin")?;
+        let Some(line) = input.next()? else { break };
         let line = line.trim();
         match line {
             "" => continue,

@@ -12,6 +12,7 @@ tests![
     tokenize_prints_llama_cpp_ids,
     greedy_run_matches_llama_cpp_on_every_isa,
     chat_over_a_pipe_answers_and_resets,
+    chat_at_a_terminal_edits_lines_and_recalls_history,
     bad_input_is_a_clear_error,
     trace_holds_one_node_against_the_first_backend,
     logits_out_holds_against_a_recorded_reference,
@@ -196,6 +197,43 @@ fn chat_over_a_pipe_answers_and_resets() {
     let out = String::from_utf8(o.stdout.clone()).unwrap();
     assert!(out.contains("Paris"), "{out}");
     assert!(stderr(&o).contains("conversation reset"), "{}", stderr(&o));
+}
+
+/// `chat` at a terminal (a pseudo-terminal that `tests/python/chat_pty.py` types into): Left
+/// arrows move into the line ("ello" becomes "Hello"), Up recalls it to be extended ("Hello
+/// again"), Ctrl-C drops the line being typed, Ctrl-D leaves with status 0; the history file
+/// in the user's data directory holds the two lines sent, and only them.
+fn chat_at_a_terminal_edits_lines_and_recalls_history() {
+    let t = "chat_at_a_terminal_edits_lines_and_recalls_history";
+    let Some(model) = common::real_model(t, SMOL) else {
+        return;
+    };
+    let has_pty = Command::new("python3").args(["-c", "import pty"]).output();
+    if !has_pty.is_ok_and(|o| o.status.success()) {
+        common::skip::<()>(t, "python3 with its pty module is needed to type into a terminal");
+        return;
+    }
+    let data = crate::gguf::tempdir("cli-chat-pty");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/chat_pty.py");
+    let o = Command::new("python3")
+        .arg(&script)
+        .arg(common::exe())
+        .arg(&model)
+        .arg(&data)
+        .env_remove("MINFER_MODEL")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "chat's exit: {:?}\n{shown}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let history =
+        std::fs::read_to_string(data.join("minfer/chat_history")).unwrap_or_else(|e| panic!("history: {e}\n{shown}"));
+    let lines: Vec<&str> = history.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(lines, ["Hello", "Hello again"], "{history:?}\n{shown}");
 }
 
 fn bad_input_is_a_clear_error() {
