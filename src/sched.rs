@@ -616,33 +616,50 @@ impl Scheduler {
         ends.sort_by_key(|d| std::cmp::Reverse(d.0));
         for (i, end) in ends {
             let mut s = self.running.remove(i);
-            let reason = match end {
-                Ok(r) => r,
+            match end {
+                Ok(reason) => self.finish(s, reason),
                 Err(e) => {
                     // A matcher that failed: the request fails, its cells go.
                     let _ = self.session.seq_remove(s.seq);
                     (s.sink)(Event::Error(e));
-                    continue;
                 }
-            };
-            let now = Instant::now();
-            let first = s.first_token.unwrap_or(now);
-            let fin = Finished {
-                reason,
-                rest: s.stream.finish(),
-                usage: Usage {
-                    prompt_tokens: s.prompt.len(),
-                    cached_tokens: s.reused,
-                    completion_tokens: s.generated.len(),
-                    prefill_secs: (first - s.admitted).as_secs_f64(),
-                    decode_secs: (now - first).as_secs_f64(),
-                },
-                tokens: std::mem::take(&mut s.generated),
-            };
-            (s.sink)(Event::Done(fin));
-            self.keep(s.seq, s.cached);
+            }
         }
         self.reap();
+    }
+
+    /// A running request's end: its `Done` (what it generated, the text held back, its usage),
+    /// its cells kept for prefix reuse.
+    fn finish(&mut self, mut s: Slot, reason: StopReason) {
+        let now = Instant::now();
+        let first = s.first_token.unwrap_or(now);
+        let fin = Finished {
+            reason,
+            rest: s.stream.finish(),
+            usage: Usage {
+                prompt_tokens: s.prompt.len(),
+                cached_tokens: s.reused,
+                completion_tokens: s.generated.len(),
+                prefill_secs: (first - s.admitted).as_secs_f64(),
+                decode_secs: (now - first).as_secs_f64(),
+            },
+            tokens: std::mem::take(&mut s.generated),
+        };
+        (s.sink)(Event::Done(fin));
+        self.keep(s.seq, s.cached);
+    }
+
+    /// Ends every request now (a server stopping past its grace period): each running one
+    /// finishes where it is, with `StopReason::Callback` and what it generated so far, as a
+    /// normal end; each waiting one fails with `why`.
+    pub fn finish_all(&mut self, why: &str) {
+        for mut w in std::mem::take(&mut self.waiting) {
+            (w.sink)(Event::Error(why.to_string()));
+        }
+        for s in std::mem::take(&mut self.running) {
+            self.finish(s, StopReason::Callback);
+        }
+        self.publish();
     }
 
     /// Keeps a finished sequence for prefix reuse, dropping the oldest beyond the limit.
@@ -704,7 +721,11 @@ impl Scheduler {
             };
             match cmd {
                 Some(Cmd::Submit(req, sink, cancel)) => {
-                    self.submit_with(req, sink, cancel);
+                    self.submit_with(*req, sink, cancel);
+                    continue;
+                }
+                Some(Cmd::FinishAll(why)) => {
+                    self.finish_all(&why);
                     continue;
                 }
                 None => {}
@@ -720,7 +741,8 @@ impl Scheduler {
 }
 
 enum Cmd {
-    Submit(Request, Sink, Arc<AtomicBool>),
+    Submit(Box<Request>, Sink, Arc<AtomicBool>),
+    FinishAll(String),
 }
 
 /// A request's events, in order; dropping it cancels the request.
@@ -815,7 +837,7 @@ impl Runner {
     pub fn submit_sink(&self, req: Request, sink: impl FnMut(Event) -> bool + Send + 'static) -> Ticket {
         let cancel = Arc::new(AtomicBool::new(false));
         if let Err(mpsc::SendError(Cmd::Submit(_, mut sink, _))) =
-            self.tx.send(Cmd::Submit(req, Box::new(sink), cancel.clone()))
+            self.tx.send(Cmd::Submit(Box::new(req), Box::new(sink), cancel.clone()))
         {
             sink(Event::Error("the scheduler stopped".into()));
         }
@@ -827,11 +849,17 @@ impl Runner {
         let cancel = Arc::new(AtomicBool::new(false));
         let sink: Sink = Box::new(move |e| etx.send(e).is_ok());
         let id = NEXT_REMOTE.fetch_add(1, Ordering::Relaxed);
-        if let Err(mpsc::SendError(Cmd::Submit(_, mut sink, _))) = self.tx.send(Cmd::Submit(req, sink, cancel.clone()))
+        if let Err(mpsc::SendError(Cmd::Submit(_, mut sink, _))) =
+            self.tx.send(Cmd::Submit(Box::new(req), sink, cancel.clone()))
         {
             sink(Event::Error("the scheduler stopped".into()));
         }
         Handle { id, events: rx, cancel }
+    }
+
+    /// Ends every request at the scheduler's next turn ([`Scheduler::finish_all`]).
+    pub fn finish_all(&self, why: &str) {
+        let _ = self.tx.send(Cmd::FinishAll(why.to_string()));
     }
 }
 

@@ -129,6 +129,17 @@ fn parse_n_predict(s: &str) -> std::result::Result<usize, String> {
     }
 }
 
+/// `--shutdown-timeout`: seconds, whole or not, 0 or more.
+#[cfg(feature = "server")]
+fn parse_seconds(s: &str) -> std::result::Result<std::time::Duration, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0 && *v <= 1e9)
+        .map(std::time::Duration::from_secs_f64)
+        .ok_or_else(|| format!("'{s}' is not a number of seconds (0 or more)"))
+}
+
 /// `--seed`: a number, or -1 for a random one (llama.cpp's meaning).
 #[derive(Clone, Copy)]
 struct Seed(Option<u64>);
@@ -434,6 +445,11 @@ enum Cmd {
         /// No access log (a line per request on stderr: method, path, status, tokens, time)
         #[arg(long = "log-disable")]
         log_disable: bool,
+        /// Seconds live requests may run on after Ctrl-C or SIGTERM before they are ended
+        /// where they are (streams with a final chunk, finish_reason "length"); default: until
+        /// they finish
+        #[arg(long = "shutdown-timeout", value_parser = parse_seconds)]
+        shutdown_timeout: Option<std::time::Duration>,
         #[command(flatten)]
         engine: EngineFlags,
     },
@@ -759,6 +775,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             chat_template_file,
             embedding_model,
             log_disable,
+            shutdown_timeout,
             engine,
         } => {
             if parallel == 0 {
@@ -786,6 +803,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 flash_attn: engine.flash_attn,
                 embedding_model,
                 log_disable,
+                shutdown_timeout,
             })
         }
         Cmd::Quantize {

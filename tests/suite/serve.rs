@@ -27,6 +27,7 @@ tests![
     serve_hang_up_frees_the_sequence,
     serve_template_exception_is_400_with_its_message,
     serve_sigterm_finishes_live_streams_then_exits_0,
+    serve_shutdown_timeout_ends_live_streams_with_their_final_chunk,
     serve_takes_token_ids_and_names_bad_fields,
     serve_missing_model_fails_before_listening,
 ];
@@ -564,6 +565,54 @@ fn serve_sigterm_finishes_live_streams_then_exits_0() {
     };
     assert!(status.success(), "exit status {status}");
     assert!(TcpStream::connect(("127.0.0.1", s.port)).is_err(), "still accepting");
+}
+
+/// Past `--shutdown-timeout` a stream still running is ended where it is, long before its
+/// `max_tokens`: its final chunk (finish_reason "length") and `[DONE]`, then exit 0.
+fn serve_shutdown_timeout_ends_live_streams_with_their_final_chunk() {
+    let t = "serve_shutdown_timeout_ends_live_streams_with_their_final_chunk";
+    let Some(model) = crate::common::real_model(t, SMOL) else {
+        return;
+    };
+    let mut s = Server::start(&model, &["--shutdown-timeout", "0.5"]);
+    let body = json!({
+        "messages": [{"role": "user", "content": "Count from one to a thousand in words."}],
+        "max_tokens": 2000,
+        "ignore_eos": true,
+        "temperature": 0,
+        "stream": true,
+    })
+    .to_string();
+    let mut c = stream_until(s.port, "/v1/chat/completions", &body, b"data:", 3);
+    // SAFETY: kill(2) on the server's own pid; no memory is touched.
+    assert_eq!(unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) }, 0);
+    let t0 = Instant::now();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut rest = String::new();
+    c.read_to_string(&mut rest).unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "ended {:?} after SIGTERM",
+        t0.elapsed()
+    );
+    assert!(rest.contains("data: [DONE]"), "the stream was cut: {rest}");
+    let finishes: Vec<String> = sse_data(&rest)
+        .iter()
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|c| c["choices"][0]["finish_reason"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(finishes, ["length"], "{rest}");
+    let chunks = rest.matches("data: ").count();
+    assert!(chunks < 1500, "{chunks} chunks: not ended early");
+    let status = loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "the server did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit status {status}");
 }
 
 /// OpenAI's edges: a completions prompt as token ids (bare or in a list) answers as its text

@@ -57,6 +57,9 @@ pub struct ServeArgs {
     pub embedding_model: Option<PathBuf>,
     /// No access log line per request (`--log-disable`).
     pub log_disable: bool,
+    /// After Ctrl-C or SIGTERM, how long live requests may run on before they are ended where
+    /// they are (`--shutdown-timeout`); None: until they finish.
+    pub shutdown_timeout: Option<std::time::Duration>,
 }
 
 /// Request bodies beyond this are refused with 413.
@@ -216,15 +219,29 @@ async fn serve(a: ServeArgs) -> Result<()> {
                 .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]),
         );
     }
+    let (grace, stopping) = (a.shutdown_timeout, app.clone());
     axum::serve(listener, router)
-        .with_graceful_shutdown(stop_signal())
+        .with_graceful_shutdown(async move {
+            stop_signal().await;
+            if let Some(t) = grace {
+                // Past the grace period every live request ends where it is, streams with their
+                // final chunk (finish_reason "length") and [DONE]: the drain then completes.
+                tokio::spawn(async move {
+                    tokio::time::sleep(t).await;
+                    if let Some(s) = stopping.served.get() {
+                        eprintln!("stopping: {:.1} s passed; ending the live requests", t.as_secs_f64());
+                        s.runner.finish_all("the server is stopping");
+                    }
+                });
+            }
+        })
         .await
         .context("serving")
 }
 
 /// Ctrl-C (SIGINT) or SIGTERM, what Kubernetes, systemd and docker stop a process with: either
-/// stops the server accepting, and every live request (streams included) finishes before the
-/// process exits 0.
+/// stops the server accepting, and every live request (streams included) finishes (or, past
+/// `--shutdown-timeout`, is ended with its final chunk) before the process exits 0.
 async fn stop_signal() {
     #[cfg(unix)]
     {

@@ -391,7 +391,7 @@ fn loaded(f: &ModelFacts, kind: Kind) -> Response {
 
 fn done_reason(r: StopReason) -> &'static str {
     match r {
-        StopReason::MaxTokens | StopReason::ContextFull => "length",
+        StopReason::MaxTokens | StopReason::ContextFull | StopReason::Callback => "length",
         _ => "stop",
     }
 }

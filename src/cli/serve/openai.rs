@@ -354,7 +354,9 @@ enum Kind {
 
 fn finish_reason(r: StopReason) -> &'static str {
     match r {
-        StopReason::MaxTokens | StopReason::ContextFull => "length",
+        // Callback: cut by the server stopping past --shutdown-timeout, as incomplete as a
+        // limit leaves it.
+        StopReason::MaxTokens | StopReason::ContextFull | StopReason::Callback => "length",
         _ => "stop",
     }
 }
