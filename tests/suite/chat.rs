@@ -15,6 +15,7 @@ tests![
     syntax_and_unknown_filter_errors_are_template_errors,
     qwen25coder_tools_prompt_matches_jinja2,
     qwen25coder_tool_call_turn_renders,
+    gemma4_template_matches_transformers,
 ];
 
 fn template(file: &str) -> String {
@@ -222,4 +223,24 @@ fn qwen25coder_tool_call_turn_renders() {
     }))
     .unwrap();
     assert_eq!(wire, chat.messages[chat.messages.len() - 2]);
+}
+
+/// Gemma 4's template (llama.cpp 0c1e570's `models/templates/google-gemma-4-31B-it.jinja`:
+/// macros, namespaces, `dictsort`, its own tool declaration and call syntax) renders as
+/// transformers renders it (`scripts/make-template-refs.py`): plain turns, a system turn, no
+/// generation prompt, tools, and a call with its answer.
+fn gemma4_template_matches_transformers() {
+    let refs = common::read_json(&common::data_dir().join("templates/gemma4.renders.json"));
+    let t = ChatTemplate::new(&template(refs["template"].as_str().unwrap()), "<bos>", "<eos>").unwrap();
+    let cases = refs["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 5);
+    for c in cases {
+        let chat = Chat {
+            messages: serde_json::from_value(c["messages"].clone()).expect("messages"),
+            tools: serde_json::from_value(c["tools"].clone()).expect("tools"),
+            kwargs: serde_json::Map::new(),
+        };
+        let got = t.render_chat(&chat, c["gen"].as_bool().unwrap()).unwrap();
+        assert_eq!(got, c["rendered"].as_str().unwrap(), "{}", c["name"]);
+    }
 }
