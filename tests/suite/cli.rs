@@ -208,9 +208,7 @@ fn chat_at_a_terminal_edits_lines_and_recalls_history() {
     let Some(model) = common::real_model(t, SMOL) else {
         return;
     };
-    let has_pty = Command::new("python3").args(["-c", "import pty"]).output();
-    if !has_pty.is_ok_and(|o| o.status.success()) {
-        common::skip::<()>(t, "python3 with its pty module is needed to type into a terminal");
+    if !common::python_with(t, "pty", "python3's own, on Unix") {
         return;
     }
     let data = crate::gguf::tempdir("cli-chat-pty");

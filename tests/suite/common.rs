@@ -34,6 +34,19 @@ pub fn skip<T>(test: &str, why: &str) -> Option<T> {
     None
 }
 
+/// Whether `python3` is here and imports `modules` (a comma-separated list); else a skip saying
+/// what to install.
+pub fn python_with(test: &str, modules: &str, install: &str) -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skip::<()>(test, &format!("python3 with {modules} is needed ({install})"));
+    }
+    ok
+}
+
 /// The llama.cpp reference tree (`$MINFER_REF_DIR`), or a skip.
 pub fn ref_dir(test: &str) -> Option<PathBuf> {
     match std::env::var_os("MINFER_REF_DIR") {

@@ -103,6 +103,19 @@ impl Server {
     }
 }
 
+impl Server {
+    /// The server's exit status, which must come within `limit` of `since`.
+    pub(crate) fn exit_within(&mut self, since: Instant, limit: Duration) -> std::process::ExitStatus {
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(since.elapsed() < limit, "the server did not exit");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -556,13 +569,7 @@ fn serve_sigterm_finishes_live_streams_then_exits_0() {
         "no finish reason: {rest}"
     );
     let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = s.child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "the server did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = s.exit_within(t0, Duration::from_secs(30));
     assert!(status.success(), "exit status {status}");
     assert!(TcpStream::connect(("127.0.0.1", s.port)).is_err(), "still accepting");
 }
@@ -605,13 +612,7 @@ fn serve_shutdown_timeout_ends_live_streams_with_their_final_chunk() {
     assert_eq!(finishes, ["length"], "{rest}");
     let chunks = rest.matches("data: ").count();
     assert!(chunks < 1500, "{chunks} chunks: not ended early");
-    let status = loop {
-        if let Some(st) = s.child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "the server did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = s.exit_within(t0, Duration::from_secs(30));
     assert!(status.success(), "exit status {status}");
 }
 

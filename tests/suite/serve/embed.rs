@@ -176,12 +176,7 @@ fn serve_embedding_clients() {
     let (Some(smol), Some(dir)) = (common::real_model(t, SMOL), minilm(t)) else {
         return;
     };
-    let has = Command::new("python3")
-        .args(["-c", "import openai, ollama"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has {
-        common::skip::<()>(t, "the openai and ollama Python packages are not installed");
+    if !common::python_with(t, "openai, ollama", "pip install openai ollama") {
         return;
     }
     let s = Server::start(&smol, &["--embedding-model", &dir.display().to_string()]);

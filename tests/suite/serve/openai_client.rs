@@ -16,12 +16,7 @@ fn serve_openai_python_client() {
     let Some(model) = common::real_model(name, SMOL) else {
         return;
     };
-    let has_client = Command::new("python3")
-        .args(["-c", "import openai"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_client {
-        common::skip::<()>(name, "the openai Python package is not installed (pip install openai)");
+    if !common::python_with(name, "openai", "pip install openai") {
         return;
     }
     let (question, prompt) = ("What is the capital of France?", "The three primary colours are");
