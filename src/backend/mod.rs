@@ -517,8 +517,8 @@ pub struct BackendOptions {
     /// CUDA: launch kernels with programmatic dependent launch where the device has it.
     pub cuda_pdl: bool,
     /// GPU steps whose context reaches this many positions take the split-KV attention
-    /// (`gpu::schedule::SPLIT_SPAN` by default); 0 never.
-    pub split_span: u32,
+    /// (None: the device's, `gpu::schedule::split_span` of its SMs); 0 never.
+    pub split_span: Option<u32>,
     /// Called while a GPU backend uploads weights.
     pub progress: Option<Progress>,
 }
@@ -537,7 +537,7 @@ impl Default for BackendOptions {
             cuda_emulator: None,
             cuda_graphs: true,
             cuda_pdl: true,
-            split_span: gpu::schedule::SPLIT_SPAN,
+            split_span: None,
             progress: None,
         }
     }
@@ -558,7 +558,7 @@ impl BackendOptions {
             cuda_emulator: o.cuda_emulator.clone(),
             cuda_graphs: o.cuda_graphs.unwrap_or(true),
             cuda_pdl: o.cuda_pdl.unwrap_or(true),
-            split_span: o.split_attention.unwrap_or(gpu::schedule::SPLIT_SPAN),
+            split_span: o.split_attention,
             progress: None,
         }
     }
@@ -593,10 +593,13 @@ fn wgpu_backend(auto: bool, opts: &BackendOptions) -> std::result::Result<wgpu::
         coop_matmul: opts.coop_matmul,
         ..w
     };
-    Ok(wgpu::WgpuBackend::new(w)?
+    let b = wgpu::WgpuBackend::new(w)?
         .with_profile(opts.profile)
-        .with_split_span(opts.split_span)
-        .with_progress(opts.progress.clone()))
+        .with_progress(opts.progress.clone());
+    Ok(match opts.split_span {
+        Some(span) => b.with_split_span(span),
+        None => b,
+    })
 }
 
 /// CUDA device `gpu` (or the emulator `opts` names), or why not.
@@ -609,12 +612,16 @@ fn cuda_backend(gpu: Option<usize>, opts: &BackendOptions) -> std::result::Resul
         Some(lib) => cuda::CudaBackend::emulated(lib)?,
         None => cuda::CudaBackend::new(gpu.unwrap_or(0))?,
     };
-    Ok(b.with_graphs(opts.cuda_graphs)
+    let b = b
+        .with_graphs(opts.cuda_graphs)
         .with_pdl(opts.cuda_pdl)
         .with_int8_matmul(opts.int8_matmul)
         .with_profile(opts.profile)
-        .with_split_span(opts.split_span)
-        .with_progress(opts.progress.clone()))
+        .with_progress(opts.progress.clone());
+    Ok(match opts.split_span {
+        Some(span) => b.with_split_span(span),
+        None => b,
+    })
 }
 
 /// Which backends the user allows.

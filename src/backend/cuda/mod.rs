@@ -40,7 +40,8 @@ pub struct CudaBackend {
     /// Contexts time each node's launches (`Context::profile_report`).
     profile: bool,
     progress: Option<Progress>,
-    /// Steps whose context reaches this many positions take the split-KV attention.
+    /// Steps whose context reaches this many positions take the split-KV attention (by
+    /// default the device's, `schedule::split_span`).
     split_span: u32,
 }
 
@@ -60,13 +61,14 @@ impl CudaBackend {
     }
 
     fn on(dev: Arc<dyn Device>) -> CudaBackend {
+        let split_span = crate::backend::gpu::schedule::split_span(dev.shape().sms);
         CudaBackend {
             dev,
             uploaded: AtomicU64::new(0),
             graphs: true,
             profile: false,
             progress: None,
-            split_span: crate::backend::gpu::schedule::SPLIT_SPAN,
+            split_span,
         }
     }
 

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::cost::{cost, Cost, Paths, StepShape};
 use super::kernels::Variant;
-use super::schedule::{self, Launch, Stage, SPLIT_SPAN};
+use super::schedule::{self, split_span, Launch, Stage};
 use super::shape::{DeviceProfile, Resources, Unit};
 use crate::backend::KvType;
 use crate::model::{GraphKey, Model};
@@ -161,7 +161,7 @@ pub fn plan(
         seqs: ask.seqs as u64,
         depth: ask.depth as u64,
     };
-    let long = (ask.depth + ask.tokens / ask.seqs) as u32 >= SPLIT_SPAN;
+    let long = (ask.depth + ask.tokens / ask.seqs) as u32 >= split_span(profile.sms);
     let mut rows = Vec::new();
     let mut all = launches(&s, &g, long);
     all.extend(s.argmax.iter().map(|l| ("argmax", "argmax", l)));

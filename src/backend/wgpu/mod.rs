@@ -103,7 +103,8 @@ pub struct WgpuBackend {
     /// Contexts time each op with timestamp queries (`Context::profile_report`).
     profile: bool,
     progress: Option<Progress>,
-    /// Steps whose context reaches this many positions take the split-KV attention.
+    /// Steps whose context reaches this many positions take the split-KV attention (by
+    /// default the device's, `schedule::split_span`).
     split_span: u32,
 }
 
@@ -119,13 +120,14 @@ impl WgpuBackend {
             )));
         }
         let gpu = device::gpu().map_err(Refusal)?;
+        let split_span = crate::backend::gpu::schedule::split_span(gpu.shape.sms);
         Ok(WgpuBackend {
             gpu,
             opts,
             uploaded: AtomicU64::new(0),
             profile: false,
             progress: None,
-            split_span: crate::backend::gpu::schedule::SPLIT_SPAN,
+            split_span,
         })
     }
 

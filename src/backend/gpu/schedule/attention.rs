@@ -12,10 +12,20 @@ use crate::model::{Attn, Node, Op, RopeMode};
 /// Tokens per `attention` launch.
 pub const ATTN_TOKENS: u32 = 256;
 
-/// A step whose longest context reaches this many positions takes the split-KV attention
-/// (`attention_split` + `attention_reduce` for decode, `attention_tile` + `attention_reduce` for
-/// prefill), unless the backend was given another span.
+/// The longest span before a step takes the split-KV attention (`attention_split` +
+/// `attention_reduce` for decode, `attention_tile` + `attention_reduce` for prefill): a small
+/// device's, whose SMs the one-kernel attention's workgroups (a query head's each) already
+/// fill ([`split_span`]).
 pub const SPLIT_SPAN: u32 = 256;
+
+/// The context from which a device of `sms` SMs takes the split-KV attention, unless the
+/// backend was given another span: 8,192 positions over its SMs, between 32 and 256. The
+/// one-kernel attention runs a workgroup per query head (32 for a 7B model): on an H200's 132
+/// SMs a quarter of the device, so a context of 200 (3.3 MB of f16 cache a layer) took 25 µs
+/// where its split takes 2–3; a device of 32 SMs or fewer keeps 256.
+pub fn split_span(sms: u32) -> u32 {
+    (8192 / sms.max(1)).clamp(32, SPLIT_SPAN)
+}
 
 /// Ranges the split-KV attention cuts a context into, at most (`attention_reduce` combines up to
 /// 64).
@@ -339,6 +349,18 @@ fn attn_sinks(node: &Node) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The split starts early on a device the one-kernel attention leaves mostly idle, and
+    /// stays at 256 positions where a workgroup per head already fills it.
+    #[test]
+    fn the_split_span_follows_the_sms() {
+        assert_eq!(split_span(132), 62, "H200");
+        assert_eq!(split_span(1000), 32);
+        for small in [1, 2, 16, 32] {
+            assert_eq!(split_span(small), SPLIT_SPAN, "{small} SMs");
+        }
+        assert_eq!(split_span(0), SPLIT_SPAN);
+    }
 
     /// A KV head's query heads go to one workgroup whole where they fit (SmolLM2 3 × 64,
     /// Qwen2.5-0.5B 7 × 64, gemma-3-270m 4 × 256), else in the largest equal groups that do.

@@ -13,7 +13,7 @@ mod moe;
 mod norm;
 mod pack;
 
-pub use attention::{split_heads, ATTN_TOKENS, MAX_SPLIT, SPLIT_SPAN};
+pub use attention::{split_heads, split_span, ATTN_TOKENS, MAX_SPLIT, SPLIT_SPAN};
 
 use std::sync::Arc;
 
@@ -112,7 +112,7 @@ pub struct Launch {
 }
 
 /// Which steps a launch runs in. A step whose longest context reaches the backend's split span
-/// (`SPLIT_SPAN` by default) takes the split-KV attention (`attention_split` or `attention_tile`,
+/// (`split_span` of its SMs by default) takes the split-KV attention (`attention_split` or `attention_tile`,
 /// then `attention_reduce`: `Long`) instead of the one-workgroup-per-head kernel (`Short`); every
 /// other launch runs always. Both sets are in the plan, so a captured step stays fixed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
