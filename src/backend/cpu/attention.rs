@@ -214,8 +214,10 @@ pub fn attention(
     let qw = p.n_head * hd;
     let ow = p.n_head * hdv;
     // Chunks: runs of consecutive tokens of one sequence at consecutive positions, cut into
-    // pieces of 16 when long; each task (kv head, chunk) decodes its K/V slice once for all
-    // its q heads and tokens.
+    // pieces when long; each task (kv head, chunk) decodes its K/V slice once for all its q
+    // heads and tokens. Causal pieces of 16 (a piece reads the keys up to its last token);
+    // an encoder's of 128, since every piece reads all of its input's keys: all-MiniLM-L6-v2
+    // at 512 tokens spent 105 µs a token in attention with pieces of 16, ~70–80 with 128.
     let mut chunks: Vec<(usize, usize)> = Vec::new();
     let mut i = 0;
     while i < n {
@@ -224,7 +226,11 @@ pub fn attention(
             j += 1;
         }
         let len = j - i;
-        let piece = if len >= 32 { 16 } else { len };
+        let piece = match (len >= 32, p.causal) {
+            (false, _) => len,
+            (true, true) => 16,
+            (true, false) => 128,
+        };
         for s0 in (i..j).step_by(piece) {
             chunks.push((s0, (s0 + piece).min(j)));
         }
