@@ -279,8 +279,9 @@ fn serve_tools_bad_tools_are_400() {
 /// SmolLM2's template shows no tools: without the generic format `tools` changed nothing (the
 /// same prompt tokens, no call ever). With it the tools are in the prompt, the answer is JSON,
 /// and a weather question comes back as a `get_weather` call whose arguments validate against
-/// the function's schema (the `jsonschema` crate), whole and streamed; the response says which
-/// format was used; `tool_choice: none` leaves the prompt as it was.
+/// the function's schema closed (the `jsonschema` crate), whole and streamed; the response says
+/// which format was used; `tool_choice: none` leaves the prompt as it was; a named call under a
+/// tight `max_tokens` is a valid call or cut with no content.
 fn serve_tools_on_a_template_without_tools_take_the_generic_format() {
     let test = "serve_tools_on_a_template_without_tools_take_the_generic_format";
     let Some(model) = common::real_model(test, SMOL) else {
@@ -323,8 +324,30 @@ fn serve_tools_on_a_template_without_tools_take_the_generic_format() {
     assert_eq!(calls.len(), 1, "{v}");
     assert_eq!(calls[0]["function"]["name"], "get_weather", "{v}");
     let args = args_of(&calls[0]);
-    let validator = jsonschema::validator_for(&params).unwrap();
-    assert!(validator.is_valid(&args), "{args} against {params}");
+    // Against the function's schema closed: no key it does not name.
+    let mut closed = params.clone();
+    closed["additionalProperties"] = json!(false);
+    let validator = jsonschema::validator_for(&closed).unwrap();
+    assert!(validator.is_valid(&args), "{args} against {closed}");
+
+    // A named call under a tight max_tokens (the case that once came back as text with keys
+    // of the model's own): a call within the schema, or cut with no content and "length".
+    let mut named = body.clone();
+    named["tool_choice"] = json!({"type": "function", "function": {"name": "get_weather"}});
+    for max_tokens in [40, 6] {
+        named["max_tokens"] = json!(max_tokens);
+        let (st, v) = s.post("/v1/chat/completions", &named);
+        assert_eq!(st, 200, "{v}");
+        let c = &v["choices"][0];
+        match c["finish_reason"].as_str() {
+            Some("tool_calls") => {
+                let a = args_of(&c["message"]["tool_calls"][0]);
+                assert!(validator.is_valid(&a), "{a} against {closed}");
+            }
+            Some("length") => assert!(c["message"]["content"].is_null(), "{v}"),
+            _ => panic!("max_tokens {max_tokens}: {v}"),
+        }
+    }
 
     // Streamed: the same call.
     let chunks = stream(&s, body.clone());
