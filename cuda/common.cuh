@@ -483,9 +483,12 @@ static __device__ __forceinline__ void quantize_block(u32 act, const float* v, f
 // choice) are reduced as one key, largest first: the magnitude's bits, then the complement of the
 // element's index (the earlier wins a tie), then its sign. Σq of q8_1 is a sum of integers, exact
 // in any order. The values written are quantize_block's, bit for bit (WGSL: quantize_word.wgsl).
+// quantize_word_part writes only where `write` (valid words that another workgroup, holding the
+// same block, does not write): a q8_K block split between two workgroups, each of which reads the
+// whole block for its scale.
 template <u32 WG>
-static __device__ __forceinline__ void quantize_word(u32 act, const float v[4], bool valid, float* qy, u32 e0,
-                                                     u32 nk) {
+static __device__ __forceinline__ void quantize_word_part(u32 act, const float v[4], bool valid, bool write, float* qy,
+                                                          u32 e0, u32 nk) {
     static_assert(WG % 64 == 0, "whole q8_K blocks of 64 threads");
     __shared__ unsigned long long warp_key[WG / 32];
     unsigned long long key = 0;
@@ -524,12 +527,12 @@ static __device__ __forceinline__ void quantize_word(u32 act, const float v[4], 
         u32 word = 0;
         for (u32 i = 0; i < 4; i++) {
             const float q = fminf(rintf(mul_rn(iscale, v[i])), 127.0f);
-            if (valid) {
+            if (write) {
                 o[i] = mul_rn(d, q);
             }
             word |= ((u32)(int)q & 0xffu) << (8 * i);
         }
-        if (valid) {
+        if (write) {
             qw[0] = word;
             if (first32) {
                 dw[0] = d;
@@ -545,7 +548,7 @@ static __device__ __forceinline__ void quantize_word(u32 act, const float v[4], 
     for (u32 i = 0; i < 4; i++) {
         const float q = rintf(mul_rn(v[i], id));
         sq += q;
-        if (valid) {
+        if (write) {
             o[i] = mul_rn(d16, q);
         }
         word |= ((u32)(int)q & 0xffu) << (8 * i);
@@ -555,7 +558,7 @@ static __device__ __forceinline__ void quantize_word(u32 act, const float v[4], 
             sq += __shfl_xor_sync(0xffffffffu, sq, m);
         }
     }
-    if (valid) {
+    if (write) {
         qw[0] = word;
         if (first32) {
             dw[0] = d16;
@@ -564,6 +567,12 @@ static __device__ __forceinline__ void quantize_word(u32 act, const float v[4], 
             }
         }
     }
+}
+
+template <u32 WG>
+static __device__ __forceinline__ void quantize_word(u32 act, const float v[4], bool valid, float* qy, u32 e0,
+                                                     u32 nk) {
+    quantize_word_part<WG>(act, v, valid, valid, qy, e0, nk);
 }
 
 // A row of len elements (whole blocks) at `row`, element x0 of the nk that qy holds, rounded a

@@ -11,8 +11,9 @@
 // block of up to 1,024 threads; a decode step has one row, and one block is one SM of the
 // device): each sums the whole row's squares (the same sums in the same order in every block,
 // so the scale is the one-block scale, bit for bit; the row's re-reads come from L2), then writes
-// and rounds its slice of whole activation blocks. 256 threads a block: a decode step's row of
-// 4,096 is 16 elements each to sum.
+// and rounds its slice of whole activation blocks, or half of a q8_K block where whole blocks
+// would be too few (8 tokens of 4,096: 256 blocks, not 128). 256 threads a block: a decode step's
+// row of 4,096 is 16 elements each to sum.
 //
 // Params: width, eps (f32), rows, plain, act, slice. Bindings: 1 w [width] (f32 / f16 / bf16),
 // 2 x [rows][width], 3 y [rows][width], 4 (act) quantize_act's output for the rows. Grid:
@@ -24,7 +25,7 @@ struct RmsNormParams {
     u32 rows;
     u32 plain;
     u32 act;   // 0, or 1 + quantize_act's ACT
-    u32 slice; // elements of a row per block (whole activation blocks); 0: the whole row
+    u32 slice; // elements of a row per block (whole activation blocks, or 128: half a q8_K block); 0: the whole row
 };
 
 template <class Q>
@@ -61,7 +62,21 @@ static __device__ __forceinline__ void rms_norm_body(const Params& p) {
             y[base + i] = (x[base + i] * scale) * Q::dq1(w, i);
         }
     }
-    if (prm.act != 0) {
+    if (prm.act == 3 && slice < 256) {
+        // Half a q8_K block (slice 128): the block's scale needs all of it, so the first 64
+        // threads normalize the whole block again, as written above, value for value (its other
+        // half is another block's to write), and the words of this slice are written.
+        const u32 b0 = s0 / 256 * 256, e = b0 + 4 * threadIdx.x;
+        const bool valid = threadIdx.x < 64;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (valid) {
+            for (u32 j = 0; j < 4; j++) {
+                v[j] = prm.plain == 1 ? x[base + e + j] * scale : (x[base + e + j] * scale) * Q::dq1(w, e + j);
+            }
+        }
+        quantize_word_part<WG>(2, v, valid, valid && e >= s0 && e < s1, binding<float>(p, 4), base + e,
+                               prm.rows * width);
+    } else if (prm.act != 0) {
         // The slice as written above, visible to the whole block; then rounded a word per
         // thread, WG words at a time (whole blocks: the slice is whole blocks).
         __syncthreads();

@@ -10,7 +10,10 @@
 // - q8_K (ACT 2; 256-element blocks): quantize_row_q8_K_ref: iscale = −127 / (the signed value
 //   of largest magnitude), q = min(round-to-even(iscale · x), 127), d = 1 / iscale.
 // One invocation per packed word of 4 elements, a block's invocations in one workgroup
-// (quantize_word.wgsl). Params: k (row length, whole blocks), n (tokens).
+// (quantize_word.wgsl). Params: k (row length, whole blocks), n (tokens), split: with 2 (q8_K where
+// a block each would leave compute units idle) a block's two halves go to two consecutive
+// workgroups, each reading the whole block for its scale and writing its half
+// (quantize_act.cu's header).
 
 override WG: u32 = 64u;
 override ACT: u32 = 0u;
@@ -18,6 +21,7 @@ override ACT: u32 = 0u;
 struct Params {
     k: u32,
     n: u32,
+    split: u32, // workgroups per 256 elements: 1 (or 0), or 2
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -38,17 +42,19 @@ fn act_word(i: u32, v: u32) {
 
 @compute @workgroup_size(WG)
 fn main(
-    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
     let nk = p.n * p.k;
-    let e = 4u * linear_id(gid, nwg, WG);
+    let split = max(p.split, 1u);
+    let g = wid.x + wid.y * nwg.x;
+    let e = 4u * ((g / split) * WG + lid);
     // A spare workgroup of a folded grid still takes part (its blocks all past the data).
     let valid = e < nk;
     var v = vec4<f32>();
     if (valid) {
         v = vec4<f32>(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
     }
-    quantize_word(ACT, v, valid, e, nk, lid);
+    quantize_word_part(ACT, v, valid, valid && lid * split / WG == g % split, e, nk, lid);
 }

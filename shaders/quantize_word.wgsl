@@ -20,6 +20,13 @@ fn qkey_gt(ah: u32, al: u32, bh: u32, bl: u32) -> bool {
 }
 
 fn quantize_word(act: u32, v: vec4<f32>, valid: bool, e0: u32, nk: u32, lid: u32) {
+    quantize_word_part(act, v, valid, valid, e0, nk, lid);
+}
+
+// quantize_word writing only where `write` (valid words another workgroup, holding the same
+// block, does not write): a q8_K block split between two workgroups, each of which reads the
+// whole block for its scale.
+fn quantize_word_part(act: u32, v: vec4<f32>, valid: bool, write: bool, e0: u32, nk: u32, lid: u32) {
     let seg = select(8u, 64u, act == 2u);
     var hi = 0u;
     var lo = 0u;
@@ -66,7 +73,7 @@ fn quantize_word(act: u32, v: vec4<f32>, valid: bool, e0: u32, nk: u32, lid: u32
         for (var i = 0u; i < 4u; i++) {
             q[i] = min(round(iscale * v[i]), 127.0);
         }
-        if (valid) {
+        if (write) {
             for (var i = 0u; i < 4u; i++) {
                 act_out(e0 + i, d * q[i]);
             }
@@ -98,7 +105,7 @@ fn quantize_word(act: u32, v: vec4<f32>, valid: bool, e0: u32, nk: u32, lid: u32
         sq = qsum[first];
         workgroupBarrier();
     }
-    if (valid) {
+    if (write) {
         for (var i = 0u; i < 4u; i++) {
             act_out(e0 + i, d16 * q[i]);
         }

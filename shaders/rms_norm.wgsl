@@ -7,8 +7,8 @@
 // invocation): the same values, one dispatch fewer. Binding 4 is never written with p.act = 0.
 // With p.slice > 0 a row is ceil(width / slice) workgroups, a row's consecutive: each sums the
 // whole row's squares (the same sums in the same order in each: the one-workgroup scale), then
-// writes and rounds its slice of whole activation blocks, so a step of one row is not one
-// workgroup (rms_norm.cu's header). 256 invocations: a row of 4,096 is 16 elements each to sum.
+// writes and rounds its slice of whole activation blocks (or half a q8_K block), so a step of one
+// row is not one workgroup (rms_norm.cu's header). 256 invocations: a row of 4,096 is 16 elements each to sum.
 
 override WG: u32 = 256u;
 
@@ -18,7 +18,7 @@ struct Params {
     rows: u32,
     plain: u32,
     act: u32,   // 0, or 1 + quantize_act's ACT
-    slice: u32, // elements of a row per workgroup (whole activation blocks); 0: the whole row
+    slice: u32, // elements of a row per workgroup (whole activation blocks, or 128: half a q8_K block); 0: the whole row
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -66,7 +66,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             y[base + i] = (x[base + i] * scale) * dq1(i);
         }
     }
-    if (p.act != 0u) {
+    if (p.act == 3u && slice < 256u) {
+        // Half a q8_K block (slice 128): the block's scale needs all of it, so the first 64
+        // invocations normalize the whole block again, as written above, value for value (its
+        // other half is another workgroup's to write), and the words of this slice are written.
+        let b0 = s0 / 256u * 256u;
+        let e = b0 + 4u * ln.lid;
+        let valid = ln.lid < 64u;
+        var v = vec4<f32>();
+        if (valid) {
+            for (var j = 0u; j < 4u; j++) {
+                if (p.plain == 1u) {
+                    v[j] = x[base + e + j] * scale;
+                } else {
+                    v[j] = (x[base + e + j] * scale) * dq1(e + j);
+                }
+            }
+        }
+        quantize_word_part(2u, v, valid, valid && e >= s0 && e < s1, base + e, p.rows * p.width, ln.lid);
+    } else if (p.act != 0u) {
         // The slice as written above, visible to the whole workgroup; then rounded a word per
         // invocation, WG words at a time (whole blocks: the slice is whole blocks).
         storageBarrier();

@@ -104,8 +104,11 @@ pub fn gpus_at(test: &str, max_binding: Option<u64>, split_span: u32) -> Vec<Gpu
             emulated: false,
         });
         if let Some(sg) = sg {
+            // Sized for an H200's 132 compute units, not the adapter's few: rows split across
+            // workgroups, q8_K blocks in halves, as on a big device.
+            let sg = sg.with_compute_units(132);
             v.push(Gpu {
-                label: format!("{} (subgroups)", sg.describe()),
+                label: format!("{} (subgroups, 132 compute units)", sg.describe()),
                 backend: Arc::new(sg),
                 alt: false,
                 emulated: false,

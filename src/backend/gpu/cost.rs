@@ -110,7 +110,8 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
         Kernel::QuantizeAct => {
             let p = QuantizeActParams::from_words(w);
             let (k, n) = (p.k as u64, p.n as u64);
-            c.acts = f(n * k);
+            // Split blocks read their block twice (the second time from L2).
+            c.acts = f(n * k) * p.split.max(1) as u64;
             c.written = n * act_bytes(k as usize);
             c.flops = 3 * n * k;
             c.unit = Some(Unit::F32);

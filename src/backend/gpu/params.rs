@@ -75,6 +75,9 @@ params! {
     QuantizeActParams {
         k: u32,
         n: u32,
+        /// Workgroups per 256 elements: 1 (or 0), or 2 for q8_K where a block each would leave
+        /// compute units idle (each of the two reads the whole block, writes its half).
+        split: u32,
     }
 }
 
@@ -167,9 +170,11 @@ params! {
         /// 0, or 1 + `quantize_act`'s format index (`ACT_QTYPES`): the rows also rounded as
         /// `quantize_act` rounds them, into binding 4 (never written with 0).
         act: u32,
-        /// Elements of a row each workgroup writes (and rounds), whole activation blocks: a row's
-        /// `ceil(width / slice)` workgroups each sum the whole row's squares, then take their
-        /// slice, so a step of few rows still spreads over the device. 0: one workgroup a row.
+        /// Elements of a row each workgroup writes (and rounds), whole activation blocks or 128,
+        /// half a q8_K block (whose scale the workgroup then computes from the whole block): a
+        /// row's `ceil(width / slice)` workgroups each sum the whole row's squares, then take
+        /// their slice, so a step of few rows still spreads over the device. 0: one workgroup a
+        /// row.
         slice: u32,
     }
 }

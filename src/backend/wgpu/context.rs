@@ -13,6 +13,7 @@ use super::plan::{self, Dispatch, Item, Plan, Targets};
 use super::profile::Profiler;
 use super::registry::Registry;
 use crate::backend::gpu::schedule::{self, rope_table};
+use crate::backend::gpu::shape::DeviceShape;
 use crate::backend::{Context, KvLayout, KvType, Step, Submitted};
 use crate::error::{Error, Result};
 use crate::model::{Graph, GraphKey, Model, Node, NodeId, Op};
@@ -55,6 +56,8 @@ pub struct WgpuContext {
     /// Steps whose context reaches this many positions take the split-KV attention
     /// (`schedule::When::Long`); 0 never.
     pub(super) split_span: u32,
+    /// The device as the schedule sees it.
+    pub(super) shape: DeviceShape,
 }
 
 /// Dispatches per compute pass at most.
@@ -249,6 +252,7 @@ impl WgpuContext {
                 checked: self.checked,
                 int8: self.int8,
                 coop: self.coop,
+                shape: &self.shape,
             };
             let p = self
                 .gpu

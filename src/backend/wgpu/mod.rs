@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{Backend, Context, KvType, Progress, Refusal};
+use crate::backend::gpu::shape::DeviceShape;
 use crate::error::{Error, Result};
 use crate::model::{Graph, Model};
 use context::WgpuContext;
@@ -106,6 +107,8 @@ pub struct WgpuBackend {
     /// Steps whose context reaches this many positions take the split-KV attention (by
     /// default the device's, `schedule::split_span`).
     split_span: u32,
+    /// The device as the schedule sees it (`Gpu::shape`, or compute units given).
+    shape: DeviceShape,
 }
 
 impl WgpuBackend {
@@ -121,8 +124,10 @@ impl WgpuBackend {
         }
         let gpu = device::gpu().map_err(Refusal)?;
         let split_span = crate::backend::gpu::schedule::split_span(gpu.shape.sms);
+        let shape = gpu.shape;
         Ok(WgpuBackend {
             gpu,
+            shape,
             opts,
             uploaded: AtomicU64::new(0),
             profile: false,
@@ -135,6 +140,13 @@ impl WgpuBackend {
     /// reaches `span` positions (0: never).
     pub fn with_split_span(mut self, span: u32) -> WgpuBackend {
         self.split_span = span;
+        self
+    }
+
+    /// Contexts made from now on size their launches for `n` compute units (wgpu reports none:
+    /// `Gpu::shape` guesses them from the adapter's name and kind).
+    pub fn with_compute_units(mut self, n: u32) -> WgpuBackend {
+        self.shape.sms = n.max(1);
         self
     }
 
@@ -274,6 +286,7 @@ impl Backend for WgpuBackend {
             rate: context::FIRST_RATE,
             submitted: Default::default(),
             split_span: self.split_span,
+            shape: self.shape,
         }))
     }
 }

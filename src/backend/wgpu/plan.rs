@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::device::{Gpu, Pipeline};
 use super::registry::Registry;
 use crate::backend::gpu::schedule::{self, Launch, Res, Stage, When};
+use crate::backend::gpu::shape::DeviceShape;
 use crate::backend::KvType;
 use crate::model::{Graph, Rope};
 
@@ -74,6 +75,8 @@ pub struct Targets<'a> {
     pub int8: bool,
     /// The prefill matmul on cooperative matrices (`WgpuContext::coop`).
     pub coop: bool,
+    /// The device as the schedule sees it.
+    pub shape: &'a DeviceShape,
 }
 
 fn storage(gpu: &Gpu, label: &str, bytes: u64, extra: wgpu::BufferUsages) -> wgpu::Buffer {
@@ -96,7 +99,7 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
         &|name| t.weights.get(name).map(|w| w.layout.clone()),
         t.kv,
         t.subgroups,
-        &gpu.shape,
+        t.shape,
     )?;
     let n = s.n_tokens;
 

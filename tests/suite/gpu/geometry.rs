@@ -14,8 +14,9 @@ use minfer::quant::QType;
 tests![
     plan_counts_bytes_and_grids_as_by_hand,
     plan_json_is_stable_and_bad_asks_are_named,
-    #[ignore = "open GPU geometry: 8-token q8_K rows (128 blocks of 256 for 132 SMs), narrow K/V prefill tiles"]
-    launches_fill_an_h200_at_1_8_and_512_tokens,
+    decode_launches_fill_an_h200_at_1_and_8_tokens,
+    #[ignore = "open GPU geometry: the prefill matmul's 64 × 64 tiles leave 128 workgroups for a GQA K/V weight of 1,024 rows at 512 tokens"]
+    launches_fill_an_h200_at_512_tokens,
 ];
 
 /// A Llama shape: (width, FFN width, heads, KV heads, vocabulary).
@@ -103,13 +104,17 @@ pub fn write_sparse(dir: &Path, shape: Shape, q4_k_m: bool, layers: u64) -> Path
         shape.name,
         if q4_k_m { "q4_k_m" } else { "q4_0" }
     ));
-    std::fs::write(&path, &head).unwrap();
+    // Written aside and renamed into place: tests running at once each write the same file,
+    // and none may open it half written.
+    let part = path.with_extension(format!("{:?}.part", std::thread::current().id()).replace(['(', ')'], ""));
+    std::fs::write(&part, &head).unwrap();
     std::fs::OpenOptions::new()
         .write(true)
-        .open(&path)
+        .open(&part)
         .unwrap()
         .set_len(head.len() as u64 + data)
         .unwrap();
+    std::fs::rename(&part, &path).unwrap();
     path
 }
 
@@ -163,11 +168,11 @@ fn plan_counts_bytes_and_grids_as_by_hand() {
     assert_eq!(o.bytes_read, 4096 * q4k_row + (4096 + 4096 / 32 * 4) + 4096 * 4);
     assert_eq!((o.bytes_written, o.flops), (4096 * 4, 2 * 4096 * 4096));
 
-    // The attention norm, rounding its row for the pack: the one row spread over 16 workgroups of
-    // 256, a q8_K block each (each sums the whole row); reads the row and the f32 weight once,
-    // writes the row and quantize_act's layout of it.
+    // The attention norm, rounding its row for the pack: the one row spread over 32 workgroups of
+    // 256, half a q8_K block each (each sums the whole row, and scales its whole block); reads
+    // the row and the f32 weight once, writes the row and quantize_act's layout of it.
     let n = find("rms_norm_f32", "blk.1.attn_norm");
-    assert_eq!((n.workgroups, n.threads), (4096 / 256, 256));
+    assert_eq!((n.workgroups, n.threads), (4096 / 128, 256));
     assert_eq!((n.weight_bytes, n.bytes_read), (4096 * 4, 2 * 4096 * 4));
     let act = 4096 * 4 + 4096 / 32 * 4 + 4096 + 4096 / 32 * 4 + 16;
     assert_eq!(n.bytes_written, 4096 * 4 + act);
@@ -311,19 +316,17 @@ fn plan_json_is_stable_and_bad_asks_are_named() {
     }
 }
 
-/// The geometry check: on an H200, no launch of a Llama-2-7B or Llama-3-8B step (Q4_0 and
-/// Q4_K_M; CUDA and wgpu; 1, 8 and 512 tokens) runs on fewer workgroups than SMs while moving
-/// more than 256 KB or taking more than twice the shortest launch; and, where NVRTC is here to
-/// report registers, no kernel runs under 25 % theoretical occupancy on sm_90 without a reason
-/// in the kernel table.
-fn launches_fill_an_h200_at_1_8_and_512_tokens() {
+/// The launches on an H200 of a Llama-2-7B and a Llama-3-8B step (Q4_0 and Q4_K_M; CUDA and
+/// wgpu; `tokens` tokens) that run on fewer workgroups than SMs while moving more than 256 KB
+/// or taking more than twice the shortest launch.
+fn starved_launches(tokens: &[usize]) -> Vec<String> {
     let h200 = DeviceProfile::find("h200").unwrap();
     let mut findings = Vec::new();
     for shape in [LLAMA2_7B, LLAMA3_8B] {
         for q4_k_m in [false, true] {
             let path = write_sparse(&tmp(), shape, q4_k_m, 2);
             for backend in [GpuBackend::Cuda, GpuBackend::Wgpu] {
-                for tokens in [1, 8, 512] {
+                for &tokens in tokens {
                     let p = plan(&path, tokens, backend, &h200);
                     let name = path.file_name().unwrap().to_string_lossy();
                     for s in roofline::starved(&p, &h200, 256_000) {
@@ -333,11 +336,10 @@ fn launches_fill_an_h200_at_1_8_and_512_tokens() {
             }
         }
     }
-    #[cfg(feature = "cuda")]
-    match minfer::backend::cuda::source::resources("sm_90") {
-        Ok(r) => findings.extend(roofline::low_occupancy(&h200, &r, 0.25)),
-        Err(e) => eprintln!("occupancy not checked: {e}"),
-    }
+    findings
+}
+
+fn assert_no_findings(mut findings: Vec<String>) {
     findings.sort();
     findings.dedup();
     assert!(
@@ -346,4 +348,27 @@ fn launches_fill_an_h200_at_1_8_and_512_tokens() {
         findings.len(),
         findings.join("\n")
     );
+}
+
+/// The geometry check of decode: a step of one token and one of eight fill an H200 (rows split
+/// across workgroups, q8_K blocks in halves, the matvecs a few rows a workgroup).
+fn decode_launches_fill_an_h200_at_1_and_8_tokens() {
+    assert_no_findings(starved_launches(&[1, 8]));
+}
+
+/// The geometry check of prefill: a step of 512 tokens fills an H200; and, where NVRTC is here
+/// to report registers, no kernel runs under 25 % theoretical occupancy on sm_90 without a
+/// reason in the kernel table.
+fn launches_fill_an_h200_at_512_tokens() {
+    #[allow(unused_mut)]
+    let mut findings = starved_launches(&[512]);
+    #[cfg(feature = "cuda")]
+    match minfer::backend::cuda::source::resources("sm_90") {
+        Ok(r) => {
+            let h200 = DeviceProfile::find("h200").unwrap();
+            findings.extend(roofline::low_occupancy(&h200, &r, 0.25));
+        }
+        Err(e) => eprintln!("occupancy not checked: {e}"),
+    }
+    assert_no_findings(findings);
 }

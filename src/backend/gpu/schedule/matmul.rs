@@ -82,8 +82,15 @@ impl Builder<'_> {
         let sb = self.scratch(n_rows, row_len);
         if self.scratch_holds != Some((x, act)) {
             self.scratch_holds = Some((x, act));
-            // One invocation per packed word of 4 elements.
+            // One invocation per packed word of 4 elements; q8_K's halves apart where a block a
+            // workgroup would leave compute units idle (8 tokens of 4,096 are 128 blocks).
             let words = (n_rows * row_len / 4) as u64;
+            let groups = words.div_ceil(Kernel::QuantizeAct.threads() as u64);
+            let split = if act == QType::Q8K && groups < self.shape.sms as u64 {
+                2
+            } else {
+                1
+            };
             self.stages.push(Stage::Compute {
                 kind: format!("quantize_act/{act}"),
                 launches: vec![Launch {
@@ -91,10 +98,11 @@ impl Builder<'_> {
                     params: QuantizeActParams {
                         k: row_len as u32,
                         n: n_rows as u32,
+                        split,
                     }
                     .words(),
                     res: vec![self.inp(node, 0), Res::Act(sb)],
-                    groups: fold(words.div_ceil(Kernel::QuantizeAct.threads() as u64), self.maxg),
+                    groups: fold(groups * split as u64, self.maxg),
                     when: When::Always,
                 }],
             });

@@ -103,15 +103,21 @@ impl Builder<'_> {
 
 /// The elements of a row each `rms_norm` workgroup takes so that `rows` rows of `width` make at
 /// least `sms` workgroups where whole blocks of `block` elements allow it (the last slice may be
-/// shorter); 0 (a workgroup a row) where the rows alone fill the device.
+/// shorter), or halves of q8_K's 256 where whole ones are too few; 0 (a workgroup a row) where
+/// the rows alone fill the device.
 fn row_slice(rows: u32, width: u32, block: u32, sms: u32) -> u32 {
     let want = sms.div_ceil(rows.max(1));
-    if want <= 1 || width < 2 * block || !width.is_multiple_of(block) {
+    if want <= 1 || !width.is_multiple_of(block) {
         return 0;
     }
+    let per = width / want;
     // Rounded down to whole blocks: at least `want` slices, unless that leaves fewer than 128
-    // elements (or a block) to a workgroup of 256 invocations.
-    let slice = (width / want / block * block).max(block.max(128));
+    // elements to a workgroup of 256 invocations; a q8_K block then goes to two workgroups
+    // (the kernel computes the block's scale in each).
+    let slice = match block {
+        256 if per < 256 => 128,
+        _ => (per / block * block).max(block.max(128)),
+    };
     if slice >= width {
         0
     } else {
@@ -130,19 +136,26 @@ mod tests {
         let slices = |rows, width, block, sms| match row_slice(rows, width, block, sms) {
             0 => rows,
             s => {
-                assert_eq!(s % block, 0, "whole blocks");
+                assert!(
+                    s % block == 0 || (block == 256 && s == 128),
+                    "whole blocks or q8_K halves"
+                );
                 rows * width.div_ceil(s)
             }
         };
         // q8_0 blocks of 32: one token 32 slices of 128, eight tokens 19 slices of 224.
         assert_eq!(row_slice(1, 4096, 32, 132), 128);
         assert_eq!(slices(8, 4096, 32, 132), 8 * 19);
-        // q8_K blocks of 256: at most 16 per row.
-        assert_eq!(slices(1, 4096, 256, 132), 16);
-        assert_eq!(slices(8, 4096, 256, 132), 128);
-        // Enough rows already, or a row of one block: a workgroup a row.
+        // q8_K blocks of 256: halves once whole blocks are too few (eight tokens: 256
+        // workgroups, not 128), whole blocks where they fill the device.
+        assert_eq!(row_slice(1, 4096, 256, 132), 128);
+        assert_eq!(row_slice(8, 4096, 256, 132), 128);
+        assert_eq!(slices(8, 4096, 256, 132), 256);
+        assert_eq!(row_slice(2, 4096, 256, 16), 512);
+        assert_eq!(row_slice(1, 256, 256, 16), 128);
+        // Enough rows already, or a row too short to split: a workgroup a row.
         assert_eq!(row_slice(512, 4096, 256, 132), 0);
-        assert_eq!(row_slice(1, 256, 256, 132), 0);
+        assert_eq!(row_slice(1, 128, 32, 132), 0);
         assert_eq!(row_slice(1, 100, 64, 132), 0);
     }
 }
