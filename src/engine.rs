@@ -40,7 +40,7 @@ use crate::constrain::{Constrainer, ConstraintSpec};
 use crate::error::{Error, Result};
 use crate::load::{self, Loaded};
 use crate::model::Model;
-use crate::sampling::{Sampler, SamplerConfig, Shaper, TokenLogprob};
+use crate::sampling::{Sampler, SamplerConfig, ShapeOptions, Shaper, TokenLogprob};
 use crate::session::{Session, SessionOptions};
 use crate::spec::ModelDraft;
 use crate::tokenizer::{Tokenizer, Utf8Stream};
@@ -77,6 +77,18 @@ pub struct GenerateOptions {
     /// the log-softmax of the model's logits after `ignore_eos`, `logit_bias` and the
     /// constraint's mask, before penalties, temperature and top-k/top-p/min-p.
     pub logprobs: Option<usize>,
+}
+
+impl GenerateOptions {
+    /// The options the [`Shaper`] reads.
+    pub fn shaping(&self) -> ShapeOptions<'_> {
+        ShapeOptions {
+            ignore_eos: self.ignore_eos,
+            logit_bias: &self.logit_bias,
+            constraint: self.constraint.as_ref(),
+            logprobs: self.logprobs,
+        }
+    }
 }
 
 impl Default for GenerateOptions {
@@ -281,7 +293,12 @@ impl Engine {
             )));
         }
         let mut sampler = Sampler::new(opts.sampler.clone())?;
-        let mut shaper = Shaper::new(opts, &self.tokenizer, self.session.n_vocab(), &mut self.constrainer)?;
+        let mut shaper = Shaper::new(
+            opts.shaping(),
+            &self.tokenizer,
+            self.session.n_vocab(),
+            &mut self.constrainer,
+        )?;
         // Reuse the cached prefix; at least one prompt token is evaluated to get logits.
         let mut keep = self.cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
         keep = keep.min(prompt.len() - 1);

@@ -9,8 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::constrain::{Constrainer, Constraint};
-use crate::engine::GenerateOptions;
+use crate::constrain::{Constrainer, Constraint, ConstraintSpec};
 use crate::error::{Error, Result};
 use crate::tokenizer::Tokenizer;
 
@@ -362,17 +361,28 @@ pub struct Shaper {
     pub logprobs: Option<usize>,
 }
 
+/// What a request asks of the [`Shaper`]: the fields of the same names in the engine's
+/// `GenerateOptions`, which builds it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShapeOptions<'a> {
+    /// End-of-generation tokens get no probability.
+    pub ignore_eos: bool,
+    pub logit_bias: &'a [(u32, f32)],
+    pub constraint: Option<&'a ConstraintSpec>,
+    pub logprobs: Option<usize>,
+}
+
 impl Shaper {
     /// The shaping `opts` asks for, over a vocabulary of `n_vocab` logits: a bad bias or
     /// constraint is an error. `constrainer` is the tokenizer's, built here on first use.
     pub fn new(
-        opts: &GenerateOptions,
+        opts: ShapeOptions,
         tok: &Tokenizer,
         n_vocab: usize,
         constrainer: &mut Option<Arc<Constrainer>>,
     ) -> Result<Shaper> {
-        validate_bias(&opts.logit_bias, n_vocab)?;
-        let constraint = match &opts.constraint {
+        validate_bias(opts.logit_bias, n_vocab)?;
+        let constraint = match opts.constraint {
             None => None,
             Some(spec) => {
                 let c = match constrainer {
@@ -384,7 +394,7 @@ impl Shaper {
         };
         Ok(Shaper {
             banned: if opts.ignore_eos { tok.eog_ids() } else { Vec::new() },
-            bias: opts.logit_bias.clone(),
+            bias: opts.logit_bias.to_vec(),
             constraint,
             logprobs: opts.logprobs,
         })

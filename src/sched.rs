@@ -320,7 +320,7 @@ impl Scheduler {
         let shaper = match bad {
             Some(why) => Err(why),
             None => Shaper::new(
-                &req.opts,
+                req.opts.shaping(),
                 &self.tokenizer,
                 self.session.n_vocab(),
                 &mut self.constrainer,
