@@ -1,6 +1,6 @@
 // argmax over one row of logits (greedy decoding reads back 4 bytes instead of the row).
 // Ties go to the lowest id and NaN never wins (but a NaN at id 0, where the CPU starts): the
-// CPU's `sampling::argmax`, exactly. A long row is not one workgroup's: with p.parts > 1, stage 0
+// CPU's `logits::argmax`, exactly. A long row is not one workgroup's: with p.parts > 1, stage 0
 // runs p.parts workgroups, each over one of p.parts equal slices, writing its best as a (value
 // bits, id) pair at out[1 + 2g]; stage 1, one workgroup, reduces the pairs (argmax.cu's header).
 

@@ -16,6 +16,7 @@ pub mod gguf;
 pub mod hf;
 pub mod kv;
 pub mod load;
+pub mod logits;
 pub mod model;
 pub mod perplexity;
 pub mod quant;

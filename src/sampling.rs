@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::constrain::{Constrainer, Constraint, ConstraintSpec};
 use crate::error::{Error, Result};
+use crate::logits::argmax;
 use crate::tokenizer::Tokenizer;
 
 /// Sampling settings. `Default` is llama.cpp's `common_params_sampling`.
@@ -434,17 +435,6 @@ impl Shaper {
     pub fn is_complete(&self) -> bool {
         self.constraint.as_ref().is_some_and(Constraint::is_complete)
     }
-}
-
-/// Highest logit, lowest id among ties.
-pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// A seed from the clock, for runs where the user set none.

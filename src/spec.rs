@@ -11,7 +11,7 @@
 //! token is drawn from the model's distribution given the tokens before it, whatever the draft.
 
 use crate::error::{Error, Result};
-use crate::sampling::argmax;
+use crate::logits::argmax;
 use crate::session::Session;
 
 /// Prompt lookup: the tokens that followed the latest earlier occurrence of the context's last

@@ -355,12 +355,12 @@ pub trait Context: Send {
     /// Bytes of weights this backend copied into its own memory (0 for zero-copy).
     fn resident_bytes(&self) -> u64;
     /// `forward`, then the argmax of the last output row (lowest id on ties, as
-    /// `sampling::argmax`). A GPU backend reads back only the id.
+    /// `logits::argmax`). A GPU backend reads back only the id.
     fn forward_argmax(&mut self, graph: &Graph, step: &Step) -> Result<u32> {
         let mut logits = Vec::new();
         self.forward(graph, step, &mut logits)?;
         let n_vocab = logits.len() / graph.key.n_outputs.max(1);
-        Ok(crate::sampling::argmax(&logits[logits.len() - n_vocab..]))
+        Ok(crate::logits::argmax(&logits[logits.len() - n_vocab..]))
     }
     /// The per-op GPU time of the forwards so far, where profiling was asked for
     /// (`BackendOptions::profile`): a table for the caller to print.

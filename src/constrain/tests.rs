@@ -48,7 +48,7 @@ fn walk(tok: &Tokenizer, spec: &ConstraintSpec, seed: u64, max: usize) -> (Strin
         m.mask(&mut l).unwrap();
         // Rows past the tokenizer's vocabulary are never allowed.
         assert!(l[tok.n_vocab()..].iter().all(|x| *x == f32::NEG_INFINITY));
-        let t = crate::sampling::argmax(&l);
+        let t = crate::logits::argmax(&l);
         assert!(l[t as usize].is_finite(), "nothing allowed");
         if tok.is_eog(t) {
             return (String::from_utf8(bytes).unwrap(), true);

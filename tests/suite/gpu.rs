@@ -1212,7 +1212,7 @@ fn geglu_edges_match_cpu() {
     }
 }
 
-/// Greedy steps read back only the argmax id; it equals `sampling::argmax` of the logits.
+/// Greedy steps read back only the argmax id; it equals `logits::argmax` of the logits.
 fn argmax_readback_matches_logits() {
     let t = "argmax_readback_matches_logits";
     let gs = gpus(t, None);
@@ -1242,7 +1242,7 @@ fn argmax_readback_matches_logits() {
         let step = Step::contiguous(&[0, 1, 2], 0);
         ctx.forward(&g, &step, &mut logits).unwrap();
         let id = ctx.forward_argmax(&g, &step).unwrap();
-        assert_eq!(id, minfer::sampling::argmax(&logits[2 * m..]), "{}", b.label);
+        assert_eq!(id, minfer::logits::argmax(&logits[2 * m..]), "{}", b.label);
     }
     // Rows made to be hard: NaNs early in a thread's slice and in the reduction's partner slots,
     // ties (lowest id wins), a NaN at id 0 (the CPU's answer is then 0), all -inf.
@@ -1274,7 +1274,7 @@ fn argmax_readback_matches_logits() {
         let mut ctx = b.backend.new_context(&mdl, 16, KvType::F32).unwrap();
         for (i, row) in rows.iter().enumerate() {
             let id = ctx.forward_argmax(&g, &Step::contiguous(&[i as u32], 0)).unwrap();
-            assert_eq!(id, minfer::sampling::argmax(row), "{}: crafted row {i}", b.label);
+            assert_eq!(id, minfer::logits::argmax(row), "{}: crafted row {i}", b.label);
         }
     }
 }

@@ -321,7 +321,7 @@ impl WgpuContext {
             let mut logits = Vec::new();
             self.forward_split(graph, step, m, &mut logits)?;
             let width = graph.nodes[graph.result].width;
-            return Ok(crate::sampling::argmax(&logits[logits.len() - width..]));
+            return Ok(crate::logits::argmax(&logits[logits.len() - width..]));
         }
         let b = self.run(graph, step, Readback::Argmax)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
