@@ -30,7 +30,7 @@ fn weight(qtype: QType, k: usize, m: usize) -> Tensor {
 fn bench_matmul(c: &mut Criterion) {
     let pool = Pool::new(minfer::backend::cpu::default_threads());
     // The kernels `MINFER_CPU_ISA` names, else the best this CPU runs.
-    let isa = minfer::env::Overrides::from_env()
+    let isa = minfer::overrides::Overrides::from_env()
         .unwrap_or_else(|e| panic!("{e}"))
         .cpu_isa;
     let kernels = Isa::select(isa.as_deref()).unwrap_or_else(|e| panic!("{e}"));

@@ -18,6 +18,7 @@ pub mod kv;
 pub mod load;
 pub mod logits;
 pub mod model;
+pub mod overrides;
 pub mod perplexity;
 pub mod quant;
 pub mod quantize;

@@ -47,17 +47,17 @@ impl Default for SessionOptions {
 }
 
 impl SessionOptions {
-    /// The defaults with the environment's overrides applied (`crate::env`): an error names
+    /// The defaults with the environment's overrides applied (`crate::overrides`): an error names
     /// a variable whose value does not parse.
     pub fn from_env() -> Result<SessionOptions> {
-        Ok(SessionOptions::from_overrides(&crate::env::Overrides::from_env()?))
+        Ok(SessionOptions::from_overrides(&crate::overrides::Overrides::from_env()?))
     }
 
     /// The defaults with `o` applied: the KV type (`MINFER_CACHE_TYPE`) and the backend switches.
-    pub fn from_overrides(o: &crate::env::Overrides) -> SessionOptions {
+    pub fn from_overrides(o: &crate::overrides::Overrides) -> SessionOptions {
         SessionOptions {
             kv_type: o.cache_type,
-            backend_options: BackendOptions::from_overrides(o),
+            backend_options: o.backend_options(),
             ..SessionOptions::default()
         }
     }

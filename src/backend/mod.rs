@@ -485,8 +485,8 @@ pub fn cache_dir() -> Option<std::path::PathBuf> {
 }
 
 /// How `candidates` sets up the backends it makes, beyond the choice, threads and device.
-/// `Default` is the built-in behaviour; [`BackendOptions::from_overrides`] applies the
-/// environment's (`MINFER_*`, read by [`crate::env`]).
+/// `Default` is the built-in behaviour; `Overrides::backend_options` (`crate::overrides`)
+/// applies the environment's (`MINFER_*`).
 #[derive(Clone, Debug)]
 pub struct BackendOptions {
     /// CPU kernels by ISA name (`scalar`, `avx2`, `avx512`, `neon`); None = the best this CPU runs.
@@ -538,27 +538,6 @@ impl Default for BackendOptions {
             cuda_graphs: true,
             cuda_pdl: true,
             split_span: None,
-            progress: None,
-        }
-    }
-}
-
-impl BackendOptions {
-    /// The defaults with the environment's overrides applied.
-    pub fn from_overrides(o: &crate::env::Overrides) -> BackendOptions {
-        BackendOptions {
-            cpu_isa: o.cpu_isa.clone(),
-            disable_wgpu: o.disable_wgpu,
-            wgpu_allow_software: o.wgpu_allow_cpu,
-            checked_shaders: o.checked_shaders,
-            int8_matmul: o.int8_matmul.unwrap_or(true),
-            coop_matmul: o.coop_matmul.unwrap_or(true),
-            profile: o.profile,
-            disable_cuda: o.disable_cuda,
-            cuda_emulator: o.cuda_emulator.clone(),
-            cuda_graphs: o.cuda_graphs.unwrap_or(true),
-            cuda_pdl: o.cuda_pdl.unwrap_or(true),
-            split_span: o.split_attention,
             progress: None,
         }
     }

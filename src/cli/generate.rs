@@ -9,7 +9,7 @@ use anyhow::{bail, Context as _, Result};
 
 use minfer::chat::ChatMessage;
 use minfer::engine::{Engine, Flow, GenerateOptions, Speculation, StopReason};
-use minfer::env::Overrides;
+use minfer::overrides::Overrides;
 use minfer::sampling::SamplerConfig;
 use minfer::SessionOptions;
 

@@ -19,9 +19,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _, Result};
 use clap::{Args, Parser, Subcommand};
 
-use minfer::backend::{BackendChoice, BackendOptions, KvType};
+use minfer::backend::{BackendChoice, KvType};
 use minfer::engine::Speculation;
-use minfer::env::Overrides;
+use minfer::overrides::Overrides;
 use minfer::sampling::SamplerConfig;
 use minfer::{Session, SessionOptions};
 
@@ -603,7 +603,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             let ask = info::Ask {
                 json,
                 kv_type: base.env.cache_type,
-                backends: BackendOptions::from_overrides(&base.env),
+                backends: base.env.backend_options(),
                 no_ffn,
             };
             info::run(&model, &ask)
