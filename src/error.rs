@@ -24,8 +24,9 @@ pub enum Error {
     Split(String),
 
     // --- models ------------------------------------------------------------------------------
-    #[error("unknown architecture '{0}' (supported: {names})", names = crate::model::Arch::names())]
-    UnknownArchitecture(String),
+    /// `supported`: the registered names, comma-separated.
+    #[error("unknown architecture '{name}' (supported: {supported})")]
+    UnknownArchitecture { name: String, supported: String },
     #[error("metadata key '{key}': {what}")]
     Metadata { key: String, what: String },
     #[error("tensor '{name}': {what}")]

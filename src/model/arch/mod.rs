@@ -81,7 +81,12 @@ impl Arch {
             "smollm3" => Arch::Smollm3,
             "glm4" => Arch::Glm4,
             "bert" => Arch::Bert,
-            other => return Err(Error::UnknownArchitecture(other.to_string())),
+            other => {
+                return Err(Error::UnknownArchitecture {
+                    name: other.to_string(),
+                    supported: Arch::names(),
+                })
+            }
         })
     }
 
