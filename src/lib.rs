@@ -4,6 +4,9 @@
 //! safetensors directory), [`tokenizer`] its vocabulary → [`model`] dispatches on the
 //! architecture and builds the graph → [`backend`] gates and runs it → [`session`] owns the KV
 //! cache and batching.
+//!
+//! The modules form layers, each importing only from those below; `module_graph_tests.rs`
+//! draws them and fails on an import that closes a cycle.
 
 pub mod backend;
 pub mod chat;
@@ -18,6 +21,8 @@ pub mod kv;
 pub mod load;
 pub mod logits;
 pub mod model;
+#[cfg(test)]
+mod module_graph_tests;
 pub mod overrides;
 pub mod perplexity;
 pub mod quant;

@@ -11,8 +11,8 @@
 //! # }
 //! ```
 //!
-//! Module dependencies among the loaders (the `crate::…` paths in their code; the test below
-//! scans for them, so a new edge is a deliberate edit here):
+//! Module dependencies among the loaders (the `crate::…` paths in their code;
+//! `module_graph_tests.rs` scans for them, so a new edge is a deliberate edit here and in that test):
 //!
 //! ```text
 //! load      → {hf, gguf, model, tokenizer}   picks the format, opens model and tokenizer
@@ -161,123 +161,5 @@ pub fn classify_dir(dir: &Path) -> Result<Source> {
                 .collect::<Vec<_>>()
                 .join(", ")
         ))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeSet;
-    use std::path::Path;
-
-    /// The loaders whose imports must stay acyclic, and the edges allowed among them (the
-    /// graph in the module header).
-    const MODULES: [&str; 4] = ["load", "hf", "model", "tokenizer"];
-    const ALLOWED: [(&str, &str); 5] = [
-        ("load", "hf"),
-        ("load", "model"),
-        ("load", "tokenizer"),
-        ("hf", "model"),
-        ("hf", "tokenizer"),
-    ];
-
-    /// The top-level crate modules named by `crate::…` paths in `code` (comments dropped; each
-    /// item of a `crate::{a::…, b}` group counts).
-    fn crate_refs(code: &str) -> BTreeSet<String> {
-        let code: String = code
-            .lines()
-            .map(|l| l.split("//").next().unwrap_or(""))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let ident = |s: &str| -> String { s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect() };
-        let mut out = BTreeSet::new();
-        let mut rest = code.as_str();
-        while let Some(i) = rest.find("crate::") {
-            rest = &rest[i + "crate::".len()..];
-            let Some(group) = rest.strip_prefix('{') else {
-                out.insert(ident(rest));
-                continue;
-            };
-            // The first identifier of each item at the group's top level.
-            let (mut depth, mut start) = (0, true);
-            for (j, c) in group.char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => start = true,
-                    c if start && depth == 0 && !c.is_whitespace() => {
-                        out.insert(ident(&group[j..]));
-                        start = false;
-                    }
-                    _ => {}
-                }
-            }
-        }
-        out.retain(|m| !m.is_empty());
-        out
-    }
-
-    fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                rust_files(&p, out);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                out.push(p);
-            }
-        }
-    }
-
-    #[test]
-    fn crate_refs_reads_paths_and_groups() {
-        let code = "use crate::error::{Error, Result};\nuse crate::{\n    gguf::{Metadata, Value},\n    model,\n};\n\
-                    let t = crate::tokenizer::Tokenizer::from_gguf(md); // crate::hf in a comment\n\
-                    /// [`crate::load`]\n";
-        let got: Vec<String> = crate_refs(code).into_iter().collect();
-        assert_eq!(got, ["error", "gguf", "model", "tokenizer"]);
-    }
-
-    /// The import graph among the loaders has only the edges the header draws, so no cycle.
-    #[test]
-    fn loaders_import_graph_has_no_cycle() {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let mut edges = BTreeSet::new();
-        for from in MODULES {
-            let mut files = Vec::new();
-            let dir = src.join(from);
-            if dir.is_dir() {
-                rust_files(&dir, &mut files);
-            }
-            let file = src.join(format!("{from}.rs"));
-            if file.is_file() {
-                files.push(file);
-            }
-            assert!(!files.is_empty(), "no source for module {from}");
-            for f in files {
-                let code = std::fs::read_to_string(&f).unwrap();
-                for to in crate_refs(&code) {
-                    if to != from && MODULES.contains(&to.as_str()) {
-                        let file = f.strip_prefix(&src).unwrap_or(&f).display().to_string();
-                        edges.insert((from, to, file));
-                    }
-                }
-            }
-        }
-        let bad: Vec<String> = edges
-            .iter()
-            .filter(|(from, to, _)| !ALLOWED.iter().any(|(a, b)| a == from && b == to))
-            .map(|(from, to, file)| format!("{from} → {to} ({file})"))
-            .collect();
-        assert!(bad.is_empty(), "imports outside the allowed graph: {bad:?}");
-
-        // The allowed graph itself is acyclic: repeatedly drop modules nothing allowed imports.
-        let mut left: Vec<&str> = MODULES.to_vec();
-        while let Some(i) = left
-            .iter()
-            .position(|m| !ALLOWED.iter().any(|(a, b)| b == m && left.contains(a)))
-        {
-            left.remove(i);
-        }
-        assert!(left.is_empty(), "cycle among {left:?}");
     }
 }
