@@ -35,13 +35,13 @@ pub const VARS: [&str; 15] = [
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Overrides {
     /// `MINFER_CACHE_TYPE`: the KV cache type (`f32`, `f16`, `q8_0`) instead of the auto policy.
-    pub cache_type: Option<KvType>,
+    pub kv_type: Option<KvType>,
     /// `MINFER_CPU_ISA`: the CPU kernels by ISA name (`scalar`, `avx2`, `avx512`, `neon`).
     pub cpu_isa: Option<String>,
     /// `MINFER_DISABLE_WGPU`: leave the wgpu backend out.
     pub disable_wgpu: bool,
     /// `MINFER_WGPU_ALLOW_CPU`: `auto` may pick a software wgpu adapter (llvmpipe, WARP).
-    pub wgpu_allow_cpu: bool,
+    pub wgpu_allow_software: bool,
     /// `MINFER_CHECKED_SHADERS`: wgpu shaders keep wgpu's runtime bounds checks.
     pub checked_shaders: bool,
     /// `MINFER_INT8_MATMUL`: `Some(false)` runs the matmuls over quantized weights in f32
@@ -63,7 +63,7 @@ pub struct Overrides {
     pub cuda_pdl: Option<bool>,
     /// `MINFER_SPLIT_ATTENTION`: the context (positions) from which GPU steps take the
     /// split-KV attention; `Some(0)` never.
-    pub split_attention: Option<u32>,
+    pub split_span: Option<u32>,
     /// `MINFER_MODEL`: the CLI's default model file.
     pub model: Option<PathBuf>,
     /// `MINFER_MODELS_DIR`: where the CLI looks for its default model first.
@@ -79,11 +79,11 @@ impl Overrides {
     /// [`Overrides::from_env`] over any lookup (tests, or a program's own configuration).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Result<Overrides> {
         let vars = Vars::new(lookup);
-        let cache_type = vars
+        let kv_type = vars
             .get("MINFER_CACHE_TYPE")?
             .map(|v| KvType::parse(&v).map_err(|e| bad("MINFER_CACHE_TYPE", &v, &e.to_string())))
             .transpose()?;
-        let split_attention = vars
+        let split_span = vars
             .get("MINFER_SPLIT_ATTENTION")?
             .map(|v| {
                 v.trim().parse::<u32>().map_err(|_| {
@@ -100,10 +100,10 @@ impl Overrides {
             Isa::for_isa(v).map_err(|e| bad("MINFER_CPU_ISA", v, &e.to_string()))?;
         }
         Ok(Overrides {
-            cache_type,
+            kv_type,
             cpu_isa,
             disable_wgpu: vars.flag("MINFER_DISABLE_WGPU")?.unwrap_or(false),
-            wgpu_allow_cpu: vars.flag("MINFER_WGPU_ALLOW_CPU")?.unwrap_or(false),
+            wgpu_allow_software: vars.flag("MINFER_WGPU_ALLOW_CPU")?.unwrap_or(false),
             checked_shaders: vars.flag("MINFER_CHECKED_SHADERS")?.unwrap_or(false),
             int8_matmul: vars.flag("MINFER_INT8_MATMUL")?,
             coop_matmul: vars.flag("MINFER_COOP_MATMUL")?,
@@ -112,7 +112,7 @@ impl Overrides {
             cuda_emulator: vars.path("MINFER_CUDA_EMULATOR")?,
             cuda_graphs: vars.flag("MINFER_CUDA_GRAPHS")?,
             cuda_pdl: vars.flag("MINFER_CUDA_PDL")?,
-            split_attention,
+            split_span,
             model: vars.path("MINFER_MODEL")?,
             models_dir: vars.path("MINFER_MODELS_DIR")?,
         })
@@ -123,7 +123,7 @@ impl Overrides {
         BackendOptions {
             cpu_isa: self.cpu_isa.clone(),
             disable_wgpu: self.disable_wgpu,
-            wgpu_allow_software: self.wgpu_allow_cpu,
+            wgpu_allow_software: self.wgpu_allow_software,
             checked_shaders: self.checked_shaders,
             int8_matmul: self.int8_matmul.unwrap_or(true),
             coop_matmul: self.coop_matmul.unwrap_or(true),
@@ -132,7 +132,7 @@ impl Overrides {
             cuda_emulator: self.cuda_emulator.clone(),
             cuda_graphs: self.cuda_graphs.unwrap_or(true),
             cuda_pdl: self.cuda_pdl.unwrap_or(true),
-            split_span: self.split_attention,
+            split_span: self.split_span,
             progress: None,
         }
     }
@@ -171,7 +171,7 @@ mod tests {
             ("MINFER_CUDA_GRAPHS", "0"),
         ]))
         .unwrap();
-        assert!(o.disable_wgpu && o.wgpu_allow_cpu && o.profile && !o.disable_cuda);
+        assert!(o.disable_wgpu && o.wgpu_allow_software && o.profile && !o.disable_cuda);
         assert_eq!(o.cuda_graphs, Some(false));
     }
 
@@ -207,7 +207,7 @@ mod tests {
             ("MINFER_MODELS_DIR", "/models"),
         ]))
         .unwrap();
-        assert_eq!(o.cache_type, Some(KvType::Q8_0));
+        assert_eq!(o.kv_type, Some(KvType::Q8_0));
         assert_eq!(o.cpu_isa.as_deref(), Some("scalar"));
         assert_eq!(o.cuda_emulator, Some(PathBuf::from("/x/libemu.so")));
         assert_eq!(o.model, Some(PathBuf::from("m.gguf")));

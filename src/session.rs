@@ -56,7 +56,7 @@ impl SessionOptions {
     /// The defaults with `o` applied: the KV type (`MINFER_CACHE_TYPE`) and the backend switches.
     pub fn from_overrides(o: &crate::overrides::Overrides) -> SessionOptions {
         SessionOptions {
-            kv_type: o.cache_type,
+            kv_type: o.kv_type,
             backend_options: o.backend_options(),
             ..SessionOptions::default()
         }

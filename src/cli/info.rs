@@ -23,7 +23,7 @@ pub struct Ask {
     pub kv_type: Option<KvType>,
     pub backends: backend::BackendOptions,
     /// `--no-ffn`: what the attention-only model leaves out, and the verdicts on it.
-    pub no_ffn: bool,
+    pub drop_ffn: bool,
 }
 
 /// Metadata arrays longer than this are abbreviated in the text listing.
@@ -132,7 +132,7 @@ fn print(
     // The gate verdicts need the architecture dispatched; a model that fails to load says why.
     let mut dropped = None;
     let model = match model {
-        Ok(m) if ask.no_ffn => m.without_ffn().map(|(m, d)| {
+        Ok(m) if ask.drop_ffn => m.without_ffn().map(|(m, d)| {
             dropped = Some((d, m.weight_bytes()));
             m
         }),

@@ -79,8 +79,8 @@ struct EngineFlags {
     #[arg(short = 't', long)]
     threads: Option<usize>,
     /// KV cache type: f32, f16 or q8_0 (default: f16 for all but tiny models)
-    #[arg(long = "cache-type", value_parser = parse_kv)]
-    cache_type: Option<KvType>,
+    #[arg(long = "cache-type", value_name = "CACHE_TYPE", value_parser = parse_kv)]
+    kv_type: Option<KvType>,
     /// auto, cpu, wgpu or cuda
     #[arg(long, default_value = "auto", value_parser = parse_backend)]
     backend: BackendChoice,
@@ -93,7 +93,7 @@ struct EngineFlags {
     /// Leave every FFN and expert tensor out: attention-only graphs for attention analysis
     /// (the outputs are NOT the model's)
     #[arg(long = "no-ffn")]
-    no_ffn: bool,
+    drop_ffn: bool,
 }
 
 impl EngineFlags {
@@ -105,9 +105,9 @@ impl EngineFlags {
             n_batch: self.batch,
             threads: self.threads,
             backend: self.backend,
-            kv_type: self.cache_type.or(b.kv_type),
+            kv_type: self.kv_type.or(b.kv_type),
             gpu: self.gpu,
-            drop_ffn: self.no_ffn,
+            drop_ffn: self.drop_ffn,
             ..b
         }
     }
@@ -366,7 +366,7 @@ enum Cmd {
         json: bool,
         /// Also state what --no-ffn leaves out (and the verdicts on the attention-only model)
         #[arg(long = "no-ffn")]
-        no_ffn: bool,
+        drop_ffn: bool,
         /// Write the decode graph to FILE (.json, else Graphviz dot)
         #[arg(long = "dump-graph")]
         dump_graph: Option<PathBuf>,
@@ -385,8 +385,8 @@ enum Cmd {
         chunks: Option<usize>,
         #[arg(short = 't', long)]
         threads: Option<usize>,
-        #[arg(long = "cache-type", value_parser = parse_kv)]
-        cache_type: Option<KvType>,
+        #[arg(long = "cache-type", value_name = "CACHE_TYPE", value_parser = parse_kv)]
+        kv_type: Option<KvType>,
         #[arg(long, default_value = "auto", value_parser = parse_backend)]
         backend: BackendChoice,
         /// Flash-attention numerics (llama-perplexity's default on the CPU)
@@ -406,8 +406,8 @@ enum Cmd {
         backend: String,
         #[arg(short = 't', long)]
         threads: Option<usize>,
-        #[arg(long = "cache-type", value_parser = parse_kv)]
-        cache_type: Option<KvType>,
+        #[arg(long = "cache-type", value_name = "CACHE_TYPE", value_parser = parse_kv)]
+        kv_type: Option<KvType>,
         #[arg(long = "flash-attn")]
         flash_attn: bool,
         /// One JSON object per backend, with every value
@@ -490,8 +490,8 @@ enum Cmd {
         /// cuda or wgpu
         #[arg(long, default_value = "cuda")]
         backend: String,
-        #[arg(long = "cache-type", value_parser = parse_kv)]
-        cache_type: Option<KvType>,
+        #[arg(long = "cache-type", value_name = "CACHE_TYPE", value_parser = parse_kv)]
+        kv_type: Option<KvType>,
         /// One JSON object
         #[arg(long)]
         json: bool,
@@ -517,8 +517,8 @@ enum Cmd {
         /// CUDA device index
         #[arg(long)]
         gpu: Option<usize>,
-        #[arg(long = "cache-type", value_parser = parse_kv)]
-        cache_type: Option<KvType>,
+        #[arg(long = "cache-type", value_name = "CACHE_TYPE", value_parser = parse_kv)]
+        kv_type: Option<KvType>,
         #[arg(long)]
         json: bool,
         /// llama-batched-bench mode: parallel sequence counts (`-npl 1,2,4,8`)
@@ -595,16 +595,16 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             model,
             json,
             dump_graph: dg,
-            no_ffn,
+            drop_ffn,
         } => {
             if let Some(f) = dg {
                 dump_graph(&model, &f)?;
             }
             let ask = info::Ask {
                 json,
-                kv_type: base.env.cache_type,
+                kv_type: base.env.kv_type,
                 backends: base.env.backend_options(),
-                no_ffn,
+                drop_ffn,
             };
             info::run(&model, &ask)
         }
@@ -699,7 +699,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             batch,
             chunks,
             threads,
-            cache_type,
+            kv_type,
             backend,
             flash_attn,
         } => {
@@ -722,7 +722,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 n_batch: batch,
                 threads,
                 backend,
-                kv_type: cache_type.or(b.kv_type),
+                kv_type: kv_type.or(b.kv_type),
                 gpu: None,
                 ..b
             };
@@ -741,7 +741,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             prompt,
             backend,
             threads,
-            cache_type,
+            kv_type,
             flash_attn,
             json,
         } => {
@@ -756,7 +756,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 &trace::Args {
                     backends,
                     threads,
-                    kv_type: cache_type.or(base.env.cache_type),
+                    kv_type: kv_type.or(base.env.kv_type),
                     flash_attn,
                     json,
                     base: base.session(),
@@ -828,7 +828,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             depth,
             device,
             backend,
-            cache_type,
+            kv_type,
             json,
         } => {
             let backend = minfer::backend::gpu::roofline::GpuBackend::parse(&backend).map_err(anyhow::Error::msg)?;
@@ -841,7 +841,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                         seqs,
                         depth,
                         backend,
-                        kv: cache_type.or(base.env.cache_type).unwrap_or(KvType::F16),
+                        kv: kv_type.or(base.env.kv_type).unwrap_or(KvType::F16),
                     },
                     device,
                     json,
@@ -857,7 +857,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             threads,
             backend,
             gpu,
-            cache_type,
+            kv_type,
             json,
             npl,
             npp,
@@ -888,7 +888,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                     threads,
                     backends,
                     gpu,
-                    kv_type: cache_type.or(base.env.cache_type),
+                    kv_type: kv_type.or(base.env.kv_type),
                     json,
                     base: base.session(),
                     npl,

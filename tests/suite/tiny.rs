@@ -18,10 +18,10 @@ tests![
     prefill_equals_decode_steps_for_every_architecture,
     flash_toggle_takes_effect_after_a_forward,
     trace_reads_a_named_intermediate,
-    cache_types_and_threads_agree,
+    kv_types_and_threads_agree,
     hostile_shapes_are_named,
     unknown_architecture_and_bad_steps_are_errors,
-    no_ffn_leaves_every_ffn_tensor_out,
+    drop_ffn_leaves_every_ffn_tensor_out,
 ];
 
 const N_EMBD: usize = 64;
@@ -391,7 +391,7 @@ fn prefill_equals_decode_steps_for_every_architecture() {
 }
 
 /// f16 and q8_0 caches stay close to f32; thread count changes nothing.
-fn cache_types_and_threads_agree() {
+fn kv_types_and_threads_agree() {
     let dir = crate::gguf::tempdir("tiny-kv");
     for arch in Arch::DECODERS {
         let path = write_tiny(&dir, arch, QType::F16, |_| {});
@@ -571,7 +571,7 @@ fn trace_reads_a_named_intermediate() {
 /// `drop_ffn` (`--no-ffn`): for every architecture, no FFN, expert or FFN-norm tensor is left
 /// in the model, named by the graph, or uploaded by any backend (the GPUs hold exactly the
 /// attention-only weights); what was left out is counted; the outputs change.
-fn no_ffn_leaves_every_ffn_tensor_out() {
+fn drop_ffn_leaves_every_ffn_tensor_out() {
     let dir = crate::gguf::tempdir("tiny-no-ffn");
     for arch in Arch::DECODERS {
         // gpt-oss' `post_attention_norm` is its pre-FFN norm.
@@ -611,7 +611,7 @@ fn no_ffn_leaves_every_ffn_tensor_out() {
         let whole = session(&path, KvType::F32, 2).eval(&PROMPT, false).unwrap();
         assert_ne!(attn_only, whole, "{}: dropping the FFNs changed nothing", arch.name());
         #[cfg(feature = "wgpu")]
-        for gpu in crate::gpu::gpus("no_ffn_leaves_every_ffn_tensor_out", None) {
+        for gpu in crate::gpu::gpus("drop_ffn_leaves_every_ffn_tensor_out", None) {
             let mut s = Session::on(vec![gpu.backend.clone()], full.clone(), &opts).unwrap();
             assert_eq!(
                 s.resident_bytes(),
