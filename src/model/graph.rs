@@ -1,5 +1,6 @@
 //! The graph IR: a small closed set of ops over f32 activations `[rows, width]`. Nodes name the
-//! weights they read (canonical GGUF names); backends resolve names through their own registry.
+//! weights they read (canonical GGUF names); backends look the names up among the weights they
+//! uploaded.
 //! Architectures build graphs from the shared blocks at the bottom of this file.
 
 use std::borrow::Cow;

@@ -25,7 +25,7 @@ fn err(what: impl Into<String>) -> Error {
 
 /// Weights on the device, each uploaded once under its canonical name; the members of a pack
 /// (`gpu::packs`) in one allocation, each at an aligned offset.
-pub struct Registry {
+pub struct CudaWeights {
     /// name → (layout, address)
     weights: HashMap<String, (Arc<WeightParts>, u64)>,
     /// The allocations the addresses point into.
@@ -36,14 +36,14 @@ pub struct Registry {
 /// Bytes after each weight's data, zeroed: kernels may read a word past a block's end.
 const PAD: usize = crate::backend::gpu::CUDA_PAD as usize;
 
-impl Registry {
+impl CudaWeights {
     /// Uploads every weight of the model, once each (in name order), reporting the bytes done.
     pub fn upload(
         dev: &dyn Device,
         model: &Model,
         progress: Option<&Progress>,
-    ) -> std::result::Result<Registry, String> {
-        let mut reg = Registry {
+    ) -> std::result::Result<CudaWeights, String> {
+        let mut reg = CudaWeights {
             weights: HashMap::new(),
             bufs: Vec::new(),
             resident: 0,
@@ -132,7 +132,9 @@ struct Seq {
     kinds: Vec<(String, std::ops::Range<usize>)>,
 }
 
-struct Prepared {
+/// A schedule made concrete for one graph shape (wgpu's `plan::Plan`): the launches, the
+/// buffers they point into and the captured graphs.
+struct Plan {
     /// Dropped first: a graph holds the addresses of the buffers below.
     /// The decode step as a graph, `[long][argmax]`: with the short or the split-KV
     /// attention, without and with the argmax (greedy steps read back only its id, so it runs
@@ -158,13 +160,13 @@ struct Prepared {
 
 pub struct CudaContext {
     /// Dropped before the buffers they point at.
-    plans: HashMap<GraphKey, Prepared>,
+    plans: HashMap<GraphKey, Plan>,
     dev: Arc<dyn Device>,
     model: Arc<Model>,
     kv: KvType,
     /// Cells of K/V storage per layer (rows of `kc[l]` and `vc[l]`).
     n_cells: usize,
-    weights: Registry,
+    weights: CudaWeights,
     kc: Vec<DevBuf>,
     vc: Vec<DevBuf>,
     kv_bytes: usize,
@@ -195,7 +197,7 @@ impl CudaContext {
         progress: Option<&Progress>,
     ) -> Result<CudaContext> {
         let (kc, vc, kv_bytes) = Self::alloc_kv(dev.as_ref(), model, n_cells, kv)?;
-        let weights = Registry::upload(dev.as_ref(), model, progress).map_err(err)?;
+        let weights = CudaWeights::upload(dev.as_ref(), model, progress).map_err(err)?;
         // A one-sequence step of the whole context: the header, (pos, off) per token, the cells.
         let step = dev.alloc((4 + 2 + n_cells) * 4).map_err(err)?;
         Ok(CudaContext {
@@ -246,7 +248,7 @@ impl CudaContext {
         Ok(())
     }
 
-    fn plan(&self, g: &Graph) -> std::result::Result<Prepared, String> {
+    fn plan(&self, g: &Graph) -> std::result::Result<Plan, String> {
         let dev = self.dev.as_ref();
         let s = schedule::schedule(g, &|name| self.weights.layout(name), self.kv, false, &dev.shape())?;
         // The plan's op files compiled side by side before their launches ask for them.
@@ -347,7 +349,7 @@ impl CudaContext {
             .iter()
             .map(launch)
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(Prepared {
+        Ok(Plan {
             graphs: Default::default(),
             seqs,
             argmax,
@@ -480,7 +482,7 @@ impl CudaContext {
 
 /// The readback after a forward's work (its argmax included) has been submitted: the argmax
 /// id's 4 bytes, or the logits rows.
-fn read_out(dev: &dyn Device, plan: &Prepared, argmax: bool) -> std::result::Result<Vec<u8>, String> {
+fn read_out(dev: &dyn Device, plan: &Plan, argmax: bool) -> std::result::Result<Vec<u8>, String> {
     let (src, bytes) = match argmax {
         true => (plan.argmax_out.ptr, 4),
         false => (plan.result, plan.result_bytes),

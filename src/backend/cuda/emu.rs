@@ -1,7 +1,7 @@
 //! The CUDA kernels run on the CPU: `cuda/` compiled by the system C++ compiler against
 //! `cuda/emu/emu.h` (blocks on OS threads, threads as fibers, barriers and warp shuffles
 //! emulated) into a shared library, loaded here as a `Device`. The backend above it is the
-//! real one — schedule, registry, launches, readback — so tests check the kernels and the
+//! real one — schedule, weights, launches, readback — so tests check the kernels and the
 //! whole path from gate to readback on machines without a GPU. Slow; for tests and kernel
 //! work, never auto-selected.
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::device::Gpu;
 use super::plan::{self, Dispatch, Item, Plan, Targets};
 use super::profile::Profiler;
-use super::registry::Registry;
+use super::weights::WgpuWeights;
 use crate::backend::gpu::schedule::{self, rope_table};
 use crate::backend::gpu::shape::DeviceShape;
 use crate::backend::{Context, KvLayout, KvType, Step, Submitted};
@@ -24,7 +24,7 @@ pub struct WgpuContext {
     pub(super) kv: KvType,
     /// Cells of K/V storage per layer (rows of `kc[l]` and `vc[l]`).
     pub(super) n_cells: usize,
-    pub(super) weights: Registry,
+    pub(super) weights: WgpuWeights,
     pub(super) kc: Vec<wgpu::Buffer>,
     pub(super) vc: Vec<wgpu::Buffer>,
     pub(super) kv_bytes: usize,

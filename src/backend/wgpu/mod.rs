@@ -4,7 +4,7 @@
 //! - `instance` — the wgpu instance, without window-system extensions (no presentation noise)
 //! - `device`   — adapter choice, the shared device, error scopes, pipelines (+ disk cache)
 //! - `shaders`  — the WGSL sources and how kernel variants are assembled from them
-//! - `registry` — weights uploaded once, raw, split by rows past the binding limit
+//! - `weights`  — weights uploaded once, raw, split by rows past the binding limit
 //! - `plan`     — a schedule made concrete once per shape: buffers, params, bind groups
 //! - `context`  — the KV cache and the forward (one command buffer, one submit)
 //! - `profile`  — per-op GPU time from timestamp queries (`BackendOptions::profile`)
@@ -35,8 +35,8 @@ pub mod device;
 mod instance;
 mod plan;
 mod profile;
-pub mod registry;
 pub mod shaders;
+pub mod weights;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,7 +48,7 @@ use crate::error::{Error, Result};
 use crate::model::{Graph, Model};
 use context::WgpuContext;
 use device::Gpu;
-use registry::Registry;
+use weights::WgpuWeights;
 
 #[derive(Clone, Debug)]
 pub struct WgpuOptions {
@@ -215,7 +215,7 @@ impl Backend for WgpuBackend {
         let mut all: Vec<_> = model.weights.values().collect();
         all.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         for t in all {
-            if let Err(e) = registry::split_rows(t.row_bytes() as u64, t.n_rows() as u64, max) {
+            if let Err(e) = weights::split_rows(t.row_bytes() as u64, t.n_rows() as u64, max) {
                 return refuse(format!("{}: {e}", t.name));
             }
         }
@@ -225,7 +225,7 @@ impl Backend for WgpuBackend {
             if let crate::model::Op::MatmulId { weight, .. } = &node.op {
                 if let Some(t) = model.weights.get(weight) {
                     let parts =
-                        registry::split_rows(t.row_bytes() as u64, t.n_rows() as u64, max).map_or(0, |p| p.len());
+                        weights::split_rows(t.row_bytes() as u64, t.n_rows() as u64, max).map_or(0, |p| p.len());
                     if parts != 1 {
                         return refuse(format!(
                             "{weight}: {} bytes of experts exceed one {max}-byte binding",
@@ -251,7 +251,7 @@ impl Backend for WgpuBackend {
         let gpu = self.gpu.clone();
         let err = |what: String| Error::Backend { backend: "wgpu", what };
         let (kc, vc, kv_bytes) = WgpuContext::alloc_kv(&gpu, model, n_cells, kv)?;
-        let weights = Registry::upload(&gpu, model, self.max_binding(), self.progress.as_ref()).map_err(err)?;
+        let weights = WgpuWeights::upload(&gpu, model, self.max_binding(), self.progress.as_ref()).map_err(err)?;
         self.uploaded.fetch_add(weights.resident, Ordering::Relaxed);
         // A one-sequence step of the whole context: the header, (pos, off) per token, the cells.
         let step_words = 4 + 2 + n_cells;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::device::{Gpu, Pipeline};
-use super::registry::Registry;
+use super::weights::WgpuWeights;
 use crate::backend::gpu::schedule::{self, Launch, Res, Stage, When};
 use crate::backend::gpu::shape::DeviceShape;
 use crate::backend::KvType;
@@ -63,7 +63,7 @@ pub struct Plan {
 /// The device-side state a plan binds to.
 pub struct Targets<'a> {
     pub gpu: &'a Gpu,
-    pub weights: &'a Registry,
+    pub weights: &'a WgpuWeights,
     pub step: &'a wgpu::Buffer,
     pub kc: &'a [wgpu::Buffer],
     pub vc: &'a [wgpu::Buffer],

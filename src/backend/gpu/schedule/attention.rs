@@ -3,7 +3,7 @@
 //! layer (`Attn::kv_from`) stores nothing and reads its source layer's cache, written earlier
 //! in the same forward (the cache buffers of a layer are its own widths: `KvLayout::layer_bytes`).
 
-use super::{fold, Builder, Launch, Res, Stage, When, VEC_MAX_TOKENS};
+use super::{fold, Launch, Pass, Res, Stage, When, VEC_MAX_TOKENS};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{AttentionParams, AttentionTileParams, KernelParams, KvStoreParams, RopeParams};
 use crate::backend::KvType;
@@ -81,7 +81,7 @@ pub fn tile_shape(gq: usize, hd: usize, hdv: usize) -> Option<(usize, usize, usi
     Some((hg, 1 << (rows / hg).ilog2(), kt))
 }
 
-impl Builder<'_> {
+impl Pass<'_> {
     /// Node `i`: a rope, or the attention's store and launches. An attention whose first reader
     /// is a matmul over quantized weights, with that format's blocks within a head, also rounds
     /// its output into the scratch buffer as `quantize_act` would.

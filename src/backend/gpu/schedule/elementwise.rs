@@ -3,14 +3,14 @@
 //! `softcap`), `gelu`, `scale_by` (x times a weight's one value), `slice` (columns of each row)
 //! and `add_pos_rows` (BERT's position embeddings).
 
-use super::{fold, Builder, Launch, Res, Stage, When};
+use super::{fold, Launch, Pass, Res, Stage, When};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{
     AddBiasParams, AddPosRowsParams, BinaryParams, KernelParams, SliceParams, UnaryParams,
 };
 use crate::model::{Node, Op};
 
-impl Builder<'_> {
+impl Pass<'_> {
     /// Node `i`'s op. A GLU whose first reader is a matmul over quantized weights also rounds
     /// its output into the scratch buffer as `quantize_act` would (one invocation per word), as
     /// the fused `rms_norm` does.

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{act_bytes, act_index, fold, Builder, Launch, Res, Stage, WeightParts, When, VEC_MAX_TOKENS};
+use super::{act_bytes, act_index, fold, Launch, Pass, Res, Stage, WeightParts, When, VEC_MAX_TOKENS};
 use crate::backend::gpu::kernels::{act_qtype, Kernel, Variant};
 use crate::backend::gpu::params::{GetRowsParams, KernelParams, MatmulParams, QuantizeActParams};
 use crate::model::{Node, Op};
@@ -18,7 +18,7 @@ pub(super) const VEC_TPR: u32 = 32;
 /// invocations, 32 per row.
 pub(super) const VEC_ROWS_PER_WG: u32 = 128 / VEC_TPR;
 
-impl Builder<'_> {
+impl Pass<'_> {
     /// `GetRows` or `Matmul` (pushing its `quantize_act` stage first where one is needed);
     /// `acc`: the matmul adds into `out`, which holds the residual of a fused add; `bias`: the
     /// f32 bias of a fused bias add, added to every row.

@@ -233,7 +233,7 @@ fn fold(n: u64, max: u32) -> [u32; 3] {
 }
 
 /// The state of one scheduling pass, shared by the op families.
-struct Builder<'a> {
+struct Pass<'a> {
     g: &'a Graph,
     weight: &'a dyn Fn(&str) -> Option<Arc<WeightParts>>,
     kv: KvType,
@@ -262,7 +262,7 @@ struct Builder<'a> {
     split_bytes: u64,
 }
 
-impl Builder<'_> {
+impl Pass<'_> {
     /// Whether node `i` is one the graph keeps (the result, or the key's traced node): its
     /// value must exist as it is, so it fuses into nothing.
     fn kept(&self, i: usize) -> bool {
@@ -377,7 +377,7 @@ pub fn schedule(
     subgroups: bool,
     shape: &DeviceShape,
 ) -> Result<Schedule, String> {
-    let mut b = Builder {
+    let mut b = Pass {
         g,
         weight,
         kv,

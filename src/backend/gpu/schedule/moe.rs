@@ -2,7 +2,7 @@
 //! `quantize_act` where the weight type pairs with 8-bit activations), `add_bias_id`,
 //! `moe_sum`, and the activations that come with experts (`swiglu_oai`, `sigmoid_gate`).
 
-use super::{fold, Builder, Launch, Res, Stage, When};
+use super::{fold, Launch, Pass, Res, Stage, When};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{
     KernelParams, MatmulParams, MoeRouteParams, MoeSlotParams, SigmoidGateParams, SwigluOaiParams,
@@ -13,7 +13,7 @@ use super::matmul::VEC_ROWS_PER_WG;
 /// The most (token, slot) pairs one `matmul_vec_id` dispatch takes (its grid's z).
 const MAX_SLOTS: usize = 65_535;
 
-impl Builder<'_> {
+impl Pass<'_> {
     pub(super) fn moe(&mut self, node: &Node, out: usize) -> Result<Stage, String> {
         let n = (node.rows * node.width) as u32;
         let width_of = |id: usize| self.g.nodes[id].width;

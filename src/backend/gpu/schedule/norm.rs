@@ -2,13 +2,13 @@
 //! is an RMS norm over rows one head wide; the plain one has no weight), and BERT's
 //! `LayerNorm` (`layer_norm`).
 
-use super::{fold, Builder, Launch, Res, Stage, When};
+use super::{fold, Launch, Pass, Res, Stage, When};
 use crate::backend::gpu::kernels::{Kernel, Variant};
 use crate::backend::gpu::params::{KernelParams, LayerNormParams, RmsNormParams};
 use crate::model::{Node, Op};
 use crate::quant::QType;
 
-impl Builder<'_> {
+impl Pass<'_> {
     /// Node `node`'s LayerNorm: one workgroup per row (the gate took only f32 weight and bias).
     pub(super) fn layer_norm(&mut self, node: &Node, out: usize) -> Result<Stage, String> {
         let Op::LayerNorm { weight, bias, eps, .. } = &node.op else {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::matmul::VEC_ROWS_PER_WG;
-use super::{fold, Builder, Launch, Res, Stage, WeightParts, When, VEC_MAX_TOKENS};
+use super::{fold, Launch, Pass, Res, Stage, WeightParts, When, VEC_MAX_TOKENS};
 use crate::backend::gpu::kernels::{act_qtype, Kernel, Variant};
 use crate::backend::gpu::params::{KernelParams, MatmulPackParams};
 use crate::model::Op;
@@ -31,7 +31,7 @@ fn offset(w: &WeightParts, first: &WeightParts) -> Result<u32, String> {
     u32::try_from(at(w) - at(first)).map_err(|_| format!("{}: pack offset past 4 GiB", w.name))
 }
 
-impl Builder<'_> {
+impl Pass<'_> {
     /// The input of RMS norm node `i` where the norm folds into the matmuls reading it: its
     /// readers are exactly runs of them (`run_from`: a pack's, or single matmuls), its weight is
     /// one f32 row of its width, its rows fit `MAX_NORM_K` (whole vec4s and activation blocks),

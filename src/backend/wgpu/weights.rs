@@ -55,20 +55,20 @@ pub fn split_rows(row_bytes: u64, n_rows: u64, max_binding: u64) -> Result<Vec<(
     crate::backend::gpu::split_rows(row_bytes, n_rows, max_binding, PAD)
 }
 
-pub struct Registry {
+pub struct WgpuWeights {
     weights: HashMap<String, Arc<GpuWeight>>,
     pub resident: u64,
 }
 
-impl Registry {
+impl WgpuWeights {
     /// Uploads every weight of the model, once each (in name order), reporting the bytes done.
     pub fn upload(
         gpu: &Gpu,
         model: &Model,
         max_binding: u64,
         progress: Option<&crate::backend::Progress>,
-    ) -> Result<Registry, String> {
-        let mut reg = Registry {
+    ) -> Result<WgpuWeights, String> {
+        let mut reg = WgpuWeights {
             weights: HashMap::new(),
             resident: 0,
         };
