@@ -9,9 +9,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device::{DevBuf, Device, Func, Params, Replay};
-use crate::backend::gpu::kernels::{Kernel, Variant};
+use crate::backend::gpu::kernels::Variant;
 use crate::backend::gpu::profile::OpTotals;
 use crate::backend::gpu::schedule::{self, rope_table, PackSlot, Res, Stage, WeightParts};
+use crate::backend::gpu::table::Kernel;
 use crate::backend::{Context, KvLayout, KvType, Progress, Step, Submitted};
 use crate::error::{Error, Result};
 use crate::model::{Graph, GraphKey, Model, NodeId, Rope};

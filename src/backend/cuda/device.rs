@@ -3,8 +3,9 @@
 //! CUDA execution model (`emu.rs`), which runs the same kernels in tests on machines without
 //! a GPU.
 
-use crate::backend::gpu::kernels::{Kernel, Variant};
+use crate::backend::gpu::kernels::Variant;
 use crate::backend::gpu::shape::DeviceShape;
+use crate::backend::gpu::table::Kernel;
 
 /// The single argument of every kernel in `cuda/`: the buffers bound in the schedule's order
 /// (`b[i]` is binding `i + 1`) and its 16 parameter words. `struct Params` in `cuda/common.cuh`.

@@ -9,8 +9,9 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaGraph, CudaModule, CudaStrea
 
 use super::device::{DevBuf, Device, Func, FuncTable, Params, Replay};
 use super::source;
-use crate::backend::gpu::kernels::{Kernel, Variant};
+use crate::backend::gpu::kernels::Variant;
 use crate::backend::gpu::shape::DeviceShape;
+use crate::backend::gpu::table::Kernel;
 use crate::backend::Refusal;
 
 // SAFETY: `Params` is `#[repr(C)]` plain data, laid out as the kernels' `struct Params`.

@@ -12,8 +12,9 @@ use std::sync::Mutex;
 
 use super::device::{DevBuf, Device, Func, FuncTable, Params};
 use super::source::{qtype_lists, HEADERS, QTYPES_HEADER};
-use crate::backend::gpu::kernels::{Kernel, Variant};
+use crate::backend::gpu::kernels::Variant;
 use crate::backend::gpu::shape::DeviceShape;
+use crate::backend::gpu::table::Kernel;
 
 /// The device the emulation stands for.
 pub const EMULATED_SHAPE: DeviceShape = DeviceShape {

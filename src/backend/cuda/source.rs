@@ -4,8 +4,9 @@
 //! ([`qtype_lists`]), compiled to PTX for the device's compute capability at first use and cached
 //! on disk by a hash of the program, the architecture and the NVRTC version.
 
-use crate::backend::gpu::kernels::{Kernel, VECTOR_QTYPES, WEIGHT_QTYPES};
+use crate::backend::gpu::kernels::{VECTOR_QTYPES, WEIGHT_QTYPES};
 use crate::backend::gpu::shape::Resources;
+use crate::backend::gpu::table::Kernel;
 use crate::quant::QType;
 
 /// The headers every program starts with, in order.

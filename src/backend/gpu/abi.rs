@@ -111,7 +111,8 @@ fn cuda_params_structs_match_the_rust_ones() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgsl_params_structs_match_the_rust_ones() {
-    use crate::backend::wgpu::shaders::{all_variants, WgslSource};
+    use crate::backend::gpu::kernels::all_variants;
+    use crate::backend::wgpu::shaders::WgslSource;
     for v in all_variants() {
         let name = v.name();
         let src = v.source().unwrap_or_else(|| panic!("{name}: no source"));

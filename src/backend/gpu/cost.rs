@@ -4,7 +4,7 @@
 //! counts once (the roofline's lower bound), so a kernel that re-reads more than it must shows
 //! up as slower than its roofline, not as more bytes.
 
-use super::kernels::{act_qtype, Kernel};
+use super::kernels::act_qtype;
 use super::params::{
     AddBiasParams, AddPosRowsParams, ArgmaxParams, AttentionParams, AttentionTileParams, BinaryParams, GetRowsParams,
     KernelParams, KvStoreParams, LayerNormParams, MatmulPackParams, MatmulParams, MoeRouteParams, MoeSlotParams,
@@ -12,6 +12,7 @@ use super::params::{
 };
 use super::schedule::{act_bytes, Launch};
 use super::shape::Unit;
+use super::table::Kernel;
 use crate::backend::KvType;
 use crate::quant::QType;
 

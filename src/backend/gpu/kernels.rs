@@ -6,6 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::table::{Kernel, Spec};
 use crate::backend::{KvType, Refusal};
 use crate::model::{Attn, Graph, Model, Op};
 use crate::quant::{qtype_list, QType, Role};
@@ -42,8 +43,6 @@ qtype_list! {
     /// types, in table order (`quantize_act.wgsl`'s `ACT` is the index here).
     pub const ACT_QTYPES = |r| r.qtype.is_quantized() && r.qtype.is_act_of(Role::Weight);
 }
-
-pub use super::table::{Bind, Kernel, KernelInfo, Spec};
 
 /// A kernel specialised for a weight qtype and/or KV type, with or without subgroups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -9,8 +9,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::shaders::{Bind, Variant, WgslSource};
+use super::shaders::WgslSource;
+use crate::backend::gpu::kernels::Variant;
 use crate::backend::gpu::shape::{DeviceProfile, DeviceShape};
+use crate::backend::gpu::table::Bind;
 
 /// The adapter we would use, described without creating a device.
 #[derive(Clone, Debug)]
@@ -44,7 +46,7 @@ fn probe() -> &'static Result<Probe, String> {
                 let caps = a.get_downlevel_capabilities();
                 caps.flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS)
                     && a.limits().max_storage_buffers_per_shader_stage
-                        >= crate::backend::gpu::kernels::Kernel::max_storage_bindings()
+                        >= crate::backend::gpu::table::Kernel::max_storage_bindings()
             })
             .min_by_key(|a| rank(a.get_info().device_type));
         match best {

@@ -7,6 +7,8 @@
 //! hold only `fn op`. Plain concatenation; workgroup sizes (and
 //! `quantize_act`'s format) are WGSL `override`s set at pipeline creation.
 
+use crate::backend::gpu::kernels::Variant;
+use crate::backend::gpu::table::Kernel;
 use crate::backend::KvType;
 use crate::quant::QType;
 
@@ -76,8 +78,6 @@ pub fn kv_source(kv: KvType) -> Option<&'static str> {
         KvType::Q8_0 => shader!("kv/q8_0.wgsl"),
     })
 }
-
-pub use crate::backend::gpu::kernels::{all_variants, Bind, Kernel, Variant};
 
 /// For the matmuls: whether the weight type's activation partner is q8_1, whose block sums
 /// `quantize_act` leaves as corrections (`ACT_S`), and the block offset `qmin` they multiply.

@@ -9,7 +9,8 @@ use std::sync::{Arc, OnceLock};
 
 use minfer::backend::cuda::source::{self, Image};
 use minfer::backend::cuda::{emu, CudaBackend};
-use minfer::backend::gpu::kernels::{all_variants, Kernel};
+use minfer::backend::gpu::kernels::all_variants;
+use minfer::backend::gpu::table::Kernel;
 use minfer::backend::Backend;
 
 use super::Gpu;

@@ -1,7 +1,9 @@
 //! Every WGSL variant through naga, without a GPU: parsed, validated with exactly the
 //! capabilities wgpu would grant it, and translated for Metal, DX12 and Vulkan.
 
-use minfer::backend::wgpu::shaders::{all_variants, quant_source, Kernel, WgslSource};
+use minfer::backend::gpu::kernels::all_variants;
+use minfer::backend::gpu::table::Kernel;
+use minfer::backend::wgpu::shaders::{quant_source, WgslSource};
 use minfer::quant::QType;
 
 tests![

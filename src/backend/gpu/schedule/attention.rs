@@ -4,8 +4,9 @@
 //! in the same forward (the cache buffers of a layer are its own widths: `KvLayout::layer_bytes`).
 
 use super::{fold, Launch, Pass, Res, Stage, When, VEC_MAX_TOKENS};
-use crate::backend::gpu::kernels::{Kernel, Variant};
+use crate::backend::gpu::kernels::Variant;
 use crate::backend::gpu::params::{AttentionParams, AttentionTileParams, KernelParams, KvStoreParams, RopeParams};
+use crate::backend::gpu::table::Kernel;
 use crate::backend::KvType;
 use crate::model::{Attn, Node, Op, RopeMode};
 

@@ -4,10 +4,11 @@
 //! and `add_pos_rows` (BERT's position embeddings).
 
 use super::{fold, Launch, Pass, Res, Stage, When};
-use crate::backend::gpu::kernels::{Kernel, Variant};
+use crate::backend::gpu::kernels::Variant;
 use crate::backend::gpu::params::{
     AddBiasParams, AddPosRowsParams, BinaryParams, KernelParams, SliceParams, UnaryParams,
 };
+use crate::backend::gpu::table::Kernel;
 use crate::model::{Node, Op};
 
 impl Pass<'_> {

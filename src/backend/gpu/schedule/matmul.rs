@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use super::{act_bytes, act_index, fold, Launch, Pass, Res, Stage, WeightParts, When, VEC_MAX_TOKENS};
-use crate::backend::gpu::kernels::{act_qtype, Kernel, Variant};
+use crate::backend::gpu::kernels::{act_qtype, Variant};
 use crate::backend::gpu::params::{GetRowsParams, KernelParams, MatmulParams, QuantizeActParams};
+use crate::backend::gpu::table::Kernel;
 use crate::model::{Node, Op};
 use crate::quant::QType;
 

@@ -17,9 +17,10 @@ pub use attention::{split_heads, split_span, ATTN_TOKENS, MAX_SPLIT, SPLIT_SPAN}
 
 use std::sync::Arc;
 
-use super::kernels::{Kernel, Variant};
+use super::kernels::Variant;
 use super::params::{ArgmaxParams, AttentionParams, AttentionTileParams, KernelParams, MatmulPackParams, MatmulParams};
 use super::shape::DeviceShape;
+use super::table::Kernel;
 use crate::backend::alloc::Liveness;
 use crate::backend::KvType;
 use crate::model::graph::ROPE_FREQS;

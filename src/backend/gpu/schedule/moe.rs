@@ -3,10 +3,11 @@
 //! `moe_sum`, and the activations that come with experts (`swiglu_oai`, `sigmoid_gate`).
 
 use super::{fold, Launch, Pass, Res, Stage, When};
-use crate::backend::gpu::kernels::{Kernel, Variant};
+use crate::backend::gpu::kernels::Variant;
 use crate::backend::gpu::params::{
     KernelParams, MatmulParams, MoeRouteParams, MoeSlotParams, SigmoidGateParams, SwigluOaiParams,
 };
+use crate::backend::gpu::table::Kernel;
 use crate::model::{Gating, Node, Op};
 
 use super::matmul::VEC_ROWS_PER_WG;

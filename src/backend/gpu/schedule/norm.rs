@@ -3,8 +3,9 @@
 //! `LayerNorm` (`layer_norm`).
 
 use super::{fold, Launch, Pass, Res, Stage, When};
-use crate::backend::gpu::kernels::{Kernel, Variant};
+use crate::backend::gpu::kernels::Variant;
 use crate::backend::gpu::params::{KernelParams, LayerNormParams, RmsNormParams};
+use crate::backend::gpu::table::Kernel;
 use crate::model::{Node, Op};
 use crate::quant::QType;
 

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use super::matmul::VEC_ROWS_PER_WG;
 use super::{fold, Launch, Pass, Res, Stage, WeightParts, When, VEC_MAX_TOKENS};
-use crate::backend::gpu::kernels::{act_qtype, Kernel, Variant};
+use crate::backend::gpu::kernels::{act_qtype, Variant};
 use crate::backend::gpu::params::{KernelParams, MatmulPackParams};
+use crate::backend::gpu::table::Kernel;
 use crate::model::Op;
 use crate::quant::QType;
 
