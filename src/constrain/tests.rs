@@ -2,7 +2,7 @@ use serde_json::{json, Value};
 
 use super::{Constrainer, ConstraintSpec};
 use crate::error::Error;
-use crate::tokenizer::{Tokenizer, TokenizerSpec};
+use crate::tokenizer::{SpecialIds, Tokenizer, TokenizerSpec};
 
 /// SentencePiece with byte fallback: `<unk>`, `<s>`, `</s>` (EOS), every byte, and a few words
 /// that span several JSON characters.
@@ -23,7 +23,10 @@ fn tiny() -> Tokenizer {
         tokens,
         token_types: types,
         scores: vec![0.0; n],
-        eos: Some(2),
+        special: SpecialIds {
+            eos: Some(2),
+            ..Default::default()
+        },
         ..Default::default()
     })
     .unwrap()

@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use super::{Tokenizer, TokenizerSpec};
+use super::{SpecialIds, Tokenizer, TokenizerSpec};
 use crate::error::{Error, Result};
 
 /// Special tokens and flags from the config files next to `tokenizer.json`, as transformers
@@ -134,6 +134,7 @@ pub(super) fn wordpiece_json(spec: &TokenizerSpec) -> Result<Vec<u8>> {
         vocab.entry(text).or_insert(Value::from(id));
     }
     let unk = spec
+        .special
         .unk
         .and_then(|id| spec.tokens.get(id as usize))
         .cloned()
@@ -196,8 +197,11 @@ fn token_table(
         model: "hf".into(),
         tokens,
         token_types: types,
-        bos,
-        eos,
+        special: SpecialIds {
+            bos,
+            eos,
+            ..Default::default()
+        },
         add_bos: Some(add_bos),
         add_eos: Some(add_eos),
         ..Default::default()

@@ -1,7 +1,7 @@
 //! GGUF `tokenizer.ggml.*` metadata → [`TokenizerSpec`]. Every value is checked; a wrong one is an
 //! error naming the key and the value.
 
-use super::TokenizerSpec;
+use super::{SpecialIds, TokenizerSpec};
 use crate::error::{Error, Result};
 use crate::gguf::{Metadata, Value};
 
@@ -88,20 +88,22 @@ impl TokenizerSpec {
         };
         Ok(TokenizerSpec {
             pre: md.get_str("tokenizer.ggml.pre")?.map(str::to_string),
-            bos: id(md, &k("bos_token_id"))?,
-            eos: id(md, &k("eos_token_id"))?,
-            eot: id(md, &k("eot_token_id"))?,
-            eom: id(md, &k("eom_token_id"))?,
-            unk: id(md, &k("unknown_token_id"))?,
-            sep: id(md, &k("seperator_token_id"))?,
-            pad: id(md, &k("padding_token_id"))?,
-            mask: id(md, &k("mask_token_id"))?,
-            fim_pre: fim("fim_pre_token_id", "prefix_token_id")?,
-            fim_suf: fim("fim_suf_token_id", "suffix_token_id")?,
-            fim_mid: fim("fim_mid_token_id", "middle_token_id")?,
-            fim_pad: id(md, &k("fim_pad_token_id"))?,
-            fim_rep: id(md, &k("fim_rep_token_id"))?,
-            fim_sep: id(md, &k("fim_sep_token_id"))?,
+            special: SpecialIds {
+                bos: id(md, &k("bos_token_id"))?,
+                eos: id(md, &k("eos_token_id"))?,
+                eot: id(md, &k("eot_token_id"))?,
+                eom: id(md, &k("eom_token_id"))?,
+                unk: id(md, &k("unknown_token_id"))?,
+                sep: id(md, &k("seperator_token_id"))?,
+                pad: id(md, &k("padding_token_id"))?,
+                mask: id(md, &k("mask_token_id"))?,
+                fim_pre: fim("fim_pre_token_id", "prefix_token_id")?,
+                fim_suf: fim("fim_suf_token_id", "suffix_token_id")?,
+                fim_mid: fim("fim_mid_token_id", "middle_token_id")?,
+                fim_pad: id(md, &k("fim_pad_token_id"))?,
+                fim_rep: id(md, &k("fim_rep_token_id"))?,
+                fim_sep: id(md, &k("fim_sep_token_id"))?,
+            },
             add_bos: md.get_bool(&k("add_bos_token"))?,
             add_eos: md.get_bool(&k("add_eos_token"))?,
             add_space_prefix: md.get_bool(&k("add_space_prefix"))?,

@@ -33,9 +33,7 @@ use crate::error::{Error, Result};
 use crate::gguf::Metadata;
 use bpe::Bpe;
 use pretokenize::PreTokenizer;
-use vocab::{
-    SpecialIds, Vocab, ATTR_BYTE, ATTR_CONTROL, ATTR_LSTRIP, ATTR_NORMAL, ATTR_RSTRIP, ATTR_UNKNOWN, ATTR_USER_DEFINED,
-};
+use vocab::{Vocab, ATTR_BYTE, ATTR_CONTROL, ATTR_LSTRIP, ATTR_NORMAL, ATTR_RSTRIP, ATTR_UNKNOWN, ATTR_USER_DEFINED};
 
 /// Everything a tokenizer is built from, in GGUF's terms (`tokenizer.ggml.*`). Built by
 /// [`TokenizerSpec::from_gguf`], or by hand (tests, `tokenizer.json`).
@@ -54,6 +52,19 @@ pub struct TokenizerSpec {
     /// BPE merges `"left right"`, rank = index.
     pub merges: Vec<String>,
     /// Special ids from the file; absent or out-of-range ones take llama.cpp's per-model defaults.
+    pub special: SpecialIds,
+    /// Flags from the file; None = llama.cpp's default for the model type / pre-tokenizer.
+    pub add_bos: Option<bool>,
+    pub add_eos: Option<bool>,
+    pub add_space_prefix: Option<bool>,
+    /// `general.name`: llama.cpp keys a few per-model attribute fixes on it (Phi-3).
+    pub model_name: Option<String>,
+}
+
+/// The special token ids: what a file says ([`TokenizerSpec::special`]), llama.cpp's defaults
+/// per model type, and what the vocabulary ends up with after both and auto-detection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpecialIds {
     pub bos: Option<u32>,
     pub eos: Option<u32>,
     pub eot: Option<u32>,
@@ -68,12 +79,6 @@ pub struct TokenizerSpec {
     pub fim_pad: Option<u32>,
     pub fim_rep: Option<u32>,
     pub fim_sep: Option<u32>,
-    /// Flags from the file; None = llama.cpp's default for the model type / pre-tokenizer.
-    pub add_bos: Option<bool>,
-    pub add_eos: Option<bool>,
-    pub add_space_prefix: Option<bool>,
-    /// `general.name`: llama.cpp keys a few per-model attribute fixes on it (Phi-3).
-    pub model_name: Option<String>,
 }
 
 enum Kind {
@@ -153,8 +158,8 @@ impl Tokenizer {
             "bert" => {
                 let json = hf::wordpiece_json(&spec)?;
                 let at = |id: Option<u32>, default: u32| id.filter(|&i| i < n).or(in_vocab(default));
-                let cls = at(spec.bos, 101);
-                let sep = at(spec.sep.or(spec.eos), 102);
+                let cls = at(spec.special.bos, 101);
+                let sep = at(spec.special.sep.or(spec.special.eos), 102);
                 let specials = HfSpecials {
                     bos_ids: cls.into_iter().collect(),
                     eos_ids: sep.into_iter().collect(),

@@ -80,7 +80,10 @@ fn tiny_bpe(merges: &[&str]) -> Tokenizer {
         tokens: tokens.iter().map(|s| s.to_string()).collect(),
         token_types: vec![3, 1, 1, 1, 1, 1, 1, 1, 1, 3],
         merges: merges.iter().map(|s| s.to_string()).collect(),
-        eos: Some(9),
+        special: SpecialIds {
+            eos: Some(9),
+            ..Default::default()
+        },
         ..Default::default()
     })
     .unwrap()

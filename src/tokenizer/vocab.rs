@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use super::table::TextTable;
 
-use super::TokenizerSpec;
+use super::{SpecialIds, TokenizerSpec};
 use crate::error::{Error, Result};
 
 // llama.cpp `llama_token_attr` bits.
@@ -109,25 +109,6 @@ const EOG_TEXTS: &[&str] = &[
     "[e~[",
 ];
 
-/// Special ids after defaults, file values and auto-detection.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct SpecialIds {
-    pub bos: Option<u32>,
-    pub eos: Option<u32>,
-    pub eot: Option<u32>,
-    pub eom: Option<u32>,
-    pub unk: Option<u32>,
-    pub sep: Option<u32>,
-    pub pad: Option<u32>,
-    pub mask: Option<u32>,
-    pub fim_pre: Option<u32>,
-    pub fim_suf: Option<u32>,
-    pub fim_mid: Option<u32>,
-    pub fim_pad: Option<u32>,
-    pub fim_rep: Option<u32>,
-    pub fim_sep: Option<u32>,
-}
-
 pub(crate) struct Vocab {
     pub texts: TextTable,
     pub scores: Vec<f32>,
@@ -222,20 +203,20 @@ impl Vocab {
     fn resolve_special_ids(&self, spec: &TokenizerSpec, d: SpecialIds) -> SpecialIds {
         let pick = |file: Option<u32>, default: Option<u32>| self.valid(file).or(self.valid(default));
         SpecialIds {
-            bos: pick(spec.bos, d.bos),
-            eos: pick(spec.eos, d.eos),
-            eot: pick(spec.eot, d.eot),
-            eom: pick(spec.eom, d.eom),
-            unk: pick(spec.unk, d.unk),
-            sep: pick(spec.sep, d.sep),
-            pad: pick(spec.pad, d.pad),
-            mask: pick(spec.mask, d.mask),
-            fim_pre: pick(spec.fim_pre, d.fim_pre),
-            fim_suf: pick(spec.fim_suf, d.fim_suf),
-            fim_mid: pick(spec.fim_mid, d.fim_mid),
-            fim_pad: pick(spec.fim_pad, d.fim_pad),
-            fim_rep: pick(spec.fim_rep, d.fim_rep),
-            fim_sep: pick(spec.fim_sep, d.fim_sep),
+            bos: pick(spec.special.bos, d.bos),
+            eos: pick(spec.special.eos, d.eos),
+            eot: pick(spec.special.eot, d.eot),
+            eom: pick(spec.special.eom, d.eom),
+            unk: pick(spec.special.unk, d.unk),
+            sep: pick(spec.special.sep, d.sep),
+            pad: pick(spec.special.pad, d.pad),
+            mask: pick(spec.special.mask, d.mask),
+            fim_pre: pick(spec.special.fim_pre, d.fim_pre),
+            fim_suf: pick(spec.special.fim_suf, d.fim_suf),
+            fim_mid: pick(spec.special.fim_mid, d.fim_mid),
+            fim_pad: pick(spec.special.fim_pad, d.fim_pad),
+            fim_rep: pick(spec.special.fim_rep, d.fim_rep),
+            fim_sep: pick(spec.special.fim_sep, d.fim_sep),
         }
     }
 
