@@ -298,7 +298,9 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
             let p = AttentionParams::from_words(w);
             let tokens = l.groups[1] as u64;
             let (h, hdv) = (p.n_head as u64, p.head_dim_v as u64);
-            c.acts = f(p.n_split as u64 * tokens * h * (hdv + 2));
+            // Each of a head's parts reads every range's weights.
+            let parts = (l.groups[0] as u64 / h.max(1)).max(1);
+            c.acts = f(p.n_split as u64 * tokens * h * (hdv + 2 * parts));
             c.written = f(tokens * h * hdv);
             c.flops = 2 * p.n_split as u64 * tokens * h * hdv;
             c.unit = Some(Unit::F32);

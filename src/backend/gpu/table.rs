@@ -566,7 +566,7 @@ pub static KERNELS: [KernelInfo; 31] = [
         wg_override: false,
         params: of::<params::AttentionParams>(),
         wgsl: Wgsl {
-            head: Some(wgsl!("quantize_block.wgsl")),
+            head: Some(wgsl!("quantize_word.wgsl")),
             ..body(wgsl!("attention_reduce.wgsl"))
         },
         cuda: cuda!("attention_reduce.cu"),

@@ -119,11 +119,16 @@ pub fn write_sparse(dir: &Path, shape: Shape, q4_k_m: bool, layers: u64) -> Path
 }
 
 fn plan(path: &Path, tokens: usize, backend: GpuBackend, profile: &DeviceProfile) -> Plan {
+    plan_at(path, tokens, 0, backend, profile)
+}
+
+/// `plan` with `depth` positions in the cache before the step.
+fn plan_at(path: &Path, tokens: usize, depth: usize, backend: GpuBackend, profile: &DeviceProfile) -> Plan {
     let m = minfer::load::open_model(path).unwrap();
     let ask = Ask {
         tokens,
         seqs: if tokens <= 8 { tokens } else { 1 },
-        depth: 0,
+        depth,
         backend,
         kv: KvType::F16,
     };
@@ -317,20 +322,20 @@ fn plan_json_is_stable_and_bad_asks_are_named() {
 }
 
 /// The launches on an H200 of a Llama-2-7B and a Llama-3-8B step (Q4_0 and Q4_K_M; CUDA and
-/// wgpu; `tokens` tokens) that run on fewer workgroups than SMs while moving more than 256 KB
-/// or taking more than twice the shortest launch.
-fn starved_launches(tokens: &[usize]) -> Vec<String> {
+/// wgpu; (tokens, depth) as listed) that run on fewer workgroups than SMs while moving more
+/// than 256 KB or taking more than twice the shortest launch.
+fn starved_launches(steps: &[(usize, usize)]) -> Vec<String> {
     let h200 = DeviceProfile::find("h200").unwrap();
     let mut findings = Vec::new();
     for shape in [LLAMA2_7B, LLAMA3_8B] {
         for q4_k_m in [false, true] {
             let path = write_sparse(&tmp(), shape, q4_k_m, 2);
             for backend in [GpuBackend::Cuda, GpuBackend::Wgpu] {
-                for &tokens in tokens {
-                    let p = plan(&path, tokens, backend, &h200);
+                for &(tokens, depth) in steps {
+                    let p = plan_at(&path, tokens, depth, backend, &h200);
                     let name = path.file_name().unwrap().to_string_lossy();
                     for s in roofline::starved(&p, &h200, 256_000) {
-                        findings.push(format!("{name} {backend:?} {tokens} tokens: {s}"));
+                        findings.push(format!("{name} {backend:?} {tokens} tokens at {depth}: {s}"));
                     }
                 }
             }
@@ -350,10 +355,11 @@ fn assert_no_findings(mut findings: Vec<String>) {
     );
 }
 
-/// The geometry check of decode: a step of one token and one of eight fill an H200 (rows split
-/// across workgroups, q8_K blocks in halves, the matvecs a few rows a workgroup).
+/// The geometry check of decode: a step of one token and one of eight fill an H200, in an
+/// empty cache and after 4,096 positions (rows split across workgroups, q8_K blocks in halves,
+/// the matvecs a few rows a workgroup, the KV range split and its reduction in parts of heads).
 fn decode_launches_fill_an_h200_at_1_and_8_tokens() {
-    assert_no_findings(starved_launches(&[1, 8]));
+    assert_no_findings(starved_launches(&[(1, 0), (8, 0), (1, 4096), (8, 4096)]));
 }
 
 /// The geometry check of prefill: a step of 512 tokens fills an H200; and, where NVRTC is here
@@ -361,7 +367,7 @@ fn decode_launches_fill_an_h200_at_1_and_8_tokens() {
 /// reason in the kernel table.
 fn launches_fill_an_h200_at_512_tokens() {
     #[allow(unused_mut)]
-    let mut findings = starved_launches(&[512]);
+    let mut findings = starved_launches(&[(512, 0)]);
     #[cfg(feature = "cuda")]
     match minfer::backend::cuda::source::resources("sm_90") {
         Ok(r) => {

@@ -28,6 +28,19 @@ pub fn split_span(sms: u32) -> u32 {
     (8192 / sms.max(1)).clamp(32, SPLIT_SPAN)
 }
 
+/// The parts `attention_reduce` splits each head's `hdv` dims into for `tokens` tokens of
+/// `n_head` heads on `sms` SMs: a power of two, enough for a workgroup an SM where the dims
+/// allow (parts of at least 16, whole words of 4), so a decode step of one token is not one
+/// workgroup per head (32 for a 7B model, reading up to 64 ranges each at a long context).
+fn reduce_parts(n_head: usize, hdv: usize, tokens: u32, sms: u32) -> u32 {
+    let want = sms.div_ceil((n_head as u32 * tokens).max(1));
+    let mut parts = 1;
+    while parts < want && hdv.is_multiple_of(8 * parts as usize) && hdv / (2 * parts as usize) >= 16 {
+        parts *= 2;
+    }
+    parts
+}
+
 /// Ranges the split-KV attention cuts a context into, at most (`attention_reduce` combines up to
 /// 64).
 pub const MAX_SPLIT: u32 = 64;
@@ -286,7 +299,11 @@ impl Pass<'_> {
                             variant: Variant::new(Kernel::AttentionReduce),
                             params: ap.words(),
                             res: vec![Res::Step, Res::Split, Res::Act(out), sk.clone(), qy.clone()],
-                            groups: [n_head as u32, n, 1],
+                            groups: [
+                                n_head as u32 * reduce_parts(n_head, head_dim_v, n, self.shape.sms),
+                                n,
+                                1,
+                            ],
                             when: When::Long,
                         },
                     ]
@@ -350,6 +367,19 @@ fn attn_sinks(node: &Node) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A decode step's heads spread over an H200's SMs in parts of at least 16 dims; enough
+    /// heads or tokens already, or dims that do not halve into words, stay whole.
+    #[test]
+    fn reduce_parts_fill_the_device() {
+        assert_eq!(reduce_parts(32, 128, 1, 132), 8);
+        assert_eq!(reduce_parts(32, 128, 8, 132), 1);
+        assert_eq!(reduce_parts(64, 128, 1, 132), 4);
+        assert_eq!(reduce_parts(32, 128, 512, 132), 1);
+        assert_eq!(reduce_parts(32, 32, 1, 132), 2);
+        assert_eq!(reduce_parts(4, 36, 1, 132), 1);
+        assert_eq!(reduce_parts(2, 64, 1, 16), 4);
+    }
 
     /// The split starts early on a device the one-kernel attention leaves mostly idle, and
     /// stays at 256 positions where a workgroup per head already fills it.
