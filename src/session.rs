@@ -595,14 +595,50 @@ impl Session {
         if !head.is_empty() {
             self.eval(head, false)?;
         }
-        let batch = self.main_batch(last, false);
-        let r = self.take_cells(&batch).and_then(|_| {
-            let (step, _, _) = self.lay_out(&batch, false);
+        let batch = Batch {
+            items: self.main_batch(last, false),
+            decode_numerics: false,
+        };
+        let r = self.decode_argmax(&batch);
+        if r.is_err() {
+            self.truncate(before);
+        }
+        r
+    }
+
+    /// [`Session::decode`] of one forward (at most `n_batch` tokens) whose last token alone
+    /// wants logits, returning only their argmax (lowest id on ties): a GPU backend reads back
+    /// just that id. On error the sequences are as they were.
+    pub fn decode_argmax(&mut self, batch: &Batch) -> Result<u32> {
+        let items = &batch.items;
+        match items.split_last() {
+            Some((last, rest)) if last.logits && !rest.iter().any(|b| b.logits) => {}
+            _ => {
+                return Err(Error::InvalidArgument(
+                    "an argmax forward wants the logits of its last token alone".into(),
+                ))
+            }
+        }
+        if items.len() > self.n_batch {
+            return Err(Error::InvalidArgument(format!(
+                "an argmax forward of {} tokens, over the batch size {}",
+                items.len(),
+                self.n_batch
+            )));
+        }
+        let before: Vec<(SeqId, usize)> = items
+            .iter()
+            .filter_map(|b| self.pool.len(b.seq).ok().map(|n| (b.seq, n)))
+            .collect();
+        let r = self.take_cells(items).and_then(|_| {
+            let (step, _, _) = self.lay_out(items, batch.decode_numerics);
             let g = self.graph_for(GraphKey::new(step.len(), 1).flash(self.flash_attn));
             self.ctx.forward_argmax(&g, &step)
         });
         if r.is_err() {
-            self.truncate(before);
+            for (s, n) in before {
+                let _ = self.pool.truncate(s, n);
+            }
         }
         r
     }
