@@ -6,8 +6,8 @@
 //! The layers as they stand, each module importing only from layers below it:
 //!
 //! ```text
-//! 10  sched                         continuous batching over a session
-//!  9  engine                        the one-conversation API
+//! 10  engine                        the one-conversation API, a face over the scheduler
+//!  9  sched                         continuous batching over a session: every decode loop
 //!  8  spec, embed, perplexity       drafts, embeddings, perplexity: each over a session
 //!  7  session                       a model on a backend, its KV pool and graph cache
 //!  6  overrides, load, sampling     MINFER_* parsed; MODEL opened; samplers and shaping

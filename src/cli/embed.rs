@@ -32,7 +32,7 @@ pub fn run(model: &Path, texts: Vec<String>, a: &Args) -> Result<()> {
         anyhow::bail!("no text to embed (give TEXT arguments, or lines on stdin)");
     }
     let mut engine = Engine::load(model, &a.session)?;
-    for line in &engine.session.log {
+    for line in &engine.session().log {
         eprintln!("{line}");
     }
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
@@ -41,7 +41,7 @@ pub fn run(model: &Path, texts: Vec<String>, a: &Args) -> Result<()> {
     } else {
         Overflow::Refuse
     };
-    let ids = embed::tokenize(&engine.session, &engine.tokenizer, &refs, overflow)?;
+    let ids = embed::tokenize(engine.session(), engine.tokenizer(), &refs, overflow)?;
     let out = engine.embed_tokens(&ids)?;
     let mut w = std::io::stdout().lock();
     if a.json {

@@ -127,7 +127,7 @@ pub enum Prompt {
 fn load(model: &Path, a: &RunArgs) -> Result<Engine> {
     let t = std::time::Instant::now();
     let mut engine = Engine::load(model, &a.session).with_context(|| format!("loading {}", model.display()))?;
-    engine.session.set_flash_attn(a.flash_attn);
+    engine.session_mut().set_flash_attn(a.flash_attn);
     prefault_with_progress(engine.model());
     if let Some(src) = &a.chat_template {
         engine.set_chat_template(src)?;
@@ -152,7 +152,7 @@ fn load(model: &Path, a: &RunArgs) -> Result<Engine> {
         m.file_bytes as f64 / 1e6,
         t.elapsed().as_secs_f64()
     );
-    for line in &engine.session.log {
+    for line in &engine.session().log {
         eprintln!("{line}");
     }
     Ok(engine)
@@ -181,7 +181,7 @@ pub fn run(model: &Path, prompt: &Prompt, a: &RunArgs) -> Result<()> {
     let ids = match prompt {
         Prompt::Text(text) => prompt_ids(&engine, text, a)?,
         Prompt::Ids(ids) => {
-            let n_vocab = engine.session.n_vocab();
+            let n_vocab = engine.session().n_vocab();
             if let Some(&bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
                 bail!("--prompt-ids: token id {bad} is not below the vocabulary size {n_vocab}");
             }
@@ -189,13 +189,13 @@ pub fn run(model: &Path, prompt: &Prompt, a: &RunArgs) -> Result<()> {
         }
     };
     if let Some(path) = &a.logits_out {
-        let logits = engine.session.eval(&ids, true)?;
-        write_npy_f32(path, &logits, ids.len(), engine.session.n_vocab())
+        let logits = engine.session_mut().eval(&ids, true)?;
+        write_npy_f32(path, &logits, ids.len(), engine.session().n_vocab())
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!(
             "logits: {} positions × {} written to {}",
             ids.len(),
-            engine.session.n_vocab(),
+            engine.session().n_vocab(),
             path.display()
         );
         if a.n_predict == 0 {
@@ -250,7 +250,7 @@ pub fn run(model: &Path, prompt: &Prompt, a: &RunArgs) -> Result<()> {
             100.0 * g.accepted as f64 / g.drafted as f64
         );
     }
-    super::print_profile(&engine.session);
+    super::print_profile(engine.session());
     Ok(())
 }
 
@@ -353,15 +353,6 @@ pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
         history.push(ChatMessage::new("user", line));
         let text = engine.apply_chat_template(&history, true)?;
         let ids = engine.tokenize(&text, true, true)?;
-        if ids.len() + 1 >= engine.session.n_ctx() {
-            eprintln!(
-                "(the conversation is {} tokens and fills the context of {}: /reset to start over, or raise -c)",
-                ids.len(),
-                engine.session.n_ctx()
-            );
-            history.pop();
-            continue;
-        }
         stop_flag.store(false, Ordering::SeqCst);
         let opts = GenerateOptions {
             max_tokens: a.n_predict,
@@ -382,7 +373,17 @@ pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
             } else {
                 Flow::Continue
             }
-        })?;
+        });
+        // A turn that cannot be answered (a conversation grown past the context) is dropped;
+        // the conversation goes on.
+        let g = match g {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("({e}; /reset to start over)");
+                history.pop();
+                continue;
+            }
+        };
         println!();
         match g.stop_reason {
             StopReason::Callback => eprintln!("(stopped)"),
@@ -393,7 +394,7 @@ pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
         }
         history.push(ChatMessage::new("assistant", g.text.trim()));
     }
-    super::print_profile(&engine.session);
+    super::print_profile(engine.session());
     Ok(())
 }
 

@@ -29,6 +29,8 @@ tests![
     scheduler_equals_alone_and_reuses_prefixes,
     cancel_frees_cells_at_once_and_changes_no_other_output,
     speculation_changes_no_token,
+    scheduler_speculates_beside_plain_requests,
+    engine_next_turn_evaluates_only_what_it_adds,
     scheduler_thread_answers_chats_as_the_engine_alone,
 ];
 
@@ -505,6 +507,13 @@ fn cancel_frees_cells_at_once_and_changes_no_other_output() {
 
 /// Generation of `prompt` under `spec` (and a draft session for `Speculation::Draft`).
 fn generate(path: &Path, prompt: &[u32], opts: &GenerateOptions, draft: Option<&Path>) -> minfer::engine::Generation {
+    engine(path, draft)
+        .generate(prompt, opts, |_| minfer::engine::Flow::Continue)
+        .unwrap()
+}
+
+/// An engine of `path` on the CPU, with `draft` as its draft model.
+fn engine(path: &Path, draft: Option<&Path>) -> minfer::engine::Engine {
     let sopts = SessionOptions {
         n_ctx: 512,
         threads: Some(2),
@@ -521,7 +530,7 @@ fn generate(path: &Path, prompt: &[u32], opts: &GenerateOptions, draft: Option<&
         let m = Arc::new(load::open_model(d).unwrap());
         e.set_draft(Session::new(m, &sopts).unwrap()).unwrap();
     }
-    e.generate(prompt, opts, |_| minfer::engine::Flow::Continue).unwrap()
+    e
 }
 
 /// Speculative decoding changes no token: greedy, and sampled with a seed (each draft token is
@@ -588,6 +597,104 @@ fn speculation_changes_no_token() {
             }
         }
     }
+}
+
+/// Requests that speculate (prompt lookup; the model as its own draft) beside plain ones, four
+/// sequences at a time with prompts chunked by a budget of 6 tokens (a step that checks drafts
+/// runs the chunks in a forward of their own): each greedy reply is the one it gets alone, and
+/// the speculating ones drafted.
+fn scheduler_speculates_beside_plain_requests() {
+    let path = tiny_path("sched-spec", Arch::Qwen2);
+    // Each prompt twice over, so that prompt lookup finds what follows.
+    let ps: Vec<Vec<u32>> = prompts().into_iter().map(|p| [p.clone(), p].concat()).collect();
+    let n = 16;
+    let mut s = session_of(&path, 256, KvType::F32);
+    let want: Vec<Vec<u32>> = ps.iter().map(|p| alone_tokens(&mut s, p, n)).collect();
+    let mut sc = scheduler(&path, 4, 6);
+    sc.set_draft(session_of(&path, 256, KvType::F32)).unwrap();
+    let ngram = Speculation::Ngram { min_n: 1, max_n: 3 };
+    let specs = [Speculation::Off, ngram, Speculation::Draft, ngram];
+    let handles: Vec<_> = ps
+        .iter()
+        .zip(specs)
+        .map(|(p, spec)| {
+            sc.submit_channel(Request {
+                prompt: Prompt::Ids(p.clone()),
+                opts: GenerateOptions {
+                    speculation: spec,
+                    draft_max: 4,
+                    ..greedy(n)
+                },
+            })
+        })
+        .collect();
+    sc.run_until_idle();
+    for (i, (h, spec)) in handles.into_iter().zip(specs).enumerate() {
+        let (fin, _) = h.wait().unwrap();
+        assert_eq!(fin.tokens, want[i], "request {i}: {spec:?}");
+        assert_eq!(fin.reason, StopReason::MaxTokens);
+        assert!(fin.usage.accepted <= fin.usage.drafted, "request {i}: {:?}", fin.usage);
+        match spec {
+            Speculation::Off => assert_eq!(fin.usage.drafted, 0),
+            _ => assert!(fin.usage.drafted > 0, "request {i}: {spec:?} drafted nothing"),
+        }
+    }
+    // Rejected drafts left no cells behind: the cells kept are each prompt and its reply but
+    // the last token (the prompts share no prefix).
+    let want_kept: usize = ps.iter().map(|p| p.len() + n - 1).sum();
+    assert_eq!(sc.session().kv().used(), want_kept);
+}
+
+/// The engine keeps its conversation: a call whose prompt extends the last prompt and reply
+/// evaluates only what it adds and answers as a fresh engine does; `reset` forgets it; a stop
+/// from the callback ends generation at that token (drafts confirmed past it are not reported)
+/// and keeps what was evaluated.
+fn engine_next_turn_evaluates_only_what_it_adds() {
+    use minfer::engine::Flow;
+
+    let path = tiny_path("engine-turn", Arch::Llama);
+    let p = [prompts()[0].clone(), prompts()[0].clone()].concat();
+    let mut e = engine(&path, None);
+    let g1 = e.generate(&p, &greedy(6), |_| Flow::Continue).unwrap();
+    assert_eq!(g1.prompt_evaluated, p.len());
+    let mut turn: Vec<u32> = p.iter().chain(&g1.tokens).copied().collect();
+    turn.extend([11, 12, 13]);
+    let g2 = e.generate(&turn, &greedy(5), |_| Flow::Continue).unwrap();
+    // The cache holds the prompt and all but the last reply token (never evaluated).
+    assert_eq!(g2.prompt_evaluated, turn.len() - (p.len() + 6 - 1));
+    assert_eq!(g2.tokens, generate(&path, &turn, &greedy(5), None).tokens);
+    e.reset();
+    let g3 = e.generate(&turn, &greedy(5), |_| Flow::Continue).unwrap();
+    assert_eq!((g3.prompt_evaluated, &g3.tokens), (turn.len(), &g2.tokens));
+
+    let spec = GenerateOptions {
+        speculation: Speculation::Ngram { min_n: 1, max_n: 3 },
+        ..greedy(12)
+    };
+    let full = generate(&path, &p, &spec, None);
+    let mut pieces = 0;
+    let g4 = e
+        .generate(&p, &spec, |_| {
+            pieces += 1;
+            if pieces == 3 {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            }
+        })
+        .unwrap();
+    assert_eq!(g4.stop_reason, StopReason::Callback);
+    assert_eq!(pieces, 3, "the callback heard nothing after its stop");
+    assert_eq!(g4.tokens, full.tokens[..3]);
+    let mut next: Vec<u32> = p.iter().chain(&g4.tokens).copied().collect();
+    next.push(40);
+    let g5 = e.generate(&next, &greedy(2), |_| Flow::Continue).unwrap();
+    assert!(
+        g5.prompt_evaluated <= 2,
+        "{} of {} evaluated",
+        g5.prompt_evaluated,
+        next.len()
+    );
 }
 
 /// The desktop path: an engine turned into a scheduler on its own thread, three chat requests

@@ -48,7 +48,7 @@ pub(crate) struct Embedder {
 impl Embedder {
     /// Starts the thread that owns `engine` (an embedding model's).
     pub(crate) fn start(engine: Engine, model_id: String) -> Result<Embedder> {
-        embed::pooling(&engine.session)?;
+        embed::pooling(engine.session())?;
         let hp = &engine.model().hparams;
         let (dim, normalize) = (hp.n_embd, hp.normalize);
         let (tx, rx) = mpsc::channel::<Job>();
@@ -67,7 +67,7 @@ impl Embedder {
     /// Loads `path` as the embedding model.
     pub(crate) fn load(path: &Path, session: &SessionOptions) -> Result<Embedder> {
         let engine = Engine::load(path, session).map_err(|e| super::named(e, path))?;
-        for line in &engine.session.log {
+        for line in &engine.session().log {
             eprintln!("{line}");
         }
         let id = path
@@ -95,13 +95,13 @@ impl Embedder {
 
 fn worker(mut engine: Engine, rx: mpsc::Receiver<Job>) {
     while let Ok(job) = rx.recv() {
-        let limit = embed::max_tokens(&engine.session);
+        let limit = embed::max_tokens(engine.session());
         let r = (|| -> minfer::Result<Vec<Embedding>> {
             let mut ids = Vec::with_capacity(job.inputs.len());
             for input in &job.inputs {
                 let mut t = match input {
                     Input::Text(s) => {
-                        embed::tokenize(&engine.session, &engine.tokenizer, &[s], job.overflow)?.remove(0)
+                        embed::tokenize(engine.session(), engine.tokenizer(), &[s], job.overflow)?.remove(0)
                     }
                     Input::Ids(v) => v.clone(),
                 };

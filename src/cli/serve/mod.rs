@@ -269,11 +269,11 @@ fn load(
     parallel: usize,
 ) -> Result<()> {
     let mut engine = Engine::load(model, session).map_err(|e| named(e, model))?;
-    engine.session.set_flash_attn(flash_attn);
+    engine.session_mut().set_flash_attn(flash_attn);
     if let Some(src) = chat_template {
         engine.set_chat_template(src).context("--chat-template-file")?;
     }
-    for line in &engine.session.log {
+    for line in &engine.session().log {
         eprintln!("{line}");
     }
     if engine.model().hparams.pooling.is_some() {
@@ -283,7 +283,7 @@ fn load(
         eprintln!("ready: embeddings from {}", app.model_id);
         return Ok(());
     }
-    let n_ctx = engine.session.n_ctx();
+    let n_ctx = engine.session().n_ctx();
     let facts = ollama::ModelFacts::of(&engine, model, &app.model_id);
     let renders_tools = engine.template.as_ref().is_some_and(ChatTemplate::renders_tools);
     if engine.template.is_some() && !renders_tools {

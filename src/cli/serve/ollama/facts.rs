@@ -109,7 +109,7 @@ impl ModelFacts {
             &model.file_bytes.to_le_bytes(),
             &modified.to_le_bytes(),
         ]);
-        let s = &engine.session;
+        let s = engine.session();
         let resident_bytes = model.weight_bytes() + s.kv_bytes() as u64;
         ModelFacts {
             name: format!("{model_id}:latest"),

@@ -1,34 +1,55 @@
-//! The scheduler: many requests on one session, with continuous batching.
+//! The scheduler: many requests on one session, with continuous batching. Every way to
+//! generate — the engine's one conversation, `run`, `chat`, the server — goes through it.
 //!
-//! Every [`Scheduler::step`] is one forward: the next token of every running request, plus as
-//! much of the waiting prompts as the step's token budget leaves (chunked prefill), so a long
-//! prompt never stalls the others' decoding for more than one chunk. A request is admitted
-//! when a sequence is free and the pool can hold its prompt and `max_tokens`; a prompt that
-//! shares a prefix with a running or recently finished sequence forks it (or takes it over)
-//! and evaluates only the rest, reported as cached tokens. A cancelled request lets go of its
-//! cells at once.
+//! Every [`Scheduler::step`] is one forward (two when it checks drafts, below): the next token
+//! of every running request, plus as much of the waiting prompts as the step's token budget
+//! leaves (chunked prefill), so a long prompt never stalls the others' decoding for more than
+//! one chunk. A request is admitted when a sequence is free and the pool can hold its prompt
+//! and `max_tokens`; a prompt that shares a prefix with a running or recently finished sequence
+//! forks it (or takes it over) and evaluates only the rest, reported as cached tokens. A
+//! cancelled request lets go of its cells at once.
 //!
 //! A sequence's logits do not depend on what it is batched with: on the CPU they are the bits
 //! it would get alone, given the same split of its own prompt (a prompt chunk is never cut to
 //! a single token, so each chunk's numerics are those of a prompt batch).
 //!
+//! A request that speculates (`GenerateOptions::speculation`) has tokens drafted after its
+//! pending one (prompt lookup or the draft model, [`crate::spec`]), evaluated in the same
+//! forward as the others' decode tokens. Every token of that forward takes the numerics of a
+//! one-token forward (`Batch::decode_numerics`), so a draft token confirmed has the bits plain
+//! decoding gives it and greedy output is the same with or without speculation; the step's
+//! prompt chunks, whose numerics are a prompt batch's, go in a second forward. Several
+//! requests speculate side by side, but the draft model keeps one context: requests that take
+//! turns with it each make it catch up from their common prefix.
+//!
 //! [`Scheduler::spawn`] runs one on its own thread for programs that submit from several
 //! (desktop apps, the server); [`Handle`] streams a request's events and cancels it on drop.
 
+mod options;
+mod runner;
+mod slot;
+mod text;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::chat::{Chat, ChatMessage, ChatTemplate};
 use crate::constrain::Constrainer;
-use crate::engine::{Engine, GenerateOptions, StopReason, TextStream};
 use crate::error::{Error, Result};
 use crate::kv::SeqId;
 use crate::sampling::{Sampler, Shaper, TokenLogprob};
 use crate::session::{Batch, Session};
+use crate::spec::ModelDraft;
 use crate::tokenizer::Tokenizer;
+
+pub use options::{GenerateOptions, Speculation, StopReason};
+pub use runner::{Handle, Runner, Ticket};
+pub use text::TextStream;
+
+use slot::{Outcome, Rows, Slot, SpecState};
 
 pub type RequestId = u64;
 
@@ -61,7 +82,8 @@ pub enum Event {
     },
     /// A generated token and the text it makes safe to show (empty while a character or a
     /// possible stop string is held back); its log-probability when the request asked
-    /// (`GenerateOptions::logprobs`).
+    /// (`GenerateOptions::logprobs`). An end-of-generation token has no `Token` event: it
+    /// ends the request (`Finished::tokens` holds it).
     Token {
         id: u32,
         text: String,
@@ -76,6 +98,8 @@ pub enum Event {
 pub struct Finished {
     pub reason: StopReason,
     pub tokens: Vec<u32>,
+    /// One per generated token when the request asked for log-probabilities.
+    pub logprobs: Vec<TokenLogprob>,
     /// Text held back until the end (after the last `Token`'s).
     pub rest: String,
     pub usage: Usage,
@@ -90,6 +114,9 @@ pub struct Usage {
     /// From admission to the first token, and from there to the end.
     pub prefill_secs: f64,
     pub decode_secs: f64,
+    /// Speculation: tokens drafted, and of those, accepted.
+    pub drafted: usize,
+    pub accepted: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -115,41 +142,12 @@ impl Default for SchedulerOptions {
 /// Where a request's events go; `false` back means the listener is gone (cancel it).
 type Sink = Box<dyn FnMut(Event) -> bool + Send>;
 
-struct Slot {
-    id: RequestId,
-    seq: SeqId,
-    prompt: Vec<u32>,
-    /// The tokens whose K/V the sequence's cells hold, in order.
-    cached: Vec<u32>,
-    reused: usize,
-    generated: Vec<u32>,
-    /// Sampled, not yet evaluated.
-    pending: Option<u32>,
-    sampler: Sampler,
-    stream: TextStream,
-    opts: GenerateOptions,
-    /// `ignore_eos`, `logit_bias`, the constraint and log-probabilities.
-    shaper: Shaper,
-    sink: Sink,
-    cancel: Arc<AtomicBool>,
-    admitted: Instant,
-    first_token: Option<Instant>,
-}
-
-impl Slot {
-    /// Cells this request may still take: the rest of its prompt and its tokens to come,
-    /// within the context.
-    fn reserve(&self, n_ctx: usize) -> usize {
-        let total = (self.prompt.len() + self.opts.max_tokens).min(n_ctx);
-        total.saturating_sub(self.cached.len())
-    }
-}
-
 struct Waiting {
     id: RequestId,
     /// The prompt as ids.
     prompt: Vec<u32>,
     req: Request,
+    sampler: Sampler,
     shaper: Shaper,
     sink: Sink,
     cancel: Arc<AtomicBool>,
@@ -170,6 +168,19 @@ pub struct StepReport {
     pub waiting: usize,
 }
 
+/// A running request's share of a forward: the tokens it put in and the logits rows it wants.
+struct Put {
+    id: RequestId,
+    tokens: usize,
+    rows: usize,
+}
+
+/// What a forward gave back: logits rows in batch order, or the argmax of its one row.
+enum Forward {
+    Logits(Vec<f32>),
+    Argmax(u32),
+}
+
 pub struct Scheduler {
     session: Session,
     tokenizer: Arc<Tokenizer>,
@@ -182,6 +193,8 @@ pub struct Scheduler {
     stats: Arc<Stats>,
     /// The tokenizer's environment for constraints, built on the first constrained request.
     constrainer: Option<Arc<Constrainer>>,
+    /// The draft model of `Speculation::Draft`.
+    draft: Option<ModelDraft>,
 }
 
 impl Scheduler {
@@ -200,24 +213,35 @@ impl Scheduler {
             next_id: 1,
             stats: Arc::new(Stats::default()),
             constrainer: None,
+            draft: None,
         })
     }
 
-    /// An engine's session, tokenizer and chat template under a scheduler (the engine's
-    /// cached conversation is let go).
-    pub fn from_engine(engine: Engine, opts: SchedulerOptions) -> Result<Scheduler> {
-        let (constrainer, engine) = engine.take_constrainer();
-        let Engine {
-            mut session,
-            tokenizer,
-            template,
-            ..
-        } = engine;
-        session.reset();
-        let mut s = Scheduler::new(session, Arc::new(tokenizer), opts)?;
-        s.template = template;
-        s.constrainer = constrainer;
-        Ok(s)
+    /// The same session, draft model and constraint environment under new options, with a
+    /// chat template for `Prompt::Messages` and `Prompt::Chat`; what was kept for prefix
+    /// reuse is let go, the counters start afresh. Nothing may be running or waiting.
+    pub(crate) fn reconfigured(mut self, opts: SchedulerOptions, template: Option<ChatTemplate>) -> Result<Scheduler> {
+        if opts.max_seqs == 0 {
+            return Err(Error::InvalidArgument("a scheduler of 0 sequences".into()));
+        }
+        debug_assert!(self.is_idle(), "reconfigured while requests are live");
+        self.forget();
+        self.session.reset();
+        self.opts = opts;
+        self.template = template;
+        self.stats = Arc::new(Stats::default());
+        Ok(self)
+    }
+
+    /// Sets the draft model of `Speculation::Draft` (`--draft MODEL`): a smaller model of the
+    /// same vocabulary, on its own session.
+    pub fn set_draft(&mut self, session: Session) -> Result<()> {
+        self.draft = Some(ModelDraft::new(session, self.session.n_vocab())?);
+        Ok(())
+    }
+
+    pub fn has_draft(&self) -> bool {
+        self.draft.is_some()
     }
 
     /// The token ids of `p`.
@@ -259,6 +283,12 @@ impl Scheduler {
         &self.session
     }
 
+    /// The session, for work on its main sequence beside the scheduler's own (embeddings,
+    /// logits dumps, switches such as flash attention).
+    pub(crate) fn session_mut(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
     pub fn tokenizer(&self) -> &Arc<Tokenizer> {
         &self.tokenizer
     }
@@ -287,60 +317,97 @@ impl Scheduler {
         let (tx, rx) = mpsc::channel();
         let cancel = Arc::new(AtomicBool::new(false));
         let id = self.submit_with(req, Box::new(move |e| tx.send(e).is_ok()), cancel.clone());
-        Handle { id, events: rx, cancel }
+        Handle::new(id, rx, cancel)
+    }
+
+    /// Queues a request, or says why it cannot run (then `sink` hears nothing).
+    pub fn try_submit(&mut self, req: Request, sink: impl FnMut(Event) -> bool + Send + 'static) -> Result<RequestId> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let (prompt, sampler, shaper) = self.prepare(&req)?;
+        self.waiting.push_back(Waiting {
+            id,
+            prompt,
+            req,
+            sampler,
+            shaper,
+            sink: Box::new(sink),
+            cancel: Arc::new(AtomicBool::new(false)),
+        });
+        Ok(id)
     }
 
     fn submit_with(&mut self, req: Request, mut sink: Sink, cancel: Arc<AtomicBool>) -> RequestId {
         let id = self.next_id;
         self.next_id += 1;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        let n_ctx = self.session.n_ctx();
-        let prompt = match self.prompt_ids(&req.prompt) {
-            Ok(p) => p,
-            Err(e) => {
-                sink(Event::Error(e.to_string()));
-                return id;
-            }
-        };
-        let bad = if prompt.is_empty() {
-            Some("empty prompt".to_string())
-        } else if prompt.len() >= n_ctx {
-            Some(format!(
-                "the prompt is {} tokens, the context holds {n_ctx}",
-                prompt.len()
-            ))
-        } else if let Some(&t) = prompt.iter().find(|&&t| t as usize >= self.session.n_vocab()) {
-            Some(format!(
-                "token id {t} is outside the vocabulary of {}",
-                self.session.n_vocab()
-            ))
-        } else {
-            req.opts.sampler.validate().err().map(|e| e.to_string())
-        };
-        let shaper = match bad {
-            Some(why) => Err(why),
-            None => Shaper::new(
-                req.opts.shaping(),
-                &self.tokenizer,
-                self.session.n_vocab(),
-                &mut self.constrainer,
-            )
-            .map_err(|e| e.to_string()),
-        };
-        match shaper {
-            Err(why) => {
-                sink(Event::Error(why));
-            }
-            Ok(shaper) => self.waiting.push_back(Waiting {
+        match self.prepare(&req) {
+            Ok((prompt, sampler, shaper)) => self.waiting.push_back(Waiting {
                 id,
                 prompt,
                 req,
+                sampler,
                 shaper,
                 sink,
                 cancel,
             }),
+            Err(e) => {
+                sink(Event::Error(e.to_string()));
+            }
         }
         id
+    }
+
+    /// A request's prompt ids, sampler and shaper, or why it cannot run.
+    fn prepare(&mut self, req: &Request) -> Result<(Vec<u32>, Sampler, Shaper)> {
+        let prompt = self.prompt_ids(&req.prompt)?;
+        self.check(&prompt, &req.opts)?;
+        let sampler = Sampler::new(req.opts.sampler.clone())?;
+        let shaper = Shaper::new(
+            req.opts.shaping(),
+            &self.tokenizer,
+            self.session.n_vocab(),
+            &mut self.constrainer,
+        )?;
+        Ok((prompt, sampler, shaper))
+    }
+
+    /// Whether text can be generated after `prompt` with `opts`: the model generates text, the
+    /// prompt is neither empty nor too long for the context, its ids are in the vocabulary,
+    /// the sampling options hold, and draft speculation has a draft model.
+    fn check(&self, prompt: &[u32], opts: &GenerateOptions) -> Result<()> {
+        let model = &self.session.model;
+        if model.hparams.pooling.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "{} is an embedding model ({}): it generates no text (use embed)",
+                model.source,
+                model.arch.name()
+            )));
+        }
+        let n_ctx = self.session.n_ctx();
+        if prompt.is_empty() {
+            return Err(Error::InvalidArgument("empty prompt".into()));
+        }
+        if prompt.len() >= n_ctx {
+            return Err(Error::InvalidArgument(format!(
+                "the prompt is {} tokens, the context holds {n_ctx}: use a larger context (-c) or a shorter prompt",
+                prompt.len()
+            )));
+        }
+        let n_vocab = self.session.n_vocab();
+        if let Some(&t) = prompt.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::InvalidArgument(format!(
+                "token id {t} is outside the vocabulary of {n_vocab}"
+            )));
+        }
+        opts.sampler.validate()?;
+        if opts.speculation == Speculation::Draft && self.draft.is_none() {
+            return Err(Error::InvalidArgument(
+                "draft speculation without a draft model (set_draft, --draft)".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Cancels a request, waiting or running; its cells are free when this returns.
@@ -357,6 +424,27 @@ impl Scheduler {
             return true;
         }
         false
+    }
+
+    /// Ends a running request where it is, as its listener asked (`StopReason::Callback`):
+    /// its `Done` carries what it generated, its cells are kept for prefix reuse. False if it
+    /// is not running.
+    pub fn stop(&mut self, id: RequestId) -> bool {
+        let Some(i) = self.running.iter().position(|s| s.id == id) else {
+            return false;
+        };
+        let s = self.running.remove(i);
+        self.finish(s, StopReason::Callback);
+        self.publish();
+        true
+    }
+
+    /// Lets go of the finished sequences kept for prefix reuse.
+    pub fn forget(&mut self) {
+        for k in std::mem::take(&mut self.kept) {
+            let _ = self.session.seq_remove(k.seq);
+        }
+        self.publish();
     }
 
     /// Drops requests whose handle or sink went away.
@@ -422,7 +510,7 @@ impl Scheduler {
             if self.unreserved() < need && !self.running.is_empty() {
                 break;
             }
-            let w = self.waiting.pop_front().expect("front above");
+            let mut w = self.waiting.pop_front().expect("front above");
             let seq = match (run_i, reused) {
                 (Some(i), _) if n > 0 => self.session.seq_fork(self.running[i].seq, n),
                 (_, Some(r)) if n > 0 => {
@@ -432,18 +520,9 @@ impl Scheduler {
                 }
                 _ => Ok(self.session.seq_new()),
             };
-            let mut w = w;
             let seq = match seq {
                 Ok(s) => s,
                 Err(e) => {
-                    (w.sink)(Event::Error(e.to_string()));
-                    continue;
-                }
-            };
-            let sampler = match Sampler::new(w.req.opts.sampler.clone()) {
-                Ok(s) => s,
-                Err(e) => {
-                    let _ = self.session.seq_remove(seq);
                     (w.sink)(Event::Error(e.to_string()));
                     continue;
                 }
@@ -460,8 +539,11 @@ impl Scheduler {
                 reused: n,
                 prompt: w.prompt,
                 generated: Vec::new(),
+                logprobs: Vec::new(),
                 pending: None,
-                sampler,
+                drafts: Vec::new(),
+                spec: SpecState::new(w.req.opts.draft_max),
+                sampler: w.sampler,
                 stream: TextStream::new(&w.req.opts.stop),
                 opts: w.req.opts,
                 shaper: w.shaper,
@@ -478,8 +560,9 @@ impl Scheduler {
         }
     }
 
-    /// One step: admit, one forward of every running request's next token and prompt
-    /// chunks up to the budget, then sampling. Returns what it did (all zero when idle).
+    /// One step: admit, one forward of every running request's next token (with its drafts,
+    /// when it speculates) and prompt chunks up to the budget, then sampling. Returns what it
+    /// did (all zero when idle).
     pub fn step(&mut self) -> StepReport {
         self.reap();
         self.admit();
@@ -487,18 +570,42 @@ impl Scheduler {
             0 => self.session.n_batch(),
             n => n,
         };
-        let mut batch = Batch::new();
-        // Per slot: tokens it put in the batch, and whether its last one wants logits.
-        let mut put: Vec<(usize, usize, bool)> = Vec::new();
-        for (i, s) in self.running.iter().enumerate() {
-            if let Some(t) = s.pending {
-                batch.push(s.seq, t, s.cached.len(), true);
-                put.push((i, 1, true));
+        let n_ctx = self.session.n_ctx();
+        let mut failed = Vec::new();
+        for s in &mut self.running {
+            match s.guess(self.draft.as_mut(), n_ctx) {
+                Ok(g) => s.drafts = g,
+                Err(e) => failed.push((s.id, e.to_string())),
             }
         }
-        let mut prefilled = 0;
-        for (i, s) in self.running.iter().enumerate() {
-            let left = budget.saturating_sub(batch.len());
+        for (id, e) in failed {
+            self.fail(id, e);
+        }
+        let mut batch = Batch::new();
+        let mut put: Vec<Put> = Vec::new();
+        for s in &self.running {
+            if let Some(t) = s.pending {
+                let p0 = s.cached.len();
+                batch.push(s.seq, t, p0, true);
+                for (j, &d) in s.drafts.iter().enumerate() {
+                    batch.push(s.seq, d, p0 + 1 + j, true);
+                }
+                let n = 1 + s.drafts.len();
+                put.push(Put {
+                    id: s.id,
+                    tokens: n,
+                    rows: n,
+                });
+            }
+        }
+        // Drafts ride outside the budget (at most `draft_max` each); a step that checks any
+        // runs its decode tokens with one-token numerics and its prompt chunks on their own.
+        let decoding = put.len();
+        let speculating = batch.len() > decoding;
+        let mut chunks = Batch::new();
+        let mut put_chunks: Vec<Put> = Vec::new();
+        for s in &self.running {
+            let left = budget.saturating_sub(decoding + chunks.len());
             let rest = s.prompt.len() - s.cached.len();
             if s.pending.is_some() || rest == 0 || left == 0 {
                 continue;
@@ -510,13 +617,17 @@ impl Scheduler {
             }
             let p0 = s.cached.len();
             for (j, &t) in s.prompt[p0..p0 + k].iter().enumerate() {
-                batch.push(s.seq, t, p0 + j, p0 + j + 1 == s.prompt.len());
+                chunks.push(s.seq, t, p0 + j, p0 + j + 1 == s.prompt.len());
             }
-            put.push((i, k, p0 + k == s.prompt.len()));
-            prefilled += k;
+            put_chunks.push(Put {
+                id: s.id,
+                tokens: k,
+                rows: usize::from(p0 + k == s.prompt.len()),
+            });
         }
-        let decoded = batch.len() - prefilled;
-        if batch.is_empty() {
+        let prefilled = chunks.len();
+        let decoded = batch.len();
+        if batch.is_empty() && chunks.is_empty() {
             self.publish();
             return StepReport {
                 running: self.running.len(),
@@ -524,19 +635,16 @@ impl Scheduler {
                 ..StepReport::default()
             };
         }
-        match self.session.decode(&batch) {
-            Ok(logits) => self.absorb(&put, logits),
-            Err(e) => {
-                // The batch's requests fail; the pool is as it was, the rest run on.
-                let ids: Vec<RequestId> = put.iter().map(|&(i, _, _)| self.running[i].id).collect();
-                for id in ids {
-                    if let Some(i) = self.running.iter().position(|s| s.id == id) {
-                        let mut s = self.running.remove(i);
-                        let _ = self.session.seq_remove(s.seq);
-                        (s.sink)(Event::Error(e.to_string()));
-                    }
-                }
+        if speculating {
+            batch.decode_numerics = true;
+            self.forward(batch, put);
+            if !chunks.is_empty() {
+                self.forward(chunks, put_chunks);
             }
+        } else {
+            batch.items.extend(chunks.items);
+            put.extend(put_chunks);
+            self.forward(batch, put);
         }
         let st = &self.stats;
         st.steps.fetch_add(1, Ordering::Relaxed);
@@ -550,79 +658,87 @@ impl Scheduler {
         }
     }
 
+    /// Runs one forward and takes its results in; if it fails, its requests fail (the pool is
+    /// as it was) and the others run on.
+    fn forward(&mut self, batch: Batch, put: Vec<Put>) {
+        if batch.is_empty() {
+            return;
+        }
+        // Plain greedy decoding of one sequence reads back only the argmax.
+        let argmax = batch.len() == 1
+            && put.len() == 1
+            && self
+                .running
+                .iter()
+                .any(|s| s.id == put[0].id && s.pending.is_some() && s.argmax_only());
+        let out = match argmax {
+            true => self.session.decode_argmax(&batch).map(Forward::Argmax),
+            false => self.session.decode(&batch).map(Forward::Logits),
+        };
+        match out {
+            Ok(out) => self.absorb(&put, out),
+            Err(e) => {
+                for p in put {
+                    self.fail(p.id, e.to_string());
+                }
+            }
+        }
+    }
+
+    /// A running request fails: its cells go, its listener hears why.
+    fn fail(&mut self, id: RequestId, why: String) {
+        if let Some(i) = self.running.iter().position(|s| s.id == id) {
+            let mut s = self.running.remove(i);
+            let _ = self.session.seq_remove(s.seq);
+            (s.sink)(Event::Error(why));
+        }
+    }
+
     /// Records what a forward evaluated and samples each wanted row.
-    fn absorb(&mut self, put: &[(usize, usize, bool)], logits: Vec<f32>) {
+    fn absorb(&mut self, put: &[Put], out: Forward) {
         let nv = self.session.n_vocab();
         let n_ctx = self.session.n_ctx();
         let mut row = 0;
-        let mut done: Vec<(usize, StopReason)> = Vec::new();
-        let mut failed: Vec<(usize, String)> = Vec::new();
-        for &(i, k, wants) in put {
-            let s = &mut self.running[i];
-            match s.pending.take() {
-                Some(t) => s.cached.push(t),
-                None => {
-                    let p0 = s.cached.len();
-                    s.cached.extend_from_slice(&s.prompt[p0..p0 + k]);
-                }
-            }
-            if !wants {
-                continue;
-            }
-            let mut l = logits[row * nv..(row + 1) * nv].to_vec();
-            row += 1;
-            if s.opts.max_tokens == 0 {
-                done.push((i, StopReason::MaxTokens));
-                continue;
-            }
-            let (t, logprob) = match s.shaper.pick(&mut s.sampler, &mut l, &s.prompt) {
-                Ok(v) => v,
-                Err(e) => {
-                    failed.push((i, e.to_string()));
-                    continue;
-                }
+        let mut ends: Vec<(RequestId, Outcome)> = Vec::new();
+        for p in put {
+            let rows = match &out {
+                Forward::Logits(l) => Rows::Logits(&l[row * nv..(row + p.rows) * nv]),
+                Forward::Argmax(t) => Rows::Argmax(*t),
             };
-            s.sampler.accept(t);
-            s.first_token.get_or_insert_with(Instant::now);
-            s.generated.push(t);
-            self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
-            if self.tokenizer.is_eog(t) {
-                done.push((i, StopReason::EndOfText));
+            row += p.rows;
+            let Some(s) = self.running.iter_mut().find(|s| s.id == p.id) else {
+                continue;
+            };
+            s.evaluated(p.tokens);
+            if p.rows == 0 {
                 continue;
             }
-            let (text, stopped) = s.stream.push(&self.tokenizer, t);
-            if !(s.sink)(Event::Token { id: t, text, logprob }) {
-                s.cancel.store(true, Ordering::Relaxed);
-                continue;
+            let accepted = s.spec.accepted;
+            let outcome = s.sample(rows, nv, n_ctx, &self.tokenizer, &self.stats);
+            let st = &self.stats;
+            st.draft_tokens.fetch_add(p.rows as u64 - 1, Ordering::Relaxed);
+            st.draft_accepted
+                .fetch_add((s.spec.accepted - accepted) as u64, Ordering::Relaxed);
+            // The drafts after a miss: their cells go.
+            if self.session.seq_len(s.seq).unwrap_or(0) > s.cached.len() {
+                let _ = self.session.seq_truncate(s.seq, s.cached.len());
             }
-            if stopped {
-                done.push((i, StopReason::StopString));
-            } else if s.shaper.is_complete() {
-                done.push((i, StopReason::EndOfText));
-            } else if s.generated.len() >= s.opts.max_tokens {
-                done.push((i, StopReason::MaxTokens));
-            } else if s.cached.len() >= n_ctx {
-                done.push((i, StopReason::ContextFull));
-            } else {
-                s.pending = Some(t);
+            match outcome {
+                Outcome::Running | Outcome::Gone => {}
+                end => ends.push((s.id, end)),
             }
         }
-        // Highest index first, so the others stay where they are.
-        let mut ends: Vec<(usize, std::result::Result<StopReason, String>)> = done
-            .into_iter()
-            .map(|(i, r)| (i, Ok(r)))
-            .chain(failed.into_iter().map(|(i, e)| (i, Err(e))))
-            .collect();
-        ends.sort_by_key(|d| std::cmp::Reverse(d.0));
-        for (i, end) in ends {
-            let mut s = self.running.remove(i);
+        for (id, end) in ends {
             match end {
-                Ok(reason) => self.finish(s, reason),
-                Err(e) => {
-                    // A matcher that failed: the request fails, its cells go.
-                    let _ = self.session.seq_remove(s.seq);
-                    (s.sink)(Event::Error(e));
+                Outcome::Done(reason) => {
+                    if let Some(i) = self.running.iter().position(|s| s.id == id) {
+                        let s = self.running.remove(i);
+                        self.finish(s, reason);
+                    }
                 }
+                // A matcher that failed: the request fails, its cells go.
+                Outcome::Failed(e) => self.fail(id, e),
+                Outcome::Running | Outcome::Gone => {}
             }
         }
         self.reap();
@@ -642,8 +758,11 @@ impl Scheduler {
                 completion_tokens: s.generated.len(),
                 prefill_secs: (first - s.admitted).as_secs_f64(),
                 decode_secs: (now - first).as_secs_f64(),
+                drafted: s.spec.drafted,
+                accepted: s.spec.accepted,
             },
             tokens: std::mem::take(&mut s.generated),
+            logprobs: std::mem::take(&mut s.logprobs),
         };
         (s.sink)(Event::Done(fin));
         self.keep(s.seq, s.cached);
@@ -678,7 +797,7 @@ impl Scheduler {
 
     /// A step; if it could neither run nor admit anything, the head of the queue cannot fit
     /// and fails with the sizes.
-    fn step_or_fail(&mut self) -> StepReport {
+    pub(crate) fn step_or_fail(&mut self) -> StepReport {
         let r = self.step();
         if r.decoded + r.prefilled == 0 && r.running == 0 && r.waiting > 0 {
             if let Some(mut w) = self.waiting.pop_front() {
@@ -701,109 +820,6 @@ impl Scheduler {
             self.step_or_fail();
         }
     }
-
-    /// Runs the scheduler on its own thread; submit from anywhere through the runner.
-    pub fn spawn(mut self) -> Runner {
-        let (tx, rx) = mpsc::channel::<Cmd>();
-        let stats = self.stats.clone();
-        let thread = std::thread::spawn(move || loop {
-            let cmd = if self.is_idle() {
-                match rx.recv() {
-                    Ok(c) => Some(c),
-                    Err(_) => return,
-                }
-            } else {
-                match rx.try_recv() {
-                    Ok(c) => Some(c),
-                    Err(mpsc::TryRecvError::Empty) => None,
-                    Err(mpsc::TryRecvError::Disconnected) => return,
-                }
-            };
-            match cmd {
-                Some(Cmd::Submit(req, sink, cancel)) => {
-                    self.submit_with(*req, sink, cancel);
-                    continue;
-                }
-                Some(Cmd::FinishAll(why)) => {
-                    self.finish_all(&why);
-                    continue;
-                }
-                None => {}
-            }
-            self.step_or_fail();
-        });
-        Runner {
-            tx,
-            thread: Some(thread),
-            stats,
-        }
-    }
-}
-
-enum Cmd {
-    Submit(Box<Request>, Sink, Arc<AtomicBool>),
-    FinishAll(String),
-}
-
-/// A request's events, in order; dropping it cancels the request.
-pub struct Handle {
-    pub id: RequestId,
-    pub events: Receiver<Event>,
-    cancel: Arc<AtomicBool>,
-}
-
-impl Handle {
-    pub fn cancel(&self) {
-        self.cancel.store(true, Ordering::Relaxed);
-    }
-
-    /// Waits for the end: the tokens and text, or the error.
-    pub fn wait(self) -> Result<(Finished, String)> {
-        let mut text = String::new();
-        for e in self.events.iter() {
-            match e {
-                Event::Token { text: t, .. } => text.push_str(&t),
-                Event::Done(f) => {
-                    text.push_str(&f.rest);
-                    return Ok((f, text));
-                }
-                Event::Error(e) => return Err(Error::InvalidArgument(e)),
-                Event::Started { .. } => {}
-            }
-        }
-        Err(Error::InvalidArgument("the scheduler stopped".into()))
-    }
-}
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        self.cancel();
-    }
-}
-
-/// A scheduler on its own thread. Dropping it lets the thread finish what is queued and end.
-pub struct Runner {
-    tx: Sender<Cmd>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    stats: Arc<Stats>,
-}
-
-/// A request's cancel switch from [`Runner::submit_sink`]: dropping it cancels the request at
-/// the next step (a server drops it when the client goes away).
-pub struct Ticket {
-    cancel: Arc<AtomicBool>,
-}
-
-impl Ticket {
-    pub fn cancel(&self) {
-        self.cancel.store(true, Ordering::Relaxed);
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        self.cancel();
-    }
 }
 
 /// What a scheduler is doing, for metrics: gauges as of the last step, counters since start.
@@ -823,55 +839,8 @@ pub struct Stats {
     pub prompt_tokens: AtomicU64,
     pub cached_tokens: AtomicU64,
     pub generated_tokens: AtomicU64,
+    /// Speculation: tokens drafted, and of those, accepted.
+    pub draft_tokens: AtomicU64,
+    pub draft_accepted: AtomicU64,
     pub steps: AtomicU64,
-}
-
-impl Runner {
-    /// The scheduler's counters, updated every step.
-    pub fn stats(&self) -> Arc<Stats> {
-        self.stats.clone()
-    }
-
-    /// Queues a request whose events go to `sink` (on the scheduler's thread: it must not
-    /// block); `false` back, or dropping the ticket, cancels it at the next step.
-    pub fn submit_sink(&self, req: Request, sink: impl FnMut(Event) -> bool + Send + 'static) -> Ticket {
-        let cancel = Arc::new(AtomicBool::new(false));
-        if let Err(mpsc::SendError(Cmd::Submit(_, mut sink, _))) =
-            self.tx.send(Cmd::Submit(Box::new(req), Box::new(sink), cancel.clone()))
-        {
-            sink(Event::Error("the scheduler stopped".into()));
-        }
-        Ticket { cancel }
-    }
-
-    pub fn submit(&self, req: Request) -> Handle {
-        let (etx, rx) = mpsc::channel();
-        let cancel = Arc::new(AtomicBool::new(false));
-        let sink: Sink = Box::new(move |e| etx.send(e).is_ok());
-        let id = NEXT_REMOTE.fetch_add(1, Ordering::Relaxed);
-        if let Err(mpsc::SendError(Cmd::Submit(_, mut sink, _))) =
-            self.tx.send(Cmd::Submit(Box::new(req), sink, cancel.clone()))
-        {
-            sink(Event::Error("the scheduler stopped".into()));
-        }
-        Handle { id, events: rx, cancel }
-    }
-
-    /// Ends every request at the scheduler's next turn ([`Scheduler::finish_all`]).
-    pub fn finish_all(&self, why: &str) {
-        let _ = self.tx.send(Cmd::FinishAll(why.to_string()));
-    }
-}
-
-/// Handles from a runner number themselves (the scheduler's own ids stay inside its thread).
-static NEXT_REMOTE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        let (tx, _) = mpsc::channel();
-        drop(std::mem::replace(&mut self.tx, tx));
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
