@@ -108,20 +108,73 @@ pub struct RunArgs {
     /// A Jinja chat template to use instead of the model's own.
     pub chat_template: Option<String>,
     pub flash_attn: bool,
-    pub speculation: Speculation,
-    /// The draft model of `--spec draft`.
-    pub draft: Option<PathBuf>,
-    pub draft_max: usize,
+    pub spec: Spec,
     /// `--json-schema` / `--grammar`.
     pub constraint: Option<minfer::constrain::ConstraintSpec>,
     /// `--logits-out`: every prompt position's logits, as .npy.
     pub logits_out: Option<PathBuf>,
 }
 
+/// Speculative decoding as asked (`--spec`, `--draft`, `--draft-max`, `--draft-min`).
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub speculation: Speculation,
+    /// The draft model of `--spec draft`.
+    pub draft: Option<PathBuf>,
+    pub draft_max: usize,
+    pub draft_min: usize,
+}
+
+impl Spec {
+    /// `--spec draft` has its draft model.
+    pub fn check(&self) -> Result<()> {
+        if self.speculation == Speculation::Draft && self.draft.is_none() {
+            bail!("--spec draft needs a draft model (--draft MODEL)");
+        }
+        Ok(())
+    }
+
+    /// Puts the draft model (on a session of `opts`) under `engine`, where one was given.
+    pub fn load_draft(&self, engine: &mut Engine, opts: &SessionOptions) -> Result<()> {
+        self.check()?;
+        if let Some(d) = &self.draft {
+            let m = minfer::load::open_model(d).with_context(|| format!("loading the draft {}", d.display()))?;
+            let s = minfer::Session::new(Arc::new(m), opts)?;
+            eprintln!("draft: {} on {}", d.display(), s.backend_name);
+            engine.set_draft(s)?;
+        }
+        Ok(())
+    }
+
+    /// `opts` with this speculation.
+    pub fn options(&self, opts: GenerateOptions) -> GenerateOptions {
+        GenerateOptions {
+            speculation: self.speculation,
+            draft_max: self.draft_max,
+            draft_min: self.draft_min,
+            ..opts
+        }
+    }
+}
+
 /// What `run` was given: text (templated unless `--raw`) or token ids (`--prompt-ids`).
 pub enum Prompt {
     Text(String),
     Ids(Vec<u32>),
+}
+
+impl RunArgs {
+    /// The generation options the flags ask for.
+    fn options(&self) -> GenerateOptions {
+        self.spec.options(GenerateOptions {
+            max_tokens: self.n_predict,
+            sampler: self.sampler.clone(),
+            stop: self.stop.clone(),
+            ignore_eos: self.ignore_eos,
+            constraint: self.constraint.clone(),
+            ..GenerateOptions::default()
+        })
+    }
 }
 
 fn load(model: &Path, a: &RunArgs) -> Result<Engine> {
@@ -132,17 +185,7 @@ fn load(model: &Path, a: &RunArgs) -> Result<Engine> {
     if let Some(src) = &a.chat_template {
         engine.set_chat_template(src)?;
     }
-    match (&a.draft, a.speculation) {
-        (Some(d), _) => {
-            let m =
-                Arc::new(minfer::load::open_model(d).with_context(|| format!("loading the draft {}", d.display()))?);
-            let s = minfer::Session::new(m, &a.session)?;
-            eprintln!("draft: {} on {}", d.display(), s.backend_name);
-            engine.set_draft(s)?;
-        }
-        (None, Speculation::Draft) => bail!("--spec draft needs a draft model (--draft MODEL)"),
-        _ => {}
-    }
+    a.spec.load_draft(&mut engine, &a.session)?;
     let m = engine.model();
     eprintln!(
         "model: {} ({}, {} layers, {:.1} MB) loaded in {:.2}s",
@@ -203,16 +246,7 @@ pub fn run(model: &Path, prompt: &Prompt, a: &RunArgs) -> Result<()> {
         }
         engine.reset();
     }
-    let opts = GenerateOptions {
-        max_tokens: a.n_predict,
-        sampler: a.sampler.clone(),
-        stop: a.stop.clone(),
-        ignore_eos: a.ignore_eos,
-        speculation: a.speculation,
-        draft_max: a.draft_max,
-        constraint: a.constraint.clone(),
-        ..GenerateOptions::default()
-    };
+    let opts = a.options();
     let mut out = std::io::stdout();
     let json = a.json;
     let g = engine.generate(&ids, &opts, |piece| {
@@ -354,16 +388,7 @@ pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
         let text = engine.apply_chat_template(&history, true)?;
         let ids = engine.tokenize(&text, true, true)?;
         stop_flag.store(false, Ordering::SeqCst);
-        let opts = GenerateOptions {
-            max_tokens: a.n_predict,
-            sampler: a.sampler.clone(),
-            stop: a.stop.clone(),
-            ignore_eos: a.ignore_eos,
-            speculation: a.speculation,
-            draft_max: a.draft_max,
-            constraint: a.constraint.clone(),
-            ..GenerateOptions::default()
-        };
+        let opts = a.options();
         let mut out = std::io::stdout();
         let g = engine.generate(&ids, &opts, |piece| {
             let _ = out.write_all(piece.as_bytes());

@@ -207,16 +207,8 @@ struct SampleFlags {
     /// flag, end tokens are masked out of sampling; stop strings still stop)
     #[arg(long = "ignore-eos")]
     ignore_eos: bool,
-    /// Speculative decoding: `ngram` (prompt lookup) or `draft` (with --draft); greedy output
-    /// is the same as without
-    #[arg(long = "spec", value_parser = parse_spec)]
-    spec: Option<Speculation>,
-    /// A draft model of the same vocabulary for speculative decoding (implies --spec draft)
-    #[arg(long = "draft")]
-    draft: Option<PathBuf>,
-    /// Most tokens drafted per verification
-    #[arg(long = "draft-max", default_value_t = 8)]
-    draft_max: usize,
+    #[command(flatten)]
+    spec: SpecFlags,
     /// A system message for the chat template
     #[arg(long)]
     system: Option<String>,
@@ -231,16 +223,42 @@ struct SampleFlags {
     grammar: Option<PathBuf>,
 }
 
-impl SampleFlags {
-    /// `--spec`, or `draft` when only `--draft` is given.
-    fn speculation(&self) -> Speculation {
-        match (self.spec, &self.draft) {
+/// Speculative decoding, for `run`, `chat` and `serve` alike.
+#[derive(Args, Clone)]
+struct SpecFlags {
+    /// Speculative decoding: `ngram` (prompt lookup) or `draft` (with --draft); greedy output
+    /// is the same as without
+    #[arg(long = "spec", value_parser = parse_spec)]
+    spec: Option<Speculation>,
+    /// A draft model of the same vocabulary for speculative decoding (implies --spec draft)
+    #[arg(long = "draft")]
+    draft: Option<PathBuf>,
+    /// Most tokens drafted per verification
+    #[arg(long = "draft-max", default_value_t = 8)]
+    draft_max: usize,
+    /// Drafts shorter than this are not verified
+    #[arg(long = "draft-min", default_value_t = 0)]
+    draft_min: usize,
+}
+
+impl SpecFlags {
+    /// `--spec` (or `draft` when only `--draft` is given) with the draft model and lengths.
+    fn spec(&self) -> generate::Spec {
+        let speculation = match (self.spec, &self.draft) {
             (Some(s), _) => s,
             (None, Some(_)) => Speculation::Draft,
             (None, None) => Speculation::Off,
+        };
+        generate::Spec {
+            speculation,
+            draft: self.draft.clone(),
+            draft_max: self.draft_max,
+            draft_min: self.draft_min,
         }
     }
+}
 
+impl SampleFlags {
     /// `--json-schema` (inline JSON when it parses as such, else a file) or `--grammar`.
     fn constraint(&self) -> Result<Option<minfer::constrain::ConstraintSpec>> {
         use minfer::constrain::ConstraintSpec;
@@ -452,6 +470,8 @@ enum Cmd {
         shutdown_timeout: Option<std::time::Duration>,
         #[command(flatten)]
         engine: EngineFlags,
+        #[command(flatten)]
+        spec: SpecFlags,
     },
     /// Quantize a GGUF file as llama-quantize does (same types, mixes and bytes): TYPE is
     /// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K, IQ4_NL,
@@ -639,9 +659,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 json,
                 stop: sample.stop.clone(),
                 chat_template: sample.chat_template()?,
-                speculation: sample.speculation(),
-                draft: sample.draft.clone(),
-                draft_max: sample.draft_max,
+                spec: sample.spec.spec(),
                 constraint: sample.constraint()?,
                 logits_out,
             };
@@ -663,9 +681,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 json: false,
                 stop: sample.stop.clone(),
                 chat_template: sample.chat_template()?,
-                speculation: sample.speculation(),
-                draft: sample.draft.clone(),
-                draft_max: sample.draft_max,
+                spec: sample.spec.spec(),
                 constraint: sample.constraint()?,
                 logits_out: None,
             };
@@ -777,6 +793,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
             log_disable,
             shutdown_timeout,
             engine,
+            spec,
         } => {
             if parallel == 0 {
                 bail!("--parallel must be at least 1");
@@ -790,6 +807,8 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 // Refused before the server listens, not after.
                 minfer::chat::ChatTemplate::new(src, "", "").context("--chat-template-file")?;
             }
+            let spec = spec.spec();
+            spec.check()?;
             serve::run(serve::ServeArgs {
                 model,
                 chat_template,
@@ -804,6 +823,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 embedding_model,
                 log_disable,
                 shutdown_timeout,
+                spec,
             })
         }
         Cmd::Quantize {

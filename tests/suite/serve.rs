@@ -30,6 +30,7 @@ tests![
     serve_shutdown_timeout_ends_live_streams_with_their_final_chunk,
     serve_takes_token_ids_and_names_bad_fields,
     serve_missing_model_fails_before_listening,
+    serve_speculation_changes_no_token_and_reports_drafts,
 ];
 
 pub(crate) const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -686,4 +687,87 @@ fn serve_missing_model_fails_before_listening() {
     assert!(!o.status.success(), "{err}");
     assert!(!err.contains("listening"), "{err}");
     assert_eq!(err.matches("MISSING.gguf").count(), 1, "{err}");
+}
+
+/// A server that speculates (`--spec ngram`; `--draft` with the model as its own draft)
+/// answers greedy requests as one that does not, streamed or not, and reports the drafts in
+/// llama.cpp's `timings` (`draft_n`, `draft_n_accepted`) and /metrics; a request's
+/// `speculative.n_max` 0 drafts nothing, and one out of range is a 400 naming it.
+fn serve_speculation_changes_no_token_and_reports_drafts() {
+    let t = "serve_speculation_changes_no_token_and_reports_drafts";
+    let Some(model) = common::real_model(t, SMOL) else {
+        return;
+    };
+    let code = "def mean(values):\n    s = 0\n    for v in values:\n        s = s + v\n    return s / len(values)\n";
+    let q = format!("Repeat this code exactly, then explain it.\n\n{code}");
+    let body = chat_body(&q, 40);
+    let completion = json!({"prompt": format!("{code}\n{code}"), "temperature": 0, "max_tokens": 24});
+    let (want_chat, want_text) = {
+        let s = Server::start(&model, &[]);
+        let (st, v) = s.post("/v1/chat/completions", &body);
+        assert_eq!(st, 200, "{v}");
+        assert!(v["timings"]["predicted_n"].as_u64() == Some(40), "{v}");
+        assert!(
+            v["timings"].get("draft_n").is_none(),
+            "no drafts without speculation: {v}"
+        );
+        let (_, c) = s.post("/v1/completions", &completion);
+        (
+            v["choices"][0]["message"]["content"].clone(),
+            c["choices"][0]["text"].clone(),
+        )
+    };
+    let path = model.display().to_string();
+    for extra in [&["--spec", "ngram", "--draft-max", "5"][..], &["--draft", &path]] {
+        let s = Server::start(&model, extra);
+        let (st, v) = s.post("/v1/chat/completions", &body);
+        assert_eq!(st, 200, "{extra:?}: {v}");
+        assert_eq!(v["choices"][0]["message"]["content"], want_chat, "{extra:?}");
+        let t = &v["timings"];
+        let (n, acc) = (
+            t["draft_n"].as_u64().unwrap_or(0),
+            t["draft_n_accepted"].as_u64().unwrap_or(0),
+        );
+        assert!(n > 0 && acc <= n, "{extra:?}: {t}");
+        if extra[0] == "--draft" {
+            assert_eq!(acc, n, "the model drafting for itself: {t}");
+        }
+        assert_eq!(
+            (s.metric("draft_tokens_total"), s.metric("draft_tokens_accepted_total")),
+            (n, acc)
+        );
+        let (_, c) = s.post("/v1/completions", &completion);
+        assert_eq!(c["choices"][0]["text"], want_text, "{extra:?}: {c}");
+        assert!(c["timings"]["draft_n"].as_u64().unwrap_or(0) > 0, "{extra:?}: {c}");
+
+        // Streamed: the same text; the final chunk carries the timings.
+        let mut sb = body.clone();
+        sb["stream"] = json!(true);
+        let (st, _, raw) = http(s.port, "POST", "/v1/chat/completions", &[], sb.to_string().as_bytes());
+        assert_eq!(st, 200);
+        let data = sse_data(&raw);
+        let chunks: Vec<Value> = data[..data.len() - 1]
+            .iter()
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let text: String = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(json!(text), want_chat, "{extra:?}: streamed");
+        let last = chunks.last().unwrap();
+        assert!(
+            last["timings"]["draft_n"].as_u64().unwrap_or(0) > 0,
+            "{extra:?}: {last}"
+        );
+
+        let mut none = body.clone();
+        none["speculative.n_max"] = json!(0);
+        let (_, v) = s.post("/v1/chat/completions", &none);
+        assert_eq!(v["choices"][0]["message"]["content"], want_chat, "{extra:?}: n_max 0");
+        assert!(v["timings"].get("draft_n").is_none(), "{extra:?}: n_max 0 drafted: {v}");
+        none["speculative.n_max"] = json!(-1);
+        let (st, v) = s.post("/v1/chat/completions", &none);
+        assert_eq!((st, &v["error"]["param"]), (400, &json!("speculative.n_max")), "{v}");
+    }
 }

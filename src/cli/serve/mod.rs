@@ -60,6 +60,9 @@ pub struct ServeArgs {
     /// After Ctrl-C or SIGTERM, how long live requests may run on before they are ended where
     /// they are (`--shutdown-timeout`); None: until they finish.
     pub shutdown_timeout: Option<std::time::Duration>,
+    /// Speculative decoding for every request (`--spec`, `--draft`, `--draft-max`,
+    /// `--draft-min`); a request may set its draft lengths (`params::Speculative`).
+    pub spec: super::generate::Spec,
 }
 
 /// Request bodies beyond this are refused with 413.
@@ -94,6 +97,8 @@ pub(crate) struct Served {
     /// The chat template shows the model a request's tools; else they go in the generic
     /// format (`tools`).
     pub(crate) renders_tools: bool,
+    /// The speculation every request takes.
+    pub(crate) speculative: params::Speculative,
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
@@ -127,7 +132,7 @@ async fn bind_addr(host: &str, port: u16) -> Result<SocketAddr> {
 
 async fn serve(a: ServeArgs) -> Result<()> {
     // A model that is not there is an error before the server listens, not after.
-    for m in std::iter::once(&a.model).chain(&a.embedding_model) {
+    for m in std::iter::once(&a.model).chain(&a.embedding_model).chain(&a.spec.draft) {
         let src = minfer::load::resolve(m)?;
         if !src.path().exists() {
             anyhow::bail!("{}: no such file or directory", m.display());
@@ -166,6 +171,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
                 a.flash_attn,
                 a.chat_template.as_deref(),
                 a.parallel,
+                &a.spec,
             )
             .and_then(|()| match &a.embedding_model {
                 Some(m) => {
@@ -267,6 +273,7 @@ fn load(
     flash_attn: bool,
     chat_template: Option<&str>,
     parallel: usize,
+    spec: &super::generate::Spec,
 ) -> Result<()> {
     let mut engine = Engine::load(model, session).map_err(|e| named(e, model))?;
     engine.session_mut().set_flash_attn(flash_attn);
@@ -283,6 +290,7 @@ fn load(
         eprintln!("ready: embeddings from {}", app.model_id);
         return Ok(());
     }
+    spec.load_draft(&mut engine, session)?;
     let n_ctx = engine.session().n_ctx();
     let facts = ollama::ModelFacts::of(&engine, model, &app.model_id);
     let renders_tools = engine.template.as_ref().is_some_and(ChatTemplate::renders_tools);
@@ -310,6 +318,11 @@ fn load(
         n_ctx,
         facts,
         renders_tools,
+        speculative: params::Speculative {
+            speculation: spec.speculation,
+            draft_max: spec.draft_max,
+            draft_min: spec.draft_min,
+        },
     });
     eprintln!("ready: {parallel} sequences, context {n_ctx}");
     Ok(())

@@ -440,11 +440,12 @@ async fn answer(
     app: &Arc<App>,
     s: &Served,
     prompt: Prompt,
-    opts: GenerateOptions,
+    mut opts: GenerateOptions,
     stream: bool,
     kind: Kind,
 ) -> Response {
     let t0 = Instant::now();
+    s.speculative.set(&mut opts);
     let place = match Place::take(app) {
         Ok(p) => p,
         Err(r) => return reshape(r).await,

@@ -177,6 +177,11 @@ struct Params {
     logprobs: Option<Value>,
     top_logprobs: Option<i64>,
     logit_bias: Option<serde_json::Map<String, Value>>,
+    /// llama.cpp's draft lengths for a server that speculates (`params::Speculative`).
+    #[serde(rename = "speculative.n_max")]
+    speculative_n_max: Option<i64>,
+    #[serde(rename = "speculative.n_min")]
+    speculative_n_min: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -243,7 +248,7 @@ fn completion_prompt(v: &Value, n_vocab: usize) -> Result<Prompt, Reject> {
 
 impl Params {
     /// Our generation options, or a 400 naming the field this server does not take.
-    fn options(&self, n_ctx: usize, n_vocab: usize) -> Result<GenerateOptions, Reject> {
+    fn options(&self, n_ctx: usize, n_vocab: usize, spec: &params::Speculative) -> Result<GenerateOptions, Reject> {
         params::choices(self.n)?;
         let constraint = params::response_format(self.response_format.as_ref())?;
         let logprobs = params::logprobs(self.logprobs.as_ref(), self.top_logprobs)?;
@@ -288,7 +293,7 @@ impl Params {
             Some(OneOrMany::One(s)) => vec![s.clone()],
             Some(OneOrMany::Many(v)) => v.clone(),
         };
-        Ok(GenerateOptions {
+        let mut opts = GenerateOptions {
             max_tokens,
             sampler,
             stop,
@@ -297,7 +302,9 @@ impl Params {
             logit_bias,
             logprobs,
             ..GenerateOptions::default()
-        })
+        };
+        spec.apply(&mut opts, self.speculative_n_max, self.speculative_n_min)?;
+        Ok(opts)
     }
 }
 
@@ -492,7 +499,7 @@ async fn generate(
     kind: Kind,
     tools: Option<Tools>,
 ) -> Response {
-    let mut opts = match p.options(s.n_ctx, s.tokenizer.n_vocab()) {
+    let mut opts = match p.options(s.n_ctx, s.tokenizer.n_vocab(), &s.speculative) {
         Ok(o) => o,
         Err(r) => return *r,
     };
@@ -640,6 +647,7 @@ async fn generate(
             "model": model,
             "choices": choices,
             "usage": usage(&fins),
+            "timings": params::timings(&fins),
         }))
         .into_response();
         r.extensions_mut().insert(super::telemetry::Tokens {
@@ -663,7 +671,8 @@ async fn generate(
             SseEvent::default().data(c.to_string())
         }
     };
-    let chunk = move |index: usize, delta: Value, logprobs: Value, finish: Option<&str>| -> SseEvent {
+    // The last choice's final chunk carries the request's `timings`, as llama.cpp's does.
+    let chunk = move |index: usize, delta: Value, logprobs: Value, finish: Option<&str>, timings: Value| -> SseEvent {
         let choice = match kind {
             Kind::Chat => json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}),
             Kind::Completion => json!({
@@ -678,9 +687,11 @@ async fn generate(
         } else {
             "text_completion"
         };
-        SseEvent::default().data(
-            json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]}).to_string(),
-        )
+        let mut c = json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]});
+        if !timings.is_null() {
+            c["timings"] = timings;
+        }
+        SseEvent::default().data(c.to_string())
     };
     // The stream owns the tickets and the places: when the client goes, they go.
     struct St {
@@ -730,7 +741,7 @@ async fn generate(
                     } else {
                         Value::Null
                     };
-                    chunks.push(chunk(i, d, lv, None));
+                    chunks.push(chunk(i, d, lv, None, Value::Null));
                 }
                 pending.extend(chunks.into_iter().rev());
             };
@@ -757,8 +768,13 @@ async fn generate(
                 match e {
                     Event::Started { .. } => {
                         if kind == Kind::Chat {
-                            st.pending
-                                .push(chunk(i, json!({"role": "assistant", "content": ""}), Value::Null, None));
+                            st.pending.push(chunk(
+                                i,
+                                json!({"role": "assistant", "content": ""}),
+                                Value::Null,
+                                None,
+                                Value::Null,
+                            ));
                         }
                     }
                     Event::Token { text, logprob, .. } => {
@@ -782,14 +798,16 @@ async fn generate(
                     Event::Done(f) => {
                         let (held, offset) = &mut st.held[i];
                         let last = st.fins.len() + 1 == n;
+                        let mut timings = Value::Null;
                         if last {
                             st.done = true;
                             st.pending.push(SseEvent::default().data("[DONE]"));
+                            let mut fs = st.fins.clone();
+                            fs.push(f.clone());
                             if include_usage {
-                                let mut fs = st.fins.clone();
-                                fs.push(f.clone());
                                 st.pending.push(usage_chunk(&fs));
                             }
+                            timings = params::timings(&fs);
                         }
                         let deltas = match &mut st.calls[i] {
                             Some(c) => c.end(&f.rest),
@@ -798,7 +816,7 @@ async fn generate(
                         };
                         let called = st.calls[i].as_ref().is_some_and(CallStream::called);
                         let finish = if called { "tool_calls" } else { finish_reason(f.reason) };
-                        st.pending.push(chunk(i, json!({}), Value::Null, Some(finish)));
+                        st.pending.push(chunk(i, json!({}), Value::Null, Some(finish), timings));
                         push_deltas(&mut st.pending, i, deltas, held, offset);
                         st.fins.push(f);
                     }

@@ -1,11 +1,13 @@
 //! The request fields that shape decoding — `response_format` (and Ollama's `format`),
-//! `logit_bias`, `logprobs`/`top_logprobs`, `n` — parsed into the library's options, and
-//! log-probabilities rendered in OpenAI's shapes.
+//! `logit_bias`, `logprobs`/`top_logprobs`, `n`, `speculative.n_max`/`n_min` — parsed into the
+//! library's options; log-probabilities and llama.cpp's `timings` rendered in their shapes.
 
 use serde_json::{json, Map, Value};
 
 use minfer::constrain::ConstraintSpec;
+use minfer::engine::{GenerateOptions, Speculation};
 use minfer::sampling::TokenLogprob;
+use minfer::sched::Finished;
 use minfer::tokenizer::Tokenizer;
 
 use super::{reject, Reject};
@@ -15,6 +17,82 @@ pub(crate) const MAX_CHOICES: u64 = 8;
 
 /// Most alternatives per token (`top_logprobs`), as OpenAI allows.
 pub(crate) const MAX_TOP_LOGPROBS: i64 = 20;
+
+/// Most tokens a request may have drafted per verification (`speculative.n_max`).
+pub(crate) const MAX_DRAFT: i64 = 64;
+
+/// The server's speculation (`--spec`, `--draft`, `--draft-max`, `--draft-min`), which every
+/// request takes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Speculative {
+    pub(crate) speculation: Speculation,
+    pub(crate) draft_max: usize,
+    pub(crate) draft_min: usize,
+}
+
+impl Speculative {
+    /// Gives `opts` the server's speculation.
+    pub(crate) fn set(&self, opts: &mut GenerateOptions) {
+        opts.speculation = self.speculation;
+        opts.draft_max = self.draft_max;
+        opts.draft_min = self.draft_min;
+    }
+
+    /// Gives `opts` the server's speculation with the draft lengths a request sets, as
+    /// llama.cpp's server takes them (`speculative.n_max`, 0: no drafts; `speculative.n_min`).
+    pub(crate) fn apply(
+        &self,
+        opts: &mut GenerateOptions,
+        n_max: Option<i64>,
+        n_min: Option<i64>,
+    ) -> Result<(), Reject> {
+        let check = |v: Option<i64>, name: &str| match v {
+            Some(n) if !(0..=MAX_DRAFT).contains(&n) => {
+                Err(reject(format!("{name} {n} must be in 0..={MAX_DRAFT}"), name))
+            }
+            v => Ok(v.map(|n| n as usize)),
+        };
+        let n_max = check(n_max, "speculative.n_max")?;
+        let n_min = check(n_min, "speculative.n_min")?;
+        self.set(opts);
+        opts.draft_max = n_max.unwrap_or(opts.draft_max);
+        opts.draft_min = n_min.unwrap_or(opts.draft_min);
+        Ok(())
+    }
+}
+
+/// llama.cpp's `timings` of a request: its prompt (the first choice's: the others reuse its
+/// cells) and its completions (summed; the time is the longest), in milliseconds and per
+/// second; with speculation, the tokens drafted and accepted (`draft_n`, `draft_n_accepted`).
+pub(crate) fn timings(fs: &[Finished]) -> Value {
+    let Some(first) = fs.first() else {
+        return Value::Null;
+    };
+    let u = &first.usage;
+    let prompt_n = u.prompt_tokens - u.cached_tokens;
+    let prompt_ms = u.prefill_secs * 1e3;
+    let predicted_n: usize = fs.iter().map(|f| f.usage.completion_tokens).sum();
+    let predicted_ms = fs.iter().map(|f| f.usage.decode_secs).fold(0.0, f64::max) * 1e3;
+    let per_token = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
+    let per_second = |ms: f64, n: usize| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
+    let mut t = json!({
+        "cache_n": u.cached_tokens,
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": per_token(prompt_ms, prompt_n),
+        "prompt_per_second": per_second(prompt_ms, prompt_n),
+        "predicted_n": predicted_n,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": per_token(predicted_ms, predicted_n),
+        "predicted_per_second": per_second(predicted_ms, predicted_n),
+    });
+    let drafted: usize = fs.iter().map(|f| f.usage.drafted).sum();
+    if drafted > 0 {
+        t["draft_n"] = json!(drafted);
+        t["draft_n_accepted"] = json!(fs.iter().map(|f| f.usage.accepted).sum::<usize>());
+    }
+    t
+}
 
 /// A schema or grammar that does not compile is a 400 naming `param`.
 fn checked(spec: ConstraintSpec, param: &str) -> Result<Option<ConstraintSpec>, Reject> {
@@ -228,6 +306,54 @@ mod tests {
         for bad in [json!({}), json!({"type": "json_schema"}), json!({"type": "xml"})] {
             assert_eq!(status(response_format(Some(&bad))), StatusCode::BAD_REQUEST, "{bad}");
         }
+    }
+
+    #[test]
+    fn speculative_lengths_and_timings() {
+        use minfer::engine::StopReason;
+        use minfer::sched::Usage;
+
+        let spec = Speculative {
+            speculation: Speculation::Ngram { min_n: 1, max_n: 3 },
+            draft_max: 8,
+            draft_min: 0,
+        };
+        let mut o = GenerateOptions::default();
+        spec.apply(&mut o, Some(3), None).unwrap();
+        assert_eq!((o.speculation, o.draft_max, o.draft_min), (spec.speculation, 3, 0));
+        spec.apply(&mut o, None, Some(2)).unwrap();
+        assert_eq!((o.draft_max, o.draft_min), (8, 2));
+        for (n_max, n_min) in [(Some(MAX_DRAFT + 1), None), (Some(-1), None), (None, Some(-1))] {
+            assert_eq!(status(spec.apply(&mut o, n_max, n_min)), StatusCode::BAD_REQUEST);
+        }
+        let fin = |drafted, accepted| Finished {
+            reason: StopReason::MaxTokens,
+            tokens: Vec::new(),
+            logprobs: Vec::new(),
+            rest: String::new(),
+            usage: Usage {
+                prompt_tokens: 10,
+                cached_tokens: 4,
+                completion_tokens: 5,
+                prefill_secs: 0.5,
+                decode_secs: 1.0,
+                drafted,
+                accepted,
+            },
+        };
+        let t = timings(&[fin(0, 0)]);
+        assert_eq!(
+            (&t["cache_n"], &t["prompt_n"], &t["predicted_n"]),
+            (&json!(4), &json!(6), &json!(5))
+        );
+        assert_eq!(
+            (&t["prompt_per_second"], &t["predicted_per_second"]),
+            (&json!(12.0), &json!(5.0))
+        );
+        assert!(t.get("draft_n").is_none(), "{t}");
+        let t = timings(&[fin(6, 4), fin(2, 1)]);
+        assert_eq!((&t["draft_n"], &t["draft_n_accepted"]), (&json!(8), &json!(5)));
+        assert_eq!(t["predicted_n"], json!(10));
     }
 
     #[test]

@@ -51,6 +51,8 @@ impl Telemetry {
             counter!("minfer_prompt_tokens_total").absolute(g(&st.prompt_tokens));
             counter!("minfer_prompt_tokens_cached_total").absolute(g(&st.cached_tokens));
             counter!("minfer_generated_tokens_total").absolute(g(&st.generated_tokens));
+            counter!("minfer_draft_tokens_total").absolute(g(&st.draft_tokens));
+            counter!("minfer_draft_tokens_accepted_total").absolute(g(&st.draft_accepted));
             counter!("minfer_steps_total").absolute(g(&st.steps));
             gauge!("minfer_sequences_running").set(g(&st.running) as f64);
             gauge!("minfer_requests_waiting").set(g(&st.waiting) as f64);
@@ -74,7 +76,12 @@ fn describe() {
         "Prompt tokens reused from cached cells."
     );
     describe_counter!("minfer_generated_tokens_total", "Tokens generated.");
-    describe_counter!("minfer_steps_total", "Scheduler steps (forwards).");
+    describe_counter!("minfer_draft_tokens_total", "Speculative tokens drafted.");
+    describe_counter!(
+        "minfer_draft_tokens_accepted_total",
+        "Speculative drafted tokens accepted."
+    );
+    describe_counter!("minfer_steps_total", "Scheduler steps.");
     describe_gauge!("minfer_sequences_running", "Sequences decoding.");
     describe_gauge!("minfer_requests_waiting", "Requests waiting for a sequence.");
     describe_gauge!("minfer_kv_cells_used", "KV cells held by sequences (running and kept).");
