@@ -496,7 +496,7 @@ impl Scheduler {
         while self.running.len() < self.opts.max_seqs {
             let Some(w) = self.waiting.front() else { break };
             let (n, run_i, kept_i) = self.best_prefix(&w.prompt);
-            let need = (w.prompt.len() + w.req.opts.max_tokens).min(n_ctx) - n;
+            let need = w.prompt.len().saturating_add(w.req.opts.max_tokens).min(n_ctx) - n;
             // Kept sequences give way when cells are short, oldest first, but not the one reused.
             let reused = kept_i.map(|i| self.kept[i].seq);
             while self.unreserved() < need {

@@ -96,7 +96,7 @@ impl Slot {
     /// Cells this request may still take: the rest of its prompt and its tokens to come,
     /// within the context (drafts in flight stay inside: they are tokens to come).
     pub(super) fn reserve(&self, n_ctx: usize) -> usize {
-        let total = (self.prompt.len() + self.opts.max_tokens).min(n_ctx);
+        let total = self.prompt.len().saturating_add(self.opts.max_tokens).min(n_ctx);
         total.saturating_sub(self.cached.len())
     }
 
