@@ -618,8 +618,8 @@ fn serve_shutdown_timeout_ends_live_streams_with_their_final_chunk() {
 }
 
 /// OpenAI's edges: a completions prompt as token ids (bare or in a list) answers as its text
-/// does; an unknown role, a penalty outside -2..2 are 400s naming them; `seed: -1` is a random
-/// seed; a wrong method is a 405 with an error body.
+/// does; no tokens, an unknown role, a penalty outside -2..2 are 400s naming them; `seed: -1`
+/// is a random seed; a wrong method is a 405 with an error body.
 fn serve_takes_token_ids_and_names_bad_fields() {
     let t = "serve_takes_token_ids_and_names_bad_fields";
     let Some(model) = common::real_model(t, SMOL) else {
@@ -643,6 +643,7 @@ fn serve_takes_token_ids_and_names_bad_fields() {
         ("/v1/completions", json!({"prompt": [999999999]}), "not a token id"),
         ("/v1/completions", json!({"prompt": ["a", "b"]}), "more than one prompt"),
         ("/v1/completions", json!({"prompt": {"x": 1}}), "string or token ids"),
+        ("/v1/completions", json!({"prompt": [[]]}), "empty prompt"),
         (
             "/v1/chat/completions",
             json!({"messages": [{"role": "bogus", "content": "hi"}]}),
