@@ -25,7 +25,7 @@
 //! [`Scheduler::spawn`] runs one on its own thread for programs that submit from several
 //! (desktop apps, the server); [`Handle`] streams a request's events and cancels it on drop.
 
-mod options;
+mod request;
 mod runner;
 mod slot;
 mod text;
@@ -36,88 +36,20 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::chat::{Chat, ChatMessage, ChatTemplate};
+use crate::chat::ChatTemplate;
 use crate::constrain::Constrainer;
 use crate::error::{Error, Result};
 use crate::kv::SeqId;
-use crate::sampling::{Sampler, Shaper, TokenLogprob};
+use crate::sampling::{Sampler, Shaper};
 use crate::session::{Batch, Session};
 use crate::spec::ModelDraft;
 use crate::tokenizer::Tokenizer;
 
-pub use options::{GenerateOptions, Speculation, StopReason};
+pub use request::{Event, Finished, GenerateOptions, Prompt, Request, RequestId, Speculation, StopReason, Usage};
 pub use runner::{Handle, Runner, Ticket};
 pub use text::TextStream;
 
 use slot::{Outcome, Rows, Slot, SpecState};
-
-pub type RequestId = u64;
-
-/// A prompt and how to continue it: max tokens, sampling with its own seed, stop strings.
-#[derive(Clone, Debug)]
-pub struct Request {
-    pub prompt: Prompt,
-    pub opts: GenerateOptions,
-}
-
-/// What a request continues: token ids, raw text (tokenized with the model's special
-/// tokens), or a conversation rendered by the model's chat template (`Chat`: with tools and
-/// extra template variables).
-#[derive(Clone, Debug)]
-pub enum Prompt {
-    Ids(Vec<u32>),
-    Text(String),
-    Messages(Vec<ChatMessage>),
-    Chat(Chat),
-}
-
-/// What a request hears, in order: `Started`, a `Token` per generated token, then `Done`
-/// (or `Error`).
-#[derive(Clone, Debug, PartialEq)]
-pub enum Event {
-    /// Admitted: `cached` of the prompt's tokens were already in the pool.
-    Started {
-        prompt_tokens: usize,
-        cached: usize,
-    },
-    /// A generated token and the text it makes safe to show (empty while a character or a
-    /// possible stop string is held back); its log-probability when the request asked
-    /// (`GenerateOptions::logprobs`). An end-of-generation token has no `Token` event: it
-    /// ends the request (`Finished::tokens` holds it).
-    Token {
-        id: u32,
-        text: String,
-        logprob: Option<TokenLogprob>,
-    },
-    Done(Finished),
-    /// The request failed (the others run on).
-    Error(String),
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Finished {
-    pub reason: StopReason,
-    pub tokens: Vec<u32>,
-    /// One per generated token when the request asked for log-probabilities.
-    pub logprobs: Vec<TokenLogprob>,
-    /// Text held back until the end (after the last `Token`'s).
-    pub rest: String,
-    pub usage: Usage,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Usage {
-    pub prompt_tokens: usize,
-    /// Prompt tokens whose cells were reused rather than evaluated.
-    pub cached_tokens: usize,
-    pub completion_tokens: usize,
-    /// From admission to the first token, and from there to the end.
-    pub prefill_secs: f64,
-    pub decode_secs: f64,
-    /// Speculation: tokens drafted, and of those, accepted.
-    pub drafted: usize,
-    pub accepted: usize,
-}
 
 #[derive(Clone, Debug)]
 pub struct SchedulerOptions {

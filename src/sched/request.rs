@@ -1,9 +1,79 @@
-//! What a request asks of generation: limits, sampling, stop strings, shaping, speculation;
-//! and why a generation ended.
+//! A request and what it hears back: its prompt; what it asks of generation (limits,
+//! sampling, stop strings, shaping, speculation); its events, why it ended and its usage.
 
+use crate::chat::{Chat, ChatMessage};
 use crate::constrain::ConstraintSpec;
 use crate::error::{Error, Result};
+use crate::sampling::TokenLogprob;
 use crate::sampling::{SamplerConfig, ShapeOptions};
+
+pub type RequestId = u64;
+
+/// A prompt and how to continue it: max tokens, sampling with its own seed, stop strings.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub prompt: Prompt,
+    pub opts: GenerateOptions,
+}
+
+/// What a request continues: token ids, raw text (tokenized with the model's special
+/// tokens), or a conversation rendered by the model's chat template (`Chat`: with tools and
+/// extra template variables).
+#[derive(Clone, Debug)]
+pub enum Prompt {
+    Ids(Vec<u32>),
+    Text(String),
+    Messages(Vec<ChatMessage>),
+    Chat(Chat),
+}
+
+/// What a request hears, in order: `Started`, a `Token` per generated token, then `Done`
+/// (or `Error`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// Admitted: `cached` of the prompt's tokens were already in the pool.
+    Started {
+        prompt_tokens: usize,
+        cached: usize,
+    },
+    /// A generated token and the text it makes safe to show (empty while a character or a
+    /// possible stop string is held back); its log-probability when the request asked
+    /// (`GenerateOptions::logprobs`). An end-of-generation token has no `Token` event: it
+    /// ends the request (`Finished::tokens` holds it).
+    Token {
+        id: u32,
+        text: String,
+        logprob: Option<TokenLogprob>,
+    },
+    Done(Finished),
+    /// The request failed (the others run on).
+    Error(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finished {
+    pub reason: StopReason,
+    pub tokens: Vec<u32>,
+    /// One per generated token when the request asked for log-probabilities.
+    pub logprobs: Vec<TokenLogprob>,
+    /// Text held back until the end (after the last `Token`'s).
+    pub rest: String,
+    pub usage: Usage,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose cells were reused rather than evaluated.
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+    /// From admission to the first token, and from there to the end.
+    pub prefill_secs: f64,
+    pub decode_secs: f64,
+    /// Speculation: tokens drafted, and of those, accepted.
+    pub drafted: usize,
+    pub accepted: usize,
+}
 
 #[derive(Clone, Debug)]
 pub struct GenerateOptions {
