@@ -160,20 +160,8 @@ impl Shaper {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{logits, softmax};
     use super::*;
-
-    /// Deterministic pseudo-random logits in about [-8, 8).
-    fn logits(n: usize, seed: u64) -> Vec<f32> {
-        let mut r = Xoshiro256::new(seed);
-        (0..n).map(|_| (r.next_f64() * 16.0 - 8.0) as f32).collect()
-    }
-
-    fn softmax(l: &[f32]) -> Vec<f64> {
-        let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let e: Vec<f64> = l.iter().map(|&x| ((x - max) as f64).exp()).collect();
-        let s: f64 = e.iter().sum();
-        e.iter().map(|x| x / s).collect()
-    }
 
     #[test]
     fn logprobs_are_the_log_softmax_with_sorted_alternatives() {
