@@ -1,5 +1,5 @@
 // argmax over one row of logits (greedy decoding reads back 4 bytes instead of the row): the
-// CPU's `sampling::argmax`, exactly. Ties go to the lowest id and NaN never wins, except that a NaN
+// CPU's `logits::argmax`, exactly. Ties go to the lowest id and NaN never wins, except that a NaN
 // at id 0 is the answer (the CPU starts from id 0 and nothing compares greater than NaN); an
 // empty row gives 0. A block's threads scan strided slices of its range keeping their best
 // (value, id), then a tree reduction in shared memory.

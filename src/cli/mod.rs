@@ -259,6 +259,25 @@ impl SpecFlags {
 }
 
 impl SampleFlags {
+    /// What `run` and `chat` generate with: these flags and the engine's, in one place.
+    fn run_args(&self, engine: &EngineFlags, base: &Base, raw: bool, json: bool) -> Result<generate::RunArgs> {
+        Ok(generate::RunArgs {
+            session: engine.session(base),
+            flash_attn: engine.flash_attn,
+            sampler: self.sampler()?,
+            n_predict: self.n_predict,
+            ignore_eos: self.ignore_eos,
+            system: self.system.clone(),
+            raw,
+            json,
+            stop: self.stop.clone(),
+            chat_template: self.chat_template()?,
+            spec: self.spec.spec(),
+            constraint: self.constraint()?,
+            logits_out: None,
+        })
+    }
+
     /// `--json-schema` (inline JSON when it parses as such, else a file) or `--grammar`.
     fn constraint(&self) -> Result<Option<minfer::constrain::ConstraintSpec>> {
         use minfer::constrain::ConstraintSpec;
@@ -649,19 +668,8 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 (None, None) => generate::Prompt::Text(generate::read_stdin_prompt()?),
             };
             let a = generate::RunArgs {
-                session: engine.session(base),
-                flash_attn: engine.flash_attn,
-                sampler: sample.sampler()?,
-                n_predict: sample.n_predict,
-                ignore_eos: sample.ignore_eos,
-                system: sample.system.clone(),
-                raw,
-                json,
-                stop: sample.stop.clone(),
-                chat_template: sample.chat_template()?,
-                spec: sample.spec.spec(),
-                constraint: sample.constraint()?,
                 logits_out,
+                ..sample.run_args(&engine, base, raw, json)?
             };
             generate::run(&model, &prompt, &a)
         }
@@ -670,22 +678,7 @@ fn dispatch(cli: Cli, base: &Base) -> Result<()> {
                 Some(m) => m,
                 None => generate::default_model(&base.env)?,
             };
-            let a = generate::RunArgs {
-                session: engine.session(base),
-                flash_attn: engine.flash_attn,
-                sampler: sample.sampler()?,
-                n_predict: sample.n_predict,
-                ignore_eos: sample.ignore_eos,
-                system: sample.system.clone(),
-                raw: false,
-                json: false,
-                stop: sample.stop.clone(),
-                chat_template: sample.chat_template()?,
-                spec: sample.spec.spec(),
-                constraint: sample.constraint()?,
-                logits_out: None,
-            };
-            generate::chat(&model, &a)
+            generate::chat(&model, &sample.run_args(&engine, base, false, false)?)
         }
         Cmd::Embed {
             model,
