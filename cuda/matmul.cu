@@ -129,37 +129,47 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
 
 // matmul_mma: the same product over quantized weights in 8-bit integers on the tensor cores
 // (llama.cpp's MMQ; the host takes it from sm_80 on, unless MINFER_INT8_MATMUL=0). Tiles of 64
-// rows × 64 tokens, a block of 128 threads: warp w of the four takes rows 16w .. 16w + 15
-// against all 64 tokens, eight mma.sync m16n8k16 (mma_s8, quant.cuh) per 16 elements of k. The
-// host launches it over (ceil(rows / 64), ceil(n / 64)) blocks (`Variant::mma_launch`).
+// rows × TN tokens (TN 16, 32 or 64: `Variant::mma_launch` takes the widest that still gives
+// every SM a tile), a block of 128 threads: warp w of the four takes rows 16w .. 16w + 15 against
+// all TN tokens, one mma.sync m16n8k16 (mma_s8, quant.cuh) per 16 elements of k and 8 tokens.
 //
 // Per 32-element step each thread unpacks one row's half (two 8-element chunks, i8w<Q>) into
 // shared memory as signed bytes with the half's scale s and offset m (the two chunks of a half
-// share them in every format), and loads one token's half of quantize_act's packed q with its
-// sum Σ q_x; the token's scale d per 32 comes beside it. Each output adds, per step,
-// d · Σ_halves (s · Σ q_w q_x + m · Σ q_x): the integer sums exactly the CPU's, as in the int8
-// matvec (matmul_vec.cu) and matmul_i8.wgsl. q4_1 / q5_1 add the block offset times the q8_1
-// correction per step as matmul_body does. Rows of shared memory are 12 words (8 of data):
-// the fragment reads of a warp (8 rows × 4 words) then fall in 32 different banks.
+// share them in every format), and one token's half of quantize_act's packed q with its sum
+// Σ q_x; the token's scale d per 32 comes beside it. Each output adds, per step,
+// d · Σ_halves (s · Σ q_w q_x + m · Σ q_x) with the integer sums exactly the CPU's, as in the
+// int8 matvec (matmul_vec.cu) and matmul_i8.wgsl. Where the two halves share s and m (all but
+// the 16-element sub-blocks of q2_K, q3_K and q6_K: i8_halves<Q>) both halves' products go to one
+// integer sum, and the step costs an output three float operations and an integer add:
+// (s·d)·c (c through i2f_small: the float pipe's add, not the quarter-rate conversion) and,
+// with offsets (i8_min<Q>), m·(d·Σ q_x), whose d·Σ q_x the token's loader computes once.
+// The float work per output is what bounds a tile on the tensor cores (a warp's m16n8k16 is 512
+// multiply-adds of 8 bits for 4 outputs a lane), so it is kept to this. q4_1 / q5_1 add the
+// block offset times the q8_1 correction per step as matmul_body does. Rows of shared memory are
+// 12 words (8 of data): the fragment reads of a warp (8 rows × 4 words) then fall in 32
+// different banks; the per-token scales sit in rows of TN floats, read as pairs (a lane's two
+// tokens are adjacent).
 // Shared memory is double-buffered: while the warps multiply step i out of one buffer, each
 // thread's global reads for step i + 1 are in flight into registers, which go to the other
 // buffer after the products; one barrier per step.
-template <class Q>
+template <class Q, u32 TN>
 static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     constexpr u32 TM = 64; // rows per tile
-    constexpr u32 TN = 64; // tokens per tile
     constexpr u32 TK = 32; // elements of k per step
     constexpr u32 LD = 12; // words per tile row
     constexpr u32 NJ = TN / 8; // 8-token column blocks
     constexpr u32 CPB = Q::QK / 8;
+    constexpr bool HALVES = i8_halves<Q>::ON;
+    constexpr bool MIN = i8_min<Q>::ON;
+    constexpr u32 NH = HALVES ? 2 : 1; // scales per row and step
     __shared__ u32 ws[2][TM * LD];
     __shared__ u32 xs[2][TN * LD];
-    __shared__ float wsc[2][TM * 2];  // s per row and half
-    __shared__ float wof[2][TM * 2];  // m per row and half
-    __shared__ float xsum[2][TN * 2]; // Σ q_x per token and half
-    __shared__ float xd[2][TN];       // the step's scale per token
-    __shared__ float wmin[2][TM];     // act_s<Q>: the step's block offset per row
-    __shared__ float xcor[2][TN];     // act_s<Q>: the step's correction per token
+    __shared__ float wsc[2][NH][TM];     // s per half (or step) and row
+    __shared__ float wof[2][NH][TM];     // i8_min<Q>: m per half (or step) and row
+    __shared__ float xds[2][NH][TN];     // i8_min<Q>: d · Σ q_x per half (or step) and token
+    __shared__ float xd[2][TN];          // the step's scale per token
+    __shared__ float wmin[2][TM];        // act_s<Q>: the step's block offset per row
+    __shared__ float xcor[2][TM];        // act_s<Q>: the step's correction per token
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const float* __restrict__ x = binding<const float>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
@@ -195,7 +205,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             l.w0 = a.q, l.w1 = b.q;
             l.s = a.s, l.m = a.m;
         }
-        if (n0 + lr < n) {
+        if (lr < TN && n0 + lr < n) {
             const u32 t = n0 + lr;
             l.x0 = xq[t * (k / 8) + k0 / 8 + 2 * lh];
             l.x1 = xq[t * (k / 8) + k0 / 8 + 2 * lh + 1];
@@ -207,7 +217,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                 l.c = m0 + i < rows ? act_s<Q>::m(w + (m0 + i) * rbytes, (k0 / Q::QK) * Q::QB) : 0.0f;
             } else {
                 const float* xc = x + (unsigned long long)n * k;
-                l.c = n0 + i < n ? xc[(n0 + i) * (k / Q::QK) + k0 / Q::QK] : 0.0f;
+                l.c = i < TN && n0 + i < n ? xc[(n0 + i) * (k / Q::QK) + k0 / Q::QK] : 0.0f;
             }
         }
         return l;
@@ -215,17 +225,35 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     auto store = [&](const Loads& l, u32 b) {
         u32* d = ws[b] + lr * LD + 4 * lh;
         d[0] = l.w0.x, d[1] = l.w0.y, d[2] = l.w1.x, d[3] = l.w1.y;
-        wsc[b][lr * 2 + lh] = l.s;
-        wof[b][lr * 2 + lh] = l.m;
-        u32* s = xs[b] + lr * LD + 4 * lh;
-        s[0] = l.x0.x, s[1] = l.x0.y, s[2] = l.x1.x, s[3] = l.x1.y;
-        const int ones = 0x01010101;
-        xsum[b][lr * 2 + lh] = (float)__dp4a(ones, (int)l.x0.x, __dp4a(ones, (int)l.x0.y, __dp4a(ones, (int)l.x1.x, __dp4a(ones, (int)l.x1.y, 0))));
-        if (lh == 0) {
-            xd[b][lr] = l.d;
+        if (HALVES || lh == 0) {
+            wsc[b][HALVES ? lh : 0][lr] = l.s;
+            if constexpr (MIN) {
+                wof[b][HALVES ? lh : 0][lr] = l.m;
+            }
+        }
+        if (lr < TN) {
+            u32* s = xs[b] + lr * LD + 4 * lh;
+            s[0] = l.x0.x, s[1] = l.x0.y, s[2] = l.x1.x, s[3] = l.x1.y;
+            if (lh == 0) {
+                xd[b][lr] = l.d;
+            }
+        }
+        if constexpr (MIN) {
+            const int ones = 0x01010101;
+            int sum = __dp4a(ones, (int)l.x0.x, __dp4a(ones, (int)l.x0.y, __dp4a(ones, (int)l.x1.x, __dp4a(ones, (int)l.x1.y, 0))));
+            if constexpr (!HALVES) {
+                sum += __shfl_xor_sync(0xffffffffu, sum, 1); // the other half's, one lane over
+            }
+            if (lr < TN && (HALVES || lh == 0)) {
+                xds[b][HALVES ? lh : 0][lr] = mul_rn(l.d, (float)sum);
+            }
         }
         if constexpr (act_s<Q>::ON) {
-            (tid < 64 ? wmin[b] : xcor[b])[tid % 64] = l.c;
+            if (tid < 64) {
+                wmin[b][tid] = l.c;
+            } else if (tid - 64 < TN) {
+                xcor[b][tid - 64] = l.c;
+            }
         }
     };
 
@@ -238,6 +266,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             acc[j][i] = 0.0f;
         }
     }
+    const u32 r0 = wr0 + g; // this lane's rows in the tile: r0 and r0 + 8
     store(load(0), 0);
     __syncthreads();
     for (u32 k0 = 0, b = 0; k0 < k; k0 += TK, b ^= 1) {
@@ -246,40 +275,48 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         if (next) {
             l = load(k0 + TK);
         }
-        // st[j][i]: the step's Σ_halves (s · Σ q_w q_x + m · Σ q_x) of acc[j][i]
-        float st[NJ][4];
-        MF_UNROLL
-        for (u32 j = 0; j < NJ; j++) {
-            MF_UNROLL
-            for (u32 i = 0; i < 4; i++) {
-                st[j][i] = 0.0f;
-            }
-        }
+        u32 a0[2], a1[2];
         MF_UNROLL
         for (u32 h = 0; h < 2; h++) {
-            const u32 ra = (wr0 + g) * LD + 4 * h + tq;
-            const u32 a0 = ws[b][ra], a1 = ws[b][ra + 8 * LD];
-            const u32 ia = (wr0 + g) * 2 + h, ib = ia + 16;
-            MF_UNROLL
-            for (u32 j = 0; j < NJ; j++) {
-                int c[4] = {0, 0, 0, 0};
-                mma_s8(c, a0, a1, xs[b][(8 * j + g) * LD + 4 * h + tq]);
-                MF_UNROLL
-                for (u32 i = 0; i < 4; i++) {
-                    const u32 iw = i < 2 ? ia : ib;
-                    const float qs = xsum[b][(8 * j + 2 * tq + i % 2) * 2 + h];
-                    st[j][i] += mul_rn(wsc[b][iw], (float)c[i]) + mul_rn(wof[b][iw], qs);
-                }
+            a0[h] = ws[b][r0 * LD + 4 * h + tq];
+            a1[h] = ws[b][(r0 + 8) * LD + 4 * h + tq];
+        }
+        float sr[NH][2], mr[NH][2];
+        MF_UNROLL
+        for (u32 h = 0; h < NH; h++) {
+            sr[h][0] = wsc[b][h][r0], sr[h][1] = wsc[b][h][r0 + 8];
+            if constexpr (MIN) {
+                mr[h][0] = wof[b][h][r0], mr[h][1] = wof[b][h][r0 + 8];
             }
         }
         MF_UNROLL
         for (u32 j = 0; j < NJ; j++) {
+            const u32 t0 = 8 * j + 2 * tq; // this lane's tokens: t0 and t0 + 1
+            int c[NH][4] = {};
             MF_UNROLL
-            for (u32 i = 0; i < 4; i++) {
-                const u32 t = 8 * j + 2 * tq + i % 2;
-                acc[j][i] += mul_rn(xd[b][t], st[j][i]);
-                if constexpr (act_s<Q>::ON) {
-                    acc[j][i] += mul_rn(wmin[b][wr0 + g + 8 * (i / 2)], xcor[b][t]);
+            for (u32 h = 0; h < 2; h++) {
+                mma_s8(c[HALVES ? h : 0], a0[h], a1[h], xs[b][(8 * j + g) * LD + 4 * h + tq]);
+            }
+            const f2 d = *reinterpret_cast<const f2*>(&xd[b][t0]);
+            MF_UNROLL
+            for (u32 h = 0; h < NH; h++) {
+                f2 ds = {};
+                if constexpr (MIN) {
+                    ds = *reinterpret_cast<const f2*>(&xds[b][h][t0]);
+                }
+                MF_UNROLL
+                for (u32 i = 0; i < 4; i++) {
+                    const float dt = i % 2 ? d.y : d.x;
+                    acc[j][i] = fmaf(mul_rn(sr[h][i / 2], dt), i2f_small(c[h][i]), acc[j][i]);
+                    if constexpr (MIN) {
+                        acc[j][i] = fmaf(mr[h][i / 2], i % 2 ? ds.y : ds.x, acc[j][i]);
+                    }
+                }
+            }
+            if constexpr (act_s<Q>::ON) {
+                MF_UNROLL
+                for (u32 i = 0; i < 4; i++) {
+                    acc[j][i] = fmaf(wmin[b][r0 + 8 * (i / 2)], xcor[b][t0 + i % 2], acc[j][i]);
                 }
             }
         }
@@ -292,7 +329,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     for (u32 j = 0; j < NJ; j++) {
         MF_UNROLL
         for (u32 i = 0; i < 4; i++) {
-            const u32 r = m0 + wr0 + g + 8 * (i / 2);
+            const u32 r = m0 + r0 + 8 * (i / 2);
             const u32 t = n0 + 8 * j + 2 * tq + i % 2;
             if (r < rows && t < n) {
                 store_y(p, y + t * m + row0 + r, acc[j][i], row0 + r);
@@ -303,10 +340,10 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
 
 // matmul_mma's entry for weights Q: where the tensor cores or Q's integer form are missing, a
 // trap (the host never launches it there).
-template <class Q>
+template <class Q, u32 TN>
 static __device__ __forceinline__ void matmul_mma_entry(const Params& p) {
     if constexpr (MF_MMA && i8w<Q>::INT8) {
-        matmul_mma_body<Q>(p);
+        matmul_mma_body<Q, TN>(p);
     } else {
         __trap();
     }
@@ -318,8 +355,15 @@ static __device__ __forceinline__ void matmul_mma_entry(const Params& p) {
     }
 MF_MATRIX_QTYPES(MF_MATMUL)
 
-#define MF_MATMUL_MMA(name)                                                                          \
-    extern "C" __global__ void __launch_bounds__(128) matmul_mma_##name(const Params p) { \
-        matmul_mma_entry<qt_##name>(p);                                                              \
+// The tensor-core entries, one per token tile width (kernels.rs: MMA_COLS): matmul_mma<TN>_<qtype>.
+#define MF_MATMUL_MMA(name)                                                                               \
+    extern "C" __global__ void __launch_bounds__(128) matmul_mma16_##name(const Params p) { \
+        matmul_mma_entry<qt_##name, 16>(p);                                                               \
+    }                                                                                                     \
+    extern "C" __global__ void __launch_bounds__(128) matmul_mma32_##name(const Params p) { \
+        matmul_mma_entry<qt_##name, 32>(p);                                                               \
+    }                                                                                                     \
+    extern "C" __global__ void __launch_bounds__(128) matmul_mma64_##name(const Params p) { \
+        matmul_mma_entry<qt_##name, 64>(p);                                                               \
     }
 MF_MATRIX_QTYPES(MF_MATMUL_MMA)

@@ -601,6 +601,52 @@ struct act_s<qt_q5_1> {
     static __device__ __forceinline__ float m(const u8* __restrict__ w, u32 b) { return ld_f16(w, b + 2); }
 };
 
+// i8_halves<Q>: whether the two 16-element halves of a 32-element step have scales of their own
+// (the 16-element sub-blocks of q2_K, q3_K and q6_K); elsewhere both halves share i8w's s and m.
+template <class Q>
+struct i8_halves {
+    static constexpr bool ON = false;
+};
+template <>
+struct i8_halves<qt_q2_K> {
+    static constexpr bool ON = true;
+};
+template <>
+struct i8_halves<qt_q3_K> {
+    static constexpr bool ON = true;
+};
+template <>
+struct i8_halves<qt_q6_K> {
+    static constexpr bool ON = true;
+};
+
+// i8_min<Q>: whether i8w's offset m can be other than 0 (the formats with a min per block or
+// sub-block).
+template <class Q>
+struct i8_min {
+    static constexpr bool ON = false;
+};
+template <>
+struct i8_min<qt_q4_1> {
+    static constexpr bool ON = true;
+};
+template <>
+struct i8_min<qt_q5_1> {
+    static constexpr bool ON = true;
+};
+template <>
+struct i8_min<qt_q2_K> {
+    static constexpr bool ON = true;
+};
+template <>
+struct i8_min<qt_q4_K> {
+    static constexpr bool ON = true;
+};
+template <>
+struct i8_min<qt_q5_K> {
+    static constexpr bool ON = true;
+};
+
 // X(name) for each qtype a kernel reads: MF_MATRIX_QTYPES for the matrix ops (matmul_vec, matmul,
 // get_rows), every weight qtype the GPU kernels read; MF_VECTOR_QTYPES for the vector ops
 // (rms_norm, add_bias), the float ones. Entry points are <op>_<name>, the traits qt_<name>. Both

@@ -41,6 +41,7 @@ pub mod translate;
 
 tests![
     matmul_and_get_rows_every_qtype,
+    tensor_core_tiles_of_every_width_match_cpu,
     pack_matmuls_every_qtype_match_cpu,
     norm_rope_elementwise_ops_match_cpu,
     attention_matches_cpu_over_steps,
@@ -345,9 +346,9 @@ fn attention_model(
 
 // ---- ops ------------------------------------------------------------------------------------
 
-/// `g` on a fresh context of `b`: tokens `ids` at `pos0`.
+/// `g` on a fresh context of `b` (at least 128 positions): tokens `ids` at `pos0`.
 pub fn run_at(b: &dyn Backend, m: &Arc<Model>, g: &Graph, ids: &[u32], pos0: usize) -> Vec<f32> {
-    let mut ctx = b.new_context(m, 128, KvType::F32).unwrap();
+    let mut ctx = b.new_context(m, (pos0 + ids.len()).max(128), KvType::F32).unwrap();
     let mut out = Vec::new();
     ctx.forward(g, &Step::contiguous(ids, pos0), &mut out)
         .unwrap_or_else(|e| panic!("{}: {e}", b.name()));
@@ -455,6 +456,61 @@ fn matmul_and_get_rows_every_qtype() {
             worst_rows = worst_rows.max(e);
         }
         eprintln!("{q:<7} matmul NMSE {worst_ref:.1e} vs f64, {worst_cpu:.1e} vs cpu; get_rows {worst_rows:.1e}");
+    }
+}
+
+/// The CUDA tensor-core tiles at each of their widths (`MMA_COLS`; `Variant::mma_cols` picks one
+/// from the tokens, the rows and the SMs): 200 rows (three whole 64-row tiles and part of a
+/// fourth) against 9, 130 and 200 tokens, which on the emulation's 16 SMs take tiles 16, 32 and
+/// 64 tokens wide (asserted, so the widths stay covered), for the formats that take the tile's
+/// different paths: q4_0 (one scale a step), q4_1 (offsets and the q8_1 correction), q2_K
+/// (16-element scales and offsets), q4_K (offsets), q6_K (16-element scales). Every backend
+/// runs them; each must match the CPU to f32 summation order.
+fn tensor_core_tiles_of_every_width_match_cpu() {
+    use minfer::backend::gpu::kernels::{Variant, MMA_COLS};
+    let t = "tensor_core_tiles_of_every_width_match_cpu";
+    let gs = gpus(t, None);
+    if gs.is_empty() {
+        return;
+    }
+    let (m, tokens, sms) = (200usize, [9usize, 130, 200], 16);
+    #[cfg(feature = "cuda")]
+    assert_eq!(minfer::backend::cuda::emu::EMULATED_SHAPE.sms, sms);
+    let widths: Vec<u32> = tokens
+        .iter()
+        .map(|&n| Variant::mma_cols(n as u32, m as u32, sms))
+        .collect();
+    assert_eq!(widths, MMA_COLS, "tile widths at {tokens:?} tokens");
+    let cpu = cpu();
+    for q in [QType::Q4_0, QType::Q4_1, QType::Q2K, QType::Q4K, QType::Q6K] {
+        let k = if q.block_elems() == 256 { 512 } else { 96 };
+        let w = tensor("w", q, k, m, q as u64 + 11, 1.0);
+        for n in tokens {
+            let inp = tensor("inp", QType::F32, k, n, 5 + n as u64, 1.0);
+            let mdl = model(hparams(m.max(n), 1, 1, 64), vec![w.clone(), inp]);
+            let g = graph(vec![
+                get_rows("inp", k, n),
+                node(
+                    "mm",
+                    Op::Matmul {
+                        x: 0,
+                        weight: "w".into(),
+                    },
+                    m,
+                    n,
+                ),
+            ]);
+            let ids: Vec<u32> = (0..n as u32).collect();
+            let want = run_at(&cpu, &mdl, &g, &ids, 0);
+            for b in &gs {
+                let e = nmse(&run_at(b.backend.as_ref(), &mdl, &g, &ids, 0), &want);
+                assert!(
+                    e <= 1e-9,
+                    "{}: matmul/{q} {m} rows × {n} tokens: NMSE {e:.2e} against the CPU",
+                    b.label
+                );
+            }
+        }
     }
 }
 

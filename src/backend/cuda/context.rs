@@ -251,7 +251,9 @@ impl CudaContext {
 
     fn plan(&self, g: &Graph) -> std::result::Result<Plan, String> {
         let dev = self.dev.as_ref();
-        let s = schedule::schedule(g, &|name| self.weights.layout(name), self.kv, false, &dev.shape())?;
+        let shape = dev.shape();
+        let sms = shape.sms;
+        let s = schedule::schedule(g, &|name| self.weights.layout(name), self.kv, false, &shape)?;
         // The plan's op files compiled side by side before their launches ask for them.
         let kernels: Vec<Kernel> = s
             .stages
@@ -307,12 +309,15 @@ impl CudaContext {
             for (i, r) in l.res.iter().enumerate() {
                 params.b[i] = addr(r)?;
             }
-            let (grid, block) = match dev.takes_mma(&l.variant) {
-                true => Variant::mma_launch(l.groups),
-                false => (l.groups, l.variant.kernel.threads()),
+            let (cols, grid, block) = match dev.takes_mma(&l.variant) {
+                true => {
+                    let (cols, grid, block) = Variant::mma_launch(&l.params, l.groups, sms);
+                    (Some(cols), grid, block)
+                }
+                false => (None, l.groups, l.variant.kernel.threads()),
             };
             Ok(Item::Launch {
-                func: dev.function(&l.variant)?,
+                func: dev.function(&l.variant, cols)?,
                 grid,
                 block,
                 params,

@@ -27,10 +27,10 @@ pub struct DevBuf {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Func(pub(super) usize);
 
-/// A device's loaded kernels, by variant and whether it is the variant's tensor-core entry
-/// (`Variant::mma_entry`); `Func` indexes `funcs`.
+/// A device's loaded kernels, by variant and, for a tensor-core entry (`Variant::mma_entry`),
+/// its tile width; `Func` indexes `funcs`.
 pub struct FuncTable<F> {
-    index: std::collections::HashMap<(Variant, bool), usize>,
+    index: std::collections::HashMap<(Variant, Option<u32>), usize>,
     funcs: Vec<F>,
 }
 
@@ -44,20 +44,20 @@ impl<F> Default for FuncTable<F> {
 }
 
 impl<F> FuncTable<F> {
-    /// `v`'s kernel (its tensor-core entry where `mma` is on and it has one), loaded by `load`
-    /// from its entry name on first use.
+    /// `v`'s kernel (its tensor-core entry with tiles `mma_cols` wide, where given), loaded by
+    /// `load` from its entry name on first use.
     pub fn get_or_load(
         &mut self,
         v: &Variant,
-        mma: bool,
+        mma_cols: Option<u32>,
         load: impl FnOnce(&str) -> Result<F, String>,
     ) -> Result<Func, String> {
-        let mma_entry = v.mma_entry().filter(|_| mma);
-        let key = (*v, mma_entry.is_some());
+        let key = (*v, mma_cols.filter(|_| v.has_mma()));
         if let Some(&i) = self.index.get(&key) {
             return Ok(Func(i));
         }
-        let f = load(&mma_entry.unwrap_or_else(|| v.entry()))?;
+        let entry = key.1.and_then(|c| v.mma_entry(c)).unwrap_or_else(|| v.entry());
+        let f = load(&entry)?;
         self.funcs.push(f);
         self.index.insert(key, self.funcs.len() - 1);
         Ok(Func(self.funcs.len() - 1))
@@ -86,8 +86,9 @@ pub trait Device: Send + Sync {
     fn write(&self, dst: u64, data: &[u8]) -> Result<(), String>;
     fn read(&self, src: u64, out: &mut [u8]) -> Result<(), String>;
     fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<(), String>;
-    /// The kernel of a variant, compiled and loaded on first use.
-    fn function(&self, v: &Variant) -> Result<Func, String>;
+    /// The kernel of a variant (its tensor-core entry with tiles `mma_cols` wide, where given
+    /// and `v` has one), compiled and loaded on first use.
+    fn function(&self, v: &Variant, mma_cols: Option<u32>) -> Result<Func, String>;
     /// Launch kernels with programmatic dependent launch where the device has it (sm_90 and
     /// later; `cuda/common.cuh`'s `binding` waits for the kernel before). By default nothing.
     fn set_pdl(&self, on: bool) {
@@ -99,8 +100,8 @@ pub trait Device: Send + Sync {
     fn set_mma(&self, on: bool) {
         let _ = on;
     }
-    /// Whether `v` is launched as its tensor-core entry here (`set_mma` on, and `v` has one):
-    /// then with `Variant::mma_launch`'s grid and block.
+    /// Whether `v` is launched as a tensor-core entry here (`set_mma` on, and `v` has one):
+    /// then as `Variant::mma_launch` says.
     fn takes_mma(&self, v: &Variant) -> bool {
         let _ = v;
         false

@@ -278,9 +278,9 @@ impl Device for Driver {
         Ok(())
     }
 
-    fn function(&self, v: &Variant) -> Result<Func, String> {
+    fn function(&self, v: &Variant, mma_cols: Option<u32>) -> Result<Func, String> {
         let mut f = self.funcs.lock().map_err(|_| "function table poisoned".to_string())?;
-        f.get_or_load(v, self.takes_mma(v), |entry| {
+        f.get_or_load(v, mma_cols.filter(|_| self.takes_mma(v)), |entry| {
             self.module(v.kernel)?
                 .load_function(entry)
                 .map_err(|e| format!("{}.cu has no kernel {entry}: {}", v.kernel.name(), derr(e)))
@@ -292,7 +292,7 @@ impl Device for Driver {
     }
 
     fn takes_mma(&self, v: &Variant) -> bool {
-        self.mma.load(Ordering::Relaxed) && v.mma_entry().is_some()
+        self.mma.load(Ordering::Relaxed) && v.has_mma()
     }
 
     fn set_pdl(&self, on: bool) {

@@ -126,9 +126,9 @@ impl Device for Emulator {
         Ok(())
     }
 
-    fn function(&self, v: &Variant) -> Result<Func, String> {
+    fn function(&self, v: &Variant, mma_cols: Option<u32>) -> Result<Func, String> {
         let mut f = self.funcs.lock().map_err(|_| "function table poisoned".to_string())?;
-        f.get_or_load(v, self.takes_mma(v), |entry| {
+        f.get_or_load(v, mma_cols.filter(|_| self.takes_mma(v)), |entry| {
             let sym = format!("{entry}\0");
             // SAFETY: only the address is taken; it is called with the kernels' signature.
             let addr = unsafe { self.lib.get::<*const c_void>(sym.as_bytes()) }
@@ -142,7 +142,7 @@ impl Device for Emulator {
     }
 
     fn takes_mma(&self, v: &Variant) -> bool {
-        self.mma.load(Ordering::Relaxed) && v.mma_entry().is_some()
+        self.mma.load(Ordering::Relaxed) && v.has_mma()
     }
 
     fn launch(&self, f: Func, grid: [u32; 3], block: u32, p: &Params) -> Result<(), String> {

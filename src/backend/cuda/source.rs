@@ -371,8 +371,8 @@ ptxas info    : Function properties for rms_norm_f32
 ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 32 registers, used 1 barriers, 16 bytes smem
 ptxas info    : Compile time = 7.138 ms
-ptxas info    : Compiling entry function 'matmul_mma_q4_K' for 'sm_90'
-ptxas info    : Function properties for matmul_mma_q4_K
+ptxas info    : Compiling entry function 'matmul_mma64_q4_K' for 'sm_90'
+ptxas info    : Function properties for matmul_mma64_q4_K
 ptxas         .     8 bytes stack frame, 12 bytes spill stores, 12 bytes spill loads
 ptxas info    : Used 116 registers, used 1 barriers, 16384 bytes smem
 ptxas info    : Compiling entry function 'add' for 'sm_90'
@@ -390,7 +390,7 @@ ptxas info    : Used 12 registers
             r,
             [
                 ("rms_norm_f32".to_string(), res(32, 16, 0)),
-                ("matmul_mma_q4_K".to_string(), res(116, 16384, 12)),
+                ("matmul_mma64_q4_K".to_string(), res(116, 16384, 12)),
                 ("add".to_string(), res(12, 0, 0)),
             ]
         );

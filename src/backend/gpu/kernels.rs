@@ -119,25 +119,58 @@ impl Variant {
 }
 
 impl Variant {
-    /// The tensor-core entry of the prefill matmul over quantized weights with an integer form
-    /// (`matmul_mma_q4_K` in `cuda/matmul.cu`), which the CUDA backend launches in `entry`'s
-    /// place where the device has integer `mma.sync`; `None` for every other variant.
-    pub fn mma_entry(&self) -> Option<String> {
-        match (self.kernel, self.qtype) {
-            (Kernel::Matmul, Some(q)) if act_qtype(q).is_some() => Some(format!("matmul_mma_{}", q.name())),
-            _ => None,
-        }
+    /// Whether the variant is the prefill matmul over quantized weights with an integer form,
+    /// which the CUDA backend launches as a tensor-core entry (`mma_entry`) in `entry`'s place
+    /// where the device has integer `mma.sync`.
+    pub fn has_mma(&self) -> bool {
+        matches!((self.kernel, self.qtype), (Kernel::Matmul, Some(q)) if act_qtype(q).is_some())
     }
 
-    /// The tensor-core entry's grid and block for the grid the schedule gives the tiled matmul:
-    /// its tiles are 64 rows × 64 tokens (the schedule's are 32 × 32), 128 threads a block.
-    pub fn mma_launch(groups: [u32; 3]) -> ([u32; 3], u32) {
+    /// The tensor-core entry with token tiles `cols` wide (`matmul_mma64_q4_K` in
+    /// `cuda/matmul.cu`); `None` for a variant without one.
+    pub fn mma_entry(&self, cols: u32) -> Option<String> {
+        let q = self.qtype.filter(|_| self.has_mma())?;
+        Some(format!("matmul_mma{cols}_{}", q.name()))
+    }
+
+    /// Every tensor-core entry of the variant, one per tile width.
+    pub fn mma_entries(&self) -> Vec<String> {
+        MMA_COLS.iter().filter_map(|&c| self.mma_entry(c)).collect()
+    }
+
+    /// The token tile width of the tensor-core entry for `n` tokens against `rows` weight rows
+    /// on a device of `sms` SMs: the narrowest tile that holds the tokens, narrowed further
+    /// (down to `MMA_COLS[0]`) while the tiles would leave SMs without one. Wide tiles read each
+    /// weight tile for more tokens; narrow ones spread a short step or a GQA K/V weight over
+    /// the device.
+    pub fn mma_cols(n: u32, rows: u32, sms: u32) -> u32 {
+        let row_tiles = rows.div_ceil(MMA_ROWS);
+        let mut i = MMA_COLS.iter().position(|&c| c >= n).unwrap_or(MMA_COLS.len() - 1);
+        while i > 0 && row_tiles * n.div_ceil(MMA_COLS[i]) < sms {
+            i -= 1;
+        }
+        MMA_COLS[i]
+    }
+
+    /// The tensor-core launch of a tiled matmul launch with parameters `params` and grid
+    /// `groups` (the schedule's, of 32 × 32 tiles) on a device of `sms` SMs: its tile width,
+    /// grid (64-row tiles × `cols`-token tiles, `groups`' z) and block.
+    pub fn mma_launch(params: &[u32; 16], groups: [u32; 3], sms: u32) -> (u32, [u32; 3], u32) {
+        let p = <super::params::MatmulParams as super::params::KernelParams>::from_words(params);
+        let cols = Variant::mma_cols(p.n, p.rows, sms);
         (
-            [groups[0].div_ceil(2), groups[1].div_ceil(2), groups[2]],
+            cols,
+            [p.rows.div_ceil(MMA_ROWS), p.n.div_ceil(cols), groups[2]],
             super::table::MMA_THREADS,
         )
     }
 }
+
+/// Weight rows per tile of the prefill matmul's tensor-core entries (`cuda/matmul.cu`).
+pub const MMA_ROWS: u32 = 64;
+
+/// The token tile widths of the tensor-core entries, narrowest first: an entry each.
+pub const MMA_COLS: [u32; 3] = [16, 32, 64];
 
 /// Every variant: each op with each type it takes, and on wgpu both reduction paths.
 /// The naga test validates and translates all of them; the NVRTC test compiles their CUDA twins.

@@ -51,7 +51,7 @@ pub struct Ask {
 /// One launch of the table.
 #[derive(Clone, Debug, Serialize)]
 pub struct Planned {
-    /// The kernel's entry (`matmul_vec_q4_K`, `matmul_mma_q4_K`), as NVRTC's report names it.
+    /// The kernel's entry (`matmul_vec_q4_K`, `matmul_mma64_q4_K`), as NVRTC's report names it.
     pub kernel: String,
     /// The node it computes (`blk.0.attn_q`), and the op kind (`matmul_vec/q4_K`).
     pub node: String,
@@ -194,12 +194,12 @@ fn planned(
     mma: bool,
 ) -> Planned {
     let v: &Variant = &l.variant;
-    let (kernel, grid, threads) = match v.mma_entry().filter(|_| mma) {
-        Some(e) => {
-            let (grid, threads) = Variant::mma_launch(l.groups);
-            (e, grid, threads)
+    let (kernel, grid, threads) = match v.has_mma() && mma {
+        true => {
+            let (cols, grid, threads) = Variant::mma_launch(&l.params, l.groups, profile.sms);
+            (v.mma_entry(cols).unwrap_or_else(|| v.entry()), grid, threads)
         }
-        None => (v.entry(), l.groups, v.kernel.threads()),
+        false => (v.entry(), l.groups, v.kernel.threads()),
     };
     let res = report.and_then(|r| r.get(&kernel));
     let workgroups: u64 = grid.iter().map(|&g| g as u64).product();
@@ -265,7 +265,7 @@ pub fn low_occupancy(profile: &DeviceProfile, report: &HashMap<String, Resources
     let mut out = Vec::new();
     for v in super::kernels::all_variants().into_iter().filter(|v| !v.subgroups) {
         let entries = std::iter::once((v.entry(), v.kernel.threads()))
-            .chain(v.mma_entry().map(|e| (e, super::table::MMA_THREADS)));
+            .chain(v.mma_entries().into_iter().map(|e| (e, super::table::MMA_THREADS)));
         for (entry, threads) in entries {
             let Some(r) = report.get(&entry) else {
                 continue;

@@ -720,7 +720,7 @@ impl Kernel {
     }
 }
 
-/// Threads per block of the tensor-core entries of the prefill matmul (`matmul_mma_*`, launched
+/// Threads per block of the tensor-core entries of the prefill matmul (`matmul_mma<cols>_*`, launched
 /// in `matmul`'s place with `Variant::mma_launch`'s grid): four warps.
 pub const MMA_THREADS: u32 = 128;
 

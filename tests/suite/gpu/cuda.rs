@@ -132,10 +132,10 @@ fn nvrtc_compiles_every_kernel() {
         let entries: Vec<String> = all_variants()
             .into_iter()
             .filter(|v| v.kernel == k && !v.subgroups)
-            .flat_map(|v| std::iter::once(v.entry()).chain(v.mma_entry()))
+            .flat_map(|v| std::iter::once(v.entry()).chain(v.mma_entries()))
             .collect();
         // The tensor-core entries multiply on the tensor cores from sm_80 on.
-        let mma = entries.iter().any(|e| e.starts_with("matmul_mma_"));
+        let mma = entries.iter().any(|e| e.starts_with("matmul_mma"));
         // Every target of an op file compiled at once, one thread each, as a plan's files are
         // (`Device::prepare`): NVRTC is used from several threads.
         let targets: Vec<&str> = archs.iter().chain(&cubin).copied().collect();
