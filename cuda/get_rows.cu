@@ -2,7 +2,7 @@
 // row0 .. row0 + rows). One thread per (8-element chunk, token).
 //
 // Params: k (row length), rows, row0, n (tokens). Bindings: 1 W (raw blocks), 2 ids [n] (u32),
-// 3 y [n][k]. Grid: x = ceil(k / 8 / 64) chunk groups, y = token. Block: 64.
+// 3 y [n][k]. Grid: x = ceil(k / 8 / 32) chunk groups, y = token. Block: 32.
 
 struct GetRowsParams {
     u32 k;    // row length
@@ -13,7 +13,7 @@ struct GetRowsParams {
 
 template <class Q>
 static __device__ __forceinline__ void get_rows_body(const Params& p) {
-    constexpr u32 WG = 64;
+    constexpr u32 WG = 32;
     constexpr u32 CPB = Q::QK / 8;
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const u32* __restrict__ ids = binding<const u32>(p, 2);
@@ -37,7 +37,7 @@ static __device__ __forceinline__ void get_rows_body(const Params& p) {
 }
 
 #define MF_GET_ROWS(name)                                                                          \
-    extern "C" __global__ void __launch_bounds__(64) get_rows_##name(const Params p) { \
+    extern "C" __global__ void __launch_bounds__(32) get_rows_##name(const Params p) { \
         get_rows_body<qt_##name>(p);                                                               \
     }
 MF_MATRIX_QTYPES(MF_GET_ROWS)

@@ -152,6 +152,13 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
 // Shared memory is double-buffered: while the warps multiply step i out of one buffer, each
 // thread's global reads for step i + 1 are in flight into registers, which go to the other
 // buffer after the products; one barrier per step.
+//
+// Split k (gridDim.z = S > 1, where the tiles alone would leave SMs idle: a decode step of a few
+// dozen sequences, a small weight): block z takes the z-th of S equal runs of steps and writes
+// its tile's sums to binding 5 (partials [S][n][rows]); the tile's last block to finish — a
+// counter per tile in binding 6, zero between launches: that block puts it back — adds the S
+// partials in the order z = 0 .. S − 1 and stores the outputs, so the result does not depend
+// on which block finished last.
 template <class Q, u32 TN>
 static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     constexpr u32 TM = 64; // rows per tile
@@ -186,6 +193,9 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     const u32 qw = act_q_base(n * k);
     const u2* __restrict__ xq = reinterpret_cast<const u2*>(x + qw);
     const float* __restrict__ xdq = x + qw + n * k / 4;
+    // This block's run of k: steps [s0, s1) of the k / TK.
+    const u32 steps = k / TK, per = (steps + gridDim.z - 1) / gridDim.z;
+    const u32 kb = min(steps, blockIdx.z * per) * TK, ke = min(steps, (blockIdx.z + 1) * per) * TK;
 
     // One thread's share of a step, from its global reads to its stores into shared memory.
     struct Loads {
@@ -267,10 +277,12 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         }
     }
     const u32 r0 = wr0 + g; // this lane's rows in the tile: r0 and r0 + 8
-    store(load(0), 0);
+    if (kb < ke) {
+        store(load(kb), 0);
+    }
     __syncthreads();
-    for (u32 k0 = 0, b = 0; k0 < k; k0 += TK, b ^= 1) {
-        const bool next = k0 + TK < k;
+    for (u32 k0 = kb, b = 0; k0 < ke; k0 += TK, b ^= 1) {
+        const bool next = k0 + TK < ke;
         Loads l = {};
         if (next) {
             l = load(k0 + TK);
@@ -324,6 +336,52 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             store(l, b ^ 1);
         }
         __syncthreads();
+    }
+    if (gridDim.z > 1) {
+        float* __restrict__ part = binding<float>(p, 5);
+        u32* __restrict__ count = binding<u32>(p, 6);
+        const u32 tile = blockIdx.y * gridDim.x + blockIdx.x;
+        __shared__ u32 last;
+        MF_UNROLL
+        for (u32 j = 0; j < NJ; j++) {
+            MF_UNROLL
+            for (u32 i = 0; i < 4; i++) {
+                const u32 r = m0 + r0 + 8 * (i / 2);
+                const u32 t = n0 + 8 * j + 2 * tq + i % 2;
+                if (r < rows && t < n) {
+                    part[((unsigned long long)blockIdx.z * n + t) * rows + r] = acc[j][i];
+                }
+            }
+        }
+        // Every block's partials are out before its count says so; the last reads them after.
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) {
+            last = atomicAdd(count + tile, 1u) == gridDim.z - 1;
+        }
+        __syncthreads();
+        if (!last) {
+            return;
+        }
+        __threadfence();
+        MF_UNROLL
+        for (u32 j = 0; j < NJ; j++) {
+            MF_UNROLL
+            for (u32 i = 0; i < 4; i++) {
+                const u32 r = m0 + r0 + 8 * (i / 2);
+                const u32 t = n0 + 8 * j + 2 * tq + i % 2;
+                if (r < rows && t < n) {
+                    float sum = 0.0f;
+                    for (u32 z = 0; z < gridDim.z; z++) {
+                        sum += __ldcg(part + ((unsigned long long)z * n + t) * rows + r);
+                    }
+                    acc[j][i] = sum;
+                }
+            }
+        }
+        if (tid == 0) {
+            count[tile] = 0;
+        }
     }
     MF_UNROLL
     for (u32 j = 0; j < NJ; j++) {

@@ -1,7 +1,7 @@
 // get_rows: y[t, :] = W[ids[t], :] dequantized, for the ids that fall in this weight part
 // (rows row0 .. row0 + rows). One invocation per (8-element chunk, token).
 
-override WG: u32 = 64u;
+override WG: u32 = 32u;
 
 struct Params {
     k: u32,

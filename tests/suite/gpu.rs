@@ -460,14 +460,16 @@ fn matmul_and_get_rows_every_qtype() {
 }
 
 /// The CUDA tensor-core tiles at each of their widths (`MMA_COLS`; `Variant::mma_cols` picks one
-/// from the tokens, the rows and the SMs): 200 rows (three whole 64-row tiles and part of a
-/// fourth) against 9, 130 and 200 tokens, which on the emulation's 16 SMs take tiles 16, 32 and
-/// 64 tokens wide (asserted, so the widths stay covered), for the formats that take the tile's
-/// different paths: q4_0 (one scale a step), q4_1 (offsets and the q8_1 correction), q2_K
-/// (16-element scales and offsets), q4_K (offsets), q6_K (16-element scales). Every backend
-/// runs them; each must match the CPU to f32 summation order.
+/// from the tokens, the rows and the SMs), whole and with k split into runs (`mma_splits`): 200
+/// rows (three whole 64-row tiles and part of a fourth) against 9, 130 and 200 tokens, which on
+/// the emulation's 16 SMs take tiles 16, 32 and 64 tokens wide, each at a k too short to split
+/// and at one split into runs of unequal length (asserted, so every path stays covered); for
+/// the formats that take the tile's different paths: q4_0 (one scale a step), q4_1 (offsets and
+/// the q8_1 correction), q2_K (16-element scales and offsets), q4_K (offsets), q6_K (16-element
+/// scales). Every backend runs them; each must match the CPU to f32 summation order.
 fn tensor_core_tiles_of_every_width_match_cpu() {
     use minfer::backend::gpu::kernels::{Variant, MMA_COLS};
+    use minfer::backend::gpu::params::{KernelParams, MatmulParams};
     let t = "tensor_core_tiles_of_every_width_match_cpu";
     let gs = gpus(t, None);
     if gs.is_empty() {
@@ -476,41 +478,59 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
     let (m, tokens, sms) = (200usize, [9usize, 130, 200], 16);
     #[cfg(feature = "cuda")]
     assert_eq!(minfer::backend::cuda::emu::EMULATED_SHAPE.sms, sms);
-    let widths: Vec<u32> = tokens
-        .iter()
-        .map(|&n| Variant::mma_cols(n as u32, m as u32, sms))
-        .collect();
-    assert_eq!(widths, MMA_COLS, "tile widths at {tokens:?} tokens");
     let cpu = cpu();
+    let mut paths = std::collections::BTreeSet::new();
     for q in [QType::Q4_0, QType::Q4_1, QType::Q2K, QType::Q4K, QType::Q6K] {
-        let k = if q.block_elems() == 256 { 512 } else { 96 };
-        let w = tensor("w", q, k, m, q as u64 + 11, 1.0);
-        for n in tokens {
-            let inp = tensor("inp", QType::F32, k, n, 5 + n as u64, 1.0);
-            let mdl = model(hparams(m.max(n), 1, 1, 64), vec![w.clone(), inp]);
-            let g = graph(vec![
-                get_rows("inp", k, n),
-                node(
-                    "mm",
-                    Op::Matmul {
-                        x: 0,
-                        weight: "w".into(),
-                    },
-                    m,
-                    n,
-                ),
-            ]);
-            let ids: Vec<u32> = (0..n as u32).collect();
-            let want = run_at(&cpu, &mdl, &g, &ids, 0);
-            for b in &gs {
-                let e = nmse(&run_at(b.backend.as_ref(), &mdl, &g, &ids, 0), &want);
-                assert!(
-                    e <= 1e-9,
-                    "{}: matmul/{q} {m} rows × {n} tokens: NMSE {e:.2e} against the CPU",
-                    b.label
-                );
+        let ks = if q.block_elems() == 256 { [256, 1024] } else { [96, 544] };
+        for k in ks {
+            let w = tensor("w", q, k, m, q as u64 + 11, 1.0);
+            for n in tokens {
+                let p = MatmulParams {
+                    k: k as u32,
+                    rows: m as u32,
+                    n: n as u32,
+                    ..Default::default()
+                };
+                let (cols, grid, _) = Variant::mma_launch(&p.words(), sms);
+                let uneven = !(k as u32 / 32).is_multiple_of(grid[2]);
+                paths.insert((cols, grid[2] > 1, uneven));
+                let inp = tensor("inp", QType::F32, k, n, 5 + n as u64, 1.0);
+                let mdl = model(hparams(m.max(n), 1, 1, 64), vec![w.clone(), inp]);
+                let g = graph(vec![
+                    get_rows("inp", k, n),
+                    node(
+                        "mm",
+                        Op::Matmul {
+                            x: 0,
+                            weight: "w".into(),
+                        },
+                        m,
+                        n,
+                    ),
+                ]);
+                let ids: Vec<u32> = (0..n as u32).collect();
+                let want = run_at(&cpu, &mdl, &g, &ids, 0);
+                for b in &gs {
+                    let e = nmse(&run_at(b.backend.as_ref(), &mdl, &g, &ids, 0), &want);
+                    assert!(
+                        e <= 1e-9,
+                        "{}: matmul/{q} {m} rows × {n} tokens, k {k} ({cols} wide, {} runs): NMSE {e:.2e} against the CPU",
+                        b.label,
+                        grid[2]
+                    );
+                }
             }
         }
+    }
+    for cols in MMA_COLS {
+        assert!(
+            paths.contains(&(cols, false, false)),
+            "{cols} wide unsplit: not covered ({paths:?})"
+        );
+        assert!(
+            paths.contains(&(cols, true, true)),
+            "{cols} wide split unevenly: not covered ({paths:?})"
+        );
     }
 }
 

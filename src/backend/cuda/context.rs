@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::device::{DevBuf, Device, Func, Params, Replay};
 use crate::backend::gpu::kernels::Variant;
+use crate::backend::gpu::params::{KernelParams, MatmulParams};
 use crate::backend::gpu::profile::OpTotals;
 use crate::backend::gpu::schedule::{self, rope_table, PackSlot, Res, Stage, WeightParts};
 use crate::backend::gpu::table::Kernel;
@@ -157,6 +158,9 @@ struct Plan {
     argmax_out: DevBuf,
     /// `Res::Split`: the split-KV attention's partial results.
     _split: DevBuf,
+    /// The tensor-core matmuls that split k: their partial sums and per-tile counters.
+    _mma_partials: DevBuf,
+    _mma_counts: DevBuf,
 }
 
 pub struct CudaContext {
@@ -279,6 +283,21 @@ impl CudaContext {
             .collect::<std::result::Result<Vec<_>, String>>()?;
         let argmax_out = dev.alloc(schedule::ARGMAX_OUT_BYTES as usize)?;
         let split = dev.alloc((s.split_bytes as usize).max(4))?;
+        // The tensor-core launches, and the scratch the largest split among them needs.
+        let mma = |l: &schedule::Launch| dev.takes_mma(&l.variant).then(|| Variant::mma_launch(&l.params, sms));
+        let (mut partial_bytes, mut tiles) = (4usize, 1usize);
+        for l in s.stages.iter().flat_map(|st| match st {
+            Stage::Compute { launches, .. } => launches.as_slice(),
+            Stage::Copy { .. } => &[],
+        }) {
+            if let Some((_, [x, y, z], _)) = mma(l).filter(|(_, g, _)| g[2] > 1) {
+                let p = MatmulParams::from_words(&l.params);
+                partial_bytes = partial_bytes.max(z as usize * p.n as usize * p.rows as usize * 4);
+                tiles = tiles.max(x as usize * y as usize);
+            }
+        }
+        let mma_partials = dev.alloc(partial_bytes)?;
+        let mma_counts = dev.alloc(tiles * 4)?;
         let addr = |r: &Res| -> std::result::Result<u64, String> {
             Ok(match r {
                 Res::Step => self.step.ptr,
@@ -309,12 +328,16 @@ impl CudaContext {
             for (i, r) in l.res.iter().enumerate() {
                 params.b[i] = addr(r)?;
             }
-            let (cols, grid, block) = match dev.takes_mma(&l.variant) {
-                true => {
-                    let (cols, grid, block) = Variant::mma_launch(&l.params, l.groups, sms);
+            let (cols, grid, block) = match mma(l) {
+                Some((cols, grid, block)) => {
+                    if grid[2] > 1 {
+                        // cuda/matmul.cu: bindings 5 and 6 of a split.
+                        params.b[4] = mma_partials.ptr;
+                        params.b[5] = mma_counts.ptr;
+                    }
                     (Some(cols), grid, block)
                 }
-                false => (None, l.groups, l.variant.kernel.threads()),
+                None => (None, l.groups, l.variant.kernel.threads()),
             };
             Ok(Item::Launch {
                 func: dev.function(&l.variant, cols)?,
@@ -368,6 +391,8 @@ impl CudaContext {
             ropes,
             argmax_out,
             _split: split,
+            _mma_partials: mma_partials,
+            _mma_counts: mma_counts,
         })
     }
 

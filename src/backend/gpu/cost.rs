@@ -47,6 +47,10 @@ pub struct Cost {
     /// Operations (a multiply-add is two).
     pub flops: u64,
     pub unit: Option<Unit>,
+    /// f32 operations beside `unit`'s (a multiply-add is two): the tensor-core tiles' scaling of
+    /// each integer sum into its float output, which the float pipes do while the tensor cores
+    /// multiply — at 1/30 of their rate, so it bounds the tile as often as they do.
+    pub epilogue: u64,
 }
 
 impl Cost {
@@ -85,6 +89,17 @@ fn matmul_unit(q: QType, tiles: bool, paths: Paths) -> Unit {
         (true, false) => Unit::Dot4,
         (false, _) => Unit::F32,
     }
+}
+
+/// f32 instructions per output and 32-element step of `matmul_mma` over weights `q`
+/// (`cuda/matmul.cu`): the scaled add of the integer sum (s · d, the integer's float form, the
+/// fused add), the offset's term where the format has one, both per half where the halves have
+/// scales of their own, and the q8_1 correction of q4_1 / q5_1.
+fn mma_epilogue(q: QType) -> u64 {
+    let halves = matches!(q, QType::Q2K | QType::Q3K | QType::Q6K);
+    let min = matches!(q, QType::Q4_1 | QType::Q5_1 | QType::Q2K | QType::Q4K | QType::Q5K);
+    let corr = matches!(q, QType::Q4_1 | QType::Q5_1);
+    (3 + min as u64) * if halves { 2 } else { 1 } + corr as u64
 }
 
 /// Σ over a sequence's new tokens t0..t0 + n of the positions each attends (causal, after
@@ -137,6 +152,10 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
             }
             c.flops = 2 * k * rows * cols;
             c.unit = Some(matmul_unit(q, l.variant.kernel == Kernel::Matmul, paths));
+            if c.unit == Some(Unit::Int8Tensor) {
+                // Instructions of one lane each; a multiply-add counts two in the f32 peak.
+                c.epilogue = 2 * mma_epilogue(q) * rows * cols * (k / 32);
+            }
         }
         Kernel::MatmulVecPack => {
             let p = MatmulPackParams::from_words(w);

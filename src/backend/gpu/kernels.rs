@@ -152,19 +152,33 @@ impl Variant {
         MMA_COLS[i]
     }
 
-    /// The tensor-core launch of a tiled matmul launch with parameters `params` and grid
-    /// `groups` (the schedule's, of 32 × 32 tiles) on a device of `sms` SMs: its tile width,
-    /// grid (64-row tiles × `cols`-token tiles, `groups`' z) and block.
-    pub fn mma_launch(params: &[u32; 16], groups: [u32; 3], sms: u32) -> (u32, [u32; 3], u32) {
+    /// How many runs of k the tensor-core tiles of a matmul split into (grid z; `cuda/matmul.cu`
+    /// adds the runs' partial sums in a fixed order): 1 where `tiles` give each of the `sms`
+    /// SMs a quarter of its threads' worth of blocks, else enough runs to, each at least
+    /// `MMA_SPLIT_MIN_STEPS` 32-element steps of the `k` long.
+    pub fn mma_splits(tiles: u32, k: u32, sms: u32) -> u32 {
+        let want = (MMA_SPLIT_BLOCKS_PER_SM * sms).div_ceil(tiles.max(1));
+        want.min(k / 32 / MMA_SPLIT_MIN_STEPS).max(1)
+    }
+
+    /// The tensor-core launch of a tiled matmul launch with parameters `params` on a device of
+    /// `sms` SMs: its tile width, grid (64-row tiles × `cols`-token tiles × runs of k) and
+    /// block.
+    pub fn mma_launch(params: &[u32; 16], sms: u32) -> (u32, [u32; 3], u32) {
         let p = <super::params::MatmulParams as super::params::KernelParams>::from_words(params);
         let cols = Variant::mma_cols(p.n, p.rows, sms);
-        (
-            cols,
-            [p.rows.div_ceil(MMA_ROWS), p.n.div_ceil(cols), groups[2]],
-            super::table::MMA_THREADS,
-        )
+        let tiles = [p.rows.div_ceil(MMA_ROWS), p.n.div_ceil(cols)];
+        let splits = Variant::mma_splits(tiles[0] * tiles[1], p.k, sms);
+        (cols, [tiles[0], tiles[1], splits], super::table::MMA_THREADS)
     }
 }
+
+/// Blocks per SM the tensor-core tiles aim for before they split k: four blocks of 128 threads,
+/// the quarter of an SM whose loads in flight keep its share of memory busy.
+pub const MMA_SPLIT_BLOCKS_PER_SM: u32 = 4;
+
+/// The fewest 32-element steps of k one run of a split takes.
+pub const MMA_SPLIT_MIN_STEPS: u32 = 4;
 
 /// Weight rows per tile of the prefill matmul's tensor-core entries (`cuda/matmul.cu`).
 pub const MMA_ROWS: u32 = 64;

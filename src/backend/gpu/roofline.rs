@@ -196,7 +196,7 @@ fn planned(
     let v: &Variant = &l.variant;
     let (kernel, grid, threads) = match v.has_mma() && mma {
         true => {
-            let (cols, grid, threads) = Variant::mma_launch(&l.params, l.groups, profile.sms);
+            let (cols, grid, threads) = Variant::mma_launch(&l.params, profile.sms);
             (v.mma_entry(cols).unwrap_or_else(|| v.entry()), grid, threads)
         }
         false => (v.entry(), l.groups, v.kernel.threads()),
@@ -212,7 +212,10 @@ fn planned(
     let fill = (concurrent / busy).min(1.0);
     let bytes = (c.read() + c.written) as f64;
     let mem_s = bytes / (profile.bandwidth_gbs * 1e9);
-    let ops_s = c.unit.map_or(0.0, |u| c.flops as f64 / profile.peak(u));
+    let ops_s = c
+        .unit
+        .map_or(0.0, |u| c.flops as f64 / profile.peak(u))
+        .max(c.epilogue as f64 / profile.peak(Unit::F32));
     let est_us = (mem_s.max(ops_s) * 1e6 / fill.max(1e-9)).max(profile.launch_us);
     Planned {
         kernel,

@@ -262,7 +262,8 @@ pub static KERNELS: [KernelInfo; 31] = [
         spec: Spec::Matrix,
         reduces: false,
         act_input: false,
-        threads: 64,
+        // A gather: small workgroups, so a batched decode step's few rows spread over the SMs.
+        threads: 32,
         wg_override: true,
         params: of::<params::GetRowsParams>(),
         wgsl: body(wgsl!("get_rows.wgsl")),

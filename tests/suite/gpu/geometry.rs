@@ -15,6 +15,7 @@ tests![
     plan_counts_bytes_and_grids_as_by_hand,
     plan_json_is_stable_and_bad_asks_are_named,
     decode_launches_fill_an_h200_at_1_and_8_tokens,
+    batched_decode_fills_an_h200_on_cuda,
     launches_fill_an_h200_at_512_tokens,
 ];
 
@@ -122,11 +123,31 @@ fn plan(path: &Path, tokens: usize, backend: GpuBackend, profile: &DeviceProfile
 }
 
 /// `plan` with `depth` positions in the cache before the step.
+/// A step of `tokens` after `depth` positions: a token per sequence up to 8 (decode), else one
+/// sequence (prefill); `seqs` overrides.
 fn plan_at(path: &Path, tokens: usize, depth: usize, backend: GpuBackend, profile: &DeviceProfile) -> Plan {
+    plan_seqs(
+        path,
+        tokens,
+        if tokens <= 8 { tokens } else { 1 },
+        depth,
+        backend,
+        profile,
+    )
+}
+
+fn plan_seqs(
+    path: &Path,
+    tokens: usize,
+    seqs: usize,
+    depth: usize,
+    backend: GpuBackend,
+    profile: &DeviceProfile,
+) -> Plan {
     let m = minfer::load::open_model(path).unwrap();
     let ask = Ask {
         tokens,
-        seqs: if tokens <= 8 { tokens } else { 1 },
+        seqs,
         depth,
         backend,
         kv: KvType::F16,
@@ -156,9 +177,9 @@ fn plan_counts_bytes_and_grids_as_by_hand() {
     // q4_K: 144 bytes per 256 elements.
     let q4k_row = 4096 / 256 * 144;
 
-    // The token's embedding row: one invocation per 8 elements, 64 per workgroup.
+    // The token's embedding row: one invocation per 8 elements, 32 per workgroup.
     let g = find("get_rows_q4_K", "inp_embd");
-    assert_eq!((g.workgroups, g.threads), (4096 / 8 / 64, 64));
+    assert_eq!((g.workgroups, g.threads), (4096 / 8 / 32, 32));
     assert_eq!(
         (g.weight_bytes, g.bytes_read, g.bytes_written),
         (q4k_row, q4k_row + 4, 4096 * 4)
@@ -324,14 +345,23 @@ fn plan_json_is_stable_and_bad_asks_are_named() {
 /// wgpu; (tokens, depth) as listed) that run on fewer workgroups than SMs while moving more
 /// than 256 KB or taking more than twice the shortest launch.
 fn starved_launches(steps: &[(usize, usize)]) -> Vec<String> {
+    starved_launches_on(&[GpuBackend::Cuda, GpuBackend::Wgpu], steps, false)
+}
+
+/// The launches that leave an H200 part-empty in steps of (tokens, depth) — of as many
+/// sequences as tokens where `decode`, else as `plan_at` has them — on `backends`.
+fn starved_launches_on(backends: &[GpuBackend], steps: &[(usize, usize)], decode: bool) -> Vec<String> {
     let h200 = DeviceProfile::find("h200").unwrap();
     let mut findings = Vec::new();
     for shape in [LLAMA2_7B, LLAMA3_8B] {
         for q4_k_m in [false, true] {
             let path = write_sparse(&tmp(), shape, q4_k_m, 2);
-            for backend in [GpuBackend::Cuda, GpuBackend::Wgpu] {
+            for &backend in backends {
                 for &(tokens, depth) in steps {
-                    let p = plan_at(&path, tokens, depth, backend, &h200);
+                    let p = match decode {
+                        true => plan_seqs(&path, tokens, tokens, depth, backend, &h200),
+                        false => plan_at(&path, tokens, depth, backend, &h200),
+                    };
                     let name = path.file_name().unwrap().to_string_lossy();
                     for s in roofline::starved(&p, &h200, 256_000) {
                         findings.push(format!("{name} {backend:?} {tokens} tokens at {depth}: {s}"));
@@ -359,6 +389,18 @@ fn assert_no_findings(mut findings: Vec<String>) {
 /// the matvecs a few rows a workgroup, the KV range split and its reduction in parts of heads).
 fn decode_launches_fill_an_h200_at_1_and_8_tokens() {
     assert_no_findings(starved_launches(&[(1, 0), (8, 0), (1, 4096), (8, 4096)]));
+}
+
+/// Batched decode past the matvec's 8 tokens on CUDA: 16, 32 and 64 sequences (and 32 after
+/// 4,096 positions) fill an H200
+/// (the tensor-core tiles 16 or 32 tokens wide, k split into runs where the tiles are fewer
+/// than four a SM). wgpu's 32 × 32 f32-accumulating tiles do not yet.
+fn batched_decode_fills_an_h200_on_cuda() {
+    assert_no_findings(starved_launches_on(
+        &[GpuBackend::Cuda],
+        &[(16, 0), (32, 0), (64, 0), (32, 4096)],
+        true,
+    ));
 }
 
 /// The geometry check of prefill: a step of 512 tokens fills an H200 (a GQA K/V weight of 1,024
