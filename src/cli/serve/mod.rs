@@ -26,12 +26,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use anyhow::{Context as _, Result};
+use anyhow::{bail, Context as _, Result};
 use axum::extract::State;
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::Router;
+use clap::Args;
 use serde_json::json;
 
 pub(crate) use http::{authorize, bad, body_json, error, now, prelude, reject, served, Place, Reject};
@@ -42,28 +43,82 @@ use minfer::sched::{Runner, Scheduler, SchedulerOptions, Stats};
 use minfer::tokenizer::Tokenizer;
 use minfer::SessionOptions;
 
+use super::flags::{read_chat_template, EngineFlags, SpecFlags};
+use super::Base;
+
+#[derive(Args)]
 pub struct ServeArgs {
-    pub model: PathBuf,
-    pub host: String,
-    pub port: u16,
-    pub parallel: usize,
-    pub api_key: Option<String>,
-    pub cors: Vec<String>,
-    pub max_queue: usize,
+    model: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Sequences decoding together; each may use the whole context
+    #[arg(long, default_value_t = 4)]
+    parallel: usize,
+    /// Requests may carry `Authorization: Bearer KEY`; others are refused with 401
+    #[arg(long = "api-key")]
+    api_key: Option<String>,
+    /// An origin allowed to call the server from a browser (repeatable)
+    #[arg(long)]
+    cors: Vec<String>,
+    /// Requests waiting beyond the running ones before 429
+    #[arg(long = "max-queue", default_value_t = 64)]
+    max_queue: usize,
+    /// Use this Jinja chat template instead of the model's own
+    #[arg(long = "chat-template-file")]
+    chat_template_file: Option<PathBuf>,
+    /// An embedding model (BERT family) served beside MODEL on /v1/embeddings and
+    /// /api/embed, chosen by the request's `model`
+    #[arg(long = "embedding-model")]
+    embedding_model: Option<PathBuf>,
+    /// No access log (a line per request on stderr: method, path, status, tokens, time)
+    #[arg(long = "log-disable")]
+    log_disable: bool,
+    /// Seconds live requests may run on after Ctrl-C or SIGTERM before they are ended
+    /// where they are (streams with a final chunk, finish_reason "length"); default: until
+    /// they finish
+    #[arg(long = "shutdown-timeout", value_parser = parse_seconds)]
+    shutdown_timeout: Option<std::time::Duration>,
+    #[command(flatten)]
+    engine: EngineFlags,
+    #[command(flatten)]
+    spec: SpecFlags,
+}
+
+/// `--shutdown-timeout`: seconds, whole or not, 0 or more.
+fn parse_seconds(s: &str) -> std::result::Result<std::time::Duration, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0 && *v <= 1e9)
+        .map(std::time::Duration::from_secs_f64)
+        .ok_or_else(|| format!("'{s}' is not a number of seconds (0 or more)"))
+}
+
+/// What the server runs with: the flags checked, over the environment.
+struct Config {
+    model: PathBuf,
+    host: String,
+    port: u16,
+    parallel: usize,
+    api_key: Option<String>,
+    cors: Vec<String>,
+    max_queue: usize,
     /// A Jinja chat template to use instead of the model's own.
-    pub chat_template: Option<String>,
-    pub session: SessionOptions,
-    pub flash_attn: bool,
+    chat_template: Option<String>,
+    session: SessionOptions,
+    flash_attn: bool,
     /// An embedding model served beside the chat model (`--embedding-model`).
-    pub embedding_model: Option<PathBuf>,
+    embedding_model: Option<PathBuf>,
     /// No access log line per request (`--log-disable`).
-    pub log_disable: bool,
+    log_disable: bool,
     /// After Ctrl-C or SIGTERM, how long live requests may run on before they are ended where
     /// they are (`--shutdown-timeout`); None: until they finish.
-    pub shutdown_timeout: Option<std::time::Duration>,
+    shutdown_timeout: Option<std::time::Duration>,
     /// Speculative decoding for every request (`--spec`, `--draft`, `--draft-max`,
     /// `--draft-min`); a request may set its draft lengths (`params::Speculative`).
-    pub spec: super::generate::Spec,
+    spec: super::generate::Spec,
 }
 
 /// What the handlers share. `served` is set once the model is loaded.
@@ -99,13 +154,44 @@ pub(crate) struct Served {
     pub(crate) speculative: params::Speculative,
 }
 
-pub fn run(a: ServeArgs) -> Result<()> {
+/// MODEL defaults as for `run`; the flags are checked before the server listens.
+pub fn run(a: ServeArgs, base: &Base) -> Result<()> {
+    if a.parallel == 0 {
+        bail!("--parallel must be at least 1");
+    }
+    let model = match a.model {
+        Some(m) => m,
+        None => super::generate::default_model(&base.env)?,
+    };
+    let chat_template = read_chat_template(a.chat_template_file.as_deref())?;
+    if let Some(src) = &chat_template {
+        // Refused before the server listens, not after.
+        ChatTemplate::new(src, "", "").context("--chat-template-file")?;
+    }
+    let spec = a.spec.spec();
+    spec.check()?;
+    let c = Config {
+        model,
+        chat_template,
+        host: a.host,
+        port: a.port,
+        parallel: a.parallel,
+        api_key: a.api_key,
+        cors: a.cors,
+        max_queue: a.max_queue,
+        session: a.engine.session(base),
+        flash_attn: a.engine.flash_attn,
+        embedding_model: a.embedding_model,
+        log_disable: a.log_disable,
+        shutdown_timeout: a.shutdown_timeout,
+        spec,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the HTTP runtime")?;
-    rt.block_on(serve(a))
+    rt.block_on(serve(c))
 }
 
 /// `--host` with `--port` as the address to bind: an IP address (IPv6 bare, `::1`, or in
@@ -128,7 +214,7 @@ async fn bind_addr(host: &str, port: u16) -> Result<SocketAddr> {
         .with_context(|| format!("--host {host}: resolves to no address"))
 }
 
-async fn serve(a: ServeArgs) -> Result<()> {
+async fn serve(a: Config) -> Result<()> {
     // A model that is not there is an error before the server listens, not after.
     for m in std::iter::once(&a.model).chain(&a.embedding_model).chain(&a.spec.draft) {
         let src = minfer::load::resolve(m)?;
