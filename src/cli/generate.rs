@@ -125,11 +125,11 @@ pub fn default_model(env: &Overrides) -> Result<PathBuf> {
     if let Some(d) = &env.models_dir {
         dirs.push(d.clone());
     }
-    if let Some(c) = minfer::env::user_cache_dir() {
+    if let Some(c) = minfer::testing::user_cache_dir() {
         dirs.push(c.join("minfer").join("models"));
     }
     dirs.push(PathBuf::from("models"));
-    if let Some(c) = minfer::env::user_cache_dir() {
+    if let Some(c) = minfer::testing::user_cache_dir() {
         dirs.push(c.join("minfer"));
     }
     for d in dirs {
@@ -401,7 +401,7 @@ impl Input {
             return Ok(Input::Lines(std::io::stdin().lock().lines()));
         }
         let mut ed = Box::new(rustyline::DefaultEditor::new().context("starting the line editor")?);
-        let history = minfer::env::user_data_dir().map(|d| d.join("minfer").join("chat_history"));
+        let history = minfer::testing::user_data_dir().map(|d| d.join("minfer").join("chat_history"));
         if let Some(h) = &history {
             // None yet on a first session.
             let _ = ed.load_history(h);

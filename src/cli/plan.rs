@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use clap::Args;
 
-use minfer::backend::gpu::roofline::{self, Ask, GpuBackend, Plan};
-use minfer::backend::gpu::shape::{DeviceProfile, Resources};
 use minfer::backend::KvType;
+use minfer::testing::gpu::roofline::{self, Ask, GpuBackend, Plan};
+use minfer::testing::gpu::{DeviceProfile, Resources};
 
 use super::flags::parse_kv;
 use super::Base;
@@ -63,7 +63,7 @@ pub fn resources(profile: &DeviceProfile) -> std::result::Result<std::collection
     };
     #[cfg(feature = "cuda")]
     {
-        minfer::backend::cuda::source::resources(arch)
+        minfer::testing::cuda::source::resources(arch)
     }
     #[cfg(not(feature = "cuda"))]
     {

@@ -43,7 +43,7 @@ pub fn run(path: &std::path::Path, args: &Config) -> Result<()> {
         let Some(mut s) = session(&model, args, b, n_ctx, args.n_batch)? else {
             continue;
         };
-        let n_threads = args.threads.unwrap_or_else(minfer::backend::cpu::default_threads);
+        let n_threads = args.threads.unwrap_or_else(minfer::testing::cpu::default_threads);
         let mut rng = prompt_tokens(1 << 16, s.n_vocab()).into_iter().cycle();
         // Warm-up: 16 tokens, as llama-batched-bench.
         let warm: Vec<u32> = rng.by_ref().take(16).collect();

@@ -299,7 +299,7 @@ fn measure(path: &std::path::Path, args: &Config) -> Result<()> {
             continue;
         };
         let describe = s.log.first().cloned().unwrap_or_default();
-        let n_threads = args.threads.unwrap_or_else(minfer::backend::cpu::default_threads);
+        let n_threads = args.threads.unwrap_or_else(minfer::testing::cpu::default_threads);
         let n_vocab = s.n_vocab();
         for &depth in &args.depths {
             // Context and test tokens from one stream, so the test continues the context.
@@ -438,7 +438,7 @@ fn embeddings(path: &std::path::Path, model: Arc<minfer::Model>, args: &Config) 
         anyhow::bail!("--embd-batch 0: at least one input per call");
     }
     let longest = args.embd_len.iter().copied().max().unwrap_or(0);
-    let n_threads = args.threads.unwrap_or_else(minfer::backend::cpu::default_threads);
+    let n_threads = args.threads.unwrap_or_else(minfer::testing::cpu::default_threads);
     let mut rows = Vec::new();
     for &b in &args.backends {
         // Forwards of up to -b tokens (at least one whole input).
