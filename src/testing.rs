@@ -4,6 +4,7 @@
 
 pub use crate::env::{models_dir, user_cache_dir, user_data_dir};
 pub use crate::logits::argmax;
+pub use crate::quant::blocks::{as_blocks, fp16_to_f32, BlockQ8_1, QK8_1};
 
 /// The CPU backend and the kernels the benchmarks time.
 pub mod cpu {
