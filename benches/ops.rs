@@ -3,14 +3,14 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
-use minfer::backend::cpu::attention::{attention, AttnParams, KvCache};
-use minfer::backend::cpu::dot::Isa;
-use minfer::backend::cpu::matmul::matmul;
-use minfer::backend::cpu::ops::rms_norm;
-use minfer::backend::cpu::pool::Pool;
 use minfer::backend::{KvType, Step};
 use minfer::quant::QType;
 use minfer::tensor::{Bytes, Tensor};
+use minfer::testing::cpu::matmul;
+use minfer::testing::cpu::rms_norm;
+use minfer::testing::cpu::Isa;
+use minfer::testing::cpu::Pool;
+use minfer::testing::cpu::{attention, AttnParams, KvCache};
 
 fn weight(qtype: QType, k: usize, m: usize) -> Tensor {
     let vals: Vec<f32> = (0..k * m)
@@ -28,7 +28,7 @@ fn weight(qtype: QType, k: usize, m: usize) -> Tensor {
 }
 
 fn bench_matmul(c: &mut Criterion) {
-    let pool = Pool::new(minfer::backend::cpu::default_threads());
+    let pool = Pool::new(minfer::testing::cpu::default_threads());
     // The kernels `MINFER_CPU_ISA` names, else the best this CPU runs.
     let isa = minfer::overrides::Overrides::from_env()
         .unwrap_or_else(|e| panic!("{e}"))
@@ -74,7 +74,7 @@ fn bench_rms_norm(c: &mut Criterion) {
 }
 
 fn bench_attention(c: &mut Criterion) {
-    let pool = Pool::new(minfer::backend::cpu::default_threads());
+    let pool = Pool::new(minfer::testing::cpu::default_threads());
     let (n_head, n_head_kv, hd) = (9, 3, 64);
     for n_kv in [128usize, 1024] {
         let mut kv = KvCache::new(&minfer::backend::KvLayout {

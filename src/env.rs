@@ -89,6 +89,7 @@ pub fn models_dir() -> Option<PathBuf> {
 }
 
 /// The C++ compiler for the CUDA emulator: `$CXX`, else `g++`.
+#[cfg(feature = "cuda")]
 pub fn cxx() -> OsString {
     var_os("CXX").filter(|v| !v.is_empty()).unwrap_or_else(|| "g++".into())
 }

@@ -13,13 +13,13 @@ pub mod chat;
 pub mod constrain;
 pub mod embed;
 pub mod engine;
-pub mod env;
+pub(crate) mod env;
 pub mod error;
 pub mod gguf;
 pub mod hf;
-pub mod kv;
+pub(crate) mod kv;
 pub mod load;
-pub mod logits;
+pub(crate) mod logits;
 pub mod model;
 #[cfg(test)]
 mod module_graph_tests;
@@ -30,8 +30,10 @@ pub mod quantize;
 pub mod sampling;
 pub mod sched;
 pub mod session;
-pub mod spec;
+pub(crate) mod spec;
 pub mod tensor;
+#[doc(hidden)]
+pub mod testing;
 pub mod tokenizer;
 pub mod toolcall;
 

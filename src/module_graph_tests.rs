@@ -6,6 +6,7 @@
 //! The layers as they stand, each module importing only from layers below it:
 //!
 //! ```text
+//! 11  testing                       internals the binary, the suite and the benches reach
 //! 10  engine                        the one-conversation API, a face over the scheduler
 //!  9  sched                         continuous batching over a session: every decode loop
 //!  8  spec, embed, perplexity       drafts, embeddings, perplexity: each over a session

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use crate::backend::{self, BackendChoice, BackendOptions, Context, KvLayout, KvType, Step};
 use crate::error::{Error, Result};
-use crate::kv::{KvPool, SeqId};
+use crate::kv::KvPool;
+pub use crate::kv::SeqId;
 use crate::model::{Graph, GraphKey, Model};
 
 /// How a session is set up. `Default` is the built-in behaviour and reads nothing from the

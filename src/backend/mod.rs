@@ -28,13 +28,13 @@
 //! lists kernels. A new kernel for an existing op (a fused or faster path) skips steps 1, 2
 //! and 7's new case.
 
-pub mod alloc;
-pub mod cpu;
+pub(crate) mod alloc;
+pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
-pub mod cuda;
-pub mod gpu;
+pub(crate) mod cuda;
+pub(crate) mod gpu;
 #[cfg(feature = "wgpu")]
-pub mod wgpu;
+pub(crate) mod wgpu;
 
 mod gate;
 pub use gate::{candidates, select, verdicts, BackendChoice, BackendOptions};

@@ -2,22 +2,34 @@
 //! (or one OpenAI-shaped JSON object with `--json`).
 
 use std::io::{BufRead, Write};
-use std::path::Path;
+use std::path::PathBuf;
 
 use anyhow::{Context as _, Result};
+use clap::Args;
 use minfer::embed::{self, Overflow};
 use minfer::engine::Engine;
-use minfer::SessionOptions;
 
-pub struct Args {
-    pub session: SessionOptions,
-    pub json: bool,
-    pub truncate: bool,
+use super::flags::EngineFlags;
+use super::Base;
+
+#[derive(Args)]
+pub struct EmbedArgs {
+    model: PathBuf,
+    texts: Vec<String>,
+    /// One JSON object {"data": [{"index", "embedding", "tokens"}], "usage"} instead
+    #[arg(long)]
+    json: bool,
+    /// Cut texts longer than the model's positions (keeping the closing [SEP]) instead of
+    /// refusing them
+    #[arg(long)]
+    truncate: bool,
+    #[command(flatten)]
+    engine: EngineFlags,
 }
 
-pub fn run(model: &Path, texts: Vec<String>, a: &Args) -> Result<()> {
-    let texts = match texts.is_empty() {
-        false => texts,
+pub fn run(a: EmbedArgs, base: &Base) -> Result<()> {
+    let texts = match a.texts.is_empty() {
+        false => a.texts,
         // One text per line of stdin.
         true => std::io::stdin()
             .lock()
@@ -31,7 +43,7 @@ pub fn run(model: &Path, texts: Vec<String>, a: &Args) -> Result<()> {
     if texts.is_empty() {
         anyhow::bail!("no text to embed (give TEXT arguments, or lines on stdin)");
     }
-    let mut engine = Engine::load(model, &a.session)?;
+    let mut engine = Engine::load(&a.model, &a.engine.session(base))?;
     for line in &engine.session().log {
         eprintln!("{line}");
     }
@@ -52,7 +64,7 @@ pub fn run(model: &Path, texts: Vec<String>, a: &Args) -> Result<()> {
             .collect();
         let tokens: usize = out.iter().map(|e| e.n_tokens).sum();
         let doc = serde_json::json!({
-            "model": model.display().to_string(),
+            "model": a.model.display().to_string(),
             "data": data,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         });

@@ -6,12 +6,107 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _, Result};
+use clap::Args;
 
 use minfer::chat::ChatMessage;
 use minfer::engine::{Engine, Flow, GenerateOptions, Speculation, StopReason};
 use minfer::overrides::Overrides;
 use minfer::sampling::SamplerConfig;
 use minfer::SessionOptions;
+
+use super::flags::{EngineFlags, SampleFlags};
+use super::Base;
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// [MODEL] [PROMPT]
+    args: Vec<String>,
+    #[command(flatten)]
+    engine: EngineFlags,
+    #[command(flatten)]
+    sample: SampleFlags,
+    /// Skip the chat template; special tokens typed in the prompt are parsed
+    #[arg(long)]
+    raw: bool,
+    /// Print one JSON object {"prompt_tokens", "tokens", "text"} instead of streaming
+    #[arg(long)]
+    json: bool,
+    /// Write the decode graph to FILE (.json, else Graphviz dot)
+    #[arg(long = "dump-graph")]
+    dump_graph: Option<PathBuf>,
+    /// The prompt as token ids (`1,2,3`): fed as given, no tokenizer, template or BOS
+    #[arg(long = "prompt-ids", value_parser = parse_ids)]
+    prompt_ids: Option<TokenIds>,
+    /// Write the logits of every prompt position to FILE (.npy, float32 [n_prompt, n_vocab])
+    /// before generating; with -n 0, only that
+    #[arg(long = "logits-out")]
+    logits_out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct ChatArgs {
+    model: Option<PathBuf>,
+    #[command(flatten)]
+    engine: EngineFlags,
+    #[command(flatten)]
+    sample: SampleFlags,
+}
+
+#[derive(Args)]
+pub struct TokenizeArgs {
+    model: PathBuf,
+    /// Print a JSON array of ids
+    #[arg(long)]
+    json: bool,
+    /// Treat special tokens in the text as plain text
+    #[arg(long = "no-special")]
+    no_special: bool,
+    text: String,
+}
+
+/// `--prompt-ids`: comma-separated token ids.
+#[derive(Clone)]
+struct TokenIds(Vec<u32>);
+
+fn parse_ids(s: &str) -> std::result::Result<TokenIds, String> {
+    let ids = s
+        .split(',')
+        .map(|t| {
+            t.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("'{}' is not a token id", t.trim()))
+        })
+        .collect::<std::result::Result<Vec<u32>, String>>()?;
+    Ok(TokenIds(ids))
+}
+
+/// `run`: the prompt from the arguments, `--prompt-ids` or stdin.
+pub fn run(a: RunArgs, base: &Base) -> Result<()> {
+    let (model, prompt) = split_model_prompt(&a.args, &base.env)?;
+    if let Some(f) = &a.dump_graph {
+        super::dump_graph(&model, f)?;
+    }
+    let prompt = match (prompt, a.prompt_ids) {
+        (Some(_), Some(_)) => bail!("give the prompt as text or as --prompt-ids, not both"),
+        (Some(p), None) => Prompt::Text(p),
+        (None, Some(ids)) => Prompt::Ids(ids.0),
+        (None, None) => Prompt::Text(read_stdin_prompt()?),
+    };
+    let c = Config {
+        logits_out: a.logits_out,
+        ..a.sample.config(&a.engine, base, a.raw, a.json)?
+    };
+    generate(&model, &prompt, &c)
+}
+
+/// `chat`: MODEL defaults as for `run`.
+pub fn chat(a: ChatArgs, base: &Base) -> Result<()> {
+    let model = match a.model {
+        Some(m) => m,
+        None => default_model(&base.env)?,
+    };
+    converse(&model, &a.sample.config(&a.engine, base, false, false)?)
+}
 
 pub const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -30,11 +125,11 @@ pub fn default_model(env: &Overrides) -> Result<PathBuf> {
     if let Some(d) = &env.models_dir {
         dirs.push(d.clone());
     }
-    if let Some(c) = minfer::env::user_cache_dir() {
+    if let Some(c) = minfer::testing::user_cache_dir() {
         dirs.push(c.join("minfer").join("models"));
     }
     dirs.push(PathBuf::from("models"));
-    if let Some(c) = minfer::env::user_cache_dir() {
+    if let Some(c) = minfer::testing::user_cache_dir() {
         dirs.push(c.join("minfer"));
     }
     for d in dirs {
@@ -53,7 +148,7 @@ pub fn default_model(env: &Overrides) -> Result<PathBuf> {
 
 /// `[MODEL] [PROMPT]`: a first argument that names a file or directory, ends in .gguf, or reads
 /// as a Hugging Face `org/name[@revision]` is the model.
-pub fn split_model_prompt(args: &[String], env: &Overrides) -> Result<(PathBuf, Option<String>)> {
+fn split_model_prompt(args: &[String], env: &Overrides) -> Result<(PathBuf, Option<String>)> {
     let looks_like_model =
         |s: &str| Path::new(s).exists() || s.ends_with(".gguf") || minfer::hf::HubName::parse(s).is_some();
     match args {
@@ -77,7 +172,7 @@ fn check_model(s: &str) -> Result<PathBuf> {
     bail!("model '{s}' not found")
 }
 
-pub fn read_stdin_prompt() -> Result<String> {
+fn read_stdin_prompt() -> Result<String> {
     use std::io::IsTerminal;
     if std::io::stdin().is_terminal() {
         // Someone at a keyboard who gave no prompt: say what the wait is for.
@@ -95,7 +190,7 @@ pub fn read_stdin_prompt() -> Result<String> {
     })
 }
 
-pub struct RunArgs {
+pub struct Config {
     pub session: SessionOptions,
     pub sampler: SamplerConfig,
     pub n_predict: usize,
@@ -158,12 +253,12 @@ impl Spec {
 }
 
 /// What `run` was given: text (templated unless `--raw`) or token ids (`--prompt-ids`).
-pub enum Prompt {
+enum Prompt {
     Text(String),
     Ids(Vec<u32>),
 }
 
-impl RunArgs {
+impl Config {
     /// The generation options the flags ask for.
     fn options(&self) -> GenerateOptions {
         self.spec.options(GenerateOptions {
@@ -177,7 +272,7 @@ impl RunArgs {
     }
 }
 
-fn load(model: &Path, a: &RunArgs) -> Result<Engine> {
+fn load(model: &Path, a: &Config) -> Result<Engine> {
     let t = std::time::Instant::now();
     let mut engine = Engine::load(model, &a.session).with_context(|| format!("loading {}", model.display()))?;
     engine.session_mut().set_flash_attn(a.flash_attn);
@@ -219,7 +314,7 @@ fn prefault_with_progress(model: &minfer::Model) {
     bar.finish_and_clear();
 }
 
-pub fn run(model: &Path, prompt: &Prompt, a: &RunArgs) -> Result<()> {
+fn generate(model: &Path, prompt: &Prompt, a: &Config) -> Result<()> {
     let mut engine = load(model, a)?;
     let ids = match prompt {
         Prompt::Text(text) => prompt_ids(&engine, text, a)?,
@@ -306,7 +401,7 @@ impl Input {
             return Ok(Input::Lines(std::io::stdin().lock().lines()));
         }
         let mut ed = Box::new(rustyline::DefaultEditor::new().context("starting the line editor")?);
-        let history = minfer::env::user_data_dir().map(|d| d.join("minfer").join("chat_history"));
+        let history = minfer::testing::user_data_dir().map(|d| d.join("minfer").join("chat_history"));
         if let Some(h) = &history {
             // None yet on a first session.
             let _ = ed.load_history(h);
@@ -354,7 +449,7 @@ fn save_history(ed: &mut rustyline::DefaultEditor, path: &Path) {
     }
 }
 
-pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
+fn converse(model: &Path, a: &Config) -> Result<()> {
     let mut engine = load(model, a)?;
     if engine.template.is_none() {
         bail!("this model has no chat template; use `run --raw` instead");
@@ -423,11 +518,11 @@ pub fn chat(model: &Path, a: &RunArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn tokenize(model: &Path, text: &str, json: bool, no_special: bool) -> Result<()> {
+pub fn tokenize(a: TokenizeArgs) -> Result<()> {
     // Only the tokenizer is read: no weights are mapped.
-    let tok = minfer::load::open_tokenizer(model)?;
-    let ids = tok.encode(text, true, !no_special)?;
-    if json {
+    let tok = minfer::load::open_tokenizer(&a.model)?;
+    let ids = tok.encode(&a.text, true, !a.no_special)?;
+    if a.json {
         println!("{}", serde_json::to_string(&ids)?);
     } else {
         for id in ids {
@@ -459,7 +554,7 @@ fn write_npy_f32(path: &Path, data: &[f32], rows: usize, cols: usize) -> Result<
 
 /// The prompt's ids as `run` feeds them: the chat template applied unless `--raw` (or the
 /// model has none), BOS as the model adds it.
-fn prompt_ids(engine: &Engine, prompt: &str, a: &RunArgs) -> Result<Vec<u32>> {
+fn prompt_ids(engine: &Engine, prompt: &str, a: &Config) -> Result<Vec<u32>> {
     Ok(if a.raw || engine.template.is_none() {
         if a.system.is_some() && !a.raw {
             bail!("--system needs a chat template, and this model has none");

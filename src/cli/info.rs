@@ -4,9 +4,10 @@
 //! (but Gemma's few norm vectors, which an HF load turns into `1 + w`).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
+use clap::Args;
 use serde_json::{json, Value as J};
 
 use minfer::backend::{self, KvType};
@@ -16,20 +17,49 @@ use minfer::load::Source;
 use minfer::tensor::Tensor;
 use minfer::Model;
 
+use super::Base;
+
+#[derive(Args)]
+pub struct InfoArgs {
+    model: PathBuf,
+    /// Print one JSON object
+    #[arg(long)]
+    json: bool,
+    /// Also state what --no-ffn leaves out (and the verdicts on the attention-only model)
+    #[arg(long = "no-ffn")]
+    drop_ffn: bool,
+    /// Write the decode graph to FILE (.json, else Graphviz dot)
+    #[arg(long = "dump-graph")]
+    dump_graph: Option<PathBuf>,
+}
+
+pub fn run(a: InfoArgs, base: &Base) -> Result<()> {
+    if let Some(f) = &a.dump_graph {
+        super::dump_graph(&a.model, f)?;
+    }
+    let ask = Ask {
+        json: a.json,
+        kv_type: base.env.kv_type,
+        backends: base.env.backend_options(),
+        drop_ffn: a.drop_ffn,
+    };
+    show(&a.model, &ask)
+}
+
 /// What `info` is asked for: the output format, and the KV type and backend switches the
 /// verdicts are given under (the environment's, as a run would have them).
-pub struct Ask {
-    pub json: bool,
-    pub kv_type: Option<KvType>,
-    pub backends: backend::BackendOptions,
+struct Ask {
+    json: bool,
+    kv_type: Option<KvType>,
+    backends: backend::BackendOptions,
     /// `--no-ffn`: what the attention-only model leaves out, and the verdicts on it.
-    pub drop_ffn: bool,
+    drop_ffn: bool,
 }
 
 /// Metadata arrays longer than this are abbreviated in the text listing.
 const TEXT_ARRAY_ITEMS: usize = 8;
 
-pub fn run(path: &Path, ask: &Ask) -> Result<()> {
+fn show(path: &Path, ask: &Ask) -> Result<()> {
     match minfer::load::resolve(path)? {
         Source::Gguf(p) => {
             let file = GgufFile::open(&p)?;

@@ -4,17 +4,55 @@
 //! never read, so a file of the right shape is enough.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
+use clap::Args;
 
-use minfer::backend::gpu::roofline::{self, Ask, GpuBackend, Plan};
-use minfer::backend::gpu::shape::{DeviceProfile, Resources};
+use minfer::backend::KvType;
+use minfer::testing::gpu::roofline::{self, Ask, GpuBackend, Plan};
+use minfer::testing::gpu::{DeviceProfile, Resources};
 
-pub struct Args {
-    pub ask: Ask,
-    pub device: String,
-    pub json: bool,
+use super::flags::parse_kv;
+use super::Base;
+
+#[derive(Args)]
+pub struct PlanArgs {
+    model: PathBuf,
+    /// Tokens in the step
+    #[arg(long, default_value_t = 1)]
+    tokens: usize,
+    /// Sequences the tokens belong to, each with tokens / seqs of them and its own logits
+    /// (default: every token its own sequence up to 8 tokens, a single prompt above)
+    #[arg(long)]
+    seqs: Option<usize>,
+    /// Positions each sequence has in the cache before the step
+    #[arg(short = 'd', long, default_value_t = 0)]
+    depth: usize,
+    /// A built-in device profile (h200, a100, rtx4090, m3max) or a JSON file of one
+    #[arg(long, default_value = "h200")]
+    device: String,
+    /// cuda or wgpu
+    #[arg(long, default_value = "cuda")]
+    backend: String,
+    #[arg(long = "cache-type", value_name = "CACHE_TYPE", value_parser = parse_kv)]
+    kv_type: Option<KvType>,
+    /// One JSON object
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: PlanArgs, base: &Base) -> Result<()> {
+    let backend = GpuBackend::parse(&a.backend).map_err(anyhow::Error::msg)?;
+    let seqs = a.seqs.unwrap_or(if a.tokens <= 8 { a.tokens } else { 1 });
+    let ask = Ask {
+        tokens: a.tokens,
+        seqs,
+        depth: a.depth,
+        backend,
+        kv: a.kv_type.or(base.env.kv_type).unwrap_or(KvType::F16),
+    };
+    show(&a.model, &ask, &a.device, a.json)
 }
 
 /// Each kernel entry's registers for `profile`'s architecture, where this build has NVRTC and
@@ -25,7 +63,7 @@ pub fn resources(profile: &DeviceProfile) -> std::result::Result<std::collection
     };
     #[cfg(feature = "cuda")]
     {
-        minfer::backend::cuda::source::resources(arch)
+        minfer::testing::cuda::source::resources(arch)
     }
     #[cfg(not(feature = "cuda"))]
     {
@@ -35,10 +73,10 @@ pub fn resources(profile: &DeviceProfile) -> std::result::Result<std::collection
     }
 }
 
-pub fn run(model: &Path, a: &Args) -> Result<()> {
-    let profile = DeviceProfile::find(&a.device).map_err(anyhow::Error::msg)?;
+fn show(model: &Path, ask: &Ask, device: &str, json: bool) -> Result<()> {
+    let profile = DeviceProfile::find(device).map_err(anyhow::Error::msg)?;
     let m = minfer::load::open_model(model)?;
-    let report = match a.ask.backend {
+    let report = match ask.backend {
         GpuBackend::Cuda => match resources(&profile) {
             Ok(r) => Some(r),
             Err(e) => {
@@ -49,10 +87,10 @@ pub fn run(model: &Path, a: &Args) -> Result<()> {
         // Another compiler: NVRTC's registers are not the SPIR-V / MSL driver's.
         GpuBackend::Wgpu => None,
     };
-    let p = roofline::plan(&m, &a.ask, &profile, report.as_ref())
+    let p = roofline::plan(&m, ask, &profile, report.as_ref())
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("planning {}", model.display()))?;
-    if a.json {
+    if json {
         println!("{}", serde_json::to_string(&p)?);
         return Ok(());
     }

@@ -1,14 +1,37 @@
 //! `minfer-wgpu quantize IN OUT TYPE [--pure]`: llama-quantize's file types, mixes and layout
 //! (`minfer::quantize`), with its per-tensor lines and totals.
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use anyhow::Result;
+use clap::Args;
 
 use minfer::quantize::{quantize_file, FileType, Options};
 
-pub fn run(input: &Path, output: &Path, ty: &str, opts: &Options) -> Result<()> {
-    let ftype = FileType::parse(ty)?;
+#[derive(Args)]
+pub struct QuantizeArgs {
+    input: PathBuf,
+    output: PathBuf,
+    #[arg(value_name = "TYPE")]
+    ty: String,
+    /// Every quantizable weight TYPE, token_embd and output included (no per-tensor mix)
+    #[arg(long)]
+    pure: bool,
+    /// Re-encode tensors that are already quantized
+    #[arg(long = "allow-requantize")]
+    allow_requantize: bool,
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+}
+
+pub fn run(a: QuantizeArgs) -> Result<()> {
+    let opts = &Options {
+        pure: a.pure,
+        allow_requantize: a.allow_requantize,
+        threads: a.threads.unwrap_or(0),
+    };
+    let (input, output) = (&a.input, &a.output);
+    let ftype = FileType::parse(&a.ty)?;
     let t0 = std::time::Instant::now();
     let r = quantize_file(input, output, ftype, opts)?;
     for (i, p) in r.tensors.iter().enumerate() {

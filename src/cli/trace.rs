@@ -1,21 +1,64 @@
 //! `trace`: one named intermediate of the prompt's forward on each backend, side by side,
 //! held against the first backend's (NMSE, max |Δ|): where backends part, node by node.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
+use clap::Args;
 use minfer::backend::{BackendChoice, KvType};
 use minfer::session::Trace;
 use minfer::{Session, SessionOptions};
 
-pub struct Args {
-    pub backends: Vec<BackendChoice>,
-    pub threads: Option<usize>,
-    pub kv_type: Option<KvType>,
-    pub flash_attn: bool,
-    pub json: bool,
-    pub base: SessionOptions,
+use super::flags::parse_kv;
+use super::Base;
+
+#[derive(Args)]
+pub struct TraceArgs {
+    model: PathBuf,
+    /// The node's name
+    node: String,
+    /// The raw prompt (special tokens parsed, BOS as the model adds it)
+    prompt: String,
+    /// Comma-separated backends, the first the reference
+    #[arg(long, default_value = "cpu,wgpu")]
+    backend: String,
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    #[arg(long = "cache-type", value_name = "CACHE_TYPE", value_parser = parse_kv)]
+    kv_type: Option<KvType>,
+    #[arg(long = "flash-attn")]
+    flash_attn: bool,
+    /// One JSON object per backend, with every value
+    #[arg(long)]
+    json: bool,
+}
+
+/// What the sessions are built with: the flags over the environment.
+struct Config {
+    backends: Vec<BackendChoice>,
+    threads: Option<usize>,
+    kv_type: Option<KvType>,
+    flash_attn: bool,
+    json: bool,
+    base: SessionOptions,
+}
+
+pub fn run(a: TraceArgs, base: &Base) -> Result<()> {
+    let backends = a
+        .backend
+        .split(',')
+        .map(BackendChoice::parse)
+        .collect::<minfer::Result<Vec<_>>>()?;
+    let c = Config {
+        backends,
+        threads: a.threads,
+        kv_type: a.kv_type.or(base.env.kv_type),
+        flash_attn: a.flash_attn,
+        json: a.json,
+        base: base.session(),
+    };
+    compare(&a.model, &a.node, &a.prompt, &c)
 }
 
 /// (NMSE, max |Δ|) of `ours` against `reference`.
@@ -29,7 +72,7 @@ fn gap(ours: &[f32], reference: &[f32]) -> (f64, f32) {
     (num / den.max(1e-30), maxd)
 }
 
-pub fn run(model: &Path, node: &str, prompt: &str, a: &Args) -> Result<()> {
+fn compare(model: &Path, node: &str, prompt: &str, a: &Config) -> Result<()> {
     if a.backends.is_empty() {
         bail!("--backend names no backend");
     }

@@ -10,12 +10,12 @@
 //! - Gemma's RMSNorm weights: HF stores `w`, the converter `1 + w`; [`gemma_norm_plus_one`] makes
 //!   that f32 copy of those few small vectors at load.
 
-pub mod config;
-pub mod experts;
-pub mod names;
-pub mod resolve;
-pub mod safetensors;
-pub mod tokenizer;
+pub(crate) mod config;
+pub(crate) mod experts;
+pub(crate) mod names;
+pub(crate) mod resolve;
+pub(crate) mod safetensors;
+pub(crate) mod tokenizer;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};

@@ -1,10 +1,10 @@
 //! A model: the architecture (dispatched once on its name), checked hyperparameters and the
 //! weights by canonical name, still raw bytes in the mapped file.
 
-pub mod arch;
-pub mod fused;
-pub mod graph;
-pub mod hparams;
+pub(crate) mod arch;
+pub(crate) mod fused;
+pub(crate) mod graph;
+pub(crate) mod hparams;
 
 use std::collections::HashMap;
 

@@ -100,12 +100,16 @@ pub fn as_blocks_mut<B: Pod>(bytes: &mut [u8]) -> &mut [B] {
 
 // ---- block structs ---------------------------------------------------------------------------
 
+/// An f16 field's reader and, where an encoder writes it through one, its writer.
 macro_rules! f16_field {
-    ($get:ident, $set:ident) => {
+    ($get:ident) => {
         #[inline]
         pub fn $get(&self) -> f32 {
             fp16_to_f32(u16::from_le_bytes(self.$get))
         }
+    };
+    ($get:ident, $set:ident) => {
+        f16_field!($get);
         #[inline]
         pub fn $set(&mut self, v: f32) {
             self.$get = f32_to_fp16(v).to_le_bytes();
@@ -275,12 +279,12 @@ impl BlockQ3K {
     f16_field!(d, set_d);
 }
 impl BlockQ4K {
-    f16_field!(d, set_d);
-    f16_field!(dmin, set_dmin);
+    f16_field!(d);
+    f16_field!(dmin);
 }
 impl BlockQ5K {
-    f16_field!(d, set_d);
-    f16_field!(dmin, set_dmin);
+    f16_field!(d);
+    f16_field!(dmin);
 }
 impl BlockQ6K {
     f16_field!(d, set_d);
@@ -297,10 +301,6 @@ impl BlockQ8K {
     #[inline]
     pub fn set_d(&mut self, v: f32) {
         self.d = v.to_le_bytes();
-    }
-    #[inline]
-    pub fn bsum(&self, g: usize) -> i16 {
-        i16::from_le_bytes([self.bsums[2 * g], self.bsums[2 * g + 1]])
     }
     #[inline]
     pub fn set_bsum(&mut self, g: usize, v: i16) {

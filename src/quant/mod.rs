@@ -30,13 +30,13 @@
 //! tests, the quant tests. A missing piece is a compile error or a failing test naming the type.
 //! A type only the CPU reads has role `CpuWeight` and skips steps 4 and 5.
 
-mod blocks;
+pub(crate) mod blocks;
 mod float;
 mod iq;
 mod kquants;
 mod legacy;
 
-pub use blocks::*;
+pub(crate) use blocks::*;
 
 use crate::error::{Error, Result};
 

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use minfer::backend::{BackendChoice, KvType};
 use minfer::engine::{GenerateOptions, Speculation, StopReason};
-use minfer::kv::SeqId;
-use minfer::logits::argmax;
 use minfer::model::Arch;
 use minfer::quant::QType;
 use minfer::sampling::SamplerConfig;
 use minfer::sched::{Event, Prompt, Request, Scheduler, SchedulerOptions};
+use minfer::session::SeqId;
+use minfer::testing::argmax;
 use minfer::tokenizer::{Tokenizer, TokenizerSpec};
 use minfer::{load, Batch, Error, Session, SessionOptions};
 

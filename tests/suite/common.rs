@@ -73,7 +73,7 @@ pub fn ref_file(test: &str, rel: &str) -> Option<PathBuf> {
 /// `~/.cache/minfer/models`), then this checkout's `./models`: the first that holds `name`
 /// (a file or a model directory), else the first.
 pub fn model_path(name: &str) -> PathBuf {
-    let dirs: Vec<PathBuf> = minfer::env::models_dir()
+    let dirs: Vec<PathBuf> = minfer::testing::models_dir()
         .into_iter()
         .chain([Path::new(env!("CARGO_MANIFEST_DIR")).join("models")])
         .collect();

@@ -18,15 +18,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use minfer::backend::cpu::CpuBackend;
-use minfer::backend::gpu::kernels::{act_qtype, WEIGHT_QTYPES};
-use minfer::backend::gpu::schedule::VEC_MAX_TOKENS;
-use minfer::backend::wgpu::{WgpuBackend, WgpuOptions};
 use minfer::backend::{self, Backend, KvType, Step};
 use minfer::gguf::Metadata;
 use minfer::model::{Arch, AttnTemp, Graph, HParams, Node, Op, Rope, RopeMode, Yarn};
 use minfer::quant::QType;
 use minfer::tensor::{Bytes, Tensor};
+use minfer::testing::cpu::CpuBackend;
+use minfer::testing::gpu::VEC_MAX_TOKENS;
+use minfer::testing::gpu::{act_qtype, WEIGHT_QTYPES};
+use minfer::testing::wgpu::{WgpuBackend, WgpuOptions};
 use minfer::{load, Model};
 
 use crate::common;
@@ -89,7 +89,7 @@ pub struct Gpu {
 /// wgpu with both reduction paths where the adapter has subgroups, else the workgroup-memory
 /// one; then CUDA (emulated, and a device where there is one). A skip when there is none.
 pub fn gpus(test: &str, max_binding: Option<u64>) -> Vec<Gpu> {
-    gpus_at(test, max_binding, minfer::backend::gpu::schedule::SPLIT_SPAN)
+    gpus_at(test, max_binding, minfer::testing::gpu::SPLIT_SPAN)
 }
 
 /// `gpus`, their decode steps taking the split-KV attention from `split_span` positions on.
@@ -1176,7 +1176,7 @@ fn tiled_prefill_attention_matches_cpu() {
                     );
                     let n = built[i].len() as u64;
                     let w = w.as_ref().expect("a GPU backend says what it submitted");
-                    let launches = n.div_ceil(minfer::backend::gpu::schedule::ATTN_TOKENS as u64);
+                    let launches = n.div_ceil(minfer::testing::gpu::ATTN_TOKENS as u64);
                     assert_eq!(w.dispatches, 4 + 2 * launches, "{}: {what}: step {i}: {w:?}", g.label);
                 }
             }
@@ -1225,7 +1225,7 @@ fn long_prefill_is_bounded_submits_and_matches_cpu() {
         let mut got = Vec::new();
         ctx.forward(&g, &step, &mut got).unwrap();
         let w = ctx.submitted().expect("a GPU backend says what it submitted");
-        let launches = n.div_ceil(minfer::backend::gpu::schedule::ATTN_TOKENS as usize) as u64;
+        let launches = n.div_ceil(minfer::testing::gpu::ATTN_TOKENS as usize) as u64;
         assert!(w.dispatches > launches, "{}: {w:?}", b.label);
         assert!(w.submits >= 2, "{}: a {n}-token prefill in {w:?}", b.label);
         let e = nmse(&got, &want);
@@ -1318,7 +1318,7 @@ fn argmax_readback_matches_logits() {
         let step = Step::contiguous(&[0, 1, 2], 0);
         ctx.forward(&g, &step, &mut logits).unwrap();
         let id = ctx.forward_argmax(&g, &step).unwrap();
-        assert_eq!(id, minfer::logits::argmax(&logits[2 * m..]), "{}", b.label);
+        assert_eq!(id, minfer::testing::argmax(&logits[2 * m..]), "{}", b.label);
     }
     // Rows made to be hard: NaNs early in a thread's slice and in the reduction's partner slots,
     // ties (lowest id wins), a NaN at id 0 (the CPU's answer is then 0), all -inf.
@@ -1350,7 +1350,7 @@ fn argmax_readback_matches_logits() {
         let mut ctx = b.backend.new_context(&mdl, 16, KvType::F32).unwrap();
         for (i, row) in rows.iter().enumerate() {
             let id = ctx.forward_argmax(&g, &Step::contiguous(&[i as u32], 0)).unwrap();
-            assert_eq!(id, minfer::logits::argmax(row), "{}: crafted row {i}", b.label);
+            assert_eq!(id, minfer::testing::argmax(row), "{}: crafted row {i}", b.label);
         }
     }
 }
@@ -1604,7 +1604,7 @@ fn attention_sinks_match_a_direct_computation_and_cpu() {
 /// weight of more than one value, a slice past its row, a weightless norm over partial heads,
 /// a shared layer whose source writes no cache or other heads, heads wider than the cache.
 fn gate_names_gemma4_shapes_the_kernels_cannot_take() {
-    use minfer::backend::gpu::kernels::check_graph;
+    use minfer::testing::gpu::check_graph;
     let (n, w) = (3, 128);
     let mut hp = hparams(w, 2, 1, 64);
     hp.n_layer = 2;

@@ -11,7 +11,8 @@
 
 use std::path::PathBuf;
 
-use minfer::quant::{as_blocks, fp16_to_f32, BlockQ8_1, QType, QK8_1};
+use minfer::quant::QType;
+use minfer::testing::{as_blocks, fp16_to_f32, BlockQ8_1, QK8_1};
 use serde_json::Value;
 
 use crate::common::{data_dir, hex_decode, read_json};

@@ -223,6 +223,7 @@ fn refuse(s: String) -> Result<(), Refusal> {
 /// with 32-bit arithmetic (elements, words and bytes alike), so a layer of `n_ctx` positions
 /// must stay under 4 GiB: past that (an f32 cache of 128k positions × 8k KV width, say) the
 /// indices would wrap, and the backend refuses instead.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub fn check_context(model: &Model, n_ctx: usize, kv: KvType, backend: &str) -> Result<(), Refusal> {
     let (kw, vw) = model.hparams.max_kv_widths();
     let row = kv.row_bytes(kw.max(vw)) as u64;

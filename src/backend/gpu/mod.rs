@@ -8,6 +8,7 @@ mod abi;
 pub mod cost;
 pub mod kernels;
 pub mod params;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod profile;
 pub mod roofline;
 pub mod schedule;

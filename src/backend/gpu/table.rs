@@ -623,6 +623,7 @@ pub static KERNELS: [KernelInfo; 31] = [
 ];
 
 /// The CUDA headers every program starts with, in order (`cuda/`).
+#[cfg(any(test, feature = "cuda"))]
 pub const CUDA_HEADERS: [(&str, &str); 3] = [
     ("common.cuh", cuda!("common.cuh")),
     ("quant.cuh", cuda!("quant.cuh")),

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use super::device::Gpu;
 use crate::backend::gpu::schedule::{PackSlot, WeightParts};
 use crate::model::Model;
-use crate::quant::QType;
 use crate::tensor::Tensor;
 
 /// Bytes after the data of each buffer: `w_u32` at the last block reads one word further.
@@ -43,9 +42,6 @@ impl Part {
 pub struct GpuWeight {
     /// The rows and parts as the schedule sees them.
     pub layout: Arc<WeightParts>,
-    pub qtype: QType,
-    pub row_len: usize,
-    pub n_rows: usize,
     pub parts: Vec<Part>,
 }
 
@@ -201,9 +197,6 @@ fn weight(t: &Tensor, parts: Vec<Part>, pack: Option<PackSlot>) -> GpuWeight {
             parts: parts.iter().map(|p| (p.row0, p.rows)).collect(),
             pack,
         }),
-        qtype: t.qtype,
-        row_len: t.row_len(),
-        n_rows: t.n_rows(),
         parts,
     }
 }

@@ -14,6 +14,7 @@
 //! the served model where it is an embedding model, else from `--embedding-model`.
 
 mod embed;
+mod http;
 mod ollama;
 mod openai;
 pub(crate) mod params;
@@ -24,16 +25,17 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context as _, Result};
-use axum::body::Body;
+use anyhow::{bail, Context as _, Result};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::Router;
+use clap::Args;
 use serde_json::json;
+
+pub(crate) use http::{authorize, bad, body_json, error, now, prelude, reject, served, Place, Reject};
 
 use minfer::chat::ChatTemplate;
 use minfer::engine::Engine;
@@ -41,32 +43,83 @@ use minfer::sched::{Runner, Scheduler, SchedulerOptions, Stats};
 use minfer::tokenizer::Tokenizer;
 use minfer::SessionOptions;
 
+use super::flags::{read_chat_template, EngineFlags, SpecFlags};
+use super::Base;
+
+#[derive(Args)]
 pub struct ServeArgs {
-    pub model: PathBuf,
-    pub host: String,
-    pub port: u16,
-    pub parallel: usize,
-    pub api_key: Option<String>,
-    pub cors: Vec<String>,
-    pub max_queue: usize,
-    /// A Jinja chat template to use instead of the model's own.
-    pub chat_template: Option<String>,
-    pub session: SessionOptions,
-    pub flash_attn: bool,
-    /// An embedding model served beside the chat model (`--embedding-model`).
-    pub embedding_model: Option<PathBuf>,
-    /// No access log line per request (`--log-disable`).
-    pub log_disable: bool,
-    /// After Ctrl-C or SIGTERM, how long live requests may run on before they are ended where
-    /// they are (`--shutdown-timeout`); None: until they finish.
-    pub shutdown_timeout: Option<std::time::Duration>,
-    /// Speculative decoding for every request (`--spec`, `--draft`, `--draft-max`,
-    /// `--draft-min`); a request may set its draft lengths (`params::Speculative`).
-    pub spec: super::generate::Spec,
+    model: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Sequences decoding together; each may use the whole context
+    #[arg(long, default_value_t = 4)]
+    parallel: usize,
+    /// Requests may carry `Authorization: Bearer KEY`; others are refused with 401
+    #[arg(long = "api-key")]
+    api_key: Option<String>,
+    /// An origin allowed to call the server from a browser (repeatable)
+    #[arg(long)]
+    cors: Vec<String>,
+    /// Requests waiting beyond the running ones before 429
+    #[arg(long = "max-queue", default_value_t = 64)]
+    max_queue: usize,
+    /// Use this Jinja chat template instead of the model's own
+    #[arg(long = "chat-template-file")]
+    chat_template_file: Option<PathBuf>,
+    /// An embedding model (BERT family) served beside MODEL on /v1/embeddings and
+    /// /api/embed, chosen by the request's `model`
+    #[arg(long = "embedding-model")]
+    embedding_model: Option<PathBuf>,
+    /// No access log (a line per request on stderr: method, path, status, tokens, time)
+    #[arg(long = "log-disable")]
+    log_disable: bool,
+    /// Seconds live requests may run on after Ctrl-C or SIGTERM before they are ended
+    /// where they are (streams with a final chunk, finish_reason "length"); default: until
+    /// they finish
+    #[arg(long = "shutdown-timeout", value_parser = parse_seconds)]
+    shutdown_timeout: Option<std::time::Duration>,
+    #[command(flatten)]
+    engine: EngineFlags,
+    #[command(flatten)]
+    spec: SpecFlags,
 }
 
-/// Request bodies beyond this are refused with 413.
-const MAX_BODY: usize = 8 << 20;
+/// `--shutdown-timeout`: seconds, whole or not, 0 or more.
+fn parse_seconds(s: &str) -> std::result::Result<std::time::Duration, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0 && *v <= 1e9)
+        .map(std::time::Duration::from_secs_f64)
+        .ok_or_else(|| format!("'{s}' is not a number of seconds (0 or more)"))
+}
+
+/// What the server runs with: the flags checked, over the environment.
+struct Config {
+    model: PathBuf,
+    host: String,
+    port: u16,
+    parallel: usize,
+    api_key: Option<String>,
+    cors: Vec<String>,
+    max_queue: usize,
+    /// A Jinja chat template to use instead of the model's own.
+    chat_template: Option<String>,
+    session: SessionOptions,
+    flash_attn: bool,
+    /// An embedding model served beside the chat model (`--embedding-model`).
+    embedding_model: Option<PathBuf>,
+    /// No access log line per request (`--log-disable`).
+    log_disable: bool,
+    /// After Ctrl-C or SIGTERM, how long live requests may run on before they are ended where
+    /// they are (`--shutdown-timeout`); None: until they finish.
+    shutdown_timeout: Option<std::time::Duration>,
+    /// Speculative decoding for every request (`--spec`, `--draft`, `--draft-max`,
+    /// `--draft-min`); a request may set its draft lengths (`params::Speculative`).
+    spec: super::generate::Spec,
+}
 
 /// What the handlers share. `served` is set once the model is loaded.
 pub(crate) struct App {
@@ -101,13 +154,44 @@ pub(crate) struct Served {
     pub(crate) speculative: params::Speculative,
 }
 
-pub fn run(a: ServeArgs) -> Result<()> {
+/// MODEL defaults as for `run`; the flags are checked before the server listens.
+pub fn run(a: ServeArgs, base: &Base) -> Result<()> {
+    if a.parallel == 0 {
+        bail!("--parallel must be at least 1");
+    }
+    let model = match a.model {
+        Some(m) => m,
+        None => super::generate::default_model(&base.env)?,
+    };
+    let chat_template = read_chat_template(a.chat_template_file.as_deref())?;
+    if let Some(src) = &chat_template {
+        // Refused before the server listens, not after.
+        ChatTemplate::new(src, "", "").context("--chat-template-file")?;
+    }
+    let spec = a.spec.spec();
+    spec.check()?;
+    let c = Config {
+        model,
+        chat_template,
+        host: a.host,
+        port: a.port,
+        parallel: a.parallel,
+        api_key: a.api_key,
+        cors: a.cors,
+        max_queue: a.max_queue,
+        session: a.engine.session(base),
+        flash_attn: a.engine.flash_attn,
+        embedding_model: a.embedding_model,
+        log_disable: a.log_disable,
+        shutdown_timeout: a.shutdown_timeout,
+        spec,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the HTTP runtime")?;
-    rt.block_on(serve(a))
+    rt.block_on(serve(c))
 }
 
 /// `--host` with `--port` as the address to bind: an IP address (IPv6 bare, `::1`, or in
@@ -130,7 +214,7 @@ async fn bind_addr(host: &str, port: u16) -> Result<SocketAddr> {
         .with_context(|| format!("--host {host}: resolves to no address"))
 }
 
-async fn serve(a: ServeArgs) -> Result<()> {
+async fn serve(a: Config) -> Result<()> {
     // A model that is not there is an error before the server listens, not after.
     for m in std::iter::once(&a.model).chain(&a.embedding_model).chain(&a.spec.draft) {
         let src = minfer::load::resolve(m)?;
@@ -337,43 +421,6 @@ fn named(e: minfer::Error, model: &Path) -> anyhow::Error {
     }
 }
 
-/// An error in OpenAI's shape.
-pub(crate) fn error(status: StatusCode, message: impl Into<String>, param: Option<&str>) -> Response {
-    let kind = match status {
-        StatusCode::UNAUTHORIZED => "authentication_error",
-        StatusCode::NOT_FOUND => "not_found_error",
-        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::BAD_REQUEST => "invalid_request_error",
-        StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
-        StatusCode::SERVICE_UNAVAILABLE => "unavailable_error",
-        StatusCode::NOT_IMPLEMENTED => "not_implemented_error",
-        StatusCode::METHOD_NOT_ALLOWED => "invalid_request_error",
-        _ => "server_error",
-    };
-    // OpenAI's `code`: a string naming the error where it has one, else null.
-    let code = match status {
-        StatusCode::UNAUTHORIZED => json!("invalid_api_key"),
-        StatusCode::NOT_FOUND => json!("not_found"),
-        StatusCode::METHOD_NOT_ALLOWED => json!("method_not_allowed"),
-        StatusCode::PAYLOAD_TOO_LARGE => json!("request_too_large"),
-        StatusCode::TOO_MANY_REQUESTS => json!("rate_limit_exceeded"),
-        StatusCode::SERVICE_UNAVAILABLE => json!("model_loading"),
-        _ => serde_json::Value::Null,
-    };
-    let body = json!({"error": {"message": message.into(), "type": kind, "param": param, "code": code}});
-    (status, axum::Json(body)).into_response()
-}
-
-/// A refusal on its way out of a helper (boxed: a response is large).
-pub(crate) type Reject = Box<Response>;
-
-pub(crate) fn reject(message: impl Into<String>, param: &str) -> Reject {
-    Box::new(bad(message, param))
-}
-
-pub(crate) fn bad(message: impl Into<String>, param: &str) -> Response {
-    error(StatusCode::BAD_REQUEST, message, Some(param))
-}
-
 async fn not_found(uri: axum::http::Uri) -> Response {
     error(StatusCode::NOT_FOUND, format!("no route {}", uri.path()), None)
 }
@@ -387,70 +434,11 @@ async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response {
     )
 }
 
-/// The loaded model, or 503 while it loads, or 400 where it is an embedding model (the chat
-/// model loads first, so an embedder without one is the served model itself).
-pub(crate) fn served(app: &App) -> Result<&Served, Reject> {
-    if let Some(s) = app.served.get() {
-        return Ok(s);
-    }
-    Err(Box::new(match app.embedder.get() {
-        Some(_) => bad(
-            format!(
-                "{} is an embedding model: it serves /v1/embeddings and /api/embed only",
-                app.model_id
-            ),
-            "model",
-        ),
-        None => error(StatusCode::SERVICE_UNAVAILABLE, "the model is loading", None),
-    }))
-}
-
 /// Everything asked for is loaded: the chat model (or the served embedding model) and any
 /// `--embedding-model`.
 fn ready(app: &App) -> bool {
     let main = app.served.get().is_some() || app.embedder.get().is_some();
     main && (!app.wants_embedder || app.embedder.get().is_some())
-}
-
-/// Checks `Authorization: Bearer KEY` where the server has a key.
-pub(crate) fn authorize(app: &App, headers: &HeaderMap) -> Result<(), Reject> {
-    let Some(key) = &app.api_key else { return Ok(()) };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(g) if g == key => Ok(()),
-        Some(_) => Err(Box::new(error(StatusCode::UNAUTHORIZED, "invalid API key", None))),
-        None => Err(Box::new(error(
-            StatusCode::UNAUTHORIZED,
-            "missing API key (Authorization: Bearer …)",
-            None,
-        ))),
-    }
-}
-
-/// The body as `T`: 413 beyond `MAX_BODY` (announced by its length, or found reading it),
-/// 400 naming what does not parse.
-pub(crate) async fn body_json<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T, Reject> {
-    let too_large = || {
-        error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("request body over {MAX_BODY} bytes"),
-            None,
-        )
-    };
-    let announced = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if announced.is_some_and(|n| n > MAX_BODY as u64) {
-        return Err(Box::new(too_large()));
-    }
-    let bytes = axum::body::to_bytes(body, MAX_BODY)
-        .await
-        .map_err(|_| Box::new(too_large()))?;
-    serde_json::from_slice(&bytes).map_err(|e| Box::new(bad(format!("invalid JSON body: {e}"), "body")))
 }
 
 async fn health(State(app): State<Arc<App>>) -> Response {
@@ -470,54 +458,11 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], page).into_response()
 }
 
-/// Authorization, the loaded model and the parsed body, or the response that says why not.
-pub(crate) async fn prelude<'a, T: serde::de::DeserializeOwned>(
-    app: &'a App,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<(&'a Served, T), Reject> {
-    authorize(app, headers)?;
-    let s = served(app)?;
-    Ok((s, body_json(headers, body).await?))
-}
-
-/// Holds a place among the server's requests; the place is given back on drop.
-pub(crate) struct Place(Arc<App>);
-
-impl Place {
-    pub(crate) fn take(app: &Arc<App>) -> Result<Place, Reject> {
-        let n = app.in_flight.fetch_add(1, Ordering::SeqCst);
-        if n >= app.capacity {
-            app.in_flight.fetch_sub(1, Ordering::SeqCst);
-            let mut r = error(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!("{} requests are running or queued; try again shortly", app.capacity),
-                None,
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return Err(Box::new(r));
-        }
-        Ok(Place(app.clone()))
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-pub(crate) fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::body::Body;
+    use axum::http::HeaderMap;
 
     #[test]
     fn hosts_are_addresses_bare_ipv6_bracketed_or_names() {

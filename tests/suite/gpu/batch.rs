@@ -317,7 +317,7 @@ fn joining_and_leaving_keeps_greedy_tokens() {
             let mut worst = 0f64;
             for i in 0..ps.len() {
                 for (k, (a, b)) in got[i].iter().zip(&want[i]).enumerate() {
-                    let (ta, tb) = (minfer::logits::argmax(a), minfer::logits::argmax(b));
+                    let (ta, tb) = (minfer::testing::argmax(a), minfer::testing::argmax(b));
                     assert_eq!(
                         ta,
                         tb,

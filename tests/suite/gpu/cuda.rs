@@ -7,11 +7,11 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use minfer::backend::cuda::source::{self, Image};
-use minfer::backend::cuda::{emu, CudaBackend};
-use minfer::backend::gpu::kernels::all_variants;
-use minfer::backend::gpu::table::Kernel;
 use minfer::backend::Backend;
+use minfer::testing::cuda::source::{self, Image};
+use minfer::testing::cuda::{emu, CudaBackend};
+use minfer::testing::gpu::all_variants;
+use minfer::testing::gpu::Kernel;
 
 use super::Gpu;
 use crate::common;

@@ -5,11 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-use minfer::backend::gpu::roofline::{self, Ask, GpuBackend, Plan};
-use minfer::backend::gpu::shape::DeviceProfile;
 use minfer::backend::KvType;
 use minfer::gguf::{encode_header, Metadata, TensorEntry, Value};
 use minfer::quant::QType;
+use minfer::testing::gpu::roofline::{self, Ask, GpuBackend, Plan};
+use minfer::testing::gpu::DeviceProfile;
 
 tests![
     plan_counts_bytes_and_grids_as_by_hand,
@@ -411,7 +411,7 @@ fn launches_fill_an_h200_at_512_tokens() {
     #[allow(unused_mut)]
     let mut findings = starved_launches(&[(512, 0)]);
     #[cfg(feature = "cuda")]
-    match minfer::backend::cuda::source::resources("sm_90") {
+    match minfer::testing::cuda::source::resources("sm_90") {
         Ok(r) => {
             let h200 = DeviceProfile::find("h200").unwrap();
             findings.extend(roofline::low_occupancy(&h200, &r, 0.25));

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use minfer::backend::cpu::CpuBackend;
 use minfer::backend::{Backend, BackendChoice, KvType, Step};
 use minfer::quant::QType;
 use minfer::tensor::Bytes;
+use minfer::testing::cpu::CpuBackend;
 use minfer::{load, Model, Session, SessionOptions};
 
 use super::{gpu, gpus, gpus_at, nmse, Gpu};
@@ -101,7 +101,7 @@ fn trusted_shaders_compute_what_checked_ones_do() {
     };
     const PROMPT: usize = 24;
     let backend = |subgroups: bool, checked: bool| {
-        let opts = minfer::backend::wgpu::WgpuOptions {
+        let opts = minfer::testing::wgpu::WgpuOptions {
             allow_software: true,
             subgroups,
             max_binding: None,
@@ -109,7 +109,7 @@ fn trusted_shaders_compute_what_checked_ones_do() {
             int8_matmul: true,
             coop_matmul: true,
         };
-        minfer::backend::wgpu::WgpuBackend::new(opts).map(|b| b.with_split_span(PROMPT as u32 + 3))
+        minfer::testing::wgpu::WgpuBackend::new(opts).map(|b| b.with_split_span(PROMPT as u32 + 3))
     };
     // Created with subgroups asked for: whether the adapter has them.
     let Some(first) = gpu(t, true, None) else {
@@ -141,10 +141,10 @@ fn trusted_shaders_compute_what_checked_ones_do() {
             let run = |g: &Gpu| {
                 let mut s = session_on(g, model.clone(), PROMPT + 8, kv);
                 let mut out = s.eval(&prompt, true).unwrap();
-                let mut next = minfer::logits::argmax(&out[out.len() - s.n_vocab()..]);
+                let mut next = minfer::testing::argmax(&out[out.len() - s.n_vocab()..]);
                 for _ in 0..4 {
                     let o = s.eval(&[next], false).unwrap();
-                    next = minfer::logits::argmax(&o);
+                    next = minfer::testing::argmax(&o);
                     out.extend(o);
                 }
                 out
@@ -243,11 +243,11 @@ fn random_models_match_cpu() {
         let want_exact = exact.eval(&prompt, true).unwrap();
         let want_cpu = c.eval(&prompt, true).unwrap();
         let mut steps = Vec::new();
-        let mut next = minfer::logits::argmax(&want_cpu[want_cpu.len() - c.n_vocab()..]);
+        let mut next = minfer::testing::argmax(&want_cpu[want_cpu.len() - c.n_vocab()..]);
         for _ in 0..4 {
             let o = c.eval(&[next], false).unwrap();
             steps.push((next, exact.eval(&[next], false).unwrap(), o.clone()));
-            next = minfer::logits::argmax(&o);
+            next = minfer::testing::argmax(&o);
         }
         for gb in &gs {
             // Both sides on the same model, the full prompt, then the CPU's greedy steps.
@@ -408,7 +408,7 @@ fn real_case(t: &str, g: &Gpu, case: &str, file: &str) -> Option<(Gap, Gap)> {
         ppl: (ppl(l) - pc).abs() / pc,
         misses: margins
             .iter()
-            .filter(|&&(pos, tok)| minfer::logits::argmax(&l[pos * n_vocab..(pos + 1) * n_vocab]) != tok)
+            .filter(|&&(pos, tok)| minfer::testing::argmax(&l[pos * n_vocab..(pos + 1) * n_vocab]) != tok)
             .count(),
     };
     let (mut ours, mut floor) = (Gap::default(), Gap::default());
@@ -515,7 +515,7 @@ fn greedy_runs_match_cpu() {
                     if margin < 0.5 && tie.is_none() {
                         tie = Some((step, margin));
                     }
-                    if minfer::logits::argmax(&o) != want {
+                    if minfer::testing::argmax(&o) != want {
                         diff = Some(step);
                         break;
                     }
@@ -549,7 +549,7 @@ fn greedy_runs_match_cpu() {
 
 /// The top token and its margin over the second.
 fn top2(l: &[f32]) -> (u32, f32) {
-    let best = minfer::logits::argmax(l);
+    let best = minfer::testing::argmax(l);
     let second = l
         .iter()
         .enumerate()
@@ -642,11 +642,11 @@ fn ministral3_matches_cpu() {
         let mut c = session_of(load::open_model(&path).unwrap(), n_ctx, BackendChoice::Cpu, kv);
         let want = c.eval(&prompt, true).unwrap();
         let mut steps = Vec::new();
-        let mut next = minfer::logits::argmax(&want[want.len() - c.n_vocab()..]);
+        let mut next = minfer::testing::argmax(&want[want.len() - c.n_vocab()..]);
         for _ in 0..4 {
             let o = c.eval(&[next], false).unwrap();
             steps.push((next, o.clone()));
-            next = minfer::logits::argmax(&o);
+            next = minfer::testing::argmax(&o);
         }
         for gb in &gs {
             let mut g = session_on(gb, Arc::new(load::open_model(&path).unwrap()), n_ctx, kv);

@@ -3,9 +3,9 @@
 //! shared by the slots and x per slot, expert rows not a multiple of the workgroup), expert
 //! biases, gpt-oss' clamped SwiGLU, the weighted sum and the sigmoid-gated shared expert.
 
-use minfer::backend::gpu::kernels::{act_qtype, WEIGHT_QTYPES};
 use minfer::model::{Gating, Op};
 use minfer::quant::QType;
+use minfer::testing::gpu::{act_qtype, WEIGHT_QTYPES};
 
 use minfer::tensor::Tensor;
 

@@ -1,10 +1,10 @@
 //! Every WGSL variant through naga, without a GPU: parsed, validated with exactly the
 //! capabilities wgpu would grant it, and translated for Metal, DX12 and Vulkan.
 
-use minfer::backend::gpu::kernels::all_variants;
-use minfer::backend::gpu::table::Kernel;
-use minfer::backend::wgpu::shaders::{quant_source, WgslSource};
 use minfer::quant::QType;
+use minfer::testing::gpu::all_variants;
+use minfer::testing::gpu::Kernel;
+use minfer::testing::wgpu::{quant_source, WgslSource};
 
 tests![
     shaders_validate_and_translate,
@@ -21,7 +21,7 @@ fn shaders_validate_and_translate() {
     let variants = all_variants();
     assert!(variants.len() > 60, "{} variants", variants.len());
     let mut failures = Vec::new();
-    let probe = minfer::backend::wgpu::shaders::f16_probe_source();
+    let probe = minfer::testing::wgpu::f16_probe_source();
     if let Err(e) = naga::front::wgsl::parse_str(&probe)
         .map_err(|e| e.emit_to_string(&probe))
         .and_then(|m| {
@@ -60,7 +60,7 @@ fn shaders_validate_and_translate() {
             Some(v) => v
                 .source_with(f16_hw, int8, coop)
                 .unwrap_or_else(|| panic!("{name}: no source")),
-            None => minfer::backend::wgpu::shaders::COOP_PROBE.to_string(),
+            None => minfer::testing::wgpu::COOP_PROBE.to_string(),
         };
         let subgroups = v.is_some_and(|v| v.subgroups) || coop;
         let module = match naga::front::wgsl::parse_str(&src) {

@@ -292,6 +292,7 @@ pub fn act_type(w: QType) -> QType {
 /// fastest quantizer this CPU has. Every ISA produces the same bytes: ggml-cpu's x86 encoding
 /// (q8_0/q8_1: scale 127/amax, ties to even; q8_K: the reference codec), which is what the
 /// llama.cpp outputs we compare against were computed with.
+#[cfg(test)]
 pub fn quantize_act(act: QType, x: &[f32], out: &mut [u8]) {
     Isa::best().quantize_act(act, x, out)
 }

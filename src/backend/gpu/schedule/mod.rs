@@ -13,18 +13,17 @@ mod moe;
 mod norm;
 mod pack;
 
-pub use attention::{split_heads, split_span, ATTN_TOKENS, MAX_SPLIT, SPLIT_SPAN};
+pub use attention::{split_span, ATTN_TOKENS, SPLIT_SPAN};
 
 use std::sync::Arc;
 
 use super::kernels::Variant;
-use super::params::{ArgmaxParams, AttentionParams, AttentionTileParams, KernelParams, MatmulPackParams, MatmulParams};
+use super::params::{ArgmaxParams, KernelParams};
 use super::shape::DeviceShape;
 use super::table::Kernel;
 use crate::backend::alloc::Liveness;
 use crate::backend::KvType;
-use crate::model::graph::ROPE_FREQS;
-use crate::model::{Graph, Model, Node, Op, Rope};
+use crate::model::{Graph, Node, Op, Rope};
 use crate::quant::QType;
 
 /// Token counts up to this use `matmul_vec` (a workgroup per 4 rows, every token in it: a decode
@@ -36,6 +35,7 @@ pub const VEC_MAX_TOKENS: usize = 8;
 pub const ARGMAX_MAX_PARTS: u32 = 1024;
 
 /// Bytes of the `Res::ArgmaxOut` buffer: the id, then a (value, id) pair per slice.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub const ARGMAX_OUT_BYTES: u64 = 4 + 8 * ARGMAX_MAX_PARTS as u64;
 
 /// The slices `argmax` takes a row of `n` logits in: about 1,024 logits each (4 per invocation),
@@ -138,7 +138,9 @@ impl Launch {
     /// The multiply-adds this launch does, roughly, as (fixed, per position of context): what
     /// bounds the GPU work of one submit. The attention's share grows with the context, which
     /// only the step knows.
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
     pub fn work(&self) -> (u64, u64) {
+        use super::params::{AttentionParams, AttentionTileParams, MatmulPackParams, MatmulParams};
         let groups: u64 = self.groups.iter().map(|&g| g as u64).product();
         match self.variant.kernel {
             Kernel::MatmulVec | Kernel::Matmul => {
@@ -188,6 +190,8 @@ pub enum Stage {
     },
 }
 
+// What a schedule holds beyond its stages is read by the GPU backends alone.
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
 pub struct Schedule {
     pub stages: Vec<Stage>,
     /// Bytes of each activation buffer.
@@ -504,7 +508,9 @@ pub fn schedule(
 /// the model's frequency factors where the RoPE has them) so every backend rotates by the same
 /// values. A temperature (`Rope::temp`, Q of Mistral 3) multiplies each token's pairs: the
 /// rotation then scales by it (the CPU rounds the rotation and the scale apart).
-pub fn rope_table(model: &Model, rope: &Rope, pos: &[u32]) -> crate::Result<Vec<f32>> {
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub fn rope_table(model: &crate::Model, rope: &Rope, pos: &[u32]) -> crate::Result<Vec<f32>> {
+    use crate::model::graph::ROPE_FREQS;
     let factors = match rope.freq_factors {
         true => Some(model.weight(ROPE_FREQS)?.to_f32()?),
         false => None,
@@ -522,6 +528,7 @@ pub fn rope_table(model: &Model, rope: &Rope, pos: &[u32]) -> crate::Result<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::gpu::params::{AttentionParams, MatmulParams};
     use crate::model::Node;
 
     /// A step's token count that takes the tiled matmul.

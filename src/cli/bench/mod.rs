@@ -16,40 +16,135 @@
 //! of random tokens embedded in one call (forwards of up to `-b` tokens of whole inputs), after a
 //! warm-up; embeddings and tokens per second, mean ± stddev over `-r` runs.
 
+mod batched;
+mod profile;
+
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
+use clap::Args;
 use serde_json::json;
 
 use minfer::backend::{BackendChoice, KvType};
-use minfer::{Batch, Session, SessionOptions};
+use minfer::{Session, SessionOptions};
 
-pub struct Args {
-    pub n_prompt: usize,
-    pub n_gen: usize,
-    pub reps: usize,
+use super::flags::parse_kv;
+use super::Base;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    model: PathBuf,
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    n_prompt: usize,
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    n_gen: usize,
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    reps: usize,
+    /// Tokens of context before each test (llama-bench's `-d 0,1024,4096`): prefilled
+    /// untimed, then the pp or tg test runs after them
+    #[arg(short = 'd', long = "n-depth", value_delimiter = ',', default_values_t = [0])]
+    depth: Vec<usize>,
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Comma-separated backends to run side by side
+    #[arg(long, default_value = "cpu")]
+    backend: String,
+    /// CUDA device index
+    #[arg(long)]
+    gpu: Option<usize>,
+    #[arg(long = "cache-type", value_name = "CACHE_TYPE", value_parser = parse_kv)]
+    kv_type: Option<KvType>,
+    #[arg(long)]
+    json: bool,
+    /// llama-batched-bench mode: parallel sequence counts (`-npl 1,2,4,8`)
+    #[arg(long = "npl", value_delimiter = ',')]
+    npl: Vec<usize>,
+    /// Batched mode: prompt lengths per sequence
+    #[arg(long = "npp", value_delimiter = ',', default_values_t = [128])]
+    npp: Vec<usize>,
+    /// Batched mode: tokens generated per sequence
+    #[arg(long = "ntg", value_delimiter = ',', default_values_t = [128])]
+    ntg: Vec<usize>,
+    /// Batched mode: one prompt shared by every sequence (evaluated once, forked)
+    #[arg(long = "pps")]
+    pp_shared: bool,
+    /// Tokens per forward
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    n_batch: usize,
+    /// Flash-attention numerics (llama-bench's `-fa 1`, its CPU default)
+    #[arg(long = "flash-attn", visible_alias = "fa")]
+    flash_attn: bool,
+    /// Embedding models: tokens per input (with [CLS] and [SEP])
+    #[arg(long = "embd-len", value_delimiter = ',', default_values_t = [16, 128, 512])]
+    embd_len: Vec<usize>,
+    /// Embedding models: inputs per call
+    #[arg(long = "embd-batch", value_delimiter = ',', default_values_t = [1, 32])]
+    embd_batch: Vec<usize>,
+}
+
+pub fn run(a: BenchArgs, base: &Base) -> Result<()> {
+    if a.n_batch == 0 {
+        bail!("--batch-size must be at least 1");
+    }
+    if a.reps == 0 {
+        bail!("--repetitions must be at least 1");
+    }
+    let backends = a
+        .backend
+        .split(',')
+        .map(BackendChoice::parse)
+        .collect::<minfer::Result<Vec<_>>>()?;
+    let c = Config {
+        n_prompt: a.n_prompt,
+        n_gen: a.n_gen,
+        reps: a.reps,
+        depths: a.depth,
+        threads: a.threads,
+        backends,
+        gpu: a.gpu,
+        kv_type: a.kv_type.or(base.env.kv_type),
+        json: a.json,
+        base: base.session(),
+        npl: a.npl,
+        npp: a.npp,
+        ntg: a.ntg,
+        pp_shared: a.pp_shared,
+        n_batch: a.n_batch,
+        flash_attn: a.flash_attn,
+        embd_len: a.embd_len,
+        embd_batch: a.embd_batch,
+    };
+    measure(&a.model, &c)
+}
+
+/// What the tests run with: the flags over the environment.
+struct Config {
+    n_prompt: usize,
+    n_gen: usize,
+    reps: usize,
     /// `-d`: tokens of context before each test (one row per depth).
-    pub depths: Vec<usize>,
-    pub threads: Option<usize>,
-    pub backends: Vec<BackendChoice>,
-    pub gpu: Option<usize>,
-    pub kv_type: Option<KvType>,
-    pub json: bool,
+    depths: Vec<usize>,
+    threads: Option<usize>,
+    backends: Vec<BackendChoice>,
+    gpu: Option<usize>,
+    kv_type: Option<KvType>,
+    json: bool,
     /// The environment's options (backend switches, `--profile`, the upload bar).
-    pub base: SessionOptions,
+    base: SessionOptions,
     /// `-npl`: the batched mode's parallel sequence counts (empty: the pp/tg mode).
-    pub npl: Vec<usize>,
-    pub npp: Vec<usize>,
-    pub ntg: Vec<usize>,
+    npl: Vec<usize>,
+    npp: Vec<usize>,
+    ntg: Vec<usize>,
     /// `-pps`: the sequences share one prompt (evaluated once, then forked).
-    pub pp_shared: bool,
-    pub n_batch: usize,
+    pp_shared: bool,
+    n_batch: usize,
     /// `-fa`: flash-attention numerics.
-    pub flash_attn: bool,
+    flash_attn: bool,
     /// Embedding models: tokens per input, and inputs per call.
-    pub embd_len: Vec<usize>,
-    pub embd_batch: Vec<usize>,
+    embd_len: Vec<usize>,
+    embd_batch: Vec<usize>,
 }
 
 struct Record {
@@ -147,7 +242,7 @@ const PP_BATCH: usize = 512;
 /// absent is a row less (None), not the end of the run.
 fn session(
     model: &Arc<minfer::Model>,
-    args: &Args,
+    args: &Config,
     b: BackendChoice,
     n_ctx: usize,
     n_batch: usize,
@@ -177,9 +272,9 @@ fn session(
     Ok(Some(s))
 }
 
-pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
+fn measure(path: &std::path::Path, args: &Config) -> Result<()> {
     if !args.npl.is_empty() {
-        return batched(path, args);
+        return batched::run(path, args);
     }
     let model = Arc::new(minfer::load::open_model(path)?);
     if model.hparams.pooling.is_some() {
@@ -204,7 +299,7 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
             continue;
         };
         let describe = s.log.first().cloned().unwrap_or_default();
-        let n_threads = args.threads.unwrap_or_else(minfer::backend::cpu::default_threads);
+        let n_threads = args.threads.unwrap_or_else(minfer::testing::cpu::default_threads);
         let n_vocab = s.n_vocab();
         for &depth in &args.depths {
             // Context and test tokens from one stream, so the test continues the context.
@@ -274,7 +369,7 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
                     "dispatches_per_token": r.submitted.map(|w| w.dispatches),
                     "passes_per_token": r.submitted.map(|w| w.passes),
                     "submits_per_token": r.submitted.map(|w| w.submits),
-                    "profile": r.profile.as_ref().map(super::bench_profile::json),
+                    "profile": r.profile.as_ref().map(profile::json),
                 })
             })
             .collect();
@@ -323,144 +418,14 @@ pub fn run(path: &std::path::Path, args: &Args) -> Result<()> {
             .filter(|r| r.test_name() == test)
             .filter_map(|r| Some((r.backend.as_str(), r.profile.as_ref()?)))
             .collect();
-        print!("{}", super::bench_profile::markdown(&test, &cols));
-    }
-    Ok(())
-}
-
-/// The KV cells a batched case needs, as llama-batched-bench counts them.
-fn n_kv_req(pp: usize, tg: usize, pl: usize, shared: bool) -> usize {
-    if shared {
-        pp + pl * tg
-    } else {
-        pl * (pp + tg)
-    }
-}
-
-/// llama-batched-bench's run: per backend, every (pp, tg, pl) case from an empty pool.
-fn batched(path: &std::path::Path, args: &Args) -> Result<()> {
-    let model = Arc::new(minfer::load::open_model(path)?);
-    let mut cases = Vec::new();
-    for &pp in &args.npp {
-        for &tg in &args.ntg {
-            for &pl in &args.npl {
-                if pp == 0 || pl == 0 {
-                    anyhow::bail!("-npp and -npl take values of at least 1 (got pp {pp}, pl {pl})");
-                }
-                cases.push((pp, tg, pl));
-            }
-        }
-    }
-    let n_ctx = cases
-        .iter()
-        .map(|&(pp, tg, pl)| n_kv_req(pp, tg, pl, args.pp_shared))
-        .max()
-        .unwrap_or(16)
-        .max(16);
-    for &b in &args.backends {
-        let Some(mut s) = session(&model, args, b, n_ctx, args.n_batch)? else {
-            continue;
-        };
-        let n_threads = args.threads.unwrap_or_else(minfer::backend::cpu::default_threads);
-        let mut rng = prompt_tokens(1 << 16, s.n_vocab()).into_iter().cycle();
-        // Warm-up: 16 tokens, as llama-batched-bench.
-        let warm: Vec<u32> = rng.by_ref().take(16).collect();
-        s.eval(&warm, false)?;
-        s.reset();
-        if !args.json {
-            println!();
-            println!(
-                "n_kv_max = {n_ctx}, n_batch = {}, is_pp_shared = {}, backend = {}, n_threads = {n_threads}",
-                args.n_batch,
-                u8::from(args.pp_shared),
-                s.backend_name
-            );
-            println!();
-            println!(
-                "|{:>6} | {:>6} | {:>4} | {:>6} | {:>8} | {:>8} | {:>8} | {:>8} | {:>8} | {:>8} |",
-                "PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s"
-            );
-            println!(
-                "|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|"
-            );
-        }
-        for &(pp, tg, pl) in &cases {
-            let main = s.main_seq();
-            let seqs: Vec<_> = (0..pl).map(|i| if i == 0 { main } else { s.seq_new() }).collect();
-            let mut batch = Batch::new();
-            for (j, &seq) in seqs.iter().enumerate() {
-                if args.pp_shared && j > 0 {
-                    break;
-                }
-                for i in 0..pp {
-                    batch.push(seq, rng.next().unwrap_or(0), i, i == pp - 1);
-                }
-            }
-            let t0 = Instant::now();
-            s.decode(&batch)?;
-            let t_pp = t0.elapsed().as_secs_f64();
-            let mut seqs = seqs;
-            if args.pp_shared {
-                for seq in seqs.iter_mut().skip(1) {
-                    s.seq_remove(*seq)?;
-                    *seq = s.seq_fork(main, pp)?;
-                }
-            }
-            let t1 = Instant::now();
-            for i in 0..tg {
-                batch.clear();
-                for &seq in &seqs {
-                    batch.push(seq, rng.next().unwrap_or(0), pp + i, true);
-                }
-                s.decode(&batch)?;
-            }
-            let t_tg = t1.elapsed().as_secs_f64();
-            for &seq in &seqs {
-                s.seq_remove(seq)?;
-            }
-            let t = t_pp + t_tg;
-            let n_kv = n_kv_req(pp, tg, pl, args.pp_shared);
-            let pp_tokens = if args.pp_shared { pp } else { pl * pp };
-            let speed_pp = pp_tokens as f64 / t_pp;
-            let speed_tg = (pl * tg) as f64 / t_tg;
-            let speed = (pp_tokens + pl * tg) as f64 / t;
-            if args.json {
-                let rec = json!({
-                    "n_kv_max": n_ctx,
-                    "n_batch": args.n_batch,
-                    "n_ubatch": args.n_batch,
-                    "flash_attn": 0,
-                    "is_pp_shared": u8::from(args.pp_shared),
-                    "n_gpu_layers": 0,
-                    "n_threads": n_threads,
-                    "n_threads_batch": n_threads,
-                    "pp": pp,
-                    "tg": tg,
-                    "pl": pl,
-                    "n_kv": n_kv,
-                    "t_pp": t_pp,
-                    "speed_pp": speed_pp,
-                    "t_tg": t_tg,
-                    "speed_tg": speed_tg,
-                    "t": t,
-                    "speed": speed,
-                    "backend": s.backend_name,
-                });
-                println!("{rec}");
-            } else {
-                println!(
-                    "|{pp:>6} | {tg:>6} | {pl:>4} | {n_kv:>6} | {t_pp:>8.3} | {speed_pp:>8.2} | {t_tg:>8.3} | {speed_tg:>8.2} | {t:>8.3} | {speed:>8.2} |"
-                );
-            }
-        }
-        super::print_profile(&s);
+        print!("{}", profile::markdown(&test, &cols));
     }
     Ok(())
 }
 
 /// The embeddings mode: `batch` inputs of `len` tokens each (`[CLS]`, random ids, `[SEP]`) per
 /// call, one row per backend × length × count.
-fn embeddings(path: &std::path::Path, model: Arc<minfer::Model>, args: &Args) -> Result<()> {
+fn embeddings(path: &std::path::Path, model: Arc<minfer::Model>, args: &Config) -> Result<()> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
@@ -473,7 +438,7 @@ fn embeddings(path: &std::path::Path, model: Arc<minfer::Model>, args: &Args) ->
         anyhow::bail!("--embd-batch 0: at least one input per call");
     }
     let longest = args.embd_len.iter().copied().max().unwrap_or(0);
-    let n_threads = args.threads.unwrap_or_else(minfer::backend::cpu::default_threads);
+    let n_threads = args.threads.unwrap_or_else(minfer::testing::cpu::default_threads);
     let mut rows = Vec::new();
     for &b in &args.backends {
         // Forwards of up to -b tokens (at least one whole input).
