@@ -468,8 +468,7 @@ fn matmul_and_get_rows_every_qtype() {
 /// the q8_1 correction), q2_K (16-element scales and offsets), q4_K (offsets), q6_K (16-element
 /// scales). Every backend runs them; each must match the CPU to f32 summation order.
 fn tensor_core_tiles_of_every_width_match_cpu() {
-    use minfer::backend::gpu::kernels::{Variant, MMA_COLS};
-    use minfer::backend::gpu::params::{KernelParams, MatmulParams};
+    use minfer::testing::gpu::{KernelParams, MatmulParams, Variant, MMA_COLS};
     let t = "tensor_core_tiles_of_every_width_match_cpu";
     let gs = gpus(t, None);
     if gs.is_empty() {
@@ -477,7 +476,7 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
     }
     let (m, tokens, sms) = (200usize, [9usize, 130, 200], 16);
     #[cfg(feature = "cuda")]
-    assert_eq!(minfer::backend::cuda::emu::EMULATED_SHAPE.sms, sms);
+    assert_eq!(minfer::testing::cuda::emu::EMULATED_SHAPE.sms, sms);
     let cpu = cpu();
     let mut paths = std::collections::BTreeSet::new();
     for q in [QType::Q4_0, QType::Q4_1, QType::Q2K, QType::Q4K, QType::Q6K] {
