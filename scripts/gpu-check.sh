@@ -17,7 +17,8 @@
 #      q4_0 and q4_k_m, Llama-3-8B q4_k_m);
 #   3. runs the whole `gpu::` test suite on the device (the 48-model CPU sweep excepted);
 #   4. benches CUDA and wgpu: pp512/tg128 at depth 0 and 4096 with the per-op decode profile,
-#      and batched decode at 1, 8 and 32 sequences;
+#      and batched decode at 1, 8, 16, 32 and 64 sequences (the matvec, then the tensor-core
+#      tiles narrow and split along k);
 #   5. prints `plan`'s predicted time per op beside the profile's measured one;
 #   6. runs llama-bench and llama-batched-bench on the same files once their build is done.
 # The last lines printed are one table (test, minfer CUDA, minfer wgpu, llama.cpp, ratios);
@@ -25,7 +26,7 @@
 # gpu-check-out.tar.gz beside it.
 #
 # Knobs (the rehearsal sets them): KIT_LAYERS (model layers, default the full 32), KIT_PP,
-# KIT_TG, KIT_DEPTH (512, 128, 4096), KIT_NPL (1,8,32), KIT_REPS (3), KIT_BACKENDS (cuda,wgpu),
+# KIT_TG, KIT_DEPTH (512, 128, 4096), KIT_NPL (1,8,16,32,64), KIT_REPS (3), KIT_BACKENDS (cuda,wgpu),
 # KIT_LLAMA_WAIT (seconds to wait for llama.cpp's build after ours, 150), KIT_STEP_LIMIT
 # (seconds any one step may take, 240), MODELS7B (where the random models go, /tmp/minfer-7b),
 # KIT_DEVICE (plan's profile, h200), KIT_CUDA_ARCH (llama.cpp's CUDA architectures, 90).
@@ -139,7 +140,7 @@ run() {
         return $rc
     }
     local layers=${KIT_LAYERS:-32} pp=${KIT_PP:-512} tg=${KIT_TG:-128} depth=${KIT_DEPTH:-4096}
-    local npl=${KIT_NPL:-1,8,32} reps=${KIT_REPS:-3} backends=${KIT_BACKENDS:-cuda,wgpu}
+    local npl=${KIT_NPL:-1,8,16,32,64} reps=${KIT_REPS:-3} backends=${KIT_BACKENDS:-cuda,wgpu}
     local m7=${MODELS7B:-/tmp/minfer-7b}
     local bin=$top/run/minfer-wgpu suite=$top/run/suite
 
@@ -268,7 +269,7 @@ run() {
             done
             for m in "$m7"/llama2-7b-q4_k_m*.gguf; do
                 name=$(basename "$m" .gguf)
-                step "llama-batched-bench $name" "$lb/llama-batched-bench" -m "$m" -ngl 99 -fa on -c $(((pp + tg) * 33)) \
+                step "llama-batched-bench $name" "$lb/llama-batched-bench" -m "$m" -ngl 99 -fa on -c $(((pp + tg) * 65)) \
                     -npp "$pp" -ntg "$tg" -npl "$npl" > "$out/llama-batched-$name.md" 2> "$out/llama-batched-$name.log"
             done
         else
