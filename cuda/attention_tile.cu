@@ -216,3 +216,246 @@ static __device__ __forceinline__ void attention_tile_body(const Params& p) {
         attention_tile_body<kv_##name>(p);                                                        \
     }
 MF_KV_TYPES(MF_ATTENTION_TILE)
+
+// attention_tile_mma<HD>: attention_tile's work on the tensor cores (ggml-cuda's
+// fattn-mma-f16), for an f16 cache with head_dim = head_dim_v = HD (64 or 128; the host takes it
+// there from sm_80 on, `Variant::mma_launch`, else attention_tile). The same grid and output
+// protocol, with its own tile: 64 rows (tq · hg, the host rewrites tq) in 4 warps of 16, KT = 32
+// positions a step. The queries are rounded to f16 as the f32 kernel rounds them for this cache,
+// so each score is the same sum of exact products (mma.sync m16n8k16 f16 → f32, mma_f16 in
+// quant.cuh) in another order; the probabilities go to f16 for the product with V (the sum l
+// adds the rounded ones, so the output stays a weighted mean), the one rounding the f32 kernel
+// does not make.
+// Per step the block stores the K tile as rows of half pairs and the V tile transposed (a row per
+// dimension), both padded so a warp's fragment reads (8 rows × 4 words) fall in 32 banks. A warp
+// scores its 16 rows against the 32 positions (the Q fragments read from the staged queries each
+// step: registers are for the 16 × HD output), updates each
+// row's online softmax in registers (a row's values lie in the 4 lanes of a quad), turns the
+// probabilities into the A fragments of P · V (the accumulator layout of two 8-position blocks is
+// that of one 16-position A fragment) and adds P · V into its 16 × HD output.
+template <u32 HD>
+static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) {
+    constexpr u32 R = 64, KT = 32;
+    constexpr u32 QLD = HD / 2 + 4; // words per row of the staged queries
+    constexpr u32 KLD = HD / 2 + 4; // words per K row
+    constexpr u32 VLD = KT / 2 + 4; // words per row of the transposed V (a dimension)
+    constexpr u32 NK = HD / 16;     // 16-dimension chunks of a score
+    constexpr u32 NB = KT / 8;      // 8-position blocks of a step
+    constexpr u32 ND = HD / 8;      // 8-dimension blocks of the output
+    constexpr float MASKED = -3.0e38f;
+    __shared__ u32 qw[R * QLD];
+    __shared__ u32 kw_s[KT * KLD];
+    __shared__ u32 vt[HD * VLD];
+    const u32* __restrict__ step = binding<const u32>(p, 1);
+    const float* __restrict__ q = binding<const float>(p, 2);
+    const u32* __restrict__ kc = binding<const u32>(p, 3);
+    const u32* __restrict__ vc = binding<const u32>(p, 4);
+    float* __restrict__ part = binding<float>(p, 5);
+    const f2* __restrict__ qcs = binding<const f2>(p, 6);
+    const AttentionTileParams& prm = params<AttentionTileParams>(p);
+    const u32 n_head = prm.n_head, n_split = prm.n_split, hg = prm.hg;
+    const u32 tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const u32 g = lane / 4, t4 = lane % 4;
+    const u32 s = blockIdx.y;
+    const u32 h0 = blockIdx.x * hg;
+    const u32 kvh = h0 / (n_head / prm.n_head_kv);
+    const u32 u0 = blockIdx.z * prm.tq;
+    const u32 tb = prm.t0 + u0;
+    if (tb >= prm.n) {
+        return;
+    }
+    const u32 nt = umin32(prm.tq, prm.n - tb);
+    const u32 window = prm.window;
+    auto row_lo = [&](u32 t) -> u32 {
+        const u32 pos = step[4 + 2 * t];
+        return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+    };
+    const u32 kwid = prm.n_head_kv * HD; // elements per cache row (K and V alike here)
+    const float scale = prm.scale, softcap = prm.softcap;
+    u16* qh = reinterpret_cast<u16*>(qw);
+    u16* vth = reinterpret_cast<u16*>(vt);
+    // This lane's rows in the tile: ra and ra + 8.
+    const u32 ra = 16 * warp + g;
+
+    for (u32 i0 = 0; i0 < nt;) {
+        // The run: tokens i0 .. i1 of one sequence, and the positions any of them reads.
+        const u32 cells = step[5 + 2 * (tb + i0)];
+        u32 i1 = i0 + 1;
+        u32 jlo = row_lo(tb + i0);
+        u32 jhi = step[4 + 2 * (tb + i0)] + 1;
+        while (i1 < nt && step[5 + 2 * (tb + i1)] == cells) {
+            jlo = umin32(jlo, row_lo(tb + i1));
+            jhi = umax32(jhi, step[4 + 2 * (tb + i1)] + 1);
+            i1++;
+        }
+        const u32* __restrict__ rows = step + cells;
+        const u32 nr = (i1 - i0) * hg;
+        const u32 chunk = split_chunk(jhi - jlo, n_split);
+        const u32 j0 = jlo + s * chunk;
+        const u32 j1 = umin32(j0 + chunk, jhi);
+        // The run's queries as f16, rows past nr zero.
+        for (u32 e = tid; e < R * HD; e += 128) {
+            const u32 r = e / HD, d = e % HD;
+            float v = 0.0f;
+            if (r < nr) {
+                const u32 t = tb + i0 + r / hg;
+                v = q_rotated(q, qcs, (t * n_head + h0 + r % hg) * HD, d, t, prm.n_rot, prm.neox);
+            }
+            qh[r * 2 * QLD + d] = (u16)f16_bits(v);
+        }
+        __syncthreads();
+        // Each of the lane's two rows: its token's first and last position (none past nr).
+        u32 lo[2], hi[2];
+        MF_UNROLL
+        for (u32 x = 0; x < 2; x++) {
+            const u32 r = ra + 8 * x;
+            const u32 t = tb + i0 + r / hg;
+            lo[x] = r < nr ? row_lo(t) : 1;
+            hi[x] = r < nr ? step[4 + 2 * t] : 0;
+        }
+        float m[2] = {MASKED, MASKED}, l[2] = {0.0f, 0.0f};
+        float o[ND][4];
+        MF_UNROLL
+        for (u32 nb = 0; nb < ND; nb++) {
+            MF_UNROLL
+            for (u32 i = 0; i < 4; i++) {
+                o[nb][i] = 0.0f;
+            }
+        }
+        for (u32 base = j0; base < j1; base += KT) {
+            const u32 cnt = umin32(KT, j1 - base);
+            __syncthreads();
+            for (u32 e = tid; e < KT * HD / 2; e += 128) {
+                const u32 jj = e / (HD / 2), wd = e % (HD / 2);
+                u32 kv = 0, vv = 0;
+                if (jj < cnt) {
+                    const u32 at = (rows[base + jj] * kwid + kvh * HD) / 2 + wd;
+                    kv = kc[at];
+                    vv = vc[at];
+                }
+                kw_s[jj * KLD + wd] = kv;
+                vth[(2 * wd) * 2 * VLD + jj] = (u16)(vv & 0xffffu);
+                vth[(2 * wd + 1) * 2 * VLD + jj] = (u16)(vv >> 16);
+            }
+            __syncthreads();
+            // Scores: sc[j] is the 16 × 8 block of positions base + 8j ... (each Q fragment read
+            // from shared memory once a step, for the step's NB blocks: registers go to o).
+            float sc[NB][4];
+            MF_UNROLL
+            for (u32 j = 0; j < NB; j++) {
+                MF_UNROLL
+                for (u32 i = 0; i < 4; i++) {
+                    sc[j][i] = 0.0f;
+                }
+            }
+            MF_UNROLL
+            for (u32 kk = 0; kk < NK; kk++) {
+                const u32 qa[4] = {qw[ra * QLD + 8 * kk + t4], qw[(ra + 8) * QLD + 8 * kk + t4],
+                                   qw[ra * QLD + 8 * kk + 4 + t4], qw[(ra + 8) * QLD + 8 * kk + 4 + t4]};
+                MF_UNROLL
+                for (u32 j = 0; j < NB; j++) {
+                    const u32 b0 = kw_s[(8 * j + g) * KLD + 8 * kk + t4];
+                    const u32 b1 = kw_s[(8 * j + g) * KLD + 8 * kk + 4 + t4];
+                    mma_f16(sc[j], qa, b0, b1);
+                }
+            }
+            // Scale, cap and mask; each row's maximum over the step (its quad's lanes).
+            float mx[2] = {MASKED, MASKED};
+            MF_UNROLL
+            for (u32 j = 0; j < NB; j++) {
+                MF_UNROLL
+                for (u32 i = 0; i < 4; i++) {
+                    const u32 x = i / 2, jj = 8 * j + 2 * t4 + i % 2, pos = base + jj;
+                    float v = MASKED;
+                    if (jj < cnt && pos >= lo[x] && pos <= hi[x]) {
+                        v = sc[j][i] * scale;
+                        if (softcap > 0.0f) {
+                            v = tanhf(fminf(fmaxf(v / softcap, -15.0f), 15.0f)) * softcap;
+                        }
+                    }
+                    sc[j][i] = v;
+                    mx[x] = fmaxf(mx[x], v);
+                }
+            }
+            float f[2];
+            MF_UNROLL
+            for (u32 x = 0; x < 2; x++) {
+                mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 1));
+                mx[x] = fmaxf(mx[x], __shfl_xor_sync(0xffffffffu, mx[x], 2));
+                const float mn = fmaxf(m[x], mx[x]);
+                f[x] = expf(m[x] - mn);
+                m[x] = mn;
+            }
+            // Probabilities, rounded to f16, as P · V's A fragments; each row's sum of them.
+            float ls[2] = {0.0f, 0.0f};
+            u32 pa[KT / 16][4];
+            MF_UNROLL
+            for (u32 j = 0; j < NB; j++) {
+                float pr[4];
+                MF_UNROLL
+                for (u32 i = 0; i < 4; i++) {
+                    const u32 x = i / 2;
+                    const u32 hbits = sc[j][i] > MASKED ? f16_bits(expf(sc[j][i] - m[x])) : 0u;
+                    pr[i] = f16_to_f32(hbits);
+                    ls[x] += pr[i];
+                }
+                // Block j is the low (even j) or high half of chunk j / 2's 16 positions.
+                pa[j / 2][2 * (j % 2)] = f16_bits(pr[0]) | (f16_bits(pr[1]) << 16);
+                pa[j / 2][2 * (j % 2) + 1] = f16_bits(pr[2]) | (f16_bits(pr[3]) << 16);
+            }
+            MF_UNROLL
+            for (u32 x = 0; x < 2; x++) {
+                ls[x] += __shfl_xor_sync(0xffffffffu, ls[x], 1);
+                ls[x] += __shfl_xor_sync(0xffffffffu, ls[x], 2);
+                l[x] = l[x] * f[x] + ls[x];
+            }
+            MF_UNROLL
+            for (u32 nb = 0; nb < ND; nb++) {
+                MF_UNROLL
+                for (u32 i = 0; i < 4; i++) {
+                    o[nb][i] *= f[i / 2];
+                }
+                MF_UNROLL
+                for (u32 kc16 = 0; kc16 < KT / 16; kc16++) {
+                    const u32 b0 = vt[(8 * nb + g) * VLD + 8 * kc16 + t4];
+                    const u32 b1 = vt[(8 * nb + g) * VLD + 8 * kc16 + 4 + t4];
+                    mma_f16(o[nb], pa[kc16], b0, b1);
+                }
+            }
+        }
+
+        // Row r is token u0 + i0 + r / hg's head h0 + r % hg.
+        MF_UNROLL
+        for (u32 x = 0; x < 2; x++) {
+            const u32 r = ra + 8 * x;
+            if (r < nr) {
+                const u32 slot = ((u0 + i0 + r / hg) * n_head + h0 + r % hg) * n_split + s;
+                float* out = part + (unsigned long long)slot * (HD + 2);
+                MF_UNROLL
+                for (u32 nb = 0; nb < ND; nb++) {
+                    out[8 * nb + 2 * t4] = o[nb][2 * x];
+                    out[8 * nb + 2 * t4 + 1] = o[nb][2 * x + 1];
+                }
+                if (t4 == 0) {
+                    out[HD] = m[x];
+                    out[HD + 1] = l[x];
+                }
+            }
+        }
+        __syncthreads();
+        i0 = i1;
+    }
+}
+
+// The tensor-core entries for an f16 cache, one per head size (kernels.rs: Variant::mma_entry);
+// where the device has no f16 mma.sync, a trap (the host never launches them there).
+#define MF_ATTENTION_TILE_MMA(HD)                                                                         \
+    extern "C" __global__ void __launch_bounds__(128) attention_tile_mma##HD##_kv_f16(const Params p) { \
+        if constexpr (MF_MMA) {                                                                           \
+            attention_tile_mma_body<HD>(p);                                                               \
+        } else {                                                                                          \
+            __trap();                                                                                     \
+        }                                                                                                 \
+    }
+MF_ATTENTION_TILE_MMA(64)
+MF_ATTENTION_TILE_MMA(128)

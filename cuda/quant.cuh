@@ -419,6 +419,23 @@ static __device__ __forceinline__ void mma_s8(int (&d)[4], u32 a0, u32 a1, u32 b
 #endif
 }
 
+// d += A · B for one warp in f16 with f32 sums: A 16 × 16, B 16 × 8, d 16 × 8, in PTX's fragment
+// layout (g = lane / 4, t = lane % 4; two halves a word, the lower element in the low half):
+// a[0] = A[g][2t .. 2t + 1], a[1] = A[g + 8][2t ..], a[2] = A[g][2t + 8 ..], a[3] = A[g + 8][2t + 8 ..];
+// b0 = B[2t .. 2t + 1][g], b1 = B[2t + 8 .. 2t + 9][g]; d as mma_s8's.
+static __device__ __forceinline__ void mma_f16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+#if !defined(__CUDA_ARCH__)
+    minfer_emu::mma_f16_m16n8k16(d, a, b0, b1);
+#elif __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();
+#endif
+}
+
 // The bytes of n, each below 2h (h a power of two), less h, as signed bytes, without a borrow
 // between bytes (q4_0: h 8, q5_0: 16, q6_K: 32).
 template <u32 H>

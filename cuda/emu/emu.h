@@ -457,6 +457,46 @@ inline void mma_s8_m16n8k16(int (&d)[4], unsigned a0, unsigned a1, unsigned b0) 
     }
 }
 
+// mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32: D (16 × 8, f32) += A (16 × 16, f16) · B
+// (16 × 8, f16). With g = lane / 4 and t = lane % 4: a[0] holds A[g][2t .. 2t + 1], a[1]
+// A[g + 8][2t ..], a[2] A[g][2t + 8 ..], a[3] A[g + 8][2t + 8 ..] (the lower column in the low
+// half); b0 holds B[2t .. 2t + 1][g], b1 B[2t + 8 .. 2t + 9][g]; d as for mma_s8_m16n8k16. The
+// products are exact in f32 and added in k order (the hardware's order is unspecified).
+inline float f16_bits_to_f32(unsigned short h);
+inline void mma_f16_m16n8k16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    unsigned long long lo = (unsigned long long)a[1] << 32 | a[0];
+    unsigned long long hi = (unsigned long long)a[3] << 32 | a[2];
+    WarpView va = warp_exchange(0xffffffffu, lo);
+    if (va.present != 0xffffffffu) fail("mma.sync needs all 32 lanes of the warp");
+    unsigned long long al[32];
+    std::memcpy(al, va.slot, sizeof al);
+    WarpView vh = warp_exchange(0xffffffffu, hi);
+    unsigned long long ah[32];
+    std::memcpy(ah, vh.slot, sizeof ah);
+    WarpView vb = warp_exchange(0xffffffffu, (unsigned long long)b1 << 32 | b0);
+    const unsigned g = vb.lane / 4, t = vb.lane % 4;
+    // A[row][k] and B[k][col] as floats.
+    auto a_at = [&](unsigned row, unsigned k) {
+        const unsigned owner = (row % 8) * 4 + (k % 8) / 2;
+        const unsigned long long w = k >= 8 ? ah[owner] : al[owner];
+        const unsigned word = row >= 8 ? (unsigned)(w >> 32) : (unsigned)w;
+        return f16_bits_to_f32((unsigned short)(word >> (16 * (k % 2))));
+    };
+    auto b_at = [&](unsigned k, unsigned col) {
+        const unsigned long long w = vb.slot[col * 4 + (k % 8) / 2];
+        const unsigned word = k >= 8 ? (unsigned)(w >> 32) : (unsigned)w;
+        return f16_bits_to_f32((unsigned short)(word >> (16 * (k % 2))));
+    };
+    for (unsigned i = 0; i < 4; ++i) {
+        const unsigned row = g + (i >= 2 ? 8u : 0u), col = 2 * t + (i & 1u);
+        float acc = d[i];
+        for (unsigned k = 0; k < 16; ++k) {
+            acc += a_at(row, k) * b_at(k, col);
+        }
+        d[i] = acc;
+    }
+}
+
 } // namespace minfer_emu
 
 inline int __popc(unsigned x) { return __builtin_popcount(x); }

@@ -490,7 +490,9 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
                     n: n as u32,
                     ..Default::default()
                 };
-                let (cols, grid, _) = Variant::mma_launch(&p.words(), sms);
+                let v = Variant::with_qtype(minfer::testing::gpu::Kernel::Matmul, q);
+                let launch = v.mma_launch(&p.words(), [1, 1, 1], sms).unwrap();
+                let (cols, grid) = (launch.size, launch.grid);
                 let uneven = !(k as u32 / 32).is_multiple_of(grid[2]);
                 paths.insert((cols, grid[2] > 1, uneven));
                 let inp = tensor("inp", QType::F32, k, n, 5 + n as u64, 1.0);

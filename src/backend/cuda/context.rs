@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device::{DevBuf, Device, Func, Params, Replay};
-use crate::backend::gpu::kernels::Variant;
 use crate::backend::gpu::params::{KernelParams, MatmulParams};
 use crate::backend::gpu::profile::OpTotals;
 use crate::backend::gpu::schedule::{self, rope_table, PackSlot, Res, Stage, WeightParts};
@@ -284,13 +283,20 @@ impl CudaContext {
         let argmax_out = dev.alloc(schedule::ARGMAX_OUT_BYTES as usize)?;
         let split = dev.alloc((s.split_bytes as usize).max(4))?;
         // The tensor-core launches, and the scratch the largest split among them needs.
-        let mma = |l: &schedule::Launch| dev.takes_mma(&l.variant).then(|| Variant::mma_launch(&l.params, sms));
+        let mma = |l: &schedule::Launch| {
+            dev.takes_mma(&l.variant)
+                .then(|| l.variant.mma_launch(&l.params, l.groups, sms))
+                .flatten()
+        };
         let (mut partial_bytes, mut tiles) = (4usize, 1usize);
         for l in s.stages.iter().flat_map(|st| match st {
             Stage::Compute { launches, .. } => launches.as_slice(),
             Stage::Copy { .. } => &[],
         }) {
-            if let Some((_, [x, y, z], _)) = mma(l).filter(|(_, g, _)| g[2] > 1) {
+            if let Some([x, y, z]) = mma(l)
+                .map(|m| m.grid)
+                .filter(|g| l.variant.kernel == Kernel::Matmul && g[2] > 1)
+            {
                 let p = MatmulParams::from_words(&l.params);
                 partial_bytes = partial_bytes.max(z as usize * p.n as usize * p.rows as usize * 4);
                 tiles = tiles.max(x as usize * y as usize);
@@ -328,19 +334,20 @@ impl CudaContext {
             for (i, r) in l.res.iter().enumerate() {
                 params.b[i] = addr(r)?;
             }
-            let (cols, grid, block) = match mma(l) {
-                Some((cols, grid, block)) => {
-                    if grid[2] > 1 {
+            let (size, grid, block) = match mma(l) {
+                Some(m) => {
+                    params.w = m.params;
+                    if l.variant.kernel == Kernel::Matmul && m.grid[2] > 1 {
                         // cuda/matmul.cu: bindings 5 and 6 of a split.
                         params.b[4] = mma_partials.ptr;
                         params.b[5] = mma_counts.ptr;
                     }
-                    (Some(cols), grid, block)
+                    (Some(m.size), m.grid, m.threads)
                 }
                 None => (None, l.groups, l.variant.kernel.threads()),
             };
             Ok(Item::Launch {
-                func: dev.function(&l.variant, cols)?,
+                func: dev.function(&l.variant, size)?,
                 grid,
                 block,
                 params,

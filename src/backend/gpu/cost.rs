@@ -312,6 +312,11 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
             };
             c.flops = 2 * n_head * (hd + hdv) * seqs * attended(s.depth, t0, per, window as u64);
             c.unit = Some(Unit::F32);
+            if l.variant.kernel == Kernel::AttentionTile {
+                // Each score's scale, mask, running maximum, exponential and sum in f32, beside
+                // the products (which the tensor-core entry moves onto the f16 tensor cores).
+                c.epilogue = 8 * c.flops / (2 * (hd + hdv)).max(1);
+            }
         }
         Kernel::AttentionReduce => {
             let p = AttentionParams::from_words(w);

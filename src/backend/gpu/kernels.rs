@@ -119,23 +119,44 @@ impl Variant {
 }
 
 impl Variant {
-    /// Whether the variant is the prefill matmul over quantized weights with an integer form,
-    /// which the CUDA backend launches as a tensor-core entry (`mma_entry`) in `entry`'s place
-    /// where the device has integer `mma.sync`.
+    /// Whether the variant has tensor-core entries (`mma_entry`), which the CUDA backend launches
+    /// in `entry`'s place where the device has `mma.sync` and the launch suits them
+    /// (`mma_launch`): the prefill matmul over quantized weights with an integer form (int8
+    /// tiles), and the prefill attention over an f16 cache (f16 tiles).
     pub fn has_mma(&self) -> bool {
-        matches!((self.kernel, self.qtype), (Kernel::Matmul, Some(q)) if act_qtype(q).is_some())
+        match (self.kernel, self.qtype, self.kv) {
+            (Kernel::Matmul, Some(q), _) => act_qtype(q).is_some(),
+            (Kernel::AttentionTile, _, Some(KvType::F16)) => true,
+            _ => false,
+        }
     }
 
-    /// The tensor-core entry with token tiles `cols` wide (`matmul_mma64_q4_K` in
-    /// `cuda/matmul.cu`); `None` for a variant without one.
-    pub fn mma_entry(&self, cols: u32) -> Option<String> {
-        let q = self.qtype.filter(|_| self.has_mma())?;
-        Some(format!("matmul_mma{cols}_{}", q.name()))
+    /// The sizes the tensor-core entries come in: the matmul's token tile widths, the
+    /// attention's head sizes.
+    pub fn mma_sizes(&self) -> &'static [u32] {
+        match (self.has_mma(), self.kernel) {
+            (true, Kernel::Matmul) => &MMA_COLS,
+            (true, Kernel::AttentionTile) => &MMA_HEAD_DIMS,
+            _ => &[],
+        }
     }
 
-    /// Every tensor-core entry of the variant, one per tile width.
+    /// The tensor-core entry of size `size` (`matmul_mma64_q4_K` in `cuda/matmul.cu`,
+    /// `attention_tile_mma128_kv_f16` in `cuda/attention_tile.cu`); `None` for a variant without
+    /// one.
+    pub fn mma_entry(&self, size: u32) -> Option<String> {
+        if !self.mma_sizes().contains(&size) {
+            return None;
+        }
+        match (self.kernel, self.qtype) {
+            (Kernel::Matmul, Some(q)) => Some(format!("matmul_mma{size}_{}", q.name())),
+            _ => Some(format!("attention_tile_mma{size}_kv_f16")),
+        }
+    }
+
+    /// Every tensor-core entry of the variant, one per size.
     pub fn mma_entries(&self) -> Vec<String> {
-        MMA_COLS.iter().filter_map(|&c| self.mma_entry(c)).collect()
+        self.mma_sizes().iter().filter_map(|&c| self.mma_entry(c)).collect()
     }
 
     /// The token tile width of the tensor-core entry for `n` tokens against `rows` weight rows
@@ -161,17 +182,68 @@ impl Variant {
         want.min(k / 32 / MMA_SPLIT_MIN_STEPS).max(1)
     }
 
-    /// The tensor-core launch of a tiled matmul launch with parameters `params` on a device of
-    /// `sms` SMs: its tile width, grid (64-row tiles × `cols`-token tiles × runs of k) and
-    /// block.
-    pub fn mma_launch(params: &[u32; 16], sms: u32) -> (u32, [u32; 3], u32) {
-        let p = <super::params::MatmulParams as super::params::KernelParams>::from_words(params);
-        let cols = Variant::mma_cols(p.n, p.rows, sms);
-        let tiles = [p.rows.div_ceil(MMA_ROWS), p.n.div_ceil(cols)];
-        let splits = Variant::mma_splits(tiles[0] * tiles[1], p.k, sms);
-        (cols, [tiles[0], tiles[1], splits], super::table::MMA_THREADS)
+    /// The launch with parameters `params` on grid `groups` (the schedule's) as a tensor-core
+    /// entry on a device of `sms` SMs, where the variant has one that suits it: the matmul's
+    /// tiles of 64 rows × `mma_cols` tokens with k split by `mma_splits` (grid z); the
+    /// attention's 64-row tiles (`tq` rewritten to the tokens that make 64 rows, a power of two
+    /// so a tile never crosses a launch of `ATTN_TOKENS`) where head_dim = head_dim_v is a size
+    /// it has.
+    pub fn mma_launch(&self, params: &[u32; 16], groups: [u32; 3], sms: u32) -> Option<MmaLaunch> {
+        use super::params::{AttentionTileParams, KernelParams, MatmulParams};
+        if !self.has_mma() {
+            return None;
+        }
+        let threads = super::table::MMA_THREADS;
+        match self.kernel {
+            Kernel::Matmul => {
+                let p = MatmulParams::from_words(params);
+                let cols = Variant::mma_cols(p.n, p.rows, sms);
+                let tiles = [p.rows.div_ceil(MMA_ROWS), p.n.div_ceil(cols)];
+                let splits = Variant::mma_splits(tiles[0] * tiles[1], p.k, sms);
+                Some(MmaLaunch {
+                    size: cols,
+                    grid: [tiles[0], tiles[1], splits],
+                    threads,
+                    params: *params,
+                })
+            }
+            _ => {
+                let mut p = AttentionTileParams::from_words(params);
+                if p.head_dim != p.head_dim_v || !MMA_HEAD_DIMS.contains(&p.head_dim) || p.hg == 0 || p.hg > 64 {
+                    return None;
+                }
+                p.tq = 1 << (64 / p.hg).ilog2();
+                let n = p.n.saturating_sub(p.t0).min(super::schedule::ATTN_TOKENS);
+                Some(MmaLaunch {
+                    size: p.head_dim,
+                    grid: [groups[0], groups[1], n.div_ceil(p.tq)],
+                    threads,
+                    params: p.words(),
+                })
+            }
+        }
     }
 }
+
+/// A launch as a tensor-core entry (`Variant::mma_launch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmaLaunch {
+    /// The entry's size (`Variant::mma_entry`).
+    pub size: u32,
+    pub grid: [u32; 3],
+    pub threads: u32,
+    /// The launch's parameters as the entry reads them.
+    pub params: [u32; 16],
+}
+
+/// Weight rows per tile of the prefill matmul's tensor-core entries (`cuda/matmul.cu`).
+pub const MMA_ROWS: u32 = 64;
+
+/// The token tile widths of the matmul's tensor-core entries, narrowest first: an entry each.
+pub const MMA_COLS: [u32; 3] = [16, 32, 64];
+
+/// The head sizes of the prefill attention's tensor-core entries (`cuda/attention_tile.cu`).
+pub const MMA_HEAD_DIMS: [u32; 2] = [64, 128];
 
 /// Blocks per SM the tensor-core tiles aim for before they split k: four blocks of 128 threads,
 /// the quarter of an SM whose loads in flight keep its share of memory busy.
@@ -179,12 +251,6 @@ pub const MMA_SPLIT_BLOCKS_PER_SM: u32 = 4;
 
 /// The fewest 32-element steps of k one run of a split takes.
 pub const MMA_SPLIT_MIN_STEPS: u32 = 4;
-
-/// Weight rows per tile of the prefill matmul's tensor-core entries (`cuda/matmul.cu`).
-pub const MMA_ROWS: u32 = 64;
-
-/// The token tile widths of the tensor-core entries, narrowest first: an entry each.
-pub const MMA_COLS: [u32; 3] = [16, 32, 64];
 
 /// Every variant: each op with each type it takes, and on wgpu both reduction paths.
 /// The naga test validates and translates all of them; the NVRTC test compiles their CUDA twins.

@@ -15,6 +15,7 @@ use super::cost::{cost, Cost, Paths, StepShape};
 use super::kernels::Variant;
 use super::schedule::{self, split_span, Launch, Stage};
 use super::shape::{DeviceProfile, Resources, Unit};
+use super::table::Kernel;
 use crate::backend::KvType;
 use crate::model::{GraphKey, Model};
 
@@ -194,12 +195,10 @@ fn planned(
     mma: bool,
 ) -> Planned {
     let v: &Variant = &l.variant;
-    let (kernel, grid, threads) = match v.has_mma() && mma {
-        true => {
-            let (cols, grid, threads) = Variant::mma_launch(&l.params, profile.sms);
-            (v.mma_entry(cols).unwrap_or_else(|| v.entry()), grid, threads)
-        }
-        false => (v.entry(), l.groups, v.kernel.threads()),
+    let tensor = v.mma_launch(&l.params, l.groups, profile.sms).filter(|_| mma);
+    let (kernel, grid, threads) = match tensor {
+        Some(m) => (v.mma_entry(m.size).unwrap_or_else(|| v.entry()), m.grid, m.threads),
+        None => (v.entry(), l.groups, v.kernel.threads()),
     };
     let res = report.and_then(|r| r.get(&kernel));
     let workgroups: u64 = grid.iter().map(|&g| g as u64).product();
@@ -212,8 +211,12 @@ fn planned(
     let fill = (concurrent / busy).min(1.0);
     let bytes = (c.read() + c.written) as f64;
     let mem_s = bytes / (profile.bandwidth_gbs * 1e9);
-    let ops_s = c
-        .unit
+    // The tensor-core attention multiplies on the f16 tensor cores.
+    let unit = match (tensor, v.kernel) {
+        (Some(_), Kernel::AttentionTile) => Some(Unit::F16Tensor),
+        _ => c.unit,
+    };
+    let ops_s = unit
         .map_or(0.0, |u| c.flops as f64 / profile.peak(u))
         .max(c.epilogue as f64 / profile.peak(Unit::F32));
     let est_us = (mem_s.max(ops_s) * 1e6 / fill.max(1e-9)).max(profile.launch_us);
@@ -232,7 +235,7 @@ fn planned(
         weight_bytes: c.weights,
         cache_bytes: c.cache,
         flops: c.flops,
-        unit: c.unit,
+        unit,
         fill,
         est_us,
     }

@@ -782,7 +782,7 @@ mod tests {
                     .parse()
                     .unwrap_or_else(|_| panic!("{}: __launch_bounds__({arg})", info.name));
                 let entry = cuda[i..].split(')').nth(1).unwrap_or_default().trim();
-                let want = if entry.starts_with("matmul_mma") {
+                let want = if entry.contains("_mma") {
                     MMA_THREADS
                 } else {
                     info.threads

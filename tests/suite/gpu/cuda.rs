@@ -99,8 +99,8 @@ pub fn backends_at(test: &str, split_span: u32) -> Vec<Gpu> {
 
 /// Every op file compiles with NVRTC for each target architecture (all of an op file's targets
 /// on threads at once), and its PTX holds an entry for every variant the schedule can launch
-/// (`Variant::entry`, and the tensor-core `Variant::mma_entry`, which uses integer mma.sync from
-/// sm_80 on), waiting for the kernel before it from sm_90 on (programmatic dependent launch);
+/// (`Variant::entry`, and the tensor-core `Variant::mma_entry`, which uses mma.sync — int8 for the
+/// matmul, f16 for the attention — from sm_80 on), waiting for the kernel before it from sm_90 on (programmatic dependent launch);
 /// so does its CUBIN for sm_90.
 fn nvrtc_compiles_every_kernel() {
     let t = "nvrtc_compiles_every_kernel";
@@ -135,7 +135,7 @@ fn nvrtc_compiles_every_kernel() {
             .flat_map(|v| std::iter::once(v.entry()).chain(v.mma_entries()))
             .collect();
         // The tensor-core entries multiply on the tensor cores from sm_80 on.
-        let mma = entries.iter().any(|e| e.starts_with("matmul_mma"));
+        let mma = entries.iter().any(|e| e.contains("_mma"));
         // Every target of an op file compiled at once, one thread each, as a plan's files are
         // (`Device::prepare`): NVRTC is used from several threads.
         let targets: Vec<&str> = archs.iter().chain(&cubin).copied().collect();
@@ -157,9 +157,11 @@ fn nvrtc_compiles_every_kernel() {
                     if waits != (*arch >= "compute_90") {
                         failures.push(format!("{}.cu for {arch}: griddepcontrol.wait {waits}", k.name()));
                     }
-                    let has_mma = ptx.contains("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32");
+                    // The matmul's tiles multiply 8-bit integers, the attention's f16.
+                    let has_mma = ptx.contains("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32")
+                        || ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32");
                     if has_mma != (mma && *arch >= "compute_80") {
-                        failures.push(format!("{}.cu for {arch}: integer mma.sync {has_mma}", k.name()));
+                        failures.push(format!("{}.cu for {arch}: mma.sync {has_mma}", k.name()));
                     }
                     for e in &entries {
                         if !ptx.contains(&format!(".entry {e}(")) {
