@@ -8,13 +8,17 @@
 //! order of tinyBLAS (a batch) or `ggml_vec_dot_f16` (one token), `ggml_v_expf` softmax with
 //! chunked f64 sums, and with an f16 cache the probabilities rounded to f16 before they weight
 //! V. A q8_0 cache takes the plain f32 path. Flash attention (`--flash-attn`) follows ggml's
-//! tiled kernel for batches of 64 tokens or more and its one-chunk kernel below that.
+//! tiled kernel for batches of 64 tokens or more and its one-chunk kernel below that; an
+//! encoder's (not causal, no window) instead runs [`super::encoder_attn`], which reads every
+//! sequence whole and does not keep ggml's order.
 
 use std::cell::RefCell;
 
 use half::f16;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
+use super::dot::Isa;
+use super::encoder_attn::{self, pack_keys, Cells, QB};
 use super::ggml_order::{self, Kind, Order};
 use super::ops::{axpy, dot_f32, softmax};
 use super::pool::{Pool, SyncPtr};
@@ -142,6 +146,7 @@ struct Scratch {
     lanes: Vec<f32>,
     /// The task's keys transposed by tiles, for the tiled flash kernel.
     keys_t: Vec<f32>,
+    encoder: encoder_attn::Scratch,
 }
 
 thread_local! {
@@ -155,6 +160,7 @@ thread_local! {
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     pool: &Pool,
+    kernels: &Isa,
     kv: &mut KvCache,
     p: &AttnParams,
     sinks: Option<&[f32]>,
@@ -240,6 +246,7 @@ pub fn attention(
     // run being the whole sequence from position 0 (an encoder's step).
     let mut last: Vec<usize> = step.pos.iter().map(|&p| p as usize).collect();
     if !p.causal {
+        let mut runs = Vec::new();
         let mut i = 0;
         while i < n {
             let mut j = i + 1;
@@ -253,7 +260,18 @@ pub fn attention(
                 )));
             }
             last[i..j].fill(step.pos[j - 1] as usize);
+            runs.push((i, j));
             i = j;
+        }
+        if p.flash && p.window.is_none() {
+            let simd = encoder_attn::Simd::for_isa(kernels.isa(), hdv);
+            let kv = EncoderKv {
+                t,
+                k: (kc, krb, kw),
+                v: (vc, vrb, vw),
+            };
+            encoder(pool, simd, &kv, p, sinks, (q, step, &runs), out);
+            return Ok(());
         }
     }
     let n_chunks = chunks.len();
@@ -273,6 +291,7 @@ pub fn attention(
                     scores: sc,
                     lanes,
                     keys_t: kt,
+                    ..
                 } = &mut *s.borrow_mut();
                 qs.resize(hd, 0.0);
                 // One token's one-chunk flash kernel over an f32 cache whose cells lie in
@@ -404,6 +423,113 @@ pub fn attention(
         }
     });
     Ok(())
+}
+
+/// A layer's cache as [`encoder`] reads it: the type, then K's and V's (bytes, row bytes,
+/// floats per row).
+struct EncoderKv<'a> {
+    t: KvType,
+    k: (&'a [u8], usize, usize),
+    v: (&'a [u8], usize, usize),
+}
+
+/// Non-causal flash attention through [`encoder_attn`]. Tasks are (sequence, KV head, piece
+/// of its queries); each reads its head's keys and values of the whole sequence (in place
+/// from an f32 cache whose cells lie in order, else decoded), packs the keys once for all its
+/// queries and the group's q heads, and attends [`QB`] queries at a time. A sequence is cut
+/// into pieces only when there are too few (sequence, head) pairs to keep the threads busy:
+/// every piece packs the keys again.
+/// `runs`: each sequence's tokens `i..j` in the step.
+fn encoder(
+    pool: &Pool,
+    simd: encoder_attn::Simd,
+    kv: &EncoderKv,
+    p: &AttnParams,
+    sinks: Option<&[f32]>,
+    (q, step, runs): (&[f32], &Step, &[(usize, usize)]),
+    out: &mut [f32],
+) {
+    let (hd, hdv, group) = (p.head_dim, p.head_dim_v, p.n_head / p.n_head_kv);
+    let (qw, ow) = (p.n_head * hd, p.n_head * hdv);
+    let (kc, krb, kw) = kv.k;
+    let (vc, vrb, vw) = kv.v;
+    let pairs = (runs.len() * p.n_head_kv).max(1);
+    let mut tasks = Vec::new();
+    for (r, &(i, j)) in runs.iter().enumerate() {
+        let pieces = (4 * pool.n_threads()).div_ceil(pairs).min((j - i).div_ceil(64)).max(1);
+        let piece = (j - i).div_ceil(pieces).next_multiple_of(QB);
+        for g in 0..p.n_head_kv {
+            for a in (i..j).step_by(piece) {
+                tasks.push((r, g, a, (a + piece).min(j)));
+            }
+        }
+    }
+    // The longest first, so that the last ones handed out are short.
+    tasks.sort_by_key(|&(r, _, a, b)| std::cmp::Reverse((runs[r].1 - runs[r].0) * (b - a)));
+    let outp = SyncPtr::new(out);
+    pool.for_chunks(tasks.len(), 1, |_, range| {
+        for &(r, g, a, b) in &tasks[range] {
+            let (i, j) = runs[r];
+            let n = j - i;
+            let cell = |c: usize| step.cells[step.off[i] as usize + c] as usize;
+            SCRATCH.with(|s| {
+                let Scratch {
+                    k: ks,
+                    v: vs,
+                    keys_t: kt,
+                    encoder: es,
+                    ..
+                } = &mut *s.borrow_mut();
+                let in_place = match kv.t {
+                    KvType::F32 => f32_rows_in_place((kc, krb), (vc, vrb), cell, 0..n),
+                    _ => None,
+                };
+                let (keys, kstride, vals, vstride) = match in_place {
+                    Some((k, v)) => (&k[g * hd..], kw, &v[g * hdv..], vw),
+                    None => {
+                        ks.resize(n * hd, 0.0);
+                        vs.resize(n * hdv, 0.0);
+                        for c in 0..n {
+                            let cc = cell(c);
+                            let (kr, vr) = (&kc[cc * krb..(cc + 1) * krb], &vc[cc * vrb..(cc + 1) * vrb]);
+                            KvCache::load(kv.t, kr, g * hd, &mut ks[c * hd..(c + 1) * hd]);
+                            KvCache::load(kv.t, vr, g * hdv, &mut vs[c * hdv..(c + 1) * hdv]);
+                        }
+                        (&ks[..], hd, &vs[..], hdv)
+                    }
+                };
+                pack_keys(keys, kstride, hd, n, kt);
+                for h in g * group..(g + 1) * group {
+                    let cells = Cells {
+                        n,
+                        hd,
+                        hdv,
+                        keys_t: kt,
+                        vals,
+                        vstride,
+                        scale: p.scale,
+                        softcap: p.softcap,
+                        sink: sinks.map(|sk| sk[h]),
+                    };
+                    for b0 in (a..b).step_by(QB) {
+                        let rows = (b - b0).min(QB);
+                        es.start(&cells);
+                        for m in 0..rows {
+                            let t = b0 + m;
+                            es.q[m * hd..(m + 1) * hd].copy_from_slice(&q[t * qw + h * hd..t * qw + (h + 1) * hd]);
+                        }
+                        encoder_attn::attend(simd, &cells, rows, es);
+                        for m in 0..rows {
+                            let t = b0 + m;
+                            // SAFETY: each (token, head) output slice belongs to exactly one task.
+                            let o = unsafe { outp.slice(t * ow + h * hdv, hdv) };
+                            o.copy_from_slice(&es.out[m * hdv..(m + 1) * hdv]);
+                        }
+                    }
+                }
+            });
+        }
+    });
 }
 
 /// The K and V rows of cells `cells` as f32 slices of an f32 cache (`(bytes, row bytes)` per
