@@ -222,8 +222,9 @@ pub fn attention(
     // Chunks: runs of consecutive tokens of one sequence at consecutive positions, cut into
     // pieces when long; each task (kv head, chunk) decodes its K/V slice once for all its q
     // heads and tokens. Causal pieces of 16 (a piece reads the keys up to its last token);
-    // an encoder's of 128, since every piece reads all of its input's keys: all-MiniLM-L6-v2
-    // at 512 tokens spent 105 µs a token in attention with pieces of 16, ~70–80 with 128.
+    // an encoder's of 128 (without flash attention: with it, [`encoder`] runs), since every
+    // piece reads all of its input's keys: all-MiniLM-L6-v2 at 512 tokens spent 105 µs a
+    // token in attention with pieces of 16, ~70–80 with 128.
     let mut chunks: Vec<(usize, usize)> = Vec::new();
     let mut i = 0;
     while i < n {
@@ -577,6 +578,137 @@ fn round_like_cache(t: KvType, q: &mut [f32]) {
         KvType::Q8_0 => {
             if let Ok(b) = QType::Q8_0.quantize_to_vec(q) {
                 let _ = QType::Q8_0.dequantize(&b, q);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::KvLayout;
+
+    /// Sequences of `lens` tokens, each from position 0, sequence s in cells from its offset
+    /// on, in reverse order when `reverse` (so no cache rows can be read in place).
+    fn step_of(lens: &[usize], reverse: bool) -> Step {
+        let mut st = Step::default();
+        for &len in lens {
+            let off = st.cells.len() as u32;
+            for p in 0..len {
+                st.tokens.push(p as u32);
+                st.pos.push(p as u32);
+                st.off.push(off);
+                st.run.push(len as u32);
+            }
+            let cells = (0..len as u32).map(|c| off + if reverse { len as u32 - 1 - c } else { c });
+            st.cells.extend(cells);
+        }
+        st
+    }
+
+    fn fill(seed: u32, n: usize) -> Vec<f32> {
+        (0..n as u32)
+            .map(|i| ((i.wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(40_503)) % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
+    }
+
+    /// An encoder's flash attention (four q heads over two KV heads, sequences of 5, 1 and
+    /// 70 tokens, f32, f16 and q8_0 caches, rows in place or decoded, every ISA) against
+    /// softmax attention in f64 over the K and V rows the cache holds; and each sequence
+    /// alone gives its rows of the batch bit for bit.
+    #[test]
+    fn encoder_attention_reads_each_sequence_whole() {
+        let (n_head, n_kv, hd) = (4, 2, 32);
+        let p = AttnParams {
+            causal: false,
+            flash: true,
+            ..AttnParams::new(0, n_head, n_kv, hd)
+        };
+        let lens = [5usize, 1, 70];
+        let n: usize = lens.iter().sum();
+        let (qw, kw) = (n_head * hd, n_kv * hd);
+        let (q, k, v) = (fill(1, n * qw), fill(2, n * kw), fill(3, n * kw));
+        let pool = Pool::new(2);
+        let layout = |kv| KvLayout {
+            kv,
+            n_cells: n,
+            n_layer: 1,
+            k_width: kw,
+            v_width: kw,
+        };
+        for isa in ["avx512", "avx2", "scalar"] {
+            let Ok(isa) = Isa::for_isa(isa) else { continue };
+            for (kv_type, reverse) in [
+                (KvType::F32, false),
+                (KvType::F32, true),
+                (KvType::F16, false),
+                (KvType::Q8_0, true),
+            ] {
+                let what = format!("{} {kv_type:?} reversed {reverse}", isa.isa());
+                let step = step_of(&lens, reverse);
+                let mut kv = KvCache::new(&layout(kv_type));
+                let mut out = vec![0f32; n * qw];
+                attention(&pool, isa, &mut kv, &p, None, &q, &k, &v, &step, &mut out).unwrap();
+                let row = |c: &[u8], t: usize| {
+                    let cell = step.cells[step.off[t] as usize + step.pos[t] as usize] as usize;
+                    let rb = row_bytes(kv_type, kw);
+                    let mut r = vec![0f32; kw];
+                    KvCache::load(kv_type, &c[cell * rb..(cell + 1) * rb], 0, &mut r);
+                    r
+                };
+                let (ks, vs): (Vec<_>, Vec<_>) = (0..n).map(|t| (row(&kv.k[0], t), row(&kv.v[0], t))).unzip();
+                let mut t0 = 0;
+                for &len in &lens {
+                    for t in t0..t0 + len {
+                        for h in 0..n_head {
+                            let g = h / (n_head / n_kv);
+                            let qh = &q[t * qw + h * hd..t * qw + (h + 1) * hd];
+                            let s: Vec<f64> = (t0..t0 + len)
+                                .map(|j| {
+                                    let kj = &ks[j][g * hd..(g + 1) * hd];
+                                    qh.iter().zip(kj).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * p.scale as f64
+                                })
+                                .collect();
+                            let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                            let w: Vec<f64> = s.iter().map(|&x| (x - max).exp()).collect();
+                            let sum: f64 = w.iter().sum();
+                            for d in 0..hd {
+                                let want: f64 = (t0..t0 + len)
+                                    .map(|j| w[j - t0] * vs[j][g * hd + d] as f64)
+                                    .sum::<f64>()
+                                    / sum;
+                                let got = out[t * qw + h * hd + d] as f64;
+                                assert!(
+                                    (got - want).abs() < 1e-5,
+                                    "{what}: token {t} head {h} [{d}]: {got} vs {want}"
+                                );
+                            }
+                        }
+                    }
+                    t0 += len;
+                }
+                // The 70-token sequence alone, in cells of its own.
+                let alone = step_of(&lens[2..], reverse);
+                let mut kv1 = KvCache::new(&layout(kv_type));
+                let mut one = vec![0f32; lens[2] * qw];
+                let (a, b) = (lens[0] + lens[1], n);
+                attention(
+                    &pool,
+                    isa,
+                    &mut kv1,
+                    &p,
+                    None,
+                    &q[a * qw..],
+                    &k[a * kw..],
+                    &v[a * kw..],
+                    &alone,
+                    &mut one,
+                )
+                .unwrap();
+                assert!(
+                    one == out[a * qw..b * qw],
+                    "{what}: the sequence alone differs from its rows of the batch"
+                );
             }
         }
     }
