@@ -102,7 +102,7 @@ fn bench_attention(c: &mut Criterion) {
         };
         let q = vec![0.2f32; n_kv * n_head * hd];
         let fill = Step::contiguous(&vec![0; n_kv], 0);
-        attention(&pool, &mut kv, &p, None, &q, &k, &k, &fill, &mut out).expect("fill");
+        attention(&pool, Isa::best(), &mut kv, &p, None, &q, &k, &k, &fill, &mut out).expect("fill");
         let decode = Step::contiguous(&[0], n_kv);
         let mut g = c.benchmark_group("attention/f16/cpu");
         g.throughput(Throughput::Bytes((2 * n_kv * n_head_kv * hd * 2) as u64));
@@ -110,6 +110,7 @@ fn bench_attention(c: &mut Criterion) {
             b.iter(|| {
                 attention(
                     &pool,
+                    Isa::best(),
                     &mut kv,
                     &p,
                     None,

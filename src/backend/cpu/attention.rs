@@ -8,13 +8,17 @@
 //! order of tinyBLAS (a batch) or `ggml_vec_dot_f16` (one token), `ggml_v_expf` softmax with
 //! chunked f64 sums, and with an f16 cache the probabilities rounded to f16 before they weight
 //! V. A q8_0 cache takes the plain f32 path. Flash attention (`--flash-attn`) follows ggml's
-//! tiled kernel for batches of 64 tokens or more and its one-chunk kernel below that.
+//! tiled kernel for batches of 64 tokens or more and its one-chunk kernel below that; an
+//! encoder's (not causal, no window) instead runs [`super::encoder_attn`], which reads every
+//! sequence whole and does not keep ggml's order.
 
 use std::cell::RefCell;
 
 use half::f16;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
+use super::dot::Isa;
+use super::encoder_attn::{self, pack_keys, Cells, QB};
 use super::ggml_order::{self, Kind, Order};
 use super::ops::{axpy, dot_f32, softmax};
 use super::pool::{Pool, SyncPtr};
@@ -142,6 +146,7 @@ struct Scratch {
     lanes: Vec<f32>,
     /// The task's keys transposed by tiles, for the tiled flash kernel.
     keys_t: Vec<f32>,
+    encoder: encoder_attn::Scratch,
 }
 
 thread_local! {
@@ -155,6 +160,7 @@ thread_local! {
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     pool: &Pool,
+    kernels: &Isa,
     kv: &mut KvCache,
     p: &AttnParams,
     sinks: Option<&[f32]>,
@@ -216,8 +222,9 @@ pub fn attention(
     // Chunks: runs of consecutive tokens of one sequence at consecutive positions, cut into
     // pieces when long; each task (kv head, chunk) decodes its K/V slice once for all its q
     // heads and tokens. Causal pieces of 16 (a piece reads the keys up to its last token);
-    // an encoder's of 128, since every piece reads all of its input's keys: all-MiniLM-L6-v2
-    // at 512 tokens spent 105 µs a token in attention with pieces of 16, ~70–80 with 128.
+    // an encoder's of 128 (without flash attention: with it, [`encoder`] runs), since every
+    // piece reads all of its input's keys: all-MiniLM-L6-v2 at 512 tokens spent 105 µs a
+    // token in attention with pieces of 16, ~70–80 with 128.
     let mut chunks: Vec<(usize, usize)> = Vec::new();
     let mut i = 0;
     while i < n {
@@ -240,6 +247,7 @@ pub fn attention(
     // run being the whole sequence from position 0 (an encoder's step).
     let mut last: Vec<usize> = step.pos.iter().map(|&p| p as usize).collect();
     if !p.causal {
+        let mut runs = Vec::new();
         let mut i = 0;
         while i < n {
             let mut j = i + 1;
@@ -253,7 +261,18 @@ pub fn attention(
                 )));
             }
             last[i..j].fill(step.pos[j - 1] as usize);
+            runs.push((i, j));
             i = j;
+        }
+        if p.flash && p.window.is_none() {
+            let simd = encoder_attn::Simd::for_isa(kernels.isa(), hdv);
+            let kv = EncoderKv {
+                t,
+                k: (kc, krb, kw),
+                v: (vc, vrb, vw),
+            };
+            encoder(pool, simd, &kv, p, sinks, (q, step, &runs), out);
+            return Ok(());
         }
     }
     let n_chunks = chunks.len();
@@ -273,6 +292,7 @@ pub fn attention(
                     scores: sc,
                     lanes,
                     keys_t: kt,
+                    ..
                 } = &mut *s.borrow_mut();
                 qs.resize(hd, 0.0);
                 // One token's one-chunk flash kernel over an f32 cache whose cells lie in
@@ -406,6 +426,113 @@ pub fn attention(
     Ok(())
 }
 
+/// A layer's cache as [`encoder`] reads it: the type, then K's and V's (bytes, row bytes,
+/// floats per row).
+struct EncoderKv<'a> {
+    t: KvType,
+    k: (&'a [u8], usize, usize),
+    v: (&'a [u8], usize, usize),
+}
+
+/// Non-causal flash attention through [`encoder_attn`]. Tasks are (sequence, KV head, piece
+/// of its queries); each reads its head's keys and values of the whole sequence (in place
+/// from an f32 cache whose cells lie in order, else decoded), packs the keys once for all its
+/// queries and the group's q heads, and attends [`QB`] queries at a time. A sequence is cut
+/// into pieces only when there are too few (sequence, head) pairs to keep the threads busy:
+/// every piece packs the keys again.
+/// `runs`: each sequence's tokens `i..j` in the step.
+fn encoder(
+    pool: &Pool,
+    simd: encoder_attn::Simd,
+    kv: &EncoderKv,
+    p: &AttnParams,
+    sinks: Option<&[f32]>,
+    (q, step, runs): (&[f32], &Step, &[(usize, usize)]),
+    out: &mut [f32],
+) {
+    let (hd, hdv, group) = (p.head_dim, p.head_dim_v, p.n_head / p.n_head_kv);
+    let (qw, ow) = (p.n_head * hd, p.n_head * hdv);
+    let (kc, krb, kw) = kv.k;
+    let (vc, vrb, vw) = kv.v;
+    let pairs = (runs.len() * p.n_head_kv).max(1);
+    let mut tasks = Vec::new();
+    for (r, &(i, j)) in runs.iter().enumerate() {
+        let pieces = (4 * pool.n_threads()).div_ceil(pairs).min((j - i).div_ceil(64)).max(1);
+        let piece = (j - i).div_ceil(pieces).next_multiple_of(QB);
+        for g in 0..p.n_head_kv {
+            for a in (i..j).step_by(piece) {
+                tasks.push((r, g, a, (a + piece).min(j)));
+            }
+        }
+    }
+    // The longest first, so that the last ones handed out are short.
+    tasks.sort_by_key(|&(r, _, a, b)| std::cmp::Reverse((runs[r].1 - runs[r].0) * (b - a)));
+    let outp = SyncPtr::new(out);
+    pool.for_chunks(tasks.len(), 1, |_, range| {
+        for &(r, g, a, b) in &tasks[range] {
+            let (i, j) = runs[r];
+            let n = j - i;
+            let cell = |c: usize| step.cells[step.off[i] as usize + c] as usize;
+            SCRATCH.with(|s| {
+                let Scratch {
+                    k: ks,
+                    v: vs,
+                    keys_t: kt,
+                    encoder: es,
+                    ..
+                } = &mut *s.borrow_mut();
+                let in_place = match kv.t {
+                    KvType::F32 => f32_rows_in_place((kc, krb), (vc, vrb), cell, 0..n),
+                    _ => None,
+                };
+                let (keys, kstride, vals, vstride) = match in_place {
+                    Some((k, v)) => (&k[g * hd..], kw, &v[g * hdv..], vw),
+                    None => {
+                        ks.resize(n * hd, 0.0);
+                        vs.resize(n * hdv, 0.0);
+                        for c in 0..n {
+                            let cc = cell(c);
+                            let (kr, vr) = (&kc[cc * krb..(cc + 1) * krb], &vc[cc * vrb..(cc + 1) * vrb]);
+                            KvCache::load(kv.t, kr, g * hd, &mut ks[c * hd..(c + 1) * hd]);
+                            KvCache::load(kv.t, vr, g * hdv, &mut vs[c * hdv..(c + 1) * hdv]);
+                        }
+                        (&ks[..], hd, &vs[..], hdv)
+                    }
+                };
+                pack_keys(keys, kstride, hd, n, kt);
+                for h in g * group..(g + 1) * group {
+                    let cells = Cells {
+                        n,
+                        hd,
+                        hdv,
+                        keys_t: kt,
+                        vals,
+                        vstride,
+                        scale: p.scale,
+                        softcap: p.softcap,
+                        sink: sinks.map(|sk| sk[h]),
+                    };
+                    for b0 in (a..b).step_by(QB) {
+                        let rows = (b - b0).min(QB);
+                        es.start(&cells);
+                        for m in 0..rows {
+                            let t = b0 + m;
+                            es.q[m * hd..(m + 1) * hd].copy_from_slice(&q[t * qw + h * hd..t * qw + (h + 1) * hd]);
+                        }
+                        encoder_attn::attend(simd, &cells, rows, es);
+                        for m in 0..rows {
+                            let t = b0 + m;
+                            // SAFETY: each (token, head) output slice belongs to exactly one task.
+                            let o = unsafe { outp.slice(t * ow + h * hdv, hdv) };
+                            o.copy_from_slice(&es.out[m * hdv..(m + 1) * hdv]);
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
 /// The K and V rows of cells `cells` as f32 slices of an f32 cache (`(bytes, row bytes)` per
 /// layer), where the sequence's cells for them lie in order and the bytes are aligned.
 fn f32_rows_in_place<'a>(
@@ -451,6 +578,137 @@ fn round_like_cache(t: KvType, q: &mut [f32]) {
         KvType::Q8_0 => {
             if let Ok(b) = QType::Q8_0.quantize_to_vec(q) {
                 let _ = QType::Q8_0.dequantize(&b, q);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::KvLayout;
+
+    /// Sequences of `lens` tokens, each from position 0, sequence s in cells from its offset
+    /// on, in reverse order when `reverse` (so no cache rows can be read in place).
+    fn step_of(lens: &[usize], reverse: bool) -> Step {
+        let mut st = Step::default();
+        for &len in lens {
+            let off = st.cells.len() as u32;
+            for p in 0..len {
+                st.tokens.push(p as u32);
+                st.pos.push(p as u32);
+                st.off.push(off);
+                st.run.push(len as u32);
+            }
+            let cells = (0..len as u32).map(|c| off + if reverse { len as u32 - 1 - c } else { c });
+            st.cells.extend(cells);
+        }
+        st
+    }
+
+    fn fill(seed: u32, n: usize) -> Vec<f32> {
+        (0..n as u32)
+            .map(|i| ((i.wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(40_503)) % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
+    }
+
+    /// An encoder's flash attention (four q heads over two KV heads, sequences of 5, 1 and
+    /// 70 tokens, f32, f16 and q8_0 caches, rows in place or decoded, every ISA) against
+    /// softmax attention in f64 over the K and V rows the cache holds; and each sequence
+    /// alone gives its rows of the batch bit for bit.
+    #[test]
+    fn encoder_attention_reads_each_sequence_whole() {
+        let (n_head, n_kv, hd) = (4, 2, 32);
+        let p = AttnParams {
+            causal: false,
+            flash: true,
+            ..AttnParams::new(0, n_head, n_kv, hd)
+        };
+        let lens = [5usize, 1, 70];
+        let n: usize = lens.iter().sum();
+        let (qw, kw) = (n_head * hd, n_kv * hd);
+        let (q, k, v) = (fill(1, n * qw), fill(2, n * kw), fill(3, n * kw));
+        let pool = Pool::new(2);
+        let layout = |kv| KvLayout {
+            kv,
+            n_cells: n,
+            n_layer: 1,
+            k_width: kw,
+            v_width: kw,
+        };
+        for isa in ["avx512", "avx2", "scalar"] {
+            let Ok(isa) = Isa::for_isa(isa) else { continue };
+            for (kv_type, reverse) in [
+                (KvType::F32, false),
+                (KvType::F32, true),
+                (KvType::F16, false),
+                (KvType::Q8_0, true),
+            ] {
+                let what = format!("{} {kv_type:?} reversed {reverse}", isa.isa());
+                let step = step_of(&lens, reverse);
+                let mut kv = KvCache::new(&layout(kv_type));
+                let mut out = vec![0f32; n * qw];
+                attention(&pool, isa, &mut kv, &p, None, &q, &k, &v, &step, &mut out).unwrap();
+                let row = |c: &[u8], t: usize| {
+                    let cell = step.cells[step.off[t] as usize + step.pos[t] as usize] as usize;
+                    let rb = row_bytes(kv_type, kw);
+                    let mut r = vec![0f32; kw];
+                    KvCache::load(kv_type, &c[cell * rb..(cell + 1) * rb], 0, &mut r);
+                    r
+                };
+                let (ks, vs): (Vec<_>, Vec<_>) = (0..n).map(|t| (row(&kv.k[0], t), row(&kv.v[0], t))).unzip();
+                let mut t0 = 0;
+                for &len in &lens {
+                    for t in t0..t0 + len {
+                        for h in 0..n_head {
+                            let g = h / (n_head / n_kv);
+                            let qh = &q[t * qw + h * hd..t * qw + (h + 1) * hd];
+                            let s: Vec<f64> = (t0..t0 + len)
+                                .map(|j| {
+                                    let kj = &ks[j][g * hd..(g + 1) * hd];
+                                    qh.iter().zip(kj).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * p.scale as f64
+                                })
+                                .collect();
+                            let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                            let w: Vec<f64> = s.iter().map(|&x| (x - max).exp()).collect();
+                            let sum: f64 = w.iter().sum();
+                            for d in 0..hd {
+                                let want: f64 = (t0..t0 + len)
+                                    .map(|j| w[j - t0] * vs[j][g * hd + d] as f64)
+                                    .sum::<f64>()
+                                    / sum;
+                                let got = out[t * qw + h * hd + d] as f64;
+                                assert!(
+                                    (got - want).abs() < 1e-5,
+                                    "{what}: token {t} head {h} [{d}]: {got} vs {want}"
+                                );
+                            }
+                        }
+                    }
+                    t0 += len;
+                }
+                // The 70-token sequence alone, in cells of its own.
+                let alone = step_of(&lens[2..], reverse);
+                let mut kv1 = KvCache::new(&layout(kv_type));
+                let mut one = vec![0f32; lens[2] * qw];
+                let (a, b) = (lens[0] + lens[1], n);
+                attention(
+                    &pool,
+                    isa,
+                    &mut kv1,
+                    &p,
+                    None,
+                    &q[a * qw..],
+                    &k[a * kw..],
+                    &v[a * kw..],
+                    &alone,
+                    &mut one,
+                )
+                .unwrap();
+                assert!(
+                    one == out[a * qw..b * qw],
+                    "{what}: the sequence alone differs from its rows of the batch"
+                );
             }
         }
     }

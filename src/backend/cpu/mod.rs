@@ -3,6 +3,7 @@
 
 pub mod attention;
 pub mod dot;
+mod encoder_attn;
 pub mod ggml_order;
 pub mod matmul;
 pub mod moe;
@@ -418,7 +419,18 @@ impl CpuContext {
                 Op::Attention { attn, .. } => {
                     let (q, k, v) = (&bufs[s.inputs[0]], &bufs[s.inputs[1]], &bufs[s.inputs[2]]);
                     let sinks = attn.sinks.then_some(s.vector.as_slice());
-                    attention::attention(&pool, &mut self.kv, attn, sinks, q, k, v, step, &mut y[..size])?;
+                    attention::attention(
+                        &pool,
+                        self.kernels,
+                        &mut self.kv,
+                        attn,
+                        sinks,
+                        q,
+                        k,
+                        v,
+                        step,
+                        &mut y[..size],
+                    )?;
                 }
                 Op::Add { .. } | Op::Mul { .. } | Op::Swiglu { .. } | Op::Geglu { .. } => {
                     let (a, b) = (&bufs[s.inputs[0]][..size], &bufs[s.inputs[1]][..size]);
