@@ -370,7 +370,8 @@ fn matmul_ref(x: &[f32], w: &Tensor, n: usize) -> Vec<f32> {
 }
 
 /// Every weight qtype: matmul_vec (n = 1, 2, 8: one token, and every token of a step from one
-/// read of each row) and the tiled matmul (n = 9, 70) on 71 rows (not
+/// read of each row; on wgpu also 9, `VEC_WIDE_TOKENS`) and the tiled matmul (n = 9 on CUDA's
+/// tensor-core tiles, 70) on 71 rows (not
 /// a multiple of any tile), with 8 KiB bindings so every weight is split into parts, on random
 /// activations and on ties of the 8-bit rounding; and
 /// get_rows of scattered ids, which must equal the CPU's dequantization.

@@ -89,6 +89,7 @@ impl Driver {
                     subgroup: at(A::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
                     shared_bytes: at(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
                     max_groups: at(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?.min(65535),
+                    matrix_tiles: cc.0 >= 8,
                 }
             };
             Ok(Driver {
@@ -187,7 +188,10 @@ impl Replay for Graph {
 
 impl Device for Driver {
     fn shape(&self) -> DeviceShape {
-        self.shape
+        DeviceShape {
+            matrix_tiles: self.shape.matrix_tiles && self.mma.load(Ordering::Relaxed),
+            ..self.shape
+        }
     }
 
     fn describe(&self) -> String {

@@ -23,6 +23,7 @@ pub const EMULATED_SHAPE: DeviceShape = DeviceShape {
     subgroup: 32,
     shared_bytes: 48 * 1024,
     max_groups: 65535,
+    matrix_tiles: true,
 };
 
 type LaunchFn = unsafe extern "C" fn(*const c_void, *const c_uint, *const c_uint, *const c_void) -> c_int;
@@ -86,7 +87,10 @@ impl Device for Emulator {
 
     /// A small GPU's: launches sized as on a real device, at a count the emulation runs fast.
     fn shape(&self) -> DeviceShape {
-        EMULATED_SHAPE
+        DeviceShape {
+            matrix_tiles: self.mma.load(Ordering::Relaxed),
+            ..EMULATED_SHAPE
+        }
     }
 
     fn free_memory(&self) -> Option<u64> {

@@ -143,19 +143,17 @@ pub fn plan(
         GpuBackend::Wgpu => (Some(profile.max_binding), crate::backend::gpu::WGPU_PAD, true),
     };
     let layouts = super::layouts(model, max_binding, pad)?;
-    let s = schedule::schedule(
-        &g,
-        &|name| layouts.get(name).cloned(),
-        ask.kv,
-        subgroups,
-        &profile.shape(),
-    )?;
     let mma = ask.backend == GpuBackend::Cuda
         && profile
             .arch
             .as_deref()
             .and_then(|a| a.strip_prefix("sm_")?.parse::<u32>().ok())
             .is_some_and(|a| a >= 80);
+    let shape = super::shape::DeviceShape {
+        matrix_tiles: mma,
+        ..profile.shape()
+    };
+    let s = schedule::schedule(&g, &|name| layouts.get(name).cloned(), ask.kv, subgroups, &shape)?;
     let paths = Paths { int8: true, mma };
     let step = StepShape {
         tokens: ask.tokens as u64,

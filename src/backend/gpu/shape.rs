@@ -19,6 +19,11 @@ pub struct DeviceShape {
     pub shared_bytes: u32,
     /// Most workgroups along one grid dimension (grids fold into x and y below it).
     pub max_groups: u32,
+    /// Whether the tiled matmul multiplies on matrix units (CUDA's int8 `mma.sync`, whose tiles
+    /// narrow and split k for a few dozen tokens). Without them a batched decode step of up to
+    /// `VEC_WIDE_TOKENS` takes the matvec, where the 32 × 32 tiles would leave compute units
+    /// idle.
+    pub matrix_tiles: bool,
 }
 
 impl DeviceShape {
@@ -31,6 +36,7 @@ impl DeviceShape {
             subgroup: 32,
             shared_bytes: 16384,
             max_groups: 65535,
+            matrix_tiles: false,
         }
     }
 
@@ -181,6 +187,7 @@ impl DeviceProfile {
             subgroup: self.subgroup,
             shared_bytes: self.shared_per_wg,
             max_groups: 65535,
+            matrix_tiles: false,
         }
     }
 

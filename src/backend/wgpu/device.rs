@@ -124,6 +124,7 @@ fn shape_of(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> DeviceShape {
         },
         shared_bytes: limits.max_compute_workgroup_storage_size,
         max_groups: limits.max_compute_workgroups_per_dimension.min(65535),
+        matrix_tiles: false,
     }
 }
 

@@ -261,11 +261,12 @@ fn batch_invariance_measured() {
 /// batched one's: measured on glm4 (CUDA emulation, tensor-core prefill tiles), a sequence alone
 /// 1.4e-4 from the CPU at one step and batched 4.9e-15 from it, the same sequence batched 1.4e-4
 /// from itself alone; everywhere else batched and alone agree to 1e-14 or to each other's tip.
-/// Steps of up to `VEC_MAX_TOKENS` rows take the matvec, whose columns are each summed as alone
-/// (decode steps agree bit for bit); a prompt prefilled alone by the matvec and batched by the
-/// tiles (sequence 2's 8 tokens in a 20-row step) can tip on the tiles' side, away from both the
-/// matvec and the CPU: measured on llvmpipe 3.9e-4 (glm4) and 3.6e-4 (qwen2moe), greedy tokens
-/// equal. The bound is 1e-3, a tip's size.
+/// Steps of up to `VEC_MAX_TOKENS` rows (on wgpu, without matrix tiles, `VEC_WIDE_TOKENS`) take
+/// the matvec, whose columns are each summed as alone (decode steps agree bit for bit); a prompt
+/// prefilled alone by the matvec and batched by the tiles (on the CUDA emulation, sequence 2's 8
+/// tokens in a 20-row step) can tip on the tiles' side, away from both the matvec and the CPU:
+/// measured 3.9e-4 (glm4) and 3.6e-4 (qwen2moe) where llvmpipe took the tiles there, greedy
+/// tokens equal. The bound is 1e-3, a tip's size.
 fn joining_and_leaving_keeps_greedy_tokens() {
     use minfer::backend::BackendChoice;
     use minfer::model::Arch;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{act_bytes, act_index, fold, Launch, Pass, Res, Stage, WeightParts, When, VEC_MAX_TOKENS};
+use super::{act_bytes, act_index, fold, Launch, Pass, Res, Stage, WeightParts, When, VEC_MAX_TOKENS, VEC_WIDE_TOKENS};
 use crate::backend::gpu::kernels::{act_qtype, Variant};
 use crate::backend::gpu::params::{GetRowsParams, KernelParams, MatmulParams, QuantizeActParams};
 use crate::backend::gpu::table::Kernel;
@@ -157,7 +157,7 @@ impl Pass<'_> {
         bias: Option<Arc<WeightParts>>,
     ) -> Result<Stage, String> {
         let w = self.weight(name)?;
-        let vec = node.rows <= VEC_MAX_TOKENS;
+        let vec = node.rows <= VEC_MAX_TOKENS || (!self.shape.matrix_tiles && node.rows <= VEC_WIDE_TOKENS);
         let rows = node.rows as u32;
         let (k, m) = (w.row_len as u32, node.width as u32);
         let xin = self.quantized_input(node, x, w.qtype, w.row_len, node.rows);

@@ -31,6 +31,12 @@ use crate::quant::QType;
 /// tiled `matmul`.
 pub const VEC_MAX_TOKENS: usize = 8;
 
+/// Without matrix-unit tiles (`DeviceShape::matrix_tiles`), token counts up to this also use
+/// `matmul_vec` where the 32 × 32 tiles would be fewer than the compute units (a batched decode
+/// step against a 4,096-row weight is 128 tiles): every workgroup still reads its rows from
+/// memory once, the later passes over them from the cache.
+pub const VEC_WIDE_TOKENS: usize = 64;
+
 /// The most slices `argmax` splits a row into (its second stage reduces them in one workgroup).
 pub const ARGMAX_MAX_PARTS: u32 = 1024;
 
@@ -531,8 +537,9 @@ mod tests {
     use crate::backend::gpu::params::{AttentionParams, MatmulParams};
     use crate::model::Node;
 
-    /// A step's token count that takes the tiled matmul.
-    const TILED: usize = VEC_MAX_TOKENS + 1;
+    /// A step's token count that takes the tiled matmul (on a device without matrix tiles,
+    /// as `sched`'s).
+    const TILED: usize = VEC_WIDE_TOKENS + 1;
 
     /// A vocabulary row spreads over the device in slices of 256 or more logits; a short row
     /// is one workgroup's; the slices never pass what the reduction takes.
