@@ -209,10 +209,7 @@ impl Variant {
             }
             _ => {
                 let mut p = AttentionTileParams::from_words(params);
-                if p.head_dim != p.head_dim_v || !MMA_HEAD_DIMS.contains(&p.head_dim) || p.hg == 0 || p.hg > 64 {
-                    return None;
-                }
-                p.tq = 1 << (64 / p.hg).ilog2();
+                p.tq = Variant::mma_attention_tq(p.head_dim, p.head_dim_v, p.hg)?;
                 let n = p.n.saturating_sub(p.t0).min(super::schedule::ATTN_TOKENS);
                 Some(MmaLaunch {
                     size: p.head_dim,
@@ -222,6 +219,15 @@ impl Variant {
                 })
             }
         }
+    }
+}
+
+impl Variant {
+    /// The query tokens a tile of the tensor-core attention takes (64 rows of `hg` heads, a
+    /// power of two so a tile never crosses a launch of `ATTN_TOKENS`), where head sizes `hd`,
+    /// `hdv` suit it (equal, and one of `MMA_HEAD_DIMS`).
+    pub fn mma_attention_tq(hd: u32, hdv: u32, hg: u32) -> Option<u32> {
+        (hd == hdv && MMA_HEAD_DIMS.contains(&hd) && (1..=64).contains(&hg)).then(|| 1 << (64 / hg).ilog2())
     }
 }
 

@@ -242,7 +242,14 @@ impl Pass<'_> {
                 let tile = tile_shape(gq, head_dim, head_dim_v).filter(|_| !decode);
                 let (hg, tq, kt) = tile.unwrap_or((split_heads(gq, head_dim.max(head_dim_v)), 1, 0));
                 let gx = (n_head / hg) as u32;
-                let workgroups = gx * tokens.div_ceil(tq as u32);
+                // Where the CUDA backend will take the tensor-core tiles, their token count.
+                let tq_run = match (tile, self.shape.matrix_tiles && self.kv == KvType::F16) {
+                    (Some(_), true) => {
+                        Variant::mma_attention_tq(head_dim as u32, head_dim_v as u32, hg as u32).unwrap_or(tq as u32)
+                    }
+                    _ => tq as u32,
+                };
+                let workgroups = gx * tokens.div_ceil(tq_run);
                 let n_split = match decode {
                     true => split_groups(self.shape.sms).div_ceil(gx).clamp(2, MAX_SPLIT),
                     false => (split_groups(self.shape.sms) / workgroups).clamp(1, MAX_SPLIT),
