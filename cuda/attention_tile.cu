@@ -52,10 +52,6 @@ static __device__ __forceinline__ void attention_tile_body(const Params& p) {
     const u32 nt = umin32(prm.tq, prm.n - tb);
     const u32 window = prm.window;
     // The first position token t reads.
-    auto row_lo = [&](u32 t) -> u32 {
-        const u32 pos = step[4 + 2 * t];
-        return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
-    };
 
     // The tile's queries, rounded per head as attention.cu rounds one.
     const u32 nq = nt * hg * hd;
@@ -70,16 +66,9 @@ static __device__ __forceinline__ void attention_tile_body(const Params& p) {
     const float scale = prm.scale, softcap = prm.softcap;
     for (u32 i0 = 0; i0 < nt;) {
         // The run: tokens i0 .. i1 of one sequence, and the positions any of them reads.
-        const u32 cells = step[5 + 2 * (tb + i0)];
-        u32 i1 = i0 + 1;
-        u32 jlo = row_lo(tb + i0);
-        u32 jhi = step[4 + 2 * (tb + i0)] + 1;
-        while (i1 < nt && step[5 + 2 * (tb + i1)] == cells) {
-            jlo = umin32(jlo, row_lo(tb + i1));
-            jhi = umax32(jhi, step[4 + 2 * (tb + i1)] + 1);
-            i1++;
-        }
-        const u32* __restrict__ rows = step + cells;
+        const TokenRun run = token_run(step, tb, i0, nt, window);
+        const u32 i1 = run.i1, jlo = run.lo, jhi = run.hi;
+        const u32* __restrict__ rows = step + run.cells;
         const u32 r0 = i0 * hg, nr = (i1 - i0) * hg;
         const u32 nb = (nr + RB - 1) / RB; // blocks of RB rows
         const u32 chunk = split_chunk(jhi - jlo, n_split);
@@ -130,7 +119,7 @@ static __device__ __forceinline__ void attention_tile_body(const Params& p) {
                     if (r < nr) {
                         const u32 t = tb + i0 + r / hg;
                         float v = MASKED;
-                        if (jj < cnt && j >= row_lo(t) && j <= step[4 + 2 * t]) {
+                        if (jj < cnt && j >= first_pos(step, t, window) && j <= step[4 + 2 * t]) {
                             v = sc[x] * scale;
                             if (softcap > 0.0f) {
                                 v = tanhf(fminf(fmaxf(v / softcap, -15.0f), 15.0f)) * softcap;
@@ -266,10 +255,6 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
     }
     const u32 nt = umin32(prm.tq, prm.n - tb);
     const u32 window = prm.window;
-    auto row_lo = [&](u32 t) -> u32 {
-        const u32 pos = step[4 + 2 * t];
-        return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
-    };
     const u32 kwid = prm.n_head_kv * HD; // elements per cache row (K and V alike here)
     const float scale = prm.scale, softcap = prm.softcap;
     u16* qh = reinterpret_cast<u16*>(qw);
@@ -279,16 +264,9 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
 
     for (u32 i0 = 0; i0 < nt;) {
         // The run: tokens i0 .. i1 of one sequence, and the positions any of them reads.
-        const u32 cells = step[5 + 2 * (tb + i0)];
-        u32 i1 = i0 + 1;
-        u32 jlo = row_lo(tb + i0);
-        u32 jhi = step[4 + 2 * (tb + i0)] + 1;
-        while (i1 < nt && step[5 + 2 * (tb + i1)] == cells) {
-            jlo = umin32(jlo, row_lo(tb + i1));
-            jhi = umax32(jhi, step[4 + 2 * (tb + i1)] + 1);
-            i1++;
-        }
-        const u32* __restrict__ rows = step + cells;
+        const TokenRun run = token_run(step, tb, i0, nt, window);
+        const u32 i1 = run.i1, jlo = run.lo, jhi = run.hi;
+        const u32* __restrict__ rows = step + run.cells;
         const u32 nr = (i1 - i0) * hg;
         const u32 chunk = split_chunk(jhi - jlo, n_split);
         const u32 j0 = jlo + s * chunk;
@@ -310,7 +288,7 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
         for (u32 x = 0; x < 2; x++) {
             const u32 r = ra + 8 * x;
             const u32 t = tb + i0 + r / hg;
-            lo[x] = r < nr ? row_lo(t) : 1;
+            lo[x] = r < nr ? first_pos(step, t, window) : 1;
             hi[x] = r < nr ? step[4 + 2 * t] : 0;
         }
         float m[2] = {MASKED, MASKED}, l[2] = {0.0f, 0.0f};

@@ -217,6 +217,30 @@ static __device__ __forceinline__ void round_q(float* qs, u32 nq, u32 tid) {
     }
 }
 
+// The first position token t of `step` (step.rs's words) reads: 0, or where a sliding window of
+// `window` positions starts.
+[[maybe_unused]] static __device__ __forceinline__ u32 first_pos(const u32* __restrict__ step, u32 t, u32 window) {
+    const u32 pos = step[4 + 2 * t];
+    return window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+}
+
+// A run of a tile's tokens (attention_tile.cu): tokens i0 .. i1 (of tb + 0 .. tb + nt) of one
+// sequence — the same cell row, at `cells` in the step — and the positions [lo, hi) any of them
+// reads.
+struct TokenRun {
+    u32 i1, cells, lo, hi;
+};
+[[maybe_unused]] static __device__ __forceinline__ TokenRun token_run(const u32* __restrict__ step, u32 tb, u32 i0,
+                                                                      u32 nt, u32 window) {
+    TokenRun r{i0 + 1, step[5 + 2 * (tb + i0)], first_pos(step, tb + i0, window), step[4 + 2 * (tb + i0)] + 1};
+    while (r.i1 < nt && step[5 + 2 * (tb + r.i1)] == r.cells) {
+        r.lo = umin32(r.lo, first_pos(step, tb + r.i1, window));
+        r.hi = umax32(r.hi, step[4 + 2 * (tb + r.i1)] + 1);
+        r.i1++;
+    }
+    return r;
+}
+
 // The positions one range of the split-KV attention takes (attention_split, attention_reduce):
 // the span over n_split, rounded up to whole 64-position tiles; ranges past the span are empty.
 [[maybe_unused]] static __device__ __forceinline__ u32 split_chunk(u32 span, u32 n_split) {

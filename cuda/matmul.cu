@@ -277,6 +277,9 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         }
     }
     const u32 r0 = wr0 + g; // this lane's rows in the tile: r0 and r0 + 8
+    // acc[j][i]'s weight row and token.
+    auto row_of = [&](u32 i) { return m0 + r0 + 8 * (i / 2); };
+    auto token_of = [&](u32 j, u32 i) { return n0 + 8 * j + 2 * tq + i % 2; };
     if (kb < ke) {
         store(load(kb), 0);
     }
@@ -346,8 +349,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         for (u32 j = 0; j < NJ; j++) {
             MF_UNROLL
             for (u32 i = 0; i < 4; i++) {
-                const u32 r = m0 + r0 + 8 * (i / 2);
-                const u32 t = n0 + 8 * j + 2 * tq + i % 2;
+                const u32 r = row_of(i), t = token_of(j, i);
                 if (r < rows && t < n) {
                     part[((unsigned long long)blockIdx.z * n + t) * rows + r] = acc[j][i];
                 }
@@ -368,8 +370,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         for (u32 j = 0; j < NJ; j++) {
             MF_UNROLL
             for (u32 i = 0; i < 4; i++) {
-                const u32 r = m0 + r0 + 8 * (i / 2);
-                const u32 t = n0 + 8 * j + 2 * tq + i % 2;
+                const u32 r = row_of(i), t = token_of(j, i);
                 if (r < rows && t < n) {
                     float sum = 0.0f;
                     for (u32 z = 0; z < gridDim.z; z++) {
@@ -387,8 +388,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     for (u32 j = 0; j < NJ; j++) {
         MF_UNROLL
         for (u32 i = 0; i < 4; i++) {
-            const u32 r = m0 + r0 + 8 * (i / 2);
-            const u32 t = n0 + 8 * j + 2 * tq + i % 2;
+            const u32 r = row_of(i), t = token_of(j, i);
             if (r < rows && t < n) {
                 store_y(p, y + t * m + row0 + r, acc[j][i], row0 + r);
             }

@@ -265,6 +265,15 @@ pub fn get_rows(table: &str, width: usize, n: usize) -> Node {
     node(table, Op::GetRows { weight: table.into() }, width, n)
 }
 
+/// `n` rows of table "inp" (width `k`) times weight "w" (`m` rows).
+fn matmul_graph(k: usize, m: usize, n: usize) -> Graph {
+    let mm = Op::Matmul {
+        x: 0,
+        weight: "w".into(),
+    };
+    graph(vec![get_rows("inp", k, n), node("mm", mm, m, n)])
+}
+
 pub fn graph(nodes: Vec<Node>) -> Graph {
     let result = nodes.len() - 1;
     Graph {
@@ -403,18 +412,7 @@ fn matmul_and_get_rows_every_qtype() {
             }
             inp.data = Bytes::from_vec(bytemuck::cast_slice(&x).to_vec());
             let mdl = model(hparams(m, 1, 1, 64), vec![w.clone(), inp]);
-            let g = graph(vec![
-                get_rows("inp", k, n),
-                node(
-                    "mm",
-                    Op::Matmul {
-                        x: 0,
-                        weight: "w".into(),
-                    },
-                    m,
-                    n,
-                ),
-            ]);
+            let g = matmul_graph(k, m, n);
             let ids: Vec<u32> = (0..n as u32).collect();
             let want = matmul_ref(&x, &w, n);
             let want_cpu = run_at(&cpu, &mdl, &g, &ids, 0);
@@ -498,18 +496,7 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
                 paths.insert((cols, grid[2] > 1, uneven));
                 let inp = tensor("inp", QType::F32, k, n, 5 + n as u64, 1.0);
                 let mdl = model(hparams(m.max(n), 1, 1, 64), vec![w.clone(), inp]);
-                let g = graph(vec![
-                    get_rows("inp", k, n),
-                    node(
-                        "mm",
-                        Op::Matmul {
-                            x: 0,
-                            weight: "w".into(),
-                        },
-                        m,
-                        n,
-                    ),
-                ]);
+                let g = matmul_graph(k, m, n);
                 let ids: Vec<u32> = (0..n as u32).collect();
                 let want = run_at(&cpu, &mdl, &g, &ids, 0);
                 for b in &gs {
