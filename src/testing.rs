@@ -30,7 +30,9 @@ pub mod gpu {
 /// The wgpu backend built directly, and its WGSL assembly.
 #[cfg(feature = "wgpu")]
 pub mod wgpu {
-    pub use crate::backend::wgpu::shaders::{f16_probe_source, quant_source, WgslSource, COOP_PROBE};
+    pub use crate::backend::wgpu::shaders::{
+        coop16_probe_source, f16_probe_source, quant_source, Coop, WgslSource, COOP_PROBE,
+    };
     pub use crate::backend::wgpu::{WgpuBackend, WgpuOptions};
 }
 

@@ -42,6 +42,8 @@ pub mod translate;
 tests![
     matmul_and_get_rows_every_qtype,
     tensor_core_tiles_of_every_width_match_cpu,
+    f16_cooperative_tiles_match_cpu,
+    f16_cooperative_probe_passes_and_catches_a_wrong_layout,
     pack_matmuls_every_qtype_match_cpu,
     norm_rope_elementwise_ops_match_cpu,
     attention_matches_cpu_over_steps,
@@ -521,6 +523,99 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
             "{cols} wide split unevenly: not covered ({paths:?})"
         );
     }
+}
+
+/// The prefill tile on 16 × 16 f16 cooperative matrices (`matmul_coop16.wgsl`): on the device's
+/// where it has them, else on their scalar emulation (the tile's own loads, conversions,
+/// offsets and store), for quantized weights with and without an offset and q8_1 corrections,
+/// 2- and 4-bit K-quants, q8_0 and f16, on 200 rows (a partial row tile) at 65, 130 and 200
+/// tokens (partial token tiles), against the CPU within the f16 yardstick: the halves round each
+/// weight and activation to 11 bits, so a product errs by up to 2 · 2⁻¹¹ and the output's
+/// NMSE stays under (2 · 2⁻¹¹)² < 1e-6. f32 and bf16 weights keep the f32 tile (≤ 1e-12).
+fn f16_cooperative_tiles_match_cpu() {
+    use minfer::testing::wgpu::Coop;
+    let t = "f16_cooperative_tiles_match_cpu";
+    let Some(b) = gpu(t, true, None) else {
+        return;
+    };
+    let b = b.with_coop_emulation();
+    let coop = b.uses_coop();
+    if !matches!(coop, Coop::F16x16 | Coop::F16x16Emulated) {
+        common::skip::<()>(
+            t,
+            &format!("{}: neither f16 cooperative matrices nor f16 shaders", b.describe()),
+        );
+        return;
+    }
+    let label = format!("{} ({coop:?})", b.describe());
+    let cpu = cpu();
+    let m = 200usize;
+    let mut worst = 0.0f64;
+    for q in [
+        QType::Q4_0,
+        QType::Q4_1,
+        QType::Q8_0,
+        QType::Q2K,
+        QType::Q4K,
+        QType::Q6K,
+        QType::F16,
+        QType::F32,
+    ] {
+        let k = if q.block_elems() == 256 { 512 } else { 96 };
+        let w = tensor("w", q, k, m, q as u64 + 31, 1.0);
+        for n in [65usize, 130, 200] {
+            let inp = tensor("inp", QType::F32, k, n, 7 + n as u64, 1.0);
+            let mdl = model(hparams(m.max(n), 1, 1, 64), vec![w.clone(), inp]);
+            let g = matmul_graph(k, m, n);
+            let ids: Vec<u32> = (0..n as u32).collect();
+            let want = run_at(&cpu, &mdl, &g, &ids, 0);
+            let e = nmse(&run_at(&b, &mdl, &g, &ids, 0), &want);
+            let bound = if q == QType::F32 { 1e-12 } else { 1e-6 };
+            assert!(
+                e <= bound,
+                "{label}: matmul/{q} {m} rows × {n} tokens, k {k}: NMSE {e:.2e} against the CPU (bound {bound:.0e})"
+            );
+            if q != QType::F32 {
+                worst = worst.max(e);
+            }
+        }
+    }
+    eprintln!("{t}: {label}: worst NMSE {worst:.2e}");
+}
+
+/// The f16 cooperative-matrix probe, which decides whether a device's tile may run, passes on
+/// the matrices the tile takes here (the device's, or their emulation), and counts the outputs
+/// of a probe whose check reads C in the wrong layout (row-major) as wrong.
+fn f16_cooperative_probe_passes_and_catches_a_wrong_layout() {
+    use minfer::testing::wgpu::{coop16_probe_source, Coop};
+    let t = "f16_cooperative_probe_passes_and_catches_a_wrong_layout";
+    let Some(b) = gpu(t, true, None) else {
+        return;
+    };
+    let b = b.with_coop_emulation();
+    let emulated = match b.uses_coop() {
+        Coop::F16x16 => false,
+        Coop::F16x16Emulated => true,
+        c => {
+            common::skip::<()>(t, &format!("{}: {c:?}", b.describe()));
+            return;
+        }
+    };
+    let src = coop16_probe_source(emulated);
+    assert_eq!(
+        b.run_probe("f16 cooperative matrix probe", &src),
+        Ok(0),
+        "{}",
+        b.describe()
+    );
+    let transposed = src.replace("av(e % TM, k) * bv(e / TM, k)", "av(e / TM, k) * bv(e % TM, k)");
+    assert_ne!(transposed, src);
+    let bad = b.run_probe("transposed probe", &transposed);
+    assert!(
+        matches!(bad, Ok(n) if n >= 512),
+        "{}: the transposed check counted {bad:?}",
+        b.describe()
+    );
 }
 
 /// A layer's Q/K/V (with f32 biases) and gate/up are uploaded as packs and, in decode, run as

@@ -85,6 +85,9 @@ pub struct Wgsl {
     pub tail_i8: Option<&'static str>,
     /// The body on cooperative matrices, where the device has them (`matmul_coop.wgsl`).
     pub body_coop: Option<&'static str>,
+    /// The body on 16 × 16 f16 cooperative matrices (`matmul_coop16.wgsl`), before the
+    /// matrix operations that hold its entry point (`wgpu::shaders::COOP16_OPS`).
+    pub body_coop16: Option<&'static str>,
 }
 
 /// A kernel's parameter struct (`params.rs`), by name and fields.
@@ -147,6 +150,7 @@ const fn body(body: &'static str) -> Wgsl {
         body_i8: None,
         tail_i8: None,
         body_coop: None,
+        body_coop16: None,
     }
 }
 
@@ -250,6 +254,7 @@ pub static KERNELS: [KernelInfo; 31] = [
             tail: Some(wgsl!("matmul_store.wgsl")),
             body_i8: Some(wgsl!("matmul_i8.wgsl")),
             body_coop: Some(wgsl!("matmul_coop.wgsl")),
+            body_coop16: Some(wgsl!("matmul_coop16.wgsl")),
             ..body(wgsl!("matmul.wgsl"))
         },
         cuda: cuda!("matmul.cu"),
@@ -754,6 +759,7 @@ mod tests {
                 w.body_i8,
                 w.tail_i8,
                 w.body_coop,
+                w.body_coop16,
             ]
             .into_iter()
             .flatten()

@@ -42,7 +42,7 @@ pub struct WgpuContext {
     pub(super) int8: bool,
     /// The prefill matmul on cooperative matrices (`WgpuOptions::coop_matmul`, where the device
     /// has them).
-    pub(super) coop: bool,
+    pub(super) coop: super::shaders::Coop,
     /// Bytes per binding: the adapter's limit, or the smaller one the backend was given.
     pub(super) max_binding: u64,
     pub(super) profiler: Option<Profiler>,

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::shaders::WgslSource;
+use super::shaders::{Coop, WgslSource};
 use crate::backend::gpu::kernels::Variant;
 use crate::backend::gpu::shape::{DeviceProfile, DeviceShape};
 use crate::backend::gpu::table::Bind;
@@ -77,7 +77,7 @@ pub struct Pipeline {
 
 /// A pipeline's variant, and whether its shader is checked, takes the int8 matmuls and the
 /// cooperative-matrix tiles (`Gpu::pipeline`).
-type PipelineKey = (Variant, bool, bool, bool);
+type PipelineKey = (Variant, bool, bool, Coop);
 
 pub struct Gpu {
     pub device: wgpu::Device,
@@ -93,9 +93,11 @@ pub struct Gpu {
     /// The kernels decode halves with `unpack2x16float`: the adapter has it, and a probe saw
     /// it decode all 65,536 as the integer decode does.
     pub f16_hw: bool,
-    /// The prefill matmul may multiply on cooperative matrices (`matmul_coop.wgsl`): the device
-    /// has 8 × 8 f32 ones, subgroups of 32, and `coop_probe` saw them multiply correctly.
-    pub coop: bool,
+    /// The cooperative matrices the prefill matmul may multiply on: 16 × 16 f16 ones with f32
+    /// accumulators (`matmul_coop16.wgsl`) where the device has them and f16 shaders, else 8 × 8
+    /// f32 ones (`matmul_coop.wgsl`); each needs subgroups of 32 and its probe to have seen
+    /// them multiply correctly.
+    pub coop: Coop,
     /// By variant and whether its shader keeps wgpu's runtime checks.
     pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
     cache: Option<wgpu::PipelineCache>,
@@ -145,7 +147,7 @@ fn f16_probe(gpu: &Gpu) -> Result<u32, String> {
 
 /// Runs a one-binding kernel (`bad` / `seen`: one u32, starting at `init`) over `groups`
 /// workgroups and reads the word back.
-fn run_probe(gpu: &Gpu, label: &str, src: &str, groups: u32, init: u32) -> Result<u32, String> {
+pub(super) fn run_probe(gpu: &Gpu, label: &str, src: &str, groups: u32, init: u32) -> Result<u32, String> {
     let d = &gpu.device;
     let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(label),
@@ -196,9 +198,20 @@ fn run_probe(gpu: &Gpu, label: &str, src: &str, groups: u32, init: u32) -> Resul
 
 /// How many of 128 outputs (two subgroups' 8 × 8) of two 8 × 8 × 8 cooperative multiply-adds
 /// differ from the scalar products, with the loads, offsets, strides and store `matmul_coop.wgsl`
-/// uses (`shaders::coop_probe_source`); the values are small integers, so every sum is exact.
+/// uses (`shaders::COOP_PROBE`); the values are small integers, so every sum is exact.
 fn coop_probe(gpu: &Gpu) -> Result<u32, String> {
     run_probe(gpu, "cooperative matrix probe", super::shaders::COOP_PROBE, 1, 0)
+}
+
+/// `coop_probe` for the 16 × 16 f16 matrices (`shaders::coop16_probe_source`): 1,024 outputs.
+fn coop16_probe(gpu: &Gpu) -> Result<u32, String> {
+    run_probe(
+        gpu,
+        "f16 cooperative matrix probe",
+        &super::shaders::coop16_probe_source(false),
+        1,
+        0,
+    )
 }
 
 fn subgroup_probe(gpu: &Gpu) -> Result<u32, String> {
@@ -228,13 +241,17 @@ impl Gpu {
             | wgpu::Features::TIMESTAMP_QUERY
             | wgpu::Features::PIPELINE_CACHE;
         // Cooperative matrices are experimental in wgpu: asked for only where the adapter has
-        // the configuration the kernel uses.
-        let coop_8x8_f32 = adapter.cooperative_matrix_properties().iter().any(|c| {
-            (c.m_size, c.n_size, c.k_size) == (8, 8, 8)
-                && c.ab_type == wgpu::CooperativeScalarType::F32
-                && c.cr_type == wgpu::CooperativeScalarType::F32
-        });
-        let wanted = match coop_8x8_f32 {
+        // a configuration a kernel uses.
+        let has = |size: u32, ab: wgpu::CooperativeScalarType| {
+            adapter.cooperative_matrix_properties().iter().any(|c| {
+                (c.m_size, c.n_size, c.k_size) == (size, size, size)
+                    && c.ab_type == ab
+                    && c.cr_type == wgpu::CooperativeScalarType::F32
+            })
+        };
+        let coop_8x8_f32 = has(8, wgpu::CooperativeScalarType::F32);
+        let coop_16x16_f16 = has(16, wgpu::CooperativeScalarType::F16);
+        let wanted = match coop_8x8_f32 || coop_16x16_f16 {
             true => wanted | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX,
             false => wanted,
         };
@@ -248,7 +265,8 @@ impl Gpu {
             experimental_features: match coop {
                 // SAFETY: the one experimental feature asked for is cooperative matrices; a
                 // probe checks them before any kernel uses them, and only `matmul_coop.wgsl`
-                // does (its loads and stores stay within its workgroup arrays).
+                // and `matmul_coop16.wgsl` do (their loads and stores stay within their
+                // workgroup arrays).
                 true => unsafe { wgpu::ExperimentalFeatures::enabled() },
                 false => wgpu::ExperimentalFeatures::disabled(),
             },
@@ -288,7 +306,7 @@ impl Gpu {
             features,
             subgroup_seen: None,
             f16_hw: false,
-            coop: false,
+            coop: Coop::Off,
             pipelines: Mutex::new(HashMap::new()),
             cache,
             uncaptured,
@@ -313,8 +331,17 @@ impl Gpu {
         // always 32 wide; elsewhere the adapter must say so).
         let metal = gpu.info.backend == wgpu::Backend::Metal;
         let sg32 = gpu.subgroup_seen == Some(32) && (metal || gpu.info.subgroup_max_size == 32);
-        if coop && sg32 {
-            gpu.coop = gpu.scoped("cooperative matrix probe", || coop_probe(&gpu)).ok() == Some(Ok(0));
+        let passes =
+            |name: &str, probe: fn(&Gpu) -> Result<u32, String>| gpu.scoped(name, || probe(&gpu)).ok() == Some(Ok(0));
+        if coop
+            && sg32
+            && coop_16x16_f16
+            && gpu.has(wgpu::Features::SHADER_F16)
+            && passes("f16 cooperative matrix probe", coop16_probe)
+        {
+            gpu.coop = Coop::F16x16;
+        } else if coop && sg32 && coop_8x8_f32 && passes("cooperative matrix probe", coop_probe) {
+            gpu.coop = Coop::F32x8;
         }
         Ok(gpu)
     }
@@ -353,8 +380,10 @@ impl Gpu {
         if self.f16_hw {
             s += ", f16 decode in hardware";
         }
-        if self.coop {
-            s += ", cooperative matrices";
+        match self.coop {
+            Coop::F16x16 => s += ", cooperative matrices (16 × 16 f16)",
+            Coop::F32x8 => s += ", cooperative matrices (8 × 8 f32)",
+            Coop::Off | Coop::F16x16Emulated => {}
         }
         s
     }
@@ -411,7 +440,7 @@ impl Gpu {
     /// with wgpu's runtime checks in the shader (bounds clamped, loops bounded), else trusted
     /// without them; `int8`: the int8 matmuls, `coop`: the prefill tiles on cooperative
     /// matrices (`WgslSource::source_with`).
-    pub fn pipeline(&self, v: Variant, checked: bool, int8: bool, coop: bool) -> Result<Arc<Pipeline>, String> {
+    pub fn pipeline(&self, v: Variant, checked: bool, int8: bool, coop: Coop) -> Result<Arc<Pipeline>, String> {
         if let Some(p) = self
             .pipelines
             .lock()

@@ -48,6 +48,7 @@ use crate::error::{Error, Result};
 use crate::model::{Graph, Model};
 use context::WgpuContext;
 use device::Gpu;
+use shaders::Coop;
 use weights::WgpuWeights;
 
 #[derive(Clone, Debug)]
@@ -68,9 +69,10 @@ pub struct WgpuOptions {
     /// activations by the weights' integers (`dot4I8Packed`, llama.cpp's MMVQ and MMQ); off,
     /// they multiply the dequantized weights by the same activations in f32. On by default.
     pub int8_matmul: bool,
-    /// The prefill matmul multiplies on cooperative matrices (`matmul_coop.wgsl`: Metal's
-    /// simdgroup matrices, Vulkan's cooperative matrices) where the device offers 8 × 8 f32 ones,
-    /// its subgroups are 32 wide and a probe saw them multiply correctly. On by default.
+    /// The prefill matmul multiplies on cooperative matrices where the device offers them, its
+    /// subgroups are 32 wide and a probe saw them multiply correctly: 16 × 16 f16 ones with f32
+    /// accumulators (`matmul_coop16.wgsl`: the tensor cores as Vulkan offers them), else 8 × 8
+    /// f32 ones (`matmul_coop.wgsl`: Metal's simdgroup matrices). On by default.
     pub coop_matmul: bool,
 }
 
@@ -109,6 +111,9 @@ pub struct WgpuBackend {
     split_span: u32,
     /// The device as the schedule sees it (`Gpu::shape`, or compute units given).
     shape: DeviceShape,
+    /// Where the device has no cooperative matrices, the prefill matmul takes the f16 tile on
+    /// their scalar emulation (`with_coop_emulation`).
+    coop_emulated: bool,
 }
 
 impl WgpuBackend {
@@ -133,6 +138,7 @@ impl WgpuBackend {
             profile: false,
             progress: None,
             split_span,
+            coop_emulated: false,
         })
     }
 
@@ -148,6 +154,23 @@ impl WgpuBackend {
     pub fn with_compute_units(mut self, n: u32) -> WgpuBackend {
         self.shape.sms = n.max(1);
         self
+    }
+
+    /// Contexts made from now on take the f16 cooperative-matrix tile (`Coop::F16x16Emulated`)
+    /// where the device has no cooperative matrices but has f16 shaders: the tile's own code
+    /// with its matrix operations in scalar code, slow, for testing it anywhere.
+    #[doc(hidden)]
+    pub fn with_coop_emulation(mut self) -> WgpuBackend {
+        self.coop_emulated = true;
+        self
+    }
+
+    /// What WGSL probe `src` counts (one workgroup; binding 0 one counter from 0), or why it
+    /// could not run (a shader the device refused).
+    #[doc(hidden)]
+    pub fn run_probe(&self, label: &str, src: &str) -> std::result::Result<u32, String> {
+        self.gpu
+            .scoped(label, || device::run_probe(&self.gpu, label, src, 1, 0))?
     }
 
     /// Contexts made from now on time each op (where the adapter has timestamp queries).
@@ -174,10 +197,15 @@ impl WgpuBackend {
         self.opts.subgroups && self.gpu.subgroups_usable()
     }
 
-    /// Whether the prefill matmul multiplies on cooperative matrices on this device
-    /// (`WgpuOptions::coop_matmul`, and `Gpu::coop`: the device has them and they passed a probe).
-    pub fn uses_coop(&self) -> bool {
-        self.opts.coop_matmul && self.gpu.coop
+    /// The cooperative matrices the prefill matmul multiplies on here (`WgpuOptions::coop_matmul`,
+    /// and `Gpu::coop`: the device has them and they passed a probe; or their emulation).
+    pub fn uses_coop(&self) -> Coop {
+        let emulated = self.coop_emulated && self.gpu.has(wgpu::Features::SHADER_F16);
+        match (self.opts.coop_matmul, self.gpu.coop) {
+            (false, _) => Coop::Off,
+            (true, Coop::Off) if emulated => Coop::F16x16Emulated,
+            (true, c) => c,
+        }
     }
 
     /// The smallest subgroup size a kernel of ours ran with on this device, where it has

@@ -74,7 +74,7 @@ pub struct Targets<'a> {
     /// The int8 matmuls (`WgpuOptions::int8_matmul`).
     pub int8: bool,
     /// The prefill matmul on cooperative matrices (`WgpuContext::coop`).
-    pub coop: bool,
+    pub coop: super::shaders::Coop,
     /// The device as the schedule sees it.
     pub shape: &'a DeviceShape,
 }

@@ -22,6 +22,34 @@ const REDUCE_SHARED: &str = shader!("reduce_shared.wgsl");
 const REDUCE_SUBGROUP: &str = shader!("reduce_subgroup.wgsl");
 const COMMON: &str = shader!("common.wgsl");
 const BYTES: &str = shader!("bytes.wgsl");
+/// `matmul_coop16.wgsl`'s matrix operations and entry point: on the device's cooperative
+/// matrices, or emulated in scalar code.
+pub const COOP16_OPS: &str = shader!("coop16.wgsl");
+pub const COOP16_EMULATED: &str = shader!("coop16_emu.wgsl");
+
+/// The cooperative-matrix tile a device's prefill matmul takes, where it takes one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Coop {
+    /// The f32 or 8-bit integer tiles (`matmul.wgsl`, `matmul_i8.wgsl`).
+    #[default]
+    Off,
+    /// 8 × 8 f32 matrices (`matmul_coop.wgsl`: Metal's simdgroup matrices), any weight type.
+    F32x8,
+    /// 16 × 16 f16 matrices with f32 accumulators (`matmul_coop16.wgsl` on `coop16.wgsl`: the
+    /// tensor cores as Vulkan offers them), for quantized and f16 weights; f32 and bf16 ones,
+    /// whose values halves would round or overflow, keep the f32 tile.
+    F16x16,
+    /// `matmul_coop16.wgsl` on `coop16_emu.wgsl`, the same tile with its matrix operations in
+    /// scalar code: what the tests run on a device without cooperative matrices.
+    F16x16Emulated,
+}
+
+impl Coop {
+    /// Whether the tile for weights of `qtype` is the f16 one.
+    fn f16_for(self, qtype: Option<QType>) -> bool {
+        matches!(self, Coop::F16x16 | Coop::F16x16Emulated) && !matches!(qtype, Some(QType::F32 | QType::BF16))
+    }
+}
 
 /// The module's f16 decode (`common.wgsl`): `f16_to_f32` (the low half of a word) and `f16x2`
 /// (both halves, low first), in integer arithmetic or by the hardware.
@@ -136,6 +164,59 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg: u32
 }
 ";
 
+/// The f16 cooperative-matrix probe (`device::coop16_probe`): `matmul_coop16.wgsl`'s step on
+/// small integers, through the matrix operations it runs on (`COOP16_OPS`, or with `emulated`
+/// `COOP16_EMULATED`): two subgroups each multiply 16 rows by 32 tokens over 32 elements of k,
+/// from the tile's zeros, loads, offsets and strides, store the tile's way, and every one of
+/// the 1,024 outputs that differs from the scalar sum (exact: small integers) adds one to `bad`.
+pub fn coop16_probe_source(emulated: bool) -> String {
+    const TILE: &str = "const S: u32 = 40u;
+const TM: u32 = 32u;
+@group(0) @binding(0) var<storage, read_write> bad: array<atomic<u32>, 1>;
+var<workgroup> ws: array<f16, 1280>;
+var<workgroup> xs: array<f16, 1280>;
+var<workgroup> cs: array<f32, 1024>;
+fn av(r: u32, k: u32) -> f32 { return f32((r * 3u + k * 5u) % 7u) - 3.0; }
+fn bv(t: u32, k: u32) -> f32 { return f32((t + 2u * k) % 5u) - 2.0; }
+fn tile(wid: vec3<u32>, lid: u32, sg: u32) {
+    for (var e = lid; e < 1280u; e += 64u) {
+        ws[e] = f16(av(e / S, e % S));
+        xs[e] = f16(bv(e / S, e % S));
+    }
+    for (var e = lid; e < 1024u; e += 64u) {
+        cs[e] = 0.0;
+    }
+    workgroupBarrier();
+    let zero = coop_zero();
+    var c0 = zero;
+    var c1 = zero;
+    workgroupBarrier();
+    let wr0 = 16u * sg;
+    for (var kk = 0u; kk < 32u; kk += 16u) {
+        let a = coop_a(wr0 * S + kk);
+        c0 = coop_mma(a, coop_b(kk), c0);
+        c1 = coop_mma(a, coop_b(16u * S + kk), c1);
+    }
+    coop_store(c0, wr0);
+    coop_store(c1, 16u * TM + wr0);
+    workgroupBarrier();
+    for (var e = lid; e < 1024u; e += 64u) {
+        var s = 0.0;
+        for (var k = 0u; k < 32u; k++) {
+            s += av(e % TM, k) * bv(e / TM, k);
+        }
+        if (cs[e] != s) {
+            atomicAdd(&bad[0], 1u);
+        }
+    }
+}
+";
+    match emulated {
+        true => ["enable f16;", TILE, COOP16_EMULATED].join("\n"),
+        false => ["enable f16;", "enable wgpu_cooperative_matrix;", TILE, COOP16_OPS].join("\n"),
+    }
+}
+
 pub fn f16_probe_source() -> String {
     const MAIN: &str = "@group(0) @binding(0) var<storage, read_write> bad: array<atomic<u32>, 1>;
 
@@ -162,20 +243,20 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 pub trait WgslSource {
     /// The whole module, or `None` where a piece has no source (no kernel for that type).
     fn source(&self) -> Option<String> {
-        self.source_with(false, true, false)
+        self.source_with(false, true, Coop::Off)
     }
     /// The module with halves decoded by the hardware (`unpack2x16float`) when `f16_hw`, and
     /// with `int8` the matmuls over quantized weights in 8-bit integers (`Wgsl::body_i8`,
     /// `tail_i8`), else in f32 over the rounded values (the same products, summed in another
-    /// order); with `coop` the prefill tiles on cooperative matrices (`Wgsl::body_coop`, f32,
-    /// any weight type), ahead of `int8`'s.
-    fn source_with(&self, f16_hw: bool, int8: bool, coop: bool) -> Option<String>;
+    /// order); with `coop` the prefill tiles on cooperative matrices (`Wgsl::body_coop`,
+    /// `Wgsl::body_coop16`: `Coop`), ahead of `int8`'s.
+    fn source_with(&self, f16_hw: bool, int8: bool, coop: Coop) -> Option<String>;
     /// Pipeline-overridable constants (`WG`).
     fn constants(&self) -> Vec<(&'static str, f64)>;
 }
 
 impl WgslSource for Variant {
-    fn source_with(&self, f16_hw: bool, int8: bool, coop: bool) -> Option<String> {
+    fn source_with(&self, f16_hw: bool, int8: bool, coop: Coop) -> Option<String> {
         let k = self.kernel;
         let f16 = if f16_hw { F16_HARDWARE } else { F16_SOFTWARE };
         let mut parts: Vec<&str> = vec![
@@ -201,16 +282,24 @@ impl WgslSource for Variant {
         let w = &info.wgsl;
         parts.extend(w.head);
         let i8 = int8 && self.qtype.and_then(crate::backend::gpu::kernels::act_qtype).is_some();
-        let coop = w.body_coop.filter(|_| coop);
-        parts.push(match (w.body_kv_q8_0, coop, w.body_i8) {
+        let coop16 = w.body_coop16.filter(|_| coop.f16_for(self.qtype));
+        let coop8 = w.body_coop.filter(|_| coop == Coop::F32x8);
+        parts.push(match (w.body_kv_q8_0, coop8.or(coop16), w.body_i8) {
             (Some(b), _, _) if self.kv == Some(KvType::Q8_0) => b,
             (_, Some(b), _) => b,
             (_, _, Some(b)) if i8 => b,
             _ => w.body,
         });
-        if coop.is_some() {
-            // An enable directive comes before every declaration.
+        let emulated = coop == Coop::F16x16Emulated;
+        if coop16.is_some() {
+            parts.push(if emulated { COOP16_EMULATED } else { COOP16_OPS });
+        }
+        // Enable directives come before every declaration.
+        if (coop8.is_some() || coop16.is_some()) && !emulated {
             parts.insert(0, "enable wgpu_cooperative_matrix;");
+        }
+        if coop16.is_some() {
+            parts.insert(0, "enable f16;");
         }
         parts.extend(if i8 { w.tail_i8.or(w.tail) } else { w.tail });
         Some(parts.join("\n"))

@@ -4,7 +4,7 @@
 use minfer::quant::QType;
 use minfer::testing::gpu::all_variants;
 use minfer::testing::gpu::Kernel;
-use minfer::testing::wgpu::{quant_source, WgslSource};
+use minfer::testing::wgpu::{quant_source, Coop, WgslSource};
 
 tests![
     shaders_validate_and_translate,
@@ -34,35 +34,49 @@ fn shaders_validate_and_translate() {
     }
     // Each variant with f16 decoded in software and in hardware; the matvecs also with their
     // f32 matmuls for quantized weights (`WgpuOptions::int8_matmul` off); the tiled matmul also
-    // on cooperative matrices (`WgpuOptions::coop_matmul`), where the cooperative-matrix probe
-    // goes too (as `None`).
+    // on cooperative matrices (`WgpuOptions::coop_matmul`): 8 × 8 f32, 16 × 16 f16 and the
+    // latter's scalar emulation; with the cooperative-matrix probes (as `None`).
     let builds = variants.into_iter().flat_map(|v| {
         let w = &v.kernel.info().wgsl;
         let f32_rows = w.tail_i8.is_some() || w.body_i8.is_some();
-        [(Some(v), false, true, false), (Some(v), true, true, false)]
+        let coops = w
+            .body_coop
+            .map(|_| [Coop::F32x8, Coop::F16x16, Coop::F16x16Emulated])
             .into_iter()
-            .chain(f32_rows.then_some((Some(v), false, false, false)))
-            .chain(w.body_coop.is_some().then_some((Some(v), false, true, true)))
+            .flatten();
+        [(Some(v), false, true, Coop::Off), (Some(v), true, true, Coop::Off)]
+            .into_iter()
+            .chain(f32_rows.then_some((Some(v), false, false, Coop::Off)))
+            .chain(coops.map(move |c| (Some(v), false, true, c)))
     });
-    let builds = builds.chain([(None, false, false, true)]);
-    for (v, f16_hw, int8, coop) in builds {
+    let probes = [Coop::F32x8, Coop::F16x16, Coop::F16x16Emulated].map(|c| (None, false, false, c));
+    for (v, f16_hw, int8, coop) in builds.chain(probes) {
         let name = match v {
             Some(v) => format!(
                 "{}{}{}{}",
                 v.name(),
                 if f16_hw { " (f16 in hardware)" } else { "" },
                 if int8 { "" } else { " (f32 rows)" },
-                if coop { " (cooperative matrices)" } else { "" }
+                if coop == Coop::Off {
+                    String::new()
+                } else {
+                    format!(" ({coop:?})")
+                }
             ),
-            None => "cooperative matrix probe".to_string(),
+            None => format!("cooperative matrix probe ({coop:?})"),
         };
-        let src = match v {
-            Some(v) => v
+        let src = match (v, coop) {
+            (Some(v), _) => v
                 .source_with(f16_hw, int8, coop)
                 .unwrap_or_else(|| panic!("{name}: no source")),
-            None => minfer::testing::wgpu::COOP_PROBE.to_string(),
+            (None, Coop::F32x8) => minfer::testing::wgpu::COOP_PROBE.to_string(),
+            (None, c) => minfer::testing::wgpu::coop16_probe_source(c == Coop::F16x16Emulated),
         };
-        let subgroups = v.is_some_and(|v| v.subgroups) || coop;
+        // What the module asks for, as wgpu grants it: cooperative matrices (with subgroups),
+        // f16 shaders.
+        let matrices = src.contains("enable wgpu_cooperative_matrix;");
+        let halves = src.contains("enable f16;");
+        let subgroups = v.is_some_and(|v| v.subgroups) || matrices;
         let module = match naga::front::wgsl::parse_str(&src) {
             Ok(m) => m,
             Err(e) => {
@@ -79,8 +93,11 @@ fn shaders_validate_and_translate() {
         if f16_hw {
             caps |= Capabilities::SHADER_FLOAT16_IN_FLOAT32;
         }
-        if coop {
+        if matrices {
             caps |= Capabilities::COOPERATIVE_MATRIX;
+        }
+        if halves {
+            caps |= Capabilities::SHADER_FLOAT16;
         }
         let mut val = Validator::new(ValidationFlags::all(), caps);
         if subgroups {
@@ -104,16 +121,18 @@ fn shaders_validate_and_translate() {
         let (module, info) = naga::back::pipeline_constants::process_overrides(&module, &info, ep, &constants)
             .unwrap_or_else(|e| panic!("{name}: overrides: {e}"));
         let entry = Some((naga::ShaderStage::Compute, "main".to_string()));
-        // Metal's simdgroup matrices need MSL 2.3.
+        // Metal's simdgroup matrices need MSL 2.3; they are 8 × 8, so the 16 × 16 tile is
+        // Vulkan's alone.
         let msl_opts = msl::Options {
-            lang_version: if coop { (2, 3) } else { (2, 1) },
+            lang_version: if matrices { (2, 3) } else { (2, 1) },
             ..Default::default()
         };
         let msl_pipe = msl::PipelineOptions {
             entry_point: entry.clone(),
             ..Default::default()
         };
-        if let Err(e) = msl::write_string(&module, &info, &msl_opts, &msl_pipe) {
+        if coop == Coop::F16x16 {
+        } else if let Err(e) = msl::write_string(&module, &info, &msl_opts, &msl_pipe) {
             failures.push(format!("{name}: MSL: {e}"));
         }
         // No cooperative matrices on DX12.
@@ -129,7 +148,7 @@ fn shaders_validate_and_translate() {
             entry_point: entry.clone(),
         };
         let mut out = String::new();
-        if coop {
+        if matrices {
         } else if let Err(e) = hlsl::Writer::new(&mut out, &hlsl_opts, &hlsl_pipe).write(&module, &info, None) {
             failures.push(format!("{name}: HLSL: {e}"));
         }
@@ -145,7 +164,10 @@ fn shaders_validate_and_translate() {
         ]
         .into_iter()
         .collect();
-        if coop {
+        if halves {
+            spv_caps.extend([spv::Capability::Float16, spv::Capability::StorageBuffer16BitAccess]);
+        }
+        if matrices {
             spv_caps.extend([
                 spv::Capability::CooperativeMatrixKHR,
                 spv::Capability::VulkanMemoryModel,
