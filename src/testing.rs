@@ -23,7 +23,7 @@ pub mod gpu {
     pub use crate::backend::gpu::params::{KernelParams, MatmulParams};
     pub use crate::backend::gpu::roofline;
     pub use crate::backend::gpu::schedule::{ATTN_TOKENS, SPLIT_SPAN, VEC_MAX_TOKENS};
-    pub use crate::backend::gpu::shape::{DeviceProfile, Resources};
+    pub use crate::backend::gpu::shape::{DeviceProfile, Resources, Unit};
     pub use crate::backend::gpu::table::Kernel;
 }
 

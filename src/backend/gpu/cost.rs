@@ -32,6 +32,9 @@ pub struct Paths {
     pub int8: bool,
     /// The prefill tiles on the int8 tensor cores (CUDA's `matmul_mma`, sm_80 on).
     pub mma: bool,
+    /// The prefill tiles on f16 cooperative matrices (wgpu's `matmul_coop16.wgsl`, where
+    /// Vulkan offers them): weights dequantized and tokens converted to halves per tile.
+    pub coop_f16: bool,
 }
 
 /// One launch's traffic and arithmetic.
@@ -76,7 +79,7 @@ fn row_bytes(q: QType, k: u64) -> u64 {
 /// Bytes a matmul reads of `n` rows of x of length `k` against weights of `q`: the packed 8-bit
 /// form (a byte per value, a scale per 32) on the integer paths, else the f32 values.
 fn x_bytes(q: QType, k: u64, n: u64, paths: Paths) -> u64 {
-    match (act_qtype(q), paths.int8) {
+    match (act_qtype(q), paths.int8 && !coop_f16(q, paths)) {
         (Some(_), true) => n * (k + k / 8),
         _ => n * k * 4,
     }
@@ -84,11 +87,19 @@ fn x_bytes(q: QType, k: u64, n: u64, paths: Paths) -> u64 {
 
 /// The multiply unit a matmul over `q` takes.
 fn matmul_unit(q: QType, tiles: bool, paths: Paths) -> Unit {
+    if tiles && coop_f16(q, paths) {
+        return Unit::F16Tensor;
+    }
     match (act_qtype(q).is_some() && paths.int8, tiles && paths.mma) {
         (true, true) => Unit::Int8Tensor,
         (true, false) => Unit::Dot4,
         (false, _) => Unit::F32,
     }
+}
+
+/// Whether tiles over `q` take the f16 cooperative matrices (f32 and bf16 weights keep f32).
+fn coop_f16(q: QType, paths: Paths) -> bool {
+    paths.coop_f16 && !matches!(q, QType::F32 | QType::BF16)
 }
 
 /// f32 instructions per output and 32-element step of `matmul_mma` over weights `q`
@@ -151,10 +162,16 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
                 c.acts += f(cols * rows);
             }
             c.flops = 2 * k * rows * cols;
-            c.unit = Some(matmul_unit(q, l.variant.kernel == Kernel::Matmul, paths));
+            let tiles = l.variant.kernel == Kernel::Matmul;
+            c.unit = Some(matmul_unit(q, tiles, paths));
             if c.unit == Some(Unit::Int8Tensor) {
                 // Instructions of one lane each; a multiply-add counts two in the f32 peak.
                 c.epilogue = 2 * mma_epilogue(q) * rows * cols * (k / 32);
+            }
+            if c.unit == Some(Unit::F16Tensor) {
+                // Each 32 × 32 tile dequantizes its rows (a multiply-add and a conversion per
+                // element) and converts its tokens (one per element).
+                c.epilogue = 2 * 2 * rows * k * cols.div_ceil(32) + 2 * cols * k * rows.div_ceil(32);
             }
         }
         Kernel::MatmulVecPack => {

@@ -143,18 +143,23 @@ pub fn plan(
         GpuBackend::Wgpu => (Some(profile.max_binding), crate::backend::gpu::WGPU_PAD, true),
     };
     let layouts = super::layouts(model, max_binding, pad)?;
-    let mma = ask.backend == GpuBackend::Cuda
-        && profile
-            .arch
-            .as_deref()
-            .and_then(|a| a.strip_prefix("sm_")?.parse::<u32>().ok())
-            .is_some_and(|a| a >= 80);
+    let sm = profile
+        .arch
+        .as_deref()
+        .and_then(|a| a.strip_prefix("sm_")?.parse::<u32>().ok());
+    let mma = ask.backend == GpuBackend::Cuda && sm.is_some_and(|a| a >= 80);
     let shape = super::shape::DeviceShape {
         matrix_tiles: mma,
         ..profile.shape()
     };
     let s = schedule::schedule(&g, &|name| layouts.get(name).cloned(), ask.kv, subgroups, &shape)?;
-    let paths = Paths { int8: true, mma };
+    // Vulkan on NVIDIA GPUs (Turing on) offers 16 × 16 f16 cooperative matrices.
+    let coop_f16 = ask.backend == GpuBackend::Wgpu && sm.is_some_and(|a| a >= 75);
+    let paths = Paths {
+        int8: true,
+        mma,
+        coop_f16,
+    };
     let step = StepShape {
         tokens: ask.tokens as u64,
         seqs: ask.seqs as u64,

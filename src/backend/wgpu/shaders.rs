@@ -327,6 +327,27 @@ mod tests {
     use super::*;
     use crate::backend::gpu::kernels::{ACT_QTYPES, WEIGHT_QTYPES};
 
+    /// The f16 tile's entry points (in its matrix operations' files) launch the table's
+    /// workgroup, and each file defines the operations the tile calls.
+    #[test]
+    fn the_f16_tile_entry_points_follow_the_table() {
+        let want = format!("@workgroup_size({})", Kernel::Matmul.threads());
+        for ops in [COOP16_OPS, COOP16_EMULATED] {
+            assert_eq!(ops.matches("@workgroup_size(").count(), 1);
+            assert!(ops.contains(&want), "{want}");
+            for f in [
+                "fn coop_zero(",
+                "fn coop_a(",
+                "fn coop_b(",
+                "fn coop_mma(",
+                "fn coop_store(",
+                "tile(wid, lid, ",
+            ] {
+                assert!(ops.contains(f), "{f}");
+            }
+        }
+    }
+
     #[test]
     fn every_gpu_weight_type_has_one_quant_file_and_every_file_a_type() {
         for q in QType::ALL {

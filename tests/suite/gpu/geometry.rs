@@ -9,11 +9,12 @@ use minfer::backend::KvType;
 use minfer::gguf::{encode_header, Metadata, TensorEntry, Value};
 use minfer::quant::QType;
 use minfer::testing::gpu::roofline::{self, Ask, GpuBackend, Plan};
-use minfer::testing::gpu::DeviceProfile;
+use minfer::testing::gpu::{DeviceProfile, Unit};
 
 tests![
     plan_counts_bytes_and_grids_as_by_hand,
     plan_json_is_stable_and_bad_asks_are_named,
+    prefill_tiles_are_priced_on_the_units_they_take,
     decode_launches_fill_an_h200_at_1_and_8_tokens,
     batched_decode_fills_an_h200,
     launches_fill_an_h200_at_512_tokens,
@@ -216,6 +217,47 @@ fn plan_counts_bytes_and_grids_as_by_hand() {
         .launches
         .iter()
         .all(|l| l.est_us >= h200.launch_us && l.fill > 0.0 && l.fill <= 1.0));
+}
+
+/// A 512-token step's tiles over quantized weights multiply where each backend takes them on an
+/// H200: CUDA's on the int8 tensor cores over the 8-bit activations (a byte and a scale per 32),
+/// wgpu's on Vulkan's f16 cooperative matrices over the f32 values, with their dequantization
+/// and conversion as f32 work; the decode rows keep dot4. The A100 (sm_80) likewise, and a GPU
+/// without tensor cores in the profile (m3max) keeps dot4 on both.
+fn prefill_tiles_are_priced_on_the_units_they_take() {
+    let path = write_sparse(&tmp(), LLAMA2_7B, true, 2);
+    let unit = |backend: GpuBackend, profile: &str, tokens: usize| {
+        let p = plan(&path, tokens, backend, &DeviceProfile::find(profile).unwrap());
+        let l = p
+            .launches
+            .iter()
+            .find(|l| l.node == "blk.0.attn_out" && l.kernel.starts_with("matmul"))
+            .unwrap_or_else(|| panic!("no attn_out launch"))
+            .clone();
+        (l.kernel, l.unit, l.bytes_read - l.weight_bytes)
+    };
+    let (k, tokens) = (4096u64, 512u64);
+    // x, and the residual the fused add reads.
+    let (int8_x, f32_x) = (tokens * (k + k / 8), tokens * k * 4);
+    let resid = tokens * 4096 * 4;
+    for profile in ["h200", "a100"] {
+        let (kernel, u, acts) = unit(GpuBackend::Cuda, profile, 512);
+        assert_eq!(
+            (kernel.as_str(), u, acts),
+            ("matmul_mma64_q4_K", Some(Unit::Int8Tensor), int8_x + resid),
+            "{profile}"
+        );
+        let (kernel, u, acts) = unit(GpuBackend::Wgpu, profile, 512);
+        assert_eq!(
+            (kernel.as_str(), u, acts),
+            ("matmul_q4_K", Some(Unit::F16Tensor), f32_x + resid),
+            "{profile}"
+        );
+        let (_, u, _) = unit(GpuBackend::Wgpu, profile, 1);
+        assert_eq!(u, Some(Unit::Dot4), "{profile}: decode");
+    }
+    let (_, u, _) = unit(GpuBackend::Wgpu, "m3max", 512);
+    assert_eq!(u, Some(Unit::Dot4), "m3max");
 }
 
 /// `minfer-wgpu plan --json`: one object with exactly the documented keys (a consumer's
