@@ -20,6 +20,8 @@ tests![
     traced_intermediates_match_cpu,
     split_weights_and_batches_change_nothing,
     real_models_match_llama_cpp_and_cpu,
+    #[ignore = "minutes on llvmpipe's emulation; run with --ignored f16_cooperative_tiles_hold"]
+    f16_cooperative_tiles_hold_a_real_model,
     greedy_runs_match_cpu,
     minilm_embeddings_match_sentence_transformers,
     launches_passes_and_submits_are_bounded,
@@ -480,6 +482,36 @@ fn real_models_match_llama_cpp_and_cpu() {
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// The f16 cooperative-matrix prefill tile (on the device's matrices, or on their emulation
+/// where it has none) over a real model: SmolLM2's 204-token paragraph, whose matmuls take the
+/// tiles, within twice the CPU scalar kernels' gap of the CPU (see above) — the halves' rounding
+/// of weights and activations stays below the summation-order differences every path has.
+fn f16_cooperative_tiles_hold_a_real_model() {
+    use minfer::testing::wgpu::Coop;
+    let t = "f16_cooperative_tiles_hold_a_real_model";
+    let Some(b) = gpu(t, true, None) else {
+        return;
+    };
+    let b = b.with_coop_emulation();
+    let coop = b.uses_coop();
+    if !matches!(coop, Coop::F16x16 | Coop::F16x16Emulated) {
+        common::skip::<()>(t, &format!("{}: {coop:?}", b.describe()));
+        return;
+    }
+    let g = Gpu {
+        label: format!("{} ({coop:?})", b.describe()),
+        backend: Arc::new(b),
+        alt: false,
+        emulated: false,
+    };
+    let Some((ours, floor)) = real_case(t, &g, "smollm2.p3_paragraph", "SmolLM2-135M-Instruct.Q4_1.gguf") else {
+        return;
+    };
+    if let Err(e) = ours.within_twice(&floor) {
+        panic!("{}: {e}", g.label);
+    }
 }
 
 /// Greedy generation of 32 tokens (`run --raw --temp 0 -n 32`), on SmolLM2 with each recorded
