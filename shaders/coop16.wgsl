@@ -29,11 +29,12 @@ fn coop_store(c: CoopC, off: u32) {
     coopStore(c, &cs[off], TM);
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(128)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
     @builtin(subgroup_id) sg: u32,
 ) {
-    tile(wid, lid, sg);
+    tile(wid, nwg, lid, sg);
 }

@@ -45,8 +45,12 @@ fn coop_store(c: CoopC, off: u32) {
     }
 }
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+@compute @workgroup_size(128)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
     lane = lid % 32u;
-    tile(wid, lid, lid / 32u);
+    tile(wid, nwg, lid, lid / 32u);
 }

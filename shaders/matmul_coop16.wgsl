@@ -1,13 +1,16 @@
 // matmul.wgsl on 16 × 16 f16 cooperative matrices with f32 accumulators: the tensor cores' f16
 // path as Vulkan offers it (VK_KHR_cooperative_matrix on NVIDIA, AMD and Intel GPUs), the
-// prefill tiles of ggml-vulkan's coopmat matmul. The same 32-row × 32-token tiles, grid and
-// 32-element steps as matmul.wgsl: per step the weights are dequantized into workgroup memory
-// as halves and the tokens converted to halves beside them; subgroup s of the two (32
-// invocations each) takes rows 16s .. 16s + 15 against all 32 tokens, two accumulators, two
-// 16-deep multiply-adds each. At the end the accumulators go to workgroup memory and each
-// invocation stores a 4 × 4 block with matmul_store.wgsl's store4 (bias, residual).
-// ACT_S (q4_1, q5_1): each invocation adds its outputs' per-step offset × correction in f32
-// registers, as matmul.wgsl does, before storing.
+// prefill tiles of ggml-vulkan's coopmat matmul. Tiles of 64 rows × TN tokens, 128
+// invocations, 32-element steps: per step the weights are dequantized into workgroup memory as
+// halves and the tokens converted to halves beside them. TN is 64 where that still gives the
+// device's SMs a tile each, else 32 (`Variant::coop_f16_grid`, which rewrites the schedule's
+// 32 × 32 grid); the tile reads it off its grid (y: the tokens over TN). At TN 64 subgroup s
+// of the four (32 invocations each) takes rows 32 (s % 2) .. + 32 against tokens
+// 32 (s / 2) .. + 32, four accumulators, each A and B operand loaded once for two
+// multiply-adds; at TN 32 rows 16s .. + 16 against the 32 tokens, two. At the end the
+// accumulators go to workgroup memory and each invocation stores 4 rows × TN / 8 tokens with
+// matmul_store.wgsl's store4 (bias, residual). ACT_S (q4_1, q5_1): each invocation adds its
+// outputs' per-step offset × correction in f32 registers, as matmul.wgsl does, before storing.
 //
 // The halves round the dequantized weights and the 8-bit activations' values (d · q); the
 // products are exact in f32 and summed there, so the tile's error is that rounding. The matrix
@@ -15,9 +18,10 @@
 // scalar code, for devices without them); each holds the entry point, which calls `tile`.
 // Layout as matmul_coop.wgsl's: the weights [row][k] are the A operand (row-major), the tokens
 // [token][k] the B operand read column-major, the result [token][row] is C stored column-major.
+// Workgroup memory: 27.1 KB (`COOP16_SHARED_BYTES`).
 
-const TM: u32 = 32u;
-const TN: u32 = 32u;
+const TM: u32 = 64u;
+const TN: u32 = 64u; // the widest; a tile takes 64 or 32
 const TK: u32 = 32u;
 const S: u32 = 40u; // halves per tile row: TK and 8 of padding (rows 16-byte aligned)
 
@@ -40,37 +44,45 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
 
-var<workgroup> ws: array<f16, 1280>; // [TM][S]
-var<workgroup> xs: array<f16, 1280>; // [TN][S]
-var<workgroup> cs: array<f32, 1024>; // [TN][TM]: the result
-var<workgroup> wmin: array<f32, 32>; // ACT_S: the step's block offset per row
-var<workgroup> xcor: array<f32, 32>; // ACT_S: the step's correction per token
+var<workgroup> ws: array<f16, 2560>; // [TM][S]
+var<workgroup> xs: array<f16, 2560>; // [TN][S]
+var<workgroup> cs: array<f32, 4096>; // [TN][TM]: the result
+var<workgroup> wmin: array<f32, 64>; // ACT_S: the step's block offset per row
+var<workgroup> xcor: array<f32, 64>; // ACT_S: the step's correction per token
 
-// Workgroup `wid`'s tile; `lid` the invocation, `sg` its subgroup (lid / 32).
-fn tile(wid: vec3<u32>, lid: u32, sg: u32) {
+// Workgroup `wid`'s tile of a grid of `nwg`; `lid` the invocation, `sg` its subgroup (lid / 32).
+fn tile(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, sg: u32) {
+    let tn = select(32u, TN, nwg.y == (p.n + TN - 1u) / TN);
     let m0 = wid.x * TM;
-    let n0 = wid.y * TN;
+    let n0 = wid.y * tn;
     let cpb = QK / 8u;
     let rbytes = (p.k / QK) * QB;
     let k4 = p.k / 4u;
-    let wr0 = 16u * sg;
+    // Rows and tokens of accumulator c<i><j>: rows wr0 + 16i, tokens wt0 + 16j (at TN 32 only
+    // c00 and c01).
+    let wide = tn == TN;
+    let wr0 = select(16u * sg, 32u * (sg % 2u), wide);
+    let wt0 = select(0u, 32u * (sg / 2u), wide);
     // The accumulators start from zeros loaded from workgroup memory (a constructed matrix's
     // contents are not defined on every platform).
-    for (var i = lid; i < 256u; i += 64u) {
+    for (var i = lid; i < 256u; i += 128u) {
         cs[i] = 0.0;
     }
     workgroupBarrier();
     let zero = coop_zero();
-    // c<j>: rows wr0 .. wr0 + 16 × tokens 16j .. 16j + 16
-    var c0 = zero;
-    var c1 = zero;
-    // ACT_S: rows 4tx + i × tokens 4ty .. 4ty + 4, as matmul.wgsl's accumulators
-    let tx = lid % 8u;
-    let ty = lid / 8u;
-    var cor = array<vec4<f32>, 4>();
+    var c00 = zero;
+    var c01 = zero;
+    var c10 = zero;
+    var c11 = zero;
+    // The store's (and ACT_S's) outputs: rows 4tx + i × tokens tn / 8 · ty .. + tn / 8,
+    // cor[4h + i] those of tokens tn / 8 · ty + 4h .. + 4.
+    let tx = lid % 16u;
+    let ty = lid / 16u;
+    let halves = tn / 32u;
+    var cor = array<vec4<f32>, 8>();
     for (var k0 = 0u; k0 < p.k; k0 += TK) {
         for (var i = 0u; i < 2u; i++) {
-            let idx = lid + i * 64u;
+            let idx = lid + i * 128u;
             let r = idx / 4u;
             let c = idx % 4u;
             var v = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
@@ -83,8 +95,8 @@ fn tile(wid: vec3<u32>, lid: u32, sg: u32) {
                 ws[r * S + 8u * c + 4u + e] = f16(v[1][e]);
             }
         }
-        for (var i = 0u; i < 4u; i++) {
-            let idx = lid + i * 64u;
+        for (var i = 0u; i < 2u * halves; i++) {
+            let idx = lid + i * 128u;
             let t = idx / 8u;
             let q = idx % 8u;
             var v = vec4<f32>(0.0);
@@ -96,16 +108,16 @@ fn tile(wid: vec3<u32>, lid: u32, sg: u32) {
             }
         }
         if (ACT_S) {
-            let i = lid % 32u;
+            let i = lid % 64u;
             var v = 0.0;
-            if (lid < 32u && m0 + i < p.rows) {
+            if (lid < 64u && m0 + i < p.rows) {
                 v = qmin((m0 + i) * rbytes + (k0 / QK) * QB);
             }
-            if (lid >= 32u && n0 + i < p.n) {
+            if (lid >= 64u && n0 + i < p.n) {
                 let ci = p.n * p.k + (n0 + i) * (p.k / QK) + k0 / QK;
                 v = x[ci / 4u][ci % 4u];
             }
-            if (lid < 32u) {
+            if (lid < 64u) {
                 wmin[i] = v;
             } else {
                 xcor[i] = v;
@@ -113,26 +125,42 @@ fn tile(wid: vec3<u32>, lid: u32, sg: u32) {
         }
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk += 16u) {
-            let a = coop_a(wr0 * S + kk);
-            c0 = coop_mma(a, coop_b(kk), c0);
-            c1 = coop_mma(a, coop_b(16u * S + kk), c1);
+            let a0 = coop_a(wr0 * S + kk);
+            let b0 = coop_b(wt0 * S + kk);
+            let b1 = coop_b((wt0 + 16u) * S + kk);
+            c00 = coop_mma(a0, b0, c00);
+            c01 = coop_mma(a0, b1, c01);
+            if (wide) {
+                let a1 = coop_a((wr0 + 16u) * S + kk);
+                c10 = coop_mma(a1, b0, c10);
+                c11 = coop_mma(a1, b1, c11);
+            }
         }
         if (ACT_S) {
-            let xc = vec4<f32>(xcor[4u * ty], xcor[4u * ty + 1u], xcor[4u * ty + 2u], xcor[4u * ty + 3u]);
-            for (var i = 0u; i < 4u; i++) {
-                cor[i] += wmin[4u * tx + i] * xc;
+            for (var h = 0u; h < halves; h++) {
+                let t = 4u * halves * ty + 4u * h;
+                let xc = vec4<f32>(xcor[t], xcor[t + 1u], xcor[t + 2u], xcor[t + 3u]);
+                for (var i = 0u; i < 4u; i++) {
+                    cor[4u * h + i] += wmin[4u * tx + i] * xc;
+                }
             }
         }
         workgroupBarrier();
     }
     // C (row r, token t) at cs[t · TM + r]: column-major with stride TM.
-    coop_store(c0, wr0);
-    coop_store(c1, 16u * TM + wr0);
+    coop_store(c00, wt0 * TM + wr0);
+    coop_store(c01, (wt0 + 16u) * TM + wr0);
+    if (wide) {
+        coop_store(c10, wt0 * TM + wr0 + 16u);
+        coop_store(c11, (wt0 + 16u) * TM + wr0 + 16u);
+    }
     workgroupBarrier();
-    for (var i = 0u; i < 4u; i++) {
-        let r = 4u * tx + i;
-        let t = 4u * ty;
-        let v = vec4<f32>(cs[t * TM + r], cs[(t + 1u) * TM + r], cs[(t + 2u) * TM + r], cs[(t + 3u) * TM + r]);
-        store4(m0 + r, n0 + t, v + cor[i]);
+    for (var h = 0u; h < halves; h++) {
+        let t = 4u * halves * ty + 4u * h;
+        for (var i = 0u; i < 4u; i++) {
+            let r = 4u * tx + i;
+            let v = vec4<f32>(cs[t * TM + r], cs[(t + 1u) * TM + r], cs[(t + 2u) * TM + r], cs[(t + 3u) * TM + r]);
+            store4(m0 + r, n0 + t, v + cor[4u * h + i]);
+        }
     }
 }

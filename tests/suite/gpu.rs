@@ -533,24 +533,34 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
 /// weight and activation to 11 bits, so a product errs by up to 2 · 2⁻¹¹ and the output's
 /// NMSE stays under (2 · 2⁻¹¹)² < 1e-6. f32 and bf16 weights keep the f32 tile (≤ 1e-12).
 fn f16_cooperative_tiles_match_cpu() {
-    use minfer::testing::wgpu::Coop;
+    use minfer::testing::gpu::{KernelParams, MatmulParams, Variant};
     let t = "f16_cooperative_tiles_match_cpu";
     let Some(b) = gpu(t, true, None) else {
         return;
     };
-    let b = b.with_coop_emulation();
-    let coop = b.uses_coop();
-    if !matches!(coop, Coop::F16x16 | Coop::F16x16Emulated) {
-        common::skip::<()>(
-            t,
-            &format!("{}: neither f16 cooperative matrices nor f16 shaders", b.describe()),
-        );
+    let desc = b.describe();
+    let coop = b.with_coop_emulation().uses_coop();
+    if !coop.is_f16() {
+        common::skip::<()>(t, &format!("{desc}: neither f16 cooperative matrices nor f16 shaders"));
         return;
     }
-    let label = format!("{} ({coop:?})", b.describe());
+    // The adapter's own SMs, and an H200's 132, under which these small grids take the
+    // 32-token tiles.
+    let sms = |b: &WgpuBackend| b.shape().sms;
+    let gs: Vec<WgpuBackend> = [None, Some(132)]
+        .into_iter()
+        .filter_map(|n| {
+            let b = gpu(t, true, None)?.with_coop_emulation();
+            Some(match n {
+                Some(n) => b.with_compute_units(n),
+                None => b,
+            })
+        })
+        .collect();
     let cpu = cpu();
     let m = 200usize;
     let mut worst = 0.0f64;
+    let mut widths = std::collections::BTreeSet::new();
     for q in [
         QType::Q4_0,
         QType::Q4_1,
@@ -569,18 +579,37 @@ fn f16_cooperative_tiles_match_cpu() {
             let g = matmul_graph(k, m, n);
             let ids: Vec<u32> = (0..n as u32).collect();
             let want = run_at(&cpu, &mdl, &g, &ids, 0);
-            let e = nmse(&run_at(&b, &mdl, &g, &ids, 0), &want);
-            let bound = if q == QType::F32 { 1e-12 } else { 1e-6 };
-            assert!(
-                e <= bound,
-                "{label}: matmul/{q} {m} rows × {n} tokens, k {k}: NMSE {e:.2e} against the CPU (bound {bound:.0e})"
-            );
-            if q != QType::F32 {
-                worst = worst.max(e);
+            for b in &gs {
+                let p = MatmulParams {
+                    k: k as u32,
+                    rows: m as u32,
+                    n: n as u32,
+                    ..Default::default()
+                };
+                let v = Variant::with_qtype(minfer::testing::gpu::Kernel::Matmul, q);
+                let width =
+                    v.coop_f16_grid(&p.words(), sms(b))
+                        .map(|g| if g[1] == (n as u32).div_ceil(64) { 64 } else { 32 });
+                let label = format!(
+                    "{} ({coop:?}, {} SMs, tiles {width:?} tokens wide)",
+                    b.describe(),
+                    sms(b)
+                );
+                let e = nmse(&run_at(b, &mdl, &g, &ids, 0), &want);
+                let bound = if width.is_some() { 1e-6 } else { 1e-12 };
+                assert!(
+                    e <= bound,
+                    "{label}: matmul/{q} {m} rows × {n} tokens, k {k}: NMSE {e:.2e} against the CPU (bound {bound:.0e})"
+                );
+                if let Some(w) = width {
+                    widths.insert(w);
+                    worst = worst.max(e);
+                }
             }
         }
     }
-    eprintln!("{t}: {label}: worst NMSE {worst:.2e}");
+    assert_eq!(widths.into_iter().collect::<Vec<_>>(), [32, 64], "tile widths covered");
+    eprintln!("{t}: {coop:?}: worst NMSE {worst:.2e}");
 }
 
 /// The f16 cooperative-matrix probe, which decides whether a device's tile may run, passes on

@@ -97,9 +97,9 @@ fn matmul_unit(q: QType, tiles: bool, paths: Paths) -> Unit {
     }
 }
 
-/// Whether tiles over `q` take the f16 cooperative matrices (f32 and bf16 weights keep f32).
+/// Whether tiles over `q` take the f16 cooperative matrices.
 fn coop_f16(q: QType, paths: Paths) -> bool {
-    paths.coop_f16 && !matches!(q, QType::F32 | QType::BF16)
+    paths.coop_f16 && super::kernels::coop_f16_weights(q)
 }
 
 /// f32 instructions per output and 32-element step of `matmul_mma` over weights `q`
@@ -169,9 +169,11 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
                 c.epilogue = 2 * mma_epilogue(q) * rows * cols * (k / 32);
             }
             if c.unit == Some(Unit::F16Tensor) {
-                // Each 32 × 32 tile dequantizes its rows (a multiply-add and a conversion per
-                // element) and converts its tokens (one per element).
-                c.epilogue = 2 * 2 * rows * k * cols.div_ceil(32) + 2 * cols * k * rows.div_ceil(32);
+                // Each tile dequantizes its rows (a multiply-add and a conversion per element)
+                // and converts its tokens (one per element); counted for the 64-token tiles
+                // (the 32-token ones of a small grid dequantize twice as often).
+                let t = super::kernels::COOP_TILE as u64;
+                c.epilogue = 2 * 2 * rows * k * cols.div_ceil(t) + 2 * cols * k * rows.div_ceil(t);
             }
         }
         Kernel::MatmulVecPack => {

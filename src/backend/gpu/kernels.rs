@@ -231,6 +231,42 @@ impl Variant {
     }
 }
 
+impl Variant {
+    /// Whether the variant is the tiled matmul over weights the f16 cooperative-matrix tile
+    /// takes (`wgpu::shaders::Coop::F16x16`): quantized and f16 ones; f32 and bf16 values, which
+    /// halves would round or overflow, keep the f32 tile.
+    pub fn takes_coop_f16(&self) -> bool {
+        self.kernel == Kernel::Matmul && self.qtype.is_some_and(coop_f16_weights)
+    }
+
+    /// The grid of the launch with parameters `params` as the f16 cooperative-matrix tile
+    /// (`matmul_coop16.wgsl`: `COOP_TILE` rows × `COOP_TILE` tokens of `COOP_THREADS`, or half
+    /// as many tokens where that would leave some of the `sms` SMs without a tile; the tile
+    /// reads its width off the grid) where the variant takes it. The schedule's grid is of
+    /// 32 × 32 tiles.
+    pub fn coop_f16_grid(&self, params: &[u32; 16], sms: u32) -> Option<[u32; 3]> {
+        use super::params::{KernelParams, MatmulParams};
+        let p = MatmulParams::from_words(params);
+        let rows = p.rows.div_ceil(COOP_TILE);
+        let cols = match rows * p.n.div_ceil(COOP_TILE) >= sms {
+            true => COOP_TILE,
+            false => COOP_TILE / 2,
+        };
+        self.takes_coop_f16().then(|| [rows, p.n.div_ceil(cols), 1])
+    }
+}
+
+/// Whether weights of `q` take the f16 cooperative-matrix tile: all but f32 and bf16.
+pub fn coop_f16_weights(q: QType) -> bool {
+    !matches!(q, QType::F32 | QType::BF16)
+}
+
+/// Rows and tokens per tile of the f16 cooperative-matrix matmul (`matmul_coop16.wgsl`).
+pub const COOP_TILE: u32 = 64;
+
+/// Invocations per workgroup of the f16 cooperative-matrix matmul: four subgroups of 32.
+pub const COOP_THREADS: u32 = 128;
+
 /// A launch as a tensor-core entry (`Variant::mma_launch`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MmaLaunch {

@@ -171,7 +171,7 @@ pub fn plan(
     all.extend(s.argmax.iter().map(|l| ("argmax", "argmax", l)));
     for (node, op, l) in all {
         let c = cost(l, step, ask.kv, paths);
-        rows.push(planned(node, op, l, &c, profile, report, mma));
+        rows.push(planned(node, op, l, &c, profile, report, paths));
     }
     let est_us_total: f64 = rows.iter().map(|r| r.est_us).sum();
     let step_bytes: u64 = rows.iter().map(|r| r.weight_bytes + r.cache_bytes).sum();
@@ -195,13 +195,15 @@ fn planned(
     c: &Cost,
     profile: &DeviceProfile,
     report: Option<&HashMap<String, Resources>>,
-    mma: bool,
+    paths: Paths,
 ) -> Planned {
     let v: &Variant = &l.variant;
-    let tensor = v.mma_launch(&l.params, l.groups, profile.sms).filter(|_| mma);
-    let (kernel, grid, threads) = match tensor {
-        Some(m) => (v.mma_entry(m.size).unwrap_or_else(|| v.entry()), m.grid, m.threads),
-        None => (v.entry(), l.groups, v.kernel.threads()),
+    let tensor = v.mma_launch(&l.params, l.groups, profile.sms).filter(|_| paths.mma);
+    let coop = v.coop_f16_grid(&l.params, profile.sms).filter(|_| paths.coop_f16);
+    let (kernel, grid, threads) = match (tensor, coop) {
+        (Some(m), _) => (v.mma_entry(m.size).unwrap_or_else(|| v.entry()), m.grid, m.threads),
+        (None, Some(g)) => (v.entry(), g, super::kernels::COOP_THREADS),
+        (None, None) => (v.entry(), l.groups, v.kernel.threads()),
     };
     let res = report.and_then(|r| r.get(&kernel));
     let workgroups: u64 = grid.iter().map(|&g| g as u64).product();

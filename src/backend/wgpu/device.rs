@@ -337,6 +337,7 @@ impl Gpu {
             && sg32
             && coop_16x16_f16
             && gpu.has(wgpu::Features::SHADER_F16)
+            && gpu.limits.max_compute_workgroup_storage_size >= super::shaders::COOP16_SHARED_BYTES
             && passes("f16 cooperative matrix probe", coop16_probe)
         {
             gpu.coop = Coop::F16x16;

@@ -165,6 +165,11 @@ impl WgpuBackend {
         self
     }
 
+    /// The device as the schedule sees it (`with_compute_units` changes its SMs).
+    pub fn shape(&self) -> DeviceShape {
+        self.shape
+    }
+
     /// What WGSL probe `src` counts (one workgroup; binding 0 one counter from 0), or why it
     /// could not run (a shader the device refused).
     #[doc(hidden)]
@@ -200,7 +205,9 @@ impl WgpuBackend {
     /// The cooperative matrices the prefill matmul multiplies on here (`WgpuOptions::coop_matmul`,
     /// and `Gpu::coop`: the device has them and they passed a probe; or their emulation).
     pub fn uses_coop(&self) -> Coop {
-        let emulated = self.coop_emulated && self.gpu.has(wgpu::Features::SHADER_F16);
+        let emulated = self.coop_emulated
+            && self.gpu.has(wgpu::Features::SHADER_F16)
+            && self.gpu.limits.max_compute_workgroup_storage_size >= shaders::COOP16_SHARED_BYTES;
         match (self.opts.coop_matmul, self.gpu.coop) {
             (false, _) => Coop::Off,
             (true, Coop::Off) if emulated => Coop::F16x16Emulated,

@@ -219,10 +219,16 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
             layout: &pipeline.layout,
             entries: &entries,
         });
+        // The f16 cooperative-matrix tile is 64 rows × 64 or 32 tokens (the schedule sizes
+        // 32 × 32 tiles).
+        let groups = match t.coop.is_f16() {
+            true => l.variant.coop_f16_grid(&l.params, t.shape.sms).unwrap_or(l.groups),
+            false => l.groups,
+        };
         Ok(Dispatch {
             pipeline,
             bind_group,
-            groups: l.groups,
+            groups,
             work: l.work(),
             when: l.when,
         })

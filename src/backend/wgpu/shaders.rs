@@ -36,8 +36,7 @@ pub enum Coop {
     /// 8 × 8 f32 matrices (`matmul_coop.wgsl`: Metal's simdgroup matrices), any weight type.
     F32x8,
     /// 16 × 16 f16 matrices with f32 accumulators (`matmul_coop16.wgsl` on `coop16.wgsl`: the
-    /// tensor cores as Vulkan offers them), for quantized and f16 weights; f32 and bf16 ones,
-    /// whose values halves would round or overflow, keep the f32 tile.
+    /// tensor cores as Vulkan offers them), for the weights `Variant::takes_coop_f16`.
     F16x16,
     /// `matmul_coop16.wgsl` on `coop16_emu.wgsl`, the same tile with its matrix operations in
     /// scalar code: what the tests run on a device without cooperative matrices.
@@ -45,11 +44,15 @@ pub enum Coop {
 }
 
 impl Coop {
-    /// Whether the tile for weights of `qtype` is the f16 one.
-    fn f16_for(self, qtype: Option<QType>) -> bool {
-        matches!(self, Coop::F16x16 | Coop::F16x16Emulated) && !matches!(qtype, Some(QType::F32 | QType::BF16))
+    /// Whether the matrices are the f16 ones (on the device or emulated).
+    pub fn is_f16(self) -> bool {
+        matches!(self, Coop::F16x16 | Coop::F16x16Emulated)
     }
 }
+
+/// Workgroup memory `matmul_coop16.wgsl` declares, bytes: a device with less keeps the other
+/// tiles.
+pub const COOP16_SHARED_BYTES: u32 = 27_136;
 
 /// The module's f16 decode (`common.wgsl`): `f16_to_f32` (the low half of a word) and `f16x2`
 /// (both halves, low first), in integer arithmetic or by the hardware.
@@ -166,41 +169,51 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg: u32
 
 /// The f16 cooperative-matrix probe (`device::coop16_probe`): `matmul_coop16.wgsl`'s step on
 /// small integers, through the matrix operations it runs on (`COOP16_OPS`, or with `emulated`
-/// `COOP16_EMULATED`): two subgroups each multiply 16 rows by 32 tokens over 32 elements of k,
-/// from the tile's zeros, loads, offsets and strides, store the tile's way, and every one of
-/// the 1,024 outputs that differs from the scalar sum (exact: small integers) adds one to `bad`.
+/// `COOP16_EMULATED`): four subgroups each multiply 32 rows by 32 tokens over 32 elements of
+/// k, from the tile's zeros, loads, offsets and strides, store the tile's way, and every one of
+/// the 4,096 outputs that differs from the scalar sum (exact: small integers) adds one to `bad`.
 pub fn coop16_probe_source(emulated: bool) -> String {
     const TILE: &str = "const S: u32 = 40u;
-const TM: u32 = 32u;
+const TM: u32 = 64u;
 @group(0) @binding(0) var<storage, read_write> bad: array<atomic<u32>, 1>;
-var<workgroup> ws: array<f16, 1280>;
-var<workgroup> xs: array<f16, 1280>;
-var<workgroup> cs: array<f32, 1024>;
+var<workgroup> ws: array<f16, 2560>;
+var<workgroup> xs: array<f16, 2560>;
+var<workgroup> cs: array<f32, 4096>;
 fn av(r: u32, k: u32) -> f32 { return f32((r * 3u + k * 5u) % 7u) - 3.0; }
 fn bv(t: u32, k: u32) -> f32 { return f32((t + 2u * k) % 5u) - 2.0; }
-fn tile(wid: vec3<u32>, lid: u32, sg: u32) {
-    for (var e = lid; e < 1280u; e += 64u) {
+fn tile(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, sg: u32) {
+    for (var e = lid; e < 2560u; e += 128u) {
         ws[e] = f16(av(e / S, e % S));
         xs[e] = f16(bv(e / S, e % S));
     }
-    for (var e = lid; e < 1024u; e += 64u) {
+    for (var e = lid; e < 4096u; e += 128u) {
         cs[e] = 0.0;
     }
     workgroupBarrier();
     let zero = coop_zero();
-    var c0 = zero;
-    var c1 = zero;
+    var c00 = zero;
+    var c01 = zero;
+    var c10 = zero;
+    var c11 = zero;
     workgroupBarrier();
-    let wr0 = 16u * sg;
+    let wr0 = 32u * (sg % 2u);
+    let wt0 = 32u * (sg / 2u);
     for (var kk = 0u; kk < 32u; kk += 16u) {
-        let a = coop_a(wr0 * S + kk);
-        c0 = coop_mma(a, coop_b(kk), c0);
-        c1 = coop_mma(a, coop_b(16u * S + kk), c1);
+        let a0 = coop_a(wr0 * S + kk);
+        let a1 = coop_a((wr0 + 16u) * S + kk);
+        let b0 = coop_b(wt0 * S + kk);
+        let b1 = coop_b((wt0 + 16u) * S + kk);
+        c00 = coop_mma(a0, b0, c00);
+        c01 = coop_mma(a0, b1, c01);
+        c10 = coop_mma(a1, b0, c10);
+        c11 = coop_mma(a1, b1, c11);
     }
-    coop_store(c0, wr0);
-    coop_store(c1, 16u * TM + wr0);
+    coop_store(c00, wt0 * TM + wr0);
+    coop_store(c01, (wt0 + 16u) * TM + wr0);
+    coop_store(c10, wt0 * TM + wr0 + 16u);
+    coop_store(c11, (wt0 + 16u) * TM + wr0 + 16u);
     workgroupBarrier();
-    for (var e = lid; e < 1024u; e += 64u) {
+    for (var e = lid; e < 4096u; e += 128u) {
         var s = 0.0;
         for (var k = 0u; k < 32u; k++) {
             s += av(e % TM, k) * bv(e / TM, k);
@@ -282,7 +295,7 @@ impl WgslSource for Variant {
         let w = &info.wgsl;
         parts.extend(w.head);
         let i8 = int8 && self.qtype.and_then(crate::backend::gpu::kernels::act_qtype).is_some();
-        let coop16 = w.body_coop16.filter(|_| coop.f16_for(self.qtype));
+        let coop16 = w.body_coop16.filter(|_| coop.is_f16() && self.takes_coop_f16());
         let coop8 = w.body_coop.filter(|_| coop == Coop::F32x8);
         parts.push(match (w.body_kv_q8_0, coop8.or(coop16), w.body_i8) {
             (Some(b), _, _) if self.kv == Some(KvType::Q8_0) => b,
@@ -327,11 +340,12 @@ mod tests {
     use super::*;
     use crate::backend::gpu::kernels::{ACT_QTYPES, WEIGHT_QTYPES};
 
-    /// The f16 tile's entry points (in its matrix operations' files) launch the table's
-    /// workgroup, and each file defines the operations the tile calls.
+    /// The f16 tile's entry points (in its matrix operations' files) launch `COOP_THREADS`,
+    /// each file defines the operations the tile calls, and the tile's workgroup arrays add up
+    /// to `COOP16_SHARED_BYTES`.
     #[test]
-    fn the_f16_tile_entry_points_follow_the_table() {
-        let want = format!("@workgroup_size({})", Kernel::Matmul.threads());
+    fn the_f16_tile_entry_points_and_memory_follow_the_constants() {
+        let want = format!("@workgroup_size({})", crate::backend::gpu::kernels::COOP_THREADS);
         for ops in [COOP16_OPS, COOP16_EMULATED] {
             assert_eq!(ops.matches("@workgroup_size(").count(), 1);
             assert!(ops.contains(&want), "{want}");
@@ -341,11 +355,19 @@ mod tests {
                 "fn coop_b(",
                 "fn coop_mma(",
                 "fn coop_store(",
-                "tile(wid, lid, ",
+                "tile(wid, nwg, lid, ",
             ] {
                 assert!(ops.contains(f), "{f}");
             }
         }
+        let body = Kernel::Matmul.info().wgsl.body_coop16.unwrap();
+        let mut bytes = 0;
+        for line in body.lines().filter(|l| l.starts_with("var<workgroup>")) {
+            let decl = line.split_once("array<").unwrap().1.split_once('>').unwrap().0;
+            let (ty, n) = decl.split_once(", ").unwrap();
+            bytes += n.parse::<u32>().unwrap() * if ty == "f16" { 2 } else { 4 };
+        }
+        assert_eq!(bytes, COOP16_SHARED_BYTES);
     }
 
     #[test]
