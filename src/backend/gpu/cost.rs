@@ -76,10 +76,11 @@ fn row_bytes(q: QType, k: u64) -> u64 {
     q.bytes_for(k).unwrap_or(4 * k)
 }
 
-/// Bytes a matmul reads of `n` rows of x of length `k` against weights of `q`: the packed 8-bit
-/// form (a byte per value, a scale per 32) on the integer paths, else the f32 values.
-fn x_bytes(q: QType, k: u64, n: u64, paths: Paths) -> u64 {
-    match (act_qtype(q), paths.int8 && !coop_f16(q, paths)) {
+/// Bytes a matmul (`tiles`: the tiled one) reads of `n` rows of x of length `k` against weights
+/// of `q`: the packed 8-bit form (a byte per value, a scale per 32) on the integer paths, else
+/// the f32 values (as the f16 cooperative-matrix tiles read them).
+fn x_bytes(q: QType, k: u64, n: u64, tiles: bool, paths: Paths) -> u64 {
+    match (act_qtype(q), paths.int8 && !(tiles && coop_f16(q, paths))) {
         (Some(_), true) => n * (k + k / 8),
         _ => n * k * 4,
     }
@@ -156,13 +157,13 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
                 _ => (n, 1),
             };
             c.weights = experts * rows * row_bytes(q, k);
-            c.acts = x_bytes(q, k, n, paths) + if p.bias != 0 { f(rows) } else { 0 };
+            let tiles = l.variant.kernel == Kernel::Matmul;
+            c.acts = x_bytes(q, k, n, tiles, paths) + if p.bias != 0 { f(rows) } else { 0 };
             c.written = f(cols * rows);
             if p.acc != 0 {
                 c.acts += f(cols * rows);
             }
             c.flops = 2 * k * rows * cols;
-            let tiles = l.variant.kernel == Kernel::Matmul;
             c.unit = Some(matmul_unit(q, tiles, paths));
             if c.unit == Some(Unit::Int8Tensor) {
                 // Instructions of one lane each; a multiply-add counts two in the f32 peak.
@@ -184,7 +185,7 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
             c.weights = rows * row_bytes(q, k);
             // A folded norm reads the f32 row (and its weight) and rounds it itself.
             c.acts = match p.norm {
-                0 => x_bytes(q, k, n, paths),
+                0 => x_bytes(q, k, n, false, paths),
                 _ => f(n * k + k),
             } + if p.bias != 0 { f(rows) } else { 0 };
             c.written = f(n * rows);

@@ -76,7 +76,7 @@ pub struct Pipeline {
 }
 
 /// A pipeline's variant, and whether its shader is checked, takes the int8 matmuls and the
-/// cooperative-matrix tiles (`Gpu::pipeline`).
+/// cooperative-matrix tiles it takes (`Gpu::pipeline`).
 type PipelineKey = (Variant, bool, bool, Coop);
 
 pub struct Gpu {
@@ -203,7 +203,7 @@ fn coop_probe(gpu: &Gpu) -> Result<u32, String> {
     run_probe(gpu, "cooperative matrix probe", super::shaders::COOP_PROBE, 1, 0)
 }
 
-/// `coop_probe` for the 16 × 16 f16 matrices (`shaders::coop16_probe_source`): 1,024 outputs.
+/// `coop_probe` for the 16 × 16 f16 matrices (`shaders::coop16_probe_source`): 4,096 outputs.
 fn coop16_probe(gpu: &Gpu) -> Result<u32, String> {
     run_probe(
         gpu,

@@ -22,9 +22,10 @@ const REDUCE_SHARED: &str = shader!("reduce_shared.wgsl");
 const REDUCE_SUBGROUP: &str = shader!("reduce_subgroup.wgsl");
 const COMMON: &str = shader!("common.wgsl");
 const BYTES: &str = shader!("bytes.wgsl");
-/// `matmul_coop16.wgsl`'s matrix operations and entry point: on the device's cooperative
-/// matrices, or emulated in scalar code.
+/// `matmul_coop16.wgsl`'s matrix operations and entry point on the device's cooperative
+/// matrices.
 pub const COOP16_OPS: &str = shader!("coop16.wgsl");
+/// The same operations emulated in scalar code (`Coop::F16x16Emulated`).
 pub const COOP16_EMULATED: &str = shader!("coop16_emu.wgsl");
 
 /// The cooperative-matrix tile a device's prefill matmul takes, where it takes one.

@@ -253,8 +253,14 @@ fn prefill_tiles_are_priced_on_the_units_they_take() {
             ("matmul_q4_K", Some(Unit::F16Tensor), f32_x + resid),
             "{profile}"
         );
-        let (_, u, _) = unit(GpuBackend::Wgpu, profile, 1);
-        assert_eq!(u, Some(Unit::Dot4), "{profile}: decode");
+        // One token's x in the 8-bit form, and the residual.
+        let (kernel, u, acts) = unit(GpuBackend::Wgpu, profile, 1);
+        let one = k + k / 8 + 4096 * 4;
+        assert_eq!(
+            (kernel.as_str(), u, acts),
+            ("matmul_vec_q4_K", Some(Unit::Dot4), one),
+            "{profile}: decode"
+        );
     }
     let (_, u, _) = unit(GpuBackend::Wgpu, "m3max", 512);
     assert_eq!(u, Some(Unit::Dot4), "m3max");
