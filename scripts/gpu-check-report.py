@@ -113,6 +113,22 @@ def main():
                 label = "S_TG" if key == "speed_tg" else "S_PP"
                 rows.append((f"{name} npl {pl} {label}", None, got["cuda"], got["wgpu"],
                              theirs.get(pl, (None, None))[i]))
+    # 3. wgpu's prefill with and without cooperative matrices, where the run has both.
+    coop = []
+    for name in names:
+        off = load(f"{out}/nocoop-wgpu-{name}.json") or []
+        on = load(f"{out}/bench-wgpu-{name}.json") or []
+        for r in off:
+            t = test_name(r)
+            o = next((x for x in on if test_name(x) == t), None)
+            if o:
+                coop.append((f"{name} {t}", o["avg_ts"], r["avg_ts"], o.get("backend_desc", "")))
+    if coop:
+        print("\n## wgpu prefill with and without cooperative matrices (t/s)\n")
+        print("| test | default | MINFER_COOP_MATMUL=0 | ratio | device |")
+        print("|---|---:|---:|---:|---|")
+        for t, a, b, desc in coop:
+            print(f"| {t} | {fmt(a)} | {fmt(b)} | {ratio(a, b)} | {desc} |")
     print("\n## minfer-wgpu vs llama.cpp CUDA (t/s; plan: predicted for the profile)\n")
     print("| test | plan | minfer CUDA | minfer wgpu | llama.cpp CUDA | CUDA / llama.cpp | wgpu / llama.cpp |")
     print("|---|---:|---:|---:|---:|---:|---:|")

@@ -20,7 +20,8 @@
 #   4. benches CUDA and wgpu: pp512/tg128 at depth 0 and 4096 with the per-op decode profile,
 #      and batched decode at 1, 8, 16, 32 and 64 sequences (the matvec, then the tensor-core
 #      tiles narrow and split along k);
-#   5. prints `plan`'s predicted time per op beside the profile's measured one;
+#   5. prints `plan`'s predicted time per op beside the profile's measured one, and wgpu's
+#      prefill with and without cooperative matrices;
 #   6. runs llama-bench and llama-batched-bench on the same files once their build is done.
 # The last lines printed are one table (test, minfer CUDA, minfer wgpu, llama.cpp, ratios);
 # every step is timed in the summary, and $OUT (default ./gpu-check-out) is packed into
@@ -252,6 +253,17 @@ run() {
             say "batched $b $name: exit $?"
         done
     done
+
+    # wgpu's prefill without cooperative matrices (MINFER_COOP_MATMUL=0 keeps the int8 tiles),
+    # beside the default run's: what the f16 tiles bring, on the Llama-2-7B q4_k_m shape.
+    if [[ ",$backends," == *",wgpu,"* ]]; then
+        for m in "$m7"/llama2-7b-q4_k_m*.gguf; do
+            name=$(basename "$m" .gguf)
+            step "wgpu without cooperative matrices $name" env MINFER_COOP_MATMUL=0 "$bin" bench "$m" --backend wgpu \
+                -p "$pp" -n 0 -r "$reps" --json > "$out/nocoop-wgpu-$name.json" 2> "$out/nocoop-wgpu-$name.log"
+            say "wgpu without cooperative matrices $name: exit $?"
+        done
+    fi
 
     # 6. llama.cpp on the same files.
     if [ -n "$llama_pid" ]; then
