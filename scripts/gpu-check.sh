@@ -31,7 +31,8 @@
 # KIT_TG, KIT_DEPTH (512, 128, 4096), KIT_NPL (1,8,16,32,64), KIT_REPS (3), KIT_BACKENDS (cuda,wgpu),
 # KIT_LLAMA_WAIT (seconds to wait for llama.cpp's build after ours, 150), KIT_STEP_LIMIT
 # (seconds any one step may take, 240), MODELS7B (where the random models go, /tmp/minfer-7b),
-# KIT_DEVICE (plan's profile, h200), KIT_CUDA_ARCH (llama.cpp's CUDA architectures, 90).
+# KIT_DEVICE (plan's profile, h200), KIT_CUDA_ARCH (llama.cpp's CUDA architectures, 90),
+# KIT_IGNORED (1: the tests ignored on software adapters run too; the rehearsal's 0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -217,8 +218,11 @@ run() {
 
     # 3. The GPU tests, on the device.
     say "## tests"
-    # With the tests ignored for their minutes on a software adapter: a real one runs them.
-    step "gpu:: tests" "$suite" gpu:: --include-ignored --skip random_models --test-threads 1 > "$out/tests.txt" 2>&1
+    # With the tests ignored for their minutes on a software adapter (KIT_IGNORED=0: without,
+    # as the rehearsal on one runs): a real one runs them.
+    local ignored=--include-ignored
+    [ "${KIT_IGNORED:-1}" = 1 ] || ignored=
+    step "gpu:: tests" "$suite" gpu:: $ignored --skip random_models --test-threads 1 > "$out/tests.txt" 2>&1
     local rc=$?
     say "gpu:: tests: exit $rc; $(grep '^test result' "$out/tests.txt" | tail -1)"
     # Every test not passed, with its reason (a skip says why on its line).
@@ -311,7 +315,7 @@ rehearse() {
     d=$(mktemp -d)
     KIT_LAYERS=${KIT_LAYERS:-2} KIT_PP=${KIT_PP:-32} KIT_TG=${KIT_TG:-8} KIT_DEPTH=${KIT_DEPTH:-64} \
         KIT_NPL=${KIT_NPL:-1,4} KIT_REPS=${KIT_REPS:-1} KIT_BACKENDS=${KIT_BACKENDS:-wgpu} KIT_STEP_LIMIT=${KIT_STEP_LIMIT:-2400} \
-        MINFER_WGPU_ALLOW_CPU=1 MODELS7B=$d OUT=${OUT:-$root/gpu-check-out} run
+        KIT_IGNORED=${KIT_IGNORED:-0} MINFER_WGPU_ALLOW_CPU=1 MODELS7B=$d OUT=${OUT:-$root/gpu-check-out} run
     rm -rf "$d"
 }
 
