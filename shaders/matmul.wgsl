@@ -13,24 +13,8 @@ const TN: u32 = 32u;
 const TK: u32 = 32u;
 const LD: u32 = 9u; // vec4s per tile row: TK / 4 plus one of padding against bank conflicts
 
-struct Params {
-    k: u32,
-    m: u32,
-    rows: u32,
-    row0: u32,
-    n: u32, // tokens
-    ids: u32,      // unused here (matmul_vec_id's)
-    x_slot: u32,   // unused here
-    n_expert: u32, // unused here
-    acc: u32,      // 1: y += x · W (a fused residual add; y holds the residual)
-    bias: u32,     // 1: y = x · W + b (a fused bias add; binding 4 holds b)
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> w: array<u32>;
+// matmul_params.wgsl, the head, declares p, w and y; x is read in this body's own form.
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<storage, read> bias: array<f32>;
 
 var<workgroup> ws: array<vec4<f32>, 288>; // [TM][LD]
 var<workgroup> xs: array<vec4<f32>, 288>; // [TN][LD]

@@ -1,5 +1,8 @@
-// The tiled matmuls' store (matmul.wgsl, matmul_i8.wgsl): row r of the part for tokens
-// t .. t + 4, plus the fused bias or residual.
+// The tiled matmuls' store (every body of the matmul kernel): row r of the part for tokens
+// t .. t + 4, plus the fused bias (binding 4) or residual.
+
+@group(0) @binding(4) var<storage, read> bias: array<f32>;
+
 fn store4(r: u32, t: u32, v: vec4<f32>) {
     if (r >= p.rows) {
         return;

@@ -10,23 +10,8 @@
 override WG: u32 = 128u;
 override TPR: u32 = 32u; // invocations per row
 
-struct Params {
-    k: u32,        // row length (elements)
-    m: u32,        // width of y (all rows of the weight; per slot with experts)
-    rows: u32,     // rows in this part (per expert with experts)
-    row0: u32,     // first row of this part
-    n: u32,        // rows of x
-    ids: u32,      // experts: slots per token (0 without)
-    x_slot: u32,   // experts: 1 where x has one row per slot
-    n_expert: u32, // experts: how many
-    acc: u32,      // 1: y += x · W (a fused residual add; y holds the residual)
-    bias: u32,     // 1: y = x · W + b (a fused bias add; the head's `bias_at`)
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> w: array<u32>;
+// matmul_params.wgsl, the head, declares p, w and y; x is read in this body's own form.
 @group(0) @binding(2) var<storage, read> x: array<vec4<u32>>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
 // x as the row readers see it (quantize_act's layout, common.wgsl): vec4 i of the values, the
 // word pair i of the packed q, scale i.

@@ -231,7 +231,7 @@ pub static KERNELS: [KernelInfo; 31] = [
         wg_override: true,
         params: of::<params::MatmulParams>(),
         wgsl: Wgsl {
-            head: Some(wgsl!("matmul_vec_plain.wgsl")),
+            head: Some(concat!(wgsl!("matmul_params.wgsl"), wgsl!("matmul_vec_plain.wgsl"))),
             tail: Some(concat!(wgsl!("matmul_vec_row.wgsl"), wgsl!("matmul_vec_loop.wgsl"))),
             tail_i8: Some(concat!(wgsl!("matmul_vec_row_i8.wgsl"), wgsl!("matmul_vec_loop.wgsl"))),
             ..body(wgsl!("matmul_vec.wgsl"))
@@ -251,6 +251,7 @@ pub static KERNELS: [KernelInfo; 31] = [
         wg_override: false,
         params: of::<params::MatmulParams>(),
         wgsl: Wgsl {
+            head: Some(wgsl!("matmul_params.wgsl")),
             tail: Some(wgsl!("matmul_store.wgsl")),
             body_i8: Some(wgsl!("matmul_i8.wgsl")),
             body_coop: Some(wgsl!("matmul_coop.wgsl")),
@@ -442,7 +443,7 @@ pub static KERNELS: [KernelInfo; 31] = [
         wg_override: true,
         params: of::<params::MatmulParams>(),
         wgsl: Wgsl {
-            head: Some(wgsl!("matmul_vec_id.wgsl")),
+            head: Some(concat!(wgsl!("matmul_params.wgsl"), wgsl!("matmul_vec_id.wgsl"))),
             tail: Some(concat!(wgsl!("matmul_vec_row.wgsl"), wgsl!("matmul_vec_loop.wgsl"))),
             tail_i8: Some(concat!(wgsl!("matmul_vec_row_i8.wgsl"), wgsl!("matmul_vec_loop.wgsl"))),
             ..body(wgsl!("matmul_vec.wgsl"))
