@@ -207,30 +207,36 @@ static __device__ __forceinline__ void attention_tile_body(const Params& p) {
 MF_KV_TYPES(MF_ATTENTION_TILE)
 
 // attention_tile_mma<HD>: attention_tile's work on the tensor cores (ggml-cuda's
-// fattn-mma-f16), for an f16 cache with head_dim = head_dim_v = HD (64 or 128; the host takes it
-// there from sm_80 on, `Variant::mma_launch`, else attention_tile). The same grid and output
-// protocol, with its own tile: 64 rows (tq · hg, the host rewrites tq) in 4 warps of 16, KT = 32
-// positions a step. The queries are rounded to f16 as the f32 kernel rounds them for this cache,
+// fattn-mma-f16), for an f16 cache with head_dim = head_dim_v = HD (a multiple of 16 up to 256:
+// `MMA_HEAD_DIMS`; the host takes it there from sm_80 on, `Variant::mma_launch`, else
+// attention_tile). The same grid and output protocol, with its own tile: R rows (tq · hg, the
+// host rewrites tq) in 4 warps, 16 rows a warp, KT positions a step. Up to HD 128, R = 64 and
+// KT = 32. Above it (DS = 2) the output dimensions of a warp's 16 rows would take more
+// registers than a quarter of an SM can give each thread, so two warps share the rows (R = 32):
+// each scores them in full and keeps half the dimensions of the output; with KT = 16 the tile
+// stays in 48 KB of shared memory. The queries are rounded to f16 as the f32 kernel rounds them for this cache,
 // so each score is the same sum of exact products (mma.sync m16n8k16 f16 → f32, mma_f16 in
 // quant.cuh) in another order; the probabilities go to f16 for the product with V (the sum l
 // adds the rounded ones, so the output stays a weighted mean), the one rounding the f32 kernel
 // does not make.
 // Per step the block stores the K tile as rows of half pairs and the V tile transposed (a row per
 // dimension), both padded so a warp's fragment reads (8 rows × 4 words) fall in 32 banks. A warp
-// scores its 16 rows against the 32 positions (the Q fragments read from the staged queries each
+// scores its 16 rows against the KT positions (the Q fragments read from the staged queries each
 // step: registers are for the 16 × HD output), updates each
 // row's online softmax in registers (a row's values lie in the 4 lanes of a quad), turns the
 // probabilities into the A fragments of P · V (the accumulator layout of two 8-position blocks is
-// that of one 16-position A fragment) and adds P · V into its 16 × HD output.
+// that of one 16-position A fragment) and adds P · V into its 16 × HD / DS output.
 template <u32 HD>
 static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) {
-    constexpr u32 R = 64, KT = 32;
+    static_assert(HD % 16 == 0 && HD <= 256, "head sizes are multiples of 16 up to 256");
+    constexpr u32 DS = HD > 128 ? 2 : 1; // warps sharing a warp's rows, each a part of the output
+    constexpr u32 R = 64 / DS, KT = 32 / DS;
     constexpr u32 QLD = HD / 2 + 4; // words per row of the staged queries
     constexpr u32 KLD = HD / 2 + 4; // words per K row
     constexpr u32 VLD = KT / 2 + 4; // words per row of the transposed V (a dimension)
     constexpr u32 NK = HD / 16;     // 16-dimension chunks of a score
     constexpr u32 NB = KT / 8;      // 8-position blocks of a step
-    constexpr u32 ND = HD / 8;      // 8-dimension blocks of the output
+    constexpr u32 ND = HD / DS / 8; // 8-dimension blocks of a warp's part of the output
     constexpr float MASKED = -3.0e38f;
     __shared__ u32 qw[R * QLD];
     __shared__ u32 kw_s[KT * KLD];
@@ -259,8 +265,9 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
     const float scale = prm.scale, softcap = prm.softcap;
     u16* qh = reinterpret_cast<u16*>(qw);
     u16* vth = reinterpret_cast<u16*>(vt);
-    // This lane's rows in the tile: ra and ra + 8.
-    const u32 ra = 16 * warp + g;
+    // This lane's rows in the tile: ra and ra + 8; its warp's part of the output: dimensions
+    // db .. db + 8 · ND.
+    const u32 ra = 16 * (warp / DS) + g, db = (warp % DS) * 8 * ND;
 
     for (u32 i0 = 0; i0 < nt;) {
         // The run: tokens i0 .. i1 of one sequence, and the positions any of them reads.
@@ -395,8 +402,8 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
                 }
                 MF_UNROLL
                 for (u32 kc16 = 0; kc16 < KT / 16; kc16++) {
-                    const u32 b0 = vt[(8 * nb + g) * VLD + 8 * kc16 + t4];
-                    const u32 b1 = vt[(8 * nb + g) * VLD + 8 * kc16 + 4 + t4];
+                    const u32 b0 = vt[(db + 8 * nb + g) * VLD + 8 * kc16 + t4];
+                    const u32 b1 = vt[(db + 8 * nb + g) * VLD + 8 * kc16 + 4 + t4];
                     mma_f16(o[nb], pa[kc16], b0, b1);
                 }
             }
@@ -411,10 +418,11 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
                 float* out = part + (unsigned long long)slot * (HD + 2);
                 MF_UNROLL
                 for (u32 nb = 0; nb < ND; nb++) {
-                    out[8 * nb + 2 * t4] = o[nb][2 * x];
-                    out[8 * nb + 2 * t4 + 1] = o[nb][2 * x + 1];
+                    out[db + 8 * nb + 2 * t4] = o[nb][2 * x];
+                    out[db + 8 * nb + 2 * t4 + 1] = o[nb][2 * x + 1];
                 }
-                if (t4 == 0) {
+                // The warps sharing the rows hold the same maximum and sum.
+                if (t4 == 0 && db == 0) {
                     out[HD] = m[x];
                     out[HD + 1] = l[x];
                 }
@@ -436,4 +444,8 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
         }                                                                                                 \
     }
 MF_ATTENTION_TILE_MMA(64)
+MF_ATTENTION_TILE_MMA(80)
+MF_ATTENTION_TILE_MMA(96)
+MF_ATTENTION_TILE_MMA(112)
 MF_ATTENTION_TILE_MMA(128)
+MF_ATTENTION_TILE_MMA(256)

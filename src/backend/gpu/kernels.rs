@@ -185,9 +185,9 @@ impl Variant {
     /// The launch with parameters `params` on grid `groups` (the schedule's) as a tensor-core
     /// entry on a device of `sms` SMs, where the variant has one that suits it: the matmul's
     /// tiles of 64 rows × `mma_cols` tokens with k split by `mma_splits` (grid z); the
-    /// attention's 64-row tiles (`tq` rewritten to the tokens that make 64 rows, a power of two
-    /// so a tile never crosses a launch of `ATTN_TOKENS`) where head_dim = head_dim_v is a size
-    /// it has.
+    /// attention's tiles of `mma_attention_rows` (`tq` rewritten to the tokens that make them,
+    /// a power of two so a tile never crosses a launch of `ATTN_TOKENS`) where head_dim =
+    /// head_dim_v is a size it has.
     pub fn mma_launch(&self, params: &[u32; 16], groups: [u32; 3], sms: u32) -> Option<MmaLaunch> {
         use super::params::{AttentionTileParams, KernelParams, MatmulParams};
         if !self.has_mma() {
@@ -223,11 +223,12 @@ impl Variant {
 }
 
 impl Variant {
-    /// The query tokens a tile of the tensor-core attention takes (64 rows of `hg` heads, a
-    /// power of two so a tile never crosses a launch of `ATTN_TOKENS`), where head sizes `hd`,
-    /// `hdv` suit it (equal, and one of `MMA_HEAD_DIMS`).
+    /// The query tokens a tile of the tensor-core attention takes (`mma_attention_rows` rows
+    /// of `hg` heads, a power of two so a tile never crosses a launch of `ATTN_TOKENS`), where
+    /// head sizes `hd`, `hdv` suit it (equal, and one of `MMA_HEAD_DIMS`).
     pub fn mma_attention_tq(hd: u32, hdv: u32, hg: u32) -> Option<u32> {
-        (hd == hdv && MMA_HEAD_DIMS.contains(&hd) && (1..=64).contains(&hg)).then(|| 1 << (64 / hg).ilog2())
+        let rows = mma_attention_rows(hd);
+        (hd == hdv && MMA_HEAD_DIMS.contains(&hd) && (1..=rows).contains(&hg)).then(|| 1 << (rows / hg).ilog2())
     }
 }
 
@@ -284,8 +285,19 @@ pub const MMA_ROWS: u32 = 64;
 /// The token tile widths of the matmul's tensor-core entries, narrowest first: an entry each.
 pub const MMA_COLS: [u32; 3] = [16, 32, 64];
 
-/// The head sizes of the prefill attention's tensor-core entries (`cuda/attention_tile.cu`).
-pub const MMA_HEAD_DIMS: [u32; 2] = [64, 128];
+/// The head sizes of the prefill attention's tensor-core entries (`cuda/attention_tile.cu`):
+/// llama.cpp's, but for DeepSeek's 576.
+pub const MMA_HEAD_DIMS: [u32; 6] = [64, 80, 96, 112, 128, 256];
+
+/// Query rows (tokens × heads) per tile of the tensor-core attention at head size `hd`: 64,
+/// and 32 above 128, where two warps share each warp's rows (`cuda/attention_tile.cu`).
+pub fn mma_attention_rows(hd: u32) -> u32 {
+    if hd > 128 {
+        32
+    } else {
+        64
+    }
+}
 
 /// Blocks per SM the tensor-core tiles aim for before they split k: four blocks of 128 threads,
 /// the quarter of an SM whose loads in flight keep its share of memory busy.
@@ -512,4 +524,52 @@ pub fn check_graph(model: &Model, graph: &Graph, kv: KvType, backend: &str) -> R
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::gpu::params::{AttentionTileParams, KernelParams};
+    use crate::backend::gpu::schedule::ATTN_TOKENS;
+
+    /// The tensor-core attention takes every head size it has an entry for, in tiles of the
+    /// widest power of two of tokens whose rows fit its tile, and leaves the rest (other sizes,
+    /// head_dim ≠ head_dim_v, more heads a workgroup than a tile has rows) to the f32 tile.
+    #[test]
+    fn the_tensor_core_attention_takes_its_head_sizes_in_whole_tiles() {
+        let v = Variant::with_kv(Kernel::AttentionTile, KvType::F16);
+        for hd in [32, 64, 80, 96, 112, 128, 192, 256] {
+            for hg in [1, 3, 8, 32, 64] {
+                for hdv in [hd, 128] {
+                    let p = AttentionTileParams {
+                        n_head: 64,
+                        n_head_kv: 64 / hg,
+                        head_dim: hd,
+                        head_dim_v: hdv,
+                        n: 300,
+                        n_split: 2,
+                        hg,
+                        tq: 1,
+                        kt: 16,
+                        ..Default::default()
+                    };
+                    let launch = v.mma_launch(&p.words(), [64 / hg, 2, 300], 132);
+                    let rows = mma_attention_rows(hd);
+                    let what = format!("head {hd} / {hdv}, {hg} heads a workgroup");
+                    if hd != hdv || !MMA_HEAD_DIMS.contains(&hd) || hg > rows {
+                        assert_eq!(launch, None, "{what}");
+                        continue;
+                    }
+                    let l = launch.unwrap_or_else(|| panic!("{what}: no tensor-core launch"));
+                    let tq = AttentionTileParams::from_words(&l.params).tq;
+                    assert!(
+                        tq.is_power_of_two() && tq * hg <= rows && 2 * tq * hg > rows,
+                        "{what}: {tq} tokens"
+                    );
+                    assert_eq!(l.grid, [64 / hg, 2, ATTN_TOKENS.div_ceil(tq)], "{what}");
+                    assert_eq!(v.mma_entry(l.size), Some(format!("attention_tile_mma{hd}_kv_f16")));
+                }
+            }
+        }
+    }
 }
