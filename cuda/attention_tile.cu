@@ -207,7 +207,7 @@ static __device__ __forceinline__ void attention_tile_body(const Params& p) {
 MF_KV_TYPES(MF_ATTENTION_TILE)
 
 // attention_tile_mma<HD>: attention_tile's work on the tensor cores (ggml-cuda's
-// fattn-mma-f16), for an f16 cache with head_dim = head_dim_v = HD (a multiple of 16 up to 256:
+// fattn-mma-f16), for an f16 or q8_0 cache with head_dim = head_dim_v = HD (a multiple of 16 up to 256:
 // `MMA_HEAD_DIMS`; the host takes it there from sm_80 on, `Variant::mma_launch`, else
 // attention_tile). The same grid and output protocol, with its own tile: R rows (tq · hg, the
 // host rewrites tq) in 4 warps, 16 rows a warp, KT positions a step. Up to HD 128, R = 64 and
@@ -226,21 +226,31 @@ MF_KV_TYPES(MF_ATTENTION_TILE)
 // row's online softmax in registers (a row's values lie in the 4 lanes of a quad), turns the
 // probabilities into the A fragments of P · V (the accumulator layout of two 8-position blocks is
 // that of one 16-position A fragment) and adds P · V into its 16 × HD / DS output.
-template <u32 HD>
+// A q8_0 cache (Q8; HD a multiple of 32) keeps the CPU's integer products: the queries are
+// quantized to q8_0 as the f32 kernel rounds them and staged as bytes with a scale per 32, the K
+// tile as the cache's bytes and scales, and each 32-dimension block's score is the exact integer
+// sum of two mma.sync m16n8k16 s8, times the two scales, added in f32 (ggml's q8_0 · q8_0). The
+// V tile is dequantized to f16 for P · V, one more rounding beside the probabilities'.
+template <u32 HD, bool Q8>
 static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) {
     static_assert(HD % 16 == 0 && HD <= 256, "head sizes are multiples of 16 up to 256");
+    static_assert(!Q8 || HD % 32 == 0, "a q8_0 cache's heads are whole blocks");
     constexpr u32 DS = HD > 128 ? 2 : 1; // warps sharing a warp's rows, each a part of the output
     constexpr u32 R = 64 / DS, KT = 32 / DS;
-    constexpr u32 QLD = HD / 2 + 4; // words per row of the staged queries
-    constexpr u32 KLD = HD / 2 + 4; // words per K row
-    constexpr u32 VLD = KT / 2 + 4; // words per row of the transposed V (a dimension)
-    constexpr u32 NK = HD / 16;     // 16-dimension chunks of a score
-    constexpr u32 NB = KT / 8;      // 8-position blocks of a step
-    constexpr u32 ND = HD / DS / 8; // 8-dimension blocks of a warp's part of the output
+    constexpr u32 EPW = Q8 ? 4 : 2;       // elements per word of the staged queries and keys
+    constexpr u32 QLD = HD / EPW + 4;     // words per row of the staged queries
+    constexpr u32 KLD = HD / EPW + 4;     // words per K row
+    constexpr u32 VLD = KT / 2 + 4;       // words per row of the transposed V (a dimension)
+    constexpr u32 NK = HD / 16;           // 16-dimension chunks of a score
+    constexpr u32 NQB = Q8 ? HD / 32 : 1; // q8_0 blocks of a head
+    constexpr u32 NB = KT / 8;            // 8-position blocks of a step
+    constexpr u32 ND = HD / DS / 8;       // 8-dimension blocks of a warp's part of the output
     constexpr float MASKED = -3.0e38f;
     __shared__ u32 qw[R * QLD];
     __shared__ u32 kw_s[KT * KLD];
     __shared__ u32 vt[HD * VLD];
+    __shared__ float qd[Q8 ? R * NQB : 1]; // q8_0: the scale of each row's blocks
+    __shared__ float kd[Q8 ? KT * NQB : 1]; // q8_0: the scale of each position's key blocks
     const u32* __restrict__ step = binding<const u32>(p, 1);
     const float* __restrict__ q = binding<const float>(p, 2);
     const u32* __restrict__ kc = binding<const u32>(p, 3);
@@ -265,6 +275,8 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
     const float scale = prm.scale, softcap = prm.softcap;
     u16* qh = reinterpret_cast<u16*>(qw);
     u16* vth = reinterpret_cast<u16*>(vt);
+    const u8* kb = reinterpret_cast<const u8*>(kc);
+    const u8* vb = reinterpret_cast<const u8*>(vc);
     // This lane's rows in the tile: ra and ra + 8; its warp's part of the output: dimensions
     // db .. db + 8 · ND.
     const u32 ra = 16 * (warp / DS) + g, db = (warp % DS) * 8 * ND;
@@ -278,15 +290,44 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
         const u32 chunk = split_chunk(jhi - jlo, n_split);
         const u32 j0 = jlo + s * chunk;
         const u32 j1 = umin32(j0 + chunk, jhi);
-        // The run's queries as f16, rows past nr zero.
-        for (u32 e = tid; e < R * HD; e += 128) {
-            const u32 r = e / HD, d = e % HD;
-            float v = 0.0f;
-            if (r < nr) {
+        // The run's queries as f16, or as q8_0 bytes and scales (a thread a block); rows past nr
+        // zero.
+        if constexpr (Q8) {
+            for (u32 e = tid; e < R * NQB; e += 128) {
+                const u32 r = e / NQB, b = e % NQB;
                 const u32 t = tb + i0 + r / hg;
-                v = q_rotated(q, qcs, (t * n_head + h0 + r % hg) * HD, d, t, prm.n_rot, prm.neox);
+                // Element i of the block (read twice: for |max|, then rounded).
+                const auto qv = [&](u32 i) {
+                    return r < nr ? q_rotated(q, qcs, (t * n_head + h0 + r % hg) * HD, 32 * b + i, t, prm.n_rot, prm.neox)
+                                  : 0.0f;
+                };
+                float amax = 0.0f;
+                for (u32 i = 0; i < 32; i++) {
+                    amax = fmaxf(amax, fabsf(qv(i)));
+                }
+                // kv_q8_0::kv_round_q, keeping the bytes and the scale apart.
+                const float d = amax / 127.0f;
+                const float id = d != 0.0f ? 1.0f / d : 0.0f;
+                for (u32 w = 0; w < 8; w++) {
+                    u32 word = 0;
+                    MF_UNROLL
+                    for (u32 i = 0; i < 4; i++) {
+                        word |= ((u32)(int)round_away(qv(4 * w + i) * id) & 0xffu) << (8 * i);
+                    }
+                    qw[r * QLD + 8 * b + w] = word;
+                }
+                qd[r * NQB + b] = f16_to_f32(f16_bits(d));
             }
-            qh[r * 2 * QLD + d] = (u16)f16_bits(v);
+        } else {
+            for (u32 e = tid; e < R * HD; e += 128) {
+                const u32 r = e / HD, d = e % HD;
+                float v = 0.0f;
+                if (r < nr) {
+                    const u32 t = tb + i0 + r / hg;
+                    v = q_rotated(q, qcs, (t * n_head + h0 + r % hg) * HD, d, t, prm.n_rot, prm.neox);
+                }
+                qh[r * 2 * QLD + d] = (u16)f16_bits(v);
+            }
         }
         __syncthreads();
         // Each of the lane's two rows: its token's first and last position (none past nr).
@@ -310,17 +351,49 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
         for (u32 base = j0; base < j1; base += KT) {
             const u32 cnt = umin32(KT, j1 - base);
             __syncthreads();
-            for (u32 e = tid; e < KT * HD / 2; e += 128) {
-                const u32 jj = e / (HD / 2), wd = e % (HD / 2);
-                u32 kv = 0, vv = 0;
-                if (jj < cnt) {
-                    const u32 at = (rows[base + jj] * kwid + kvh * HD) / 2 + wd;
-                    kv = kc[at];
-                    vv = vc[at];
+            if constexpr (Q8) {
+                // Byte offsets of a position's blocks: whole 34-byte blocks from its head's first.
+                const auto block_at = [&](u32 jj, u32 b) {
+                    return ((rows[base + jj] * kwid + kvh * HD) / 32 + b) * 34;
+                };
+                for (u32 e = tid; e < KT * HD / 4; e += 128) {
+                    const u32 jj = e / (HD / 4), wd = e % (HD / 4);
+                    u32 kv = 0;
+                    if (jj < cnt) {
+                        const u32 at = block_at(jj, wd / 8) + 2 + 4 * (wd % 8);
+                        kv = ld_u16(kb, at) | (ld_u16(kb, at + 2) << 16);
+                    }
+                    kw_s[jj * KLD + wd] = kv;
                 }
-                kw_s[jj * KLD + wd] = kv;
-                vth[(2 * wd) * 2 * VLD + jj] = (u16)(vv & 0xffffu);
-                vth[(2 * wd + 1) * 2 * VLD + jj] = (u16)(vv >> 16);
+                for (u32 e = tid; e < KT * NQB; e += 128) {
+                    kd[e] = e / NQB < cnt ? f16_to_f32(ld_u16(kb, block_at(e / NQB, e % NQB))) : 0.0f;
+                }
+                for (u32 e = tid; e < KT * HD / 2; e += 128) {
+                    const u32 jj = e / (HD / 2), wd = e % (HD / 2);
+                    u32 v0 = 0, v1 = 0;
+                    if (jj < cnt) {
+                        const u32 at = block_at(jj, wd / 16);
+                        const float d = f16_to_f32(ld_u16(vb, at));
+                        const u32 pair = ld_u16(vb, at + 2 + 2 * (wd % 16));
+                        v0 = f16_bits(i8f(pair) * d);
+                        v1 = f16_bits(i8f(pair >> 8) * d);
+                    }
+                    vth[(2 * wd) * 2 * VLD + jj] = (u16)v0;
+                    vth[(2 * wd + 1) * 2 * VLD + jj] = (u16)v1;
+                }
+            } else {
+                for (u32 e = tid; e < KT * HD / 2; e += 128) {
+                    const u32 jj = e / (HD / 2), wd = e % (HD / 2);
+                    u32 kv = 0, vv = 0;
+                    if (jj < cnt) {
+                        const u32 at = (rows[base + jj] * kwid + kvh * HD) / 2 + wd;
+                        kv = kc[at];
+                        vv = vc[at];
+                    }
+                    kw_s[jj * KLD + wd] = kv;
+                    vth[(2 * wd) * 2 * VLD + jj] = (u16)(vv & 0xffffu);
+                    vth[(2 * wd + 1) * 2 * VLD + jj] = (u16)(vv >> 16);
+                }
             }
             __syncthreads();
             // Scores: sc[j] is the 16 × 8 block of positions base + 8j ... (each Q fragment read
@@ -333,15 +406,37 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
                     sc[j][i] = 0.0f;
                 }
             }
-            MF_UNROLL
-            for (u32 kk = 0; kk < NK; kk++) {
-                const u32 qa[4] = {qw[ra * QLD + 8 * kk + t4], qw[(ra + 8) * QLD + 8 * kk + t4],
-                                   qw[ra * QLD + 8 * kk + 4 + t4], qw[(ra + 8) * QLD + 8 * kk + 4 + t4]};
+            if constexpr (Q8) {
+                // Block b: words 8b .. 8b + 7 of a row, two 16-byte chunks. (Unrolled, the
+                // blocks' loads would be hoisted past the registers a quarter SM gives.)
+                MF_UNROLL_N(1)
+                for (u32 b = 0; b < NQB; b++) {
+                    const u32 a00 = qw[ra * QLD + 8 * b + t4], a01 = qw[(ra + 8) * QLD + 8 * b + t4];
+                    const u32 a10 = qw[ra * QLD + 8 * b + 4 + t4], a11 = qw[(ra + 8) * QLD + 8 * b + 4 + t4];
+                    const float d0 = qd[ra * NQB + b], d1 = qd[(ra + 8) * NQB + b];
+                    MF_UNROLL
+                    for (u32 j = 0; j < NB; j++) {
+                        int acc[4] = {0, 0, 0, 0};
+                        mma_s8(acc, a00, a01, kw_s[(8 * j + g) * KLD + 8 * b + t4]);
+                        mma_s8(acc, a10, a11, kw_s[(8 * j + g) * KLD + 8 * b + 4 + t4]);
+                        const float k0 = kd[(8 * j + 2 * t4) * NQB + b], k1 = kd[(8 * j + 2 * t4 + 1) * NQB + b];
+                        sc[j][0] += (float)acc[0] * (d0 * k0);
+                        sc[j][1] += (float)acc[1] * (d0 * k1);
+                        sc[j][2] += (float)acc[2] * (d1 * k0);
+                        sc[j][3] += (float)acc[3] * (d1 * k1);
+                    }
+                }
+            } else {
                 MF_UNROLL
-                for (u32 j = 0; j < NB; j++) {
-                    const u32 b0 = kw_s[(8 * j + g) * KLD + 8 * kk + t4];
-                    const u32 b1 = kw_s[(8 * j + g) * KLD + 8 * kk + 4 + t4];
-                    mma_f16(sc[j], qa, b0, b1);
+                for (u32 kk = 0; kk < NK; kk++) {
+                    const u32 qa[4] = {qw[ra * QLD + 8 * kk + t4], qw[(ra + 8) * QLD + 8 * kk + t4],
+                                       qw[ra * QLD + 8 * kk + 4 + t4], qw[(ra + 8) * QLD + 8 * kk + 4 + t4]};
+                    MF_UNROLL
+                    for (u32 j = 0; j < NB; j++) {
+                        const u32 b0 = kw_s[(8 * j + g) * KLD + 8 * kk + t4];
+                        const u32 b1 = kw_s[(8 * j + g) * KLD + 8 * kk + 4 + t4];
+                        mma_f16(sc[j], qa, b0, b1);
+                    }
                 }
             }
             // Scale, cap and mask; each row's maximum over the step (its quad's lanes).
@@ -433,19 +528,24 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
     }
 }
 
-// The tensor-core entries for an f16 cache, one per head size (kernels.rs: Variant::mma_entry);
-// where the device has no f16 mma.sync, a trap (the host never launches them there).
-#define MF_ATTENTION_TILE_MMA(HD)                                                                         \
-    extern "C" __global__ void __launch_bounds__(128) attention_tile_mma##HD##_kv_f16(const Params p) { \
+// The tensor-core entries for an f16 or q8_0 cache, one per head size (kernels.rs:
+// Variant::mma_entry); where the device has no mma.sync, a trap (the host never launches them
+// there). Four blocks an SM (128 registers a thread): a quarter of its threads.
+#define MF_ATTENTION_TILE_MMA(HD, KV, Q8)                                                                   \
+    extern "C" __global__ void __launch_bounds__(128, 4) attention_tile_mma##HD##_kv_##KV(const Params p) { \
         if constexpr (MF_MMA) {                                                                           \
-            attention_tile_mma_body<HD>(p);                                                               \
+            attention_tile_mma_body<HD, Q8>(p);                                                           \
         } else {                                                                                          \
             __trap();                                                                                     \
         }                                                                                                 \
     }
-MF_ATTENTION_TILE_MMA(64)
-MF_ATTENTION_TILE_MMA(80)
-MF_ATTENTION_TILE_MMA(96)
-MF_ATTENTION_TILE_MMA(112)
-MF_ATTENTION_TILE_MMA(128)
-MF_ATTENTION_TILE_MMA(256)
+MF_ATTENTION_TILE_MMA(64, f16, false)
+MF_ATTENTION_TILE_MMA(80, f16, false)
+MF_ATTENTION_TILE_MMA(96, f16, false)
+MF_ATTENTION_TILE_MMA(112, f16, false)
+MF_ATTENTION_TILE_MMA(128, f16, false)
+MF_ATTENTION_TILE_MMA(256, f16, false)
+MF_ATTENTION_TILE_MMA(64, q8_0, true)
+MF_ATTENTION_TILE_MMA(96, q8_0, true)
+MF_ATTENTION_TILE_MMA(128, q8_0, true)
+MF_ATTENTION_TILE_MMA(256, q8_0, true)

@@ -122,21 +122,23 @@ impl Variant {
     /// Whether the variant has tensor-core entries (`mma_entry`), which the CUDA backend launches
     /// in `entry`'s place where the device has `mma.sync` and the launch suits them
     /// (`mma_launch`): the prefill matmul over quantized weights with an integer form (int8
-    /// tiles), and the prefill attention over an f16 cache (f16 tiles).
+    /// tiles), and the prefill attention over an f16 or q8_0 cache (f16 tiles; the q8_0 scores
+    /// in int8).
     pub fn has_mma(&self) -> bool {
         match (self.kernel, self.qtype, self.kv) {
             (Kernel::Matmul, Some(q), _) => act_qtype(q).is_some(),
-            (Kernel::AttentionTile, _, Some(KvType::F16)) => true,
+            (Kernel::AttentionTile, _, Some(KvType::F16 | KvType::Q8_0)) => true,
             _ => false,
         }
     }
 
     /// The sizes the tensor-core entries come in: the matmul's token tile widths, the
-    /// attention's head sizes.
+    /// attention's head sizes (those of whole q8_0 blocks for that cache).
     pub fn mma_sizes(&self) -> &'static [u32] {
-        match (self.has_mma(), self.kernel) {
-            (true, Kernel::Matmul) => &MMA_COLS,
-            (true, Kernel::AttentionTile) => &MMA_HEAD_DIMS,
+        match (self.has_mma(), self.kernel, self.kv) {
+            (true, Kernel::Matmul, _) => &MMA_COLS,
+            (true, Kernel::AttentionTile, Some(KvType::Q8_0)) => &MMA_HEAD_DIMS_Q8_0,
+            (true, Kernel::AttentionTile, _) => &MMA_HEAD_DIMS,
             _ => &[],
         }
     }
@@ -148,9 +150,10 @@ impl Variant {
         if !self.mma_sizes().contains(&size) {
             return None;
         }
-        match (self.kernel, self.qtype) {
-            (Kernel::Matmul, Some(q)) => Some(format!("matmul_mma{size}_{}", q.name())),
-            _ => Some(format!("attention_tile_mma{size}_kv_f16")),
+        match (self.kernel, self.qtype, self.kv) {
+            (Kernel::Matmul, Some(q), _) => Some(format!("matmul_mma{size}_{}", q.name())),
+            (_, _, Some(kv)) => Some(format!("attention_tile_mma{size}_kv_{}", kv.name())),
+            _ => None,
         }
     }
 
@@ -209,6 +212,7 @@ impl Variant {
             }
             _ => {
                 let mut p = AttentionTileParams::from_words(params);
+                self.mma_entry(p.head_dim)?;
                 p.tq = Variant::mma_attention_tq(p.head_dim, p.head_dim_v, p.hg)?;
                 let n = p.n.saturating_sub(p.t0).min(super::schedule::ATTN_TOKENS);
                 Some(MmaLaunch {
@@ -288,6 +292,9 @@ pub const MMA_COLS: [u32; 3] = [16, 32, 64];
 /// The head sizes of the prefill attention's tensor-core entries (`cuda/attention_tile.cu`):
 /// llama.cpp's, but for DeepSeek's 576.
 pub const MMA_HEAD_DIMS: [u32; 6] = [64, 80, 96, 112, 128, 256];
+
+/// Those for a q8_0 cache, whose heads are whole 32-element blocks.
+pub const MMA_HEAD_DIMS_Q8_0: [u32; 4] = [64, 96, 128, 256];
 
 /// Query rows (tokens × heads) per tile of the tensor-core attention at head size `hd`: 64,
 /// and 32 above 128, where two warps share each warp's rows (`cuda/attention_tile.cu`).
@@ -532,12 +539,22 @@ mod tests {
     use crate::backend::gpu::params::{AttentionTileParams, KernelParams};
     use crate::backend::gpu::schedule::ATTN_TOKENS;
 
-    /// The tensor-core attention takes every head size it has an entry for, in tiles of the
-    /// widest power of two of tokens whose rows fit its tile, and leaves the rest (other sizes,
-    /// head_dim ≠ head_dim_v, more heads a workgroup than a tile has rows) to the f32 tile.
+    /// The tensor-core attention takes every head size it has an entry for (per cache type), in
+    /// tiles of the widest power of two of tokens whose rows fit its tile, and leaves the rest
+    /// (other sizes, head_dim ≠ head_dim_v, more heads a workgroup than a tile has rows, an f32
+    /// cache) to the f32 tile.
     #[test]
     fn the_tensor_core_attention_takes_its_head_sizes_in_whole_tiles() {
-        let v = Variant::with_kv(Kernel::AttentionTile, KvType::F16);
+        for (kv, sizes) in [
+            (KvType::F16, &MMA_HEAD_DIMS[..]),
+            (KvType::Q8_0, &MMA_HEAD_DIMS_Q8_0[..]),
+        ] {
+            sizes_take_whole_tiles(Variant::with_kv(Kernel::AttentionTile, kv), sizes);
+        }
+        assert!(!Variant::with_kv(Kernel::AttentionTile, KvType::F32).has_mma());
+    }
+
+    fn sizes_take_whole_tiles(v: Variant, sizes: &[u32]) {
         for hd in [32, 64, 80, 96, 112, 128, 192, 256] {
             for hg in [1, 3, 8, 32, 64] {
                 for hdv in [hd, 128] {
@@ -556,7 +573,7 @@ mod tests {
                     let launch = v.mma_launch(&p.words(), [64 / hg, 2, 300], 132);
                     let rows = mma_attention_rows(hd);
                     let what = format!("head {hd} / {hdv}, {hg} heads a workgroup");
-                    if hd != hdv || !MMA_HEAD_DIMS.contains(&hd) || hg > rows {
+                    if hd != hdv || !sizes.contains(&hd) || hg > rows {
                         assert_eq!(launch, None, "{what}");
                         continue;
                     }
@@ -567,7 +584,11 @@ mod tests {
                         "{what}: {tq} tokens"
                     );
                     assert_eq!(l.grid, [64 / hg, 2, ATTN_TOKENS.div_ceil(tq)], "{what}");
-                    assert_eq!(v.mma_entry(l.size), Some(format!("attention_tile_mma{hd}_kv_f16")));
+                    let kv = v.kv.map(|k| k.name());
+                    assert_eq!(
+                        v.mma_entry(l.size),
+                        Some(format!("attention_tile_mma{hd}_kv_{}", kv.unwrap()))
+                    );
                 }
             }
         }

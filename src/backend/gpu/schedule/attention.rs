@@ -243,7 +243,8 @@ impl Pass<'_> {
                 let (hg, tq, kt) = tile.unwrap_or((split_heads(gq, head_dim.max(head_dim_v)), 1, 0));
                 let gx = (n_head / hg) as u32;
                 // Where the CUDA backend will take the tensor-core tiles, their token count.
-                let tq_run = match (tile, self.shape.matrix_tiles && self.kv == KvType::F16) {
+                let mma = Variant::with_kv(Kernel::AttentionTile, self.kv).mma_entry(head_dim as u32);
+                let tq_run = match (tile, self.shape.matrix_tiles && mma.is_some()) {
                     (Some(_), true) => {
                         Variant::mma_attention_tq(head_dim as u32, head_dim_v as u32, hg as u32).unwrap_or(tq as u32)
                     }
