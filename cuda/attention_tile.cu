@@ -10,7 +10,8 @@
 // so each element read from shared memory serves RB multiply-adds. Each row's unnormalised
 // output, maximum and sum go to binding 5 in the slot of its (token, head, range), as attention_split writes:
 //   part[slot · (head_dim_v + 2) + d], then max, sum; slot = (u · n_head + h) · n_split + s.
-// A row with no position in the range writes max −3e38 and sum 0 (attention_reduce skips it).
+// A row with no position in the range writes max −3e38 and sum 0 alone (attention_reduce skips
+// the slot and never reads its output), so ranges past a row's last position cost no traffic.
 // q is read (rotated where a rope is folded in) and rounded for the cache type as attention.cu
 // does; probabilities are not rounded.
 //
@@ -183,7 +184,7 @@ static __device__ __forceinline__ void attention_tile_body(const Params& p) {
                 MF_UNROLL
                 for (u32 x = 0; x < RB; x++) {
                     const u32 r = i / hdv * RB + x;
-                    if (r < nr) {
+                    if (r < nr && lr[r] > 0.0f) {
                         const u32 slot = ((u0 + i0 + r / hg) * n_head + h0 + r % hg) * n_split + s;
                         part[slot * (hdv + 2) + i % hdv] = acc[a * RB + x];
                     }
@@ -511,10 +512,12 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
             if (r < nr) {
                 const u32 slot = ((u0 + i0 + r / hg) * n_head + h0 + r % hg) * n_split + s;
                 float* out = part + (unsigned long long)slot * (HD + 2);
-                MF_UNROLL
-                for (u32 nb = 0; nb < ND; nb++) {
-                    out[db + 8 * nb + 2 * t4] = o[nb][2 * x];
-                    out[db + 8 * nb + 2 * t4 + 1] = o[nb][2 * x + 1];
+                if (l[x] > 0.0f) {
+                    MF_UNROLL
+                    for (u32 nb = 0; nb < ND; nb++) {
+                        out[db + 8 * nb + 2 * t4] = o[nb][2 * x];
+                        out[db + 8 * nb + 2 * t4 + 1] = o[nb][2 * x + 1];
+                    }
                 }
                 // The warps sharing the rows hold the same maximum and sum.
                 if (t4 == 0 && db == 0) {

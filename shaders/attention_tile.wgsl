@@ -12,8 +12,8 @@
 // memory serves RB multiply-adds. Each row's unnormalised output, maximum and sum go to `part`
 // in the slot of its (token, head, range), as attention_split writes its own:
 //   part[slot · (head_dim_v + 2) + d], then max, sum; slot = (u · n_head + h) · n_split + s
-// A row that has no position in the range writes max −3e38 and sum 0, which attention_reduce
-// skips. q is read (rotated where a rope is folded in) and rounded as the CPU rounds it for the
+// A row that has no position in the range writes max −3e38 and sum 0 alone: attention_reduce
+// skips the slot and never reads its output. q is read (rotated where a rope is folded in) and rounded as the CPU rounds it for the
 // cache type; the probabilities are not rounded (as attention_split).
 // Workgroup memory is fixed (16,128 bytes): the host picks tq, hg and kt within MAX_QD, MAX_KD
 // and MAX_PS (schedule::tile_shape).
@@ -218,7 +218,7 @@ fn main(
             if (i < nb * hdv) {
                 for (var x = 0u; x < RB; x++) {
                     let r = i / hdv * RB + x;
-                    if (r < nr) {
+                    if (r < nr && lr[r] > 0.0) {
                         let slot = ((u0 + i0 + r / hg) * p.n_head + h0 + r % hg) * p.n_split + s;
                         part[slot * (hdv + 2u) + i % hdv] = acc[a * RB + x];
                     }

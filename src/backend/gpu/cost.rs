@@ -62,6 +62,23 @@ impl Cost {
     }
 }
 
+/// The (token, range) slots of a split-KV launch (`attention_split`, `attention_tile`) whose
+/// range holds some of the token's positions, over `per` tokens of each of `seqs` sequences, the
+/// first at position `first`: each token's span is cut as kv.cuh's `split_chunk` cuts it (here
+/// from the token's own span; a tile cuts its run's, a few positions longer). Only those slots'
+/// outputs are written and read back; the others carry a maximum and a sum alone.
+fn split_slots(first: u64, per: u64, seqs: u64, n_split: u64, window: u64) -> u64 {
+    let n_split = n_split.max(1);
+    let used: u64 = (first..first + per)
+        .map(|pos| {
+            let span = if window > 0 { (pos + 1).min(window) } else { pos + 1 };
+            let chunk = span.div_ceil(n_split).div_ceil(64) * 64;
+            span.div_ceil(chunk).min(n_split)
+        })
+        .sum();
+    used * seqs
+}
+
 /// Bytes of `n` elements of a KV cache of type `kv` (q8_0: 34 bytes per 32).
 fn kv_bytes(kv: KvType, n: u64) -> u64 {
     match kv {
@@ -328,7 +345,11 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
             c.acts = f(tokens * n_head * hd);
             c.written = match l.variant.kernel {
                 Kernel::Attention => f(tokens * n_head * hdv),
-                _ => f(n_split as u64 * tokens * n_head * (hdv + 2)),
+                // Every slot's maximum and sum; the outputs of the slots that hold positions.
+                _ => {
+                    let used = split_slots(s.depth + t0, per, seqs, n_split as u64, window as u64);
+                    f(n_head * (2 * n_split as u64 * tokens + used * hdv))
+                }
             };
             c.flops = 2 * n_head * (hd + hdv) * seqs * attended(s.depth, t0, per, window as u64);
             c.unit = Some(Unit::F32);
@@ -342,9 +363,13 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
             let p = AttentionParams::from_words(w);
             let tokens = l.groups[1] as u64;
             let (h, hdv) = (p.n_head as u64, p.head_dim_v as u64);
-            // Each of a head's parts reads every range's weights.
+            // Each of a head's parts reads every range's weights, and the outputs of the ranges
+            // that hold positions.
             let parts = (l.groups[0] as u64 / h.max(1)).max(1);
-            c.acts = f(p.n_split as u64 * tokens * h * (hdv + 2 * parts));
+            let seqs = s.seqs.clamp(1, tokens.max(1));
+            let t0 = if seqs > 1 { 0 } else { p.t0 as u64 };
+            let used = split_slots(s.depth + t0, tokens / seqs, seqs, p.n_split as u64, p.window as u64);
+            c.acts = f(h * (2 * parts * p.n_split as u64 * tokens + used * hdv));
             c.written = f(tokens * h * hdv);
             c.flops = 2 * p.n_split as u64 * tokens * h * hdv;
             c.unit = Some(Unit::F32);
@@ -378,4 +403,24 @@ pub fn cost(l: &Launch, s: StepShape, kv: KvType, paths: Paths) -> Cost {
         }
     }
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_slots;
+
+    /// A token's span cut into ranges of whole 64-position tiles: the ranges past its last
+    /// position hold nothing, at the start of a context or inside a sliding window.
+    #[test]
+    fn split_slots_count_the_ranges_that_hold_positions() {
+        // Position 0, 8 ranges: one range of one position.
+        assert_eq!(split_slots(0, 1, 1, 8, 0), 1);
+        // Positions 0 .. 511 over 4 ranges: ranges of 64 up to a span of 256 (64 tokens each
+        // at 1, 2, 3, 4 ranges), then of 128 (128 tokens each at 3, 4): three a token, not four.
+        assert_eq!(split_slots(0, 512, 1, 4, 0), 64 * (1 + 2 + 3 + 4) + 128 * (3 + 4));
+        // After 4,096 positions every range holds some; two sequences count twice.
+        assert_eq!(split_slots(4096, 256, 2, 8, 0), 2 * 256 * 8);
+        // A 100-position window: two ranges of 64 whatever the depth.
+        assert_eq!(split_slots(4096, 10, 1, 8, 100), 10 * 2);
+    }
 }
