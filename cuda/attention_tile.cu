@@ -208,18 +208,18 @@ static __device__ __forceinline__ void attention_tile_body(const Params& p) {
 MF_KV_TYPES(MF_ATTENTION_TILE)
 
 // attention_tile_mma<HD>: attention_tile's work on the tensor cores (ggml-cuda's
-// fattn-mma-f16), for an f16 or q8_0 cache with head_dim = head_dim_v = HD (a multiple of 16 up to 256:
-// `MMA_HEAD_DIMS`; the host takes it there from sm_80 on, `Variant::mma_launch`, else
+// fattn-mma-f16), for an f16 or q8_0 cache with head_dim = head_dim_v = HD (a multiple of 16 up
+// to 256: `MMA_HEAD_DIMS`; the host takes it there from sm_80 on, `Variant::mma_launch`, else
 // attention_tile). The same grid and output protocol, with its own tile: R rows (tq · hg, the
 // host rewrites tq) in 4 warps, 16 rows a warp, KT positions a step. Up to HD 128, R = 64 and
 // KT = 32. Above it (DS = 2) the output dimensions of a warp's 16 rows would take more
 // registers than a quarter of an SM can give each thread, so two warps share the rows (R = 32):
 // each scores them in full and keeps half the dimensions of the output; with KT = 16 the tile
-// stays in 48 KB of shared memory. The queries are rounded to f16 as the f32 kernel rounds them for this cache,
-// so each score is the same sum of exact products (mma.sync m16n8k16 f16 → f32, mma_f16 in
-// quant.cuh) in another order; the probabilities go to f16 for the product with V (the sum l
-// adds the rounded ones, so the output stays a weighted mean), the one rounding the f32 kernel
-// does not make.
+// stays in 48 KB of shared memory. The queries are rounded to f16 as the f32 kernel rounds them
+// for this cache, so each score is the same sum of exact products (mma.sync m16n8k16 f16 → f32,
+// mma_f16 in quant.cuh) in another order; the probabilities go to f16 for the product with V
+// (the sum l adds the rounded ones, so the output stays a weighted mean), the one rounding the
+// f32 kernel does not make.
 // Per step the block stores the K tile as rows of half pairs and the V tile transposed (a row per
 // dimension), both padded so a warp's fragment reads (8 rows × 4 words) fall in 32 banks. A warp
 // scores its 16 rows against the KT positions (the Q fragments read from the staged queries each
@@ -298,9 +298,9 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
                 const u32 r = e / NQB, b = e % NQB;
                 const u32 t = tb + i0 + r / hg;
                 // Element i of the block (read twice: for |max|, then rounded).
+                const u32 head = (t * n_head + h0 + r % hg) * HD;
                 const auto qv = [&](u32 i) {
-                    return r < nr ? q_rotated(q, qcs, (t * n_head + h0 + r % hg) * HD, 32 * b + i, t, prm.n_rot, prm.neox)
-                                  : 0.0f;
+                    return r < nr ? q_rotated(q, qcs, head, 32 * b + i, t, prm.n_rot, prm.neox) : 0.0f;
                 };
                 float amax = 0.0f;
                 for (u32 i = 0; i < 32; i++) {
@@ -420,7 +420,8 @@ static __device__ __forceinline__ void attention_tile_mma_body(const Params& p) 
                         int acc[4] = {0, 0, 0, 0};
                         mma_s8(acc, a00, a01, kw_s[(8 * j + g) * KLD + 8 * b + t4]);
                         mma_s8(acc, a10, a11, kw_s[(8 * j + g) * KLD + 8 * b + 4 + t4]);
-                        const float k0 = kd[(8 * j + 2 * t4) * NQB + b], k1 = kd[(8 * j + 2 * t4 + 1) * NQB + b];
+                        const float k0 = kd[(8 * j + 2 * t4) * NQB + b];
+                        const float k1 = kd[(8 * j + 2 * t4 + 1) * NQB + b];
                         sc[j][0] += (float)acc[0] * (d0 * k0);
                         sc[j][1] += (float)acc[1] * (d0 * k1);
                         sc[j][2] += (float)acc[2] * (d1 * k0);
