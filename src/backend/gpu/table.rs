@@ -783,8 +783,12 @@ mod tests {
             let cuda = info.cuda;
             let mut entries = 0;
             for (i, _) in cuda.match_indices("__launch_bounds__(") {
+                // The threads, then optionally the blocks per SM asked for.
                 let arg: String = cuda[i + 18..].chars().take_while(|&c| c != ')').collect();
                 let n: u32 = arg
+                    .split(',')
+                    .next()
+                    .unwrap_or_default()
                     .trim()
                     .parse()
                     .unwrap_or_else(|_| panic!("{}: __launch_bounds__({arg})", info.name));
