@@ -1164,14 +1164,37 @@ fn split_attention_matches_cpu_at_long_contexts() {
 /// minutes), and a step of three sequences of one pool whose runs cut across the query tiles
 /// (A's next 5 tokens, B's one, C's first 20, A's 3 more). Query heads packed per KV head (4 over
 /// 2 or 1; 2 over 1; 8 over 2 at 256 wide, two tokens a tile), sliding windows shorter than the
-/// context, soft-capping, sinks, f32 / f16 / q8_0 caches and both numerics. The backends split
+/// context, soft-capping, sinks, f32 / f16 / q8_0 caches and both numerics; the f16 cache also
+/// on wgpu's f16 cooperative-matrix tiles (or their emulation), 32 rows of 1 to 4 heads, whose
+/// probabilities round to f16 as the CPU's default numerics round them. The backends split
 /// from the first position, so every step of three or more tokens takes the tiled pair: the
 /// store, then a tile launch and a reduce per 256 tokens after the three get_rows.
 fn tiled_prefill_attention_matches_cpu() {
     let t = "tiled_prefill_attention_matches_cpu";
-    let gs = gpus_at(t, None, 1);
+    let mut gs = gpus_at(t, None, 1);
     if gs.is_empty() {
         return;
+    }
+    // wgpu once more on 16 × 16 f16 cooperative matrices (the device's, or their scalar
+    // emulation), over the f16 cache only: heads up to 128 wide take attention_tile_coop16.wgsl,
+    // 256 keeps the scalar tile.
+    let coop_at = gs.len();
+    if let Some(b) = gpu(t, true, None).map(|b| b.with_split_span(1).with_coop_emulation()) {
+        use minfer::testing::wgpu::Coop;
+        let coop = b.uses_coop();
+        if !coop.is_f16() {
+            common::skip::<()>(
+                t,
+                &format!("{}: no f16 cooperative matrices nor f16 shaders", b.describe()),
+            );
+            return;
+        }
+        gs.push(Gpu {
+            label: format!("{} ({coop:?})", b.describe()),
+            backend: Arc::new(b),
+            alt: true,
+            emulated: coop == Coop::F16x16Emulated,
+        });
     }
     let cpu = cpu();
     let every = kv_numerics();
@@ -1290,7 +1313,13 @@ fn tiled_prefill_attention_matches_cpu() {
                 }
                 false => 1e-6,
             };
-            for g in gs.iter().filter(|g| longest < 5000 || !g.emulated) {
+            let coop_or_f16 = |(i, _): &(usize, &Gpu)| *i < coop_at || kv == KvType::F16;
+            for (_, g) in gs
+                .iter()
+                .enumerate()
+                .filter(coop_or_f16)
+                .filter(|(_, g)| longest < 5000 || !g.emulated)
+            {
                 let got = run(g.backend.as_ref(), flash);
                 for (i, ((got, w), (want, _))) in got.iter().zip(&want).enumerate() {
                     let e = nmse(got, want);

@@ -90,6 +90,7 @@ impl Driver {
                     shared_bytes: at(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
                     max_groups: at(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?.min(65535),
                     matrix_tiles: cc.0 >= 8,
+                    coop_f16: false,
                 }
             };
             Ok(Driver {

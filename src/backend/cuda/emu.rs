@@ -24,6 +24,7 @@ pub const EMULATED_SHAPE: DeviceShape = DeviceShape {
     shared_bytes: 48 * 1024,
     max_groups: 65535,
     matrix_tiles: true,
+    coop_f16: false,
 };
 
 type LaunchFn = unsafe extern "C" fn(*const c_void, *const c_uint, *const c_uint, *const c_void) -> c_int;

@@ -237,11 +237,17 @@ impl Variant {
 }
 
 impl Variant {
-    /// Whether the variant is the tiled matmul over weights the f16 cooperative-matrix tile
-    /// takes (`wgpu::shaders::Coop::F16x16`): quantized and f16 ones; f32 and bf16 values, which
-    /// halves would round or overflow, keep the f32 tile.
+    /// Whether the variant has a body on f16 cooperative matrices (`wgpu::shaders::Coop::F16x16`):
+    /// the tiled matmul over quantized and f16 weights (f32 and bf16 values, which halves would
+    /// round or overflow, keep the f32 tile), and the prefill attention over an f16 cache (for
+    /// the head sizes `coop_attention_tq` takes).
     pub fn takes_coop_f16(&self) -> bool {
-        self.kernel == Kernel::Matmul && self.qtype.is_some_and(coop_f16_weights)
+        match self.kernel {
+            Kernel::Matmul => self.qtype.is_some_and(coop_f16_weights),
+            // attention_tile_coop16.wgsl: its K and V tiles are the f16 cache's own halves.
+            Kernel::AttentionTile => self.kv == Some(KvType::F16),
+            _ => false,
+        }
     }
 
     /// The grid of the launch with parameters `params` as the f16 cooperative-matrix tile
@@ -251,6 +257,9 @@ impl Variant {
     /// 32 × 32 tiles.
     pub fn coop_f16_grid(&self, params: &[u32; 16], sms: u32) -> Option<[u32; 3]> {
         use super::params::{KernelParams, MatmulParams};
+        if self.kernel != Kernel::Matmul {
+            return None;
+        }
         let p = MatmulParams::from_words(params);
         let rows = p.rows.div_ceil(COOP_TILE);
         let cols = match rows * p.n.div_ceil(COOP_TILE) >= sms {
@@ -260,6 +269,38 @@ impl Variant {
         self.takes_coop_f16().then(|| [rows, p.n.div_ceil(cols), 1])
     }
 }
+
+impl Variant {
+    /// The query tokens a tile of the f16 cooperative-matrix attention takes
+    /// (`attention_tile_coop16.wgsl`: `COOP_ATTN_ROWS` rows of `hg` heads, a power of two so a
+    /// tile never crosses a launch of `ATTN_TOKENS`), where head sizes `hd`, `hdv` suit it:
+    /// equal, and a multiple of 16 up to `COOP_ATTN_MAX_HD`.
+    pub fn coop_attention_tq(hd: u32, hdv: u32, hg: u32) -> Option<u32> {
+        let fits = hd == hdv && hd.is_multiple_of(16) && (16..=COOP_ATTN_MAX_HD).contains(&hd);
+        (fits && (1..=COOP_ATTN_ROWS).contains(&hg)).then(|| 1 << (COOP_ATTN_ROWS / hg).ilog2())
+    }
+
+    /// The launch with parameters `params` on grid `groups` (the schedule's) as the f16
+    /// cooperative-matrix attention, where the variant takes it and its head sizes suit it:
+    /// its parameters (`tq` rewritten to `coop_attention_tq`'s) and grid (the tiles along z).
+    pub fn coop_attention_launch(&self, params: &[u32; 16], groups: [u32; 3]) -> Option<([u32; 16], [u32; 3])> {
+        use super::params::{AttentionTileParams, KernelParams};
+        if self.kernel != Kernel::AttentionTile || !self.takes_coop_f16() {
+            return None;
+        }
+        let mut p = AttentionTileParams::from_words(params);
+        p.tq = Variant::coop_attention_tq(p.head_dim, p.head_dim_v, p.hg)?;
+        let n = p.n.saturating_sub(p.t0).min(super::schedule::ATTN_TOKENS);
+        Some((p.words(), [groups[0], groups[1], n.div_ceil(p.tq)]))
+    }
+}
+
+/// Query rows (tokens × heads) per tile of the f16 cooperative-matrix attention
+/// (`attention_tile_coop16.wgsl`'s `TR`).
+pub const COOP_ATTN_ROWS: u32 = 32;
+
+/// The widest head the f16 cooperative-matrix attention takes (its `MAX_HD`).
+pub const COOP_ATTN_MAX_HD: u32 = 128;
 
 /// Whether weights of `q` take the f16 cooperative-matrix tile: all but f32 and bf16.
 pub fn coop_f16_weights(q: QType) -> bool {

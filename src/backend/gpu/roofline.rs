@@ -148,13 +148,14 @@ pub fn plan(
         .as_deref()
         .and_then(|a| a.strip_prefix("sm_")?.parse::<u32>().ok());
     let mma = ask.backend == GpuBackend::Cuda && sm.is_some_and(|a| a >= 80);
+    // Vulkan on NVIDIA GPUs (Turing on) offers 16 × 16 f16 cooperative matrices.
+    let coop_f16 = ask.backend == GpuBackend::Wgpu && sm.is_some_and(|a| a >= 75);
     let shape = super::shape::DeviceShape {
         matrix_tiles: mma,
+        coop_f16,
         ..profile.shape()
     };
     let s = schedule::schedule(&g, &|name| layouts.get(name).cloned(), ask.kv, subgroups, &shape)?;
-    // Vulkan on NVIDIA GPUs (Turing on) offers 16 × 16 f16 cooperative matrices.
-    let coop_f16 = ask.backend == GpuBackend::Wgpu && sm.is_some_and(|a| a >= 75);
     let paths = Paths {
         int8: true,
         mma,
@@ -200,8 +201,12 @@ fn planned(
     let v: &Variant = &l.variant;
     let tensor = v.mma_launch(&l.params, l.groups, profile.sms).filter(|_| paths.mma);
     let coop = v.coop_f16_grid(&l.params, profile.sms).filter(|_| paths.coop_f16);
-    let (kernel, grid, threads) = match (tensor, coop) {
+    let coop_attention = v.coop_attention_launch(&l.params, l.groups).filter(|_| paths.coop_f16);
+    let (kernel, grid, threads) = match (tensor, coop.or(coop_attention.map(|a| a.1))) {
         (Some(m), _) => (v.mma_entry(m.size).unwrap_or_else(|| v.entry()), m.grid, m.threads),
+        (None, Some(g)) if coop_attention.is_some() => {
+            (format!("{}_coop16", v.entry()), g, super::kernels::COOP_THREADS)
+        }
         (None, Some(g)) => (v.entry(), g, super::kernels::COOP_THREADS),
         (None, None) => (v.entry(), l.groups, v.kernel.threads()),
     };
@@ -216,9 +221,9 @@ fn planned(
     let fill = (concurrent / busy).min(1.0);
     let bytes = (c.read() + c.written) as f64;
     let mem_s = bytes / (profile.bandwidth_gbs * 1e9);
-    // The tensor-core attention multiplies on the f16 tensor cores.
-    let unit = match (tensor, v.kernel) {
-        (Some(_), Kernel::AttentionTile) => Some(Unit::F16Tensor),
+    // The tensor-core and cooperative-matrix attention multiply on the f16 tensor cores.
+    let unit = match (tensor.is_some() || coop_attention.is_some(), v.kernel) {
+        (true, Kernel::AttentionTile) => Some(Unit::F16Tensor),
         _ => c.unit,
     };
     let ops_s = unit

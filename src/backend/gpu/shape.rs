@@ -24,6 +24,10 @@ pub struct DeviceShape {
     /// `VEC_WIDE_TOKENS` takes the matvec, where the 32 × 32 tiles would leave compute units
     /// idle.
     pub matrix_tiles: bool,
+    /// Whether the prefill tiles multiply on 16 × 16 f16 cooperative matrices (wgpu's
+    /// `Coop::F16x16`, or its emulation): the attention's tiles then take
+    /// `Variant::coop_attention_tq`'s tokens where its head sizes suit them.
+    pub coop_f16: bool,
 }
 
 impl DeviceShape {
@@ -37,6 +41,7 @@ impl DeviceShape {
             shared_bytes: 16384,
             max_groups: 65535,
             matrix_tiles: false,
+            coop_f16: false,
         }
     }
 
@@ -188,6 +193,7 @@ impl DeviceProfile {
             shared_bytes: self.shared_per_wg,
             max_groups: 65535,
             matrix_tiles: false,
+            coop_f16: false,
         }
     }
 

@@ -85,8 +85,10 @@ pub struct Wgsl {
     pub tail_i8: Option<&'static str>,
     /// The body on cooperative matrices, where the device has them (`matmul_coop.wgsl`).
     pub body_coop: Option<&'static str>,
-    /// The body on 16 × 16 f16 cooperative matrices (`matmul_coop16.wgsl`), before the
-    /// matrix operations that hold its entry point (`wgpu::shaders::COOP16_OPS`).
+    /// The body on 16 × 16 f16 cooperative matrices (`matmul_coop16.wgsl`,
+    /// `attention_tile_coop16.wgsl`), before the matrix operations that hold its entry point
+    /// (`wgpu::shaders::COOP16_OPS`, `attention_coop16.wgsl`), for the variants
+    /// `Variant::takes_coop_f16`.
     pub body_coop16: Option<&'static str>,
 }
 
@@ -351,7 +353,7 @@ pub static KERNELS: [KernelInfo; 31] = [
         params: of::<params::AttentionParams>(),
         wgsl: Wgsl {
             head: Some(wgsl!("quantize_block.wgsl")),
-            tail: Some(wgsl!("attention_q.wgsl")),
+            tail: Some(concat!(wgsl!("attention_q.wgsl"), wgsl!("attention_q_round.wgsl"))),
             ..body(wgsl!("attention.wgsl"))
         },
         cuda: cuda!("attention.cu"),
@@ -556,7 +558,7 @@ pub static KERNELS: [KernelInfo; 31] = [
         wg_override: false,
         params: of::<params::AttentionParams>(),
         wgsl: Wgsl {
-            tail: Some(wgsl!("attention_q.wgsl")),
+            tail: Some(concat!(wgsl!("attention_q.wgsl"), wgsl!("attention_q_round.wgsl"))),
             ..body(wgsl!("attention_split.wgsl"))
         },
         cuda: cuda!("attention_split.cu"),
@@ -590,7 +592,8 @@ pub static KERNELS: [KernelInfo; 31] = [
         wg_override: false,
         params: of::<params::AttentionTileParams>(),
         wgsl: Wgsl {
-            tail: Some(wgsl!("attention_q.wgsl")),
+            tail: Some(concat!(wgsl!("attention_q.wgsl"), wgsl!("attention_q_round.wgsl"))),
+            body_coop16: Some(wgsl!("attention_tile_coop16.wgsl")),
             ..body(wgsl!("attention_tile.wgsl"))
         },
         cuda: cuda!("attention_tile.cu"),

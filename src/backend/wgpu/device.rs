@@ -127,6 +127,7 @@ fn shape_of(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> DeviceShape {
         shared_bytes: limits.max_compute_workgroup_storage_size,
         max_groups: limits.max_compute_workgroups_per_dimension.min(65535),
         matrix_tiles: false,
+        coop_f16: false,
     }
 }
 
@@ -264,9 +265,9 @@ impl Gpu {
             required_limits: limits.clone(),
             experimental_features: match coop {
                 // SAFETY: the one experimental feature asked for is cooperative matrices; a
-                // probe checks them before any kernel uses them, and only `matmul_coop.wgsl`
-                // and `matmul_coop16.wgsl` do (their loads and stores stay within their
-                // workgroup arrays).
+                // probe checks them before any kernel uses them, and only `matmul_coop.wgsl`,
+                // `matmul_coop16.wgsl` and `attention_tile_coop16.wgsl` do (their loads and
+                // stores stay within their workgroup arrays).
                 true => unsafe { wgpu::ExperimentalFeatures::enabled() },
                 false => wgpu::ExperimentalFeatures::disabled(),
             },

@@ -321,7 +321,10 @@ impl Backend for WgpuBackend {
             rate: context::FIRST_RATE,
             submitted: Default::default(),
             split_span: self.split_span,
-            shape: self.shape,
+            shape: DeviceShape {
+                coop_f16: self.uses_coop().is_f16(),
+                ..self.shape
+            },
         }))
     }
 }

@@ -6,9 +6,11 @@
 use std::sync::Arc;
 
 use super::device::{Gpu, Pipeline};
+use super::shaders::Coop;
 use super::weights::WgpuWeights;
 use crate::backend::gpu::schedule::{self, Launch, Res, Stage, When};
 use crate::backend::gpu::shape::DeviceShape;
+use crate::backend::gpu::table::Kernel;
 use crate::backend::KvType;
 use crate::model::{Graph, Rope};
 
@@ -169,10 +171,25 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
     // Bind groups.
     let mut slot = 0usize;
     let mut make = |l: &Launch, bytes: &mut Vec<u8>| -> Result<Dispatch, String> {
+        // The f16 cooperative-matrix tiles: the matmul's are 64 rows × 64 or 32 tokens (the
+        // schedule sizes 32 × 32 tiles), the attention's `COOP_ATTN_ROWS` rows where its head
+        // sizes suit it (others keep the scalar tile).
+        let (words, groups, coop) = match (t.coop.is_f16(), l.variant.kernel) {
+            (true, Kernel::AttentionTile) => match l.variant.coop_attention_launch(&l.params, l.groups) {
+                Some((words, groups)) => (words, groups, t.coop),
+                None => (l.params, l.groups, Coop::Off),
+            },
+            (true, _) => (
+                l.params,
+                l.variant.coop_f16_grid(&l.params, t.shape.sms).unwrap_or(l.groups),
+                t.coop,
+            ),
+            (false, _) => (l.params, l.groups, t.coop),
+        };
         let off = slot as u64 * align;
-        bytes[off as usize..off as usize + 64].copy_from_slice(bytemuck::cast_slice(&l.params));
+        bytes[off as usize..off as usize + 64].copy_from_slice(bytemuck::cast_slice(&words));
         slot += 1;
-        let pipeline = gpu.pipeline(l.variant, t.checked, t.int8, t.coop)?;
+        let pipeline = gpu.pipeline(l.variant, t.checked, t.int8, coop)?;
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
             resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -219,12 +236,6 @@ pub fn compile(t: &Targets, g: &Graph) -> Result<Plan, String> {
             layout: &pipeline.layout,
             entries: &entries,
         });
-        // The f16 cooperative-matrix tile is 64 rows × 64 or 32 tokens (the schedule sizes
-        // 32 × 32 tiles).
-        let groups = match t.coop.is_f16() {
-            true => l.variant.coop_f16_grid(&l.params, t.shape.sms).unwrap_or(l.groups),
-            false => l.groups,
-        };
         Ok(Dispatch {
             pipeline,
             bind_group,

@@ -27,6 +27,13 @@ const BYTES: &str = shader!("bytes.wgsl");
 pub const COOP16_OPS: &str = shader!("coop16.wgsl");
 /// The same operations emulated in scalar code (`Coop::F16x16Emulated`).
 pub const COOP16_EMULATED: &str = shader!("coop16_emu.wgsl");
+/// `attention_tile_coop16.wgsl`'s matrix operations and entry point, on the device's
+/// cooperative matrices and emulated.
+const ATTN_COOP16_OPS: &str = shader!("attention_coop16.wgsl");
+const ATTN_COOP16_EMULATED: &str = shader!("attention_coop16_emu.wgsl");
+/// `q_at` alone (`attention_q.wgsl`), the query reader of `attention_tile_coop16.wgsl`, which
+/// rounds its queries itself.
+const ATTENTION_Q: &str = shader!("attention_q.wgsl");
 
 /// The cooperative-matrix tile a device's prefill matmul takes, where it takes one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -305,8 +312,14 @@ impl WgslSource for Variant {
             _ => w.body,
         });
         let emulated = coop == Coop::F16x16Emulated;
+        let attention = k == Kernel::AttentionTile;
         if coop16.is_some() {
-            parts.push(if emulated { COOP16_EMULATED } else { COOP16_OPS });
+            parts.push(match (attention, emulated) {
+                (false, false) => COOP16_OPS,
+                (false, true) => COOP16_EMULATED,
+                (true, false) => ATTN_COOP16_OPS,
+                (true, true) => ATTN_COOP16_EMULATED,
+            });
         }
         // Enable directives come before every declaration.
         if (coop8.is_some() || coop16.is_some()) && !emulated {
@@ -315,7 +328,11 @@ impl WgslSource for Variant {
         if coop16.is_some() {
             parts.insert(0, "enable f16;");
         }
-        parts.extend(if i8 { w.tail_i8.or(w.tail) } else { w.tail });
+        parts.extend(match (coop16.is_some() && attention, i8) {
+            (true, _) => Some(ATTENTION_Q),
+            (false, true) => w.tail_i8.or(w.tail),
+            (false, false) => w.tail,
+        });
         Some(parts.join("\n"))
     }
 
@@ -361,14 +378,45 @@ mod tests {
                 assert!(ops.contains(f), "{f}");
             }
         }
-        let body = Kernel::Matmul.info().wgsl.body_coop16.unwrap();
+        assert_eq!(workgroup_bytes(Kernel::Matmul), COOP16_SHARED_BYTES);
+    }
+
+    /// The f16 attention tile's entry points launch `COOP_THREADS` and call its `tile`, each
+    /// file defines the operations it calls, and its workgroup memory is within what
+    /// `uses_coop` asks of a device (`COOP16_SHARED_BYTES`).
+    #[test]
+    fn the_f16_attention_tile_entry_points_and_memory_fit_the_device_check() {
+        let want = format!("@workgroup_size({})", crate::backend::gpu::kernels::COOP_THREADS);
+        for ops in [ATTN_COOP16_OPS, ATTN_COOP16_EMULATED] {
+            assert_eq!(ops.matches("@workgroup_size(").count(), 1);
+            assert!(ops.contains(&want), "{want}");
+            for f in [
+                "fn coop_zero(",
+                "fn coop_a(",
+                "fn coop_b(",
+                "fn coop_bt(",
+                "fn coop_mma(",
+                "fn coop_store(",
+                "tile(wid, lid, ",
+            ] {
+                assert!(ops.contains(f), "{f}");
+            }
+        }
+        let bytes = workgroup_bytes(Kernel::AttentionTile);
+        assert!(bytes <= COOP16_SHARED_BYTES, "{bytes} bytes");
+        assert_eq!(bytes, 24_448);
+    }
+
+    /// The bytes of the `var<workgroup>` arrays a kernel's f16 cooperative-matrix body declares.
+    fn workgroup_bytes(k: Kernel) -> u32 {
+        let body = k.info().wgsl.body_coop16.unwrap();
         let mut bytes = 0;
         for line in body.lines().filter(|l| l.starts_with("var<workgroup>")) {
             let decl = line.split_once("array<").unwrap().1.split_once('>').unwrap().0;
             let (ty, n) = decl.split_once(", ").unwrap();
             bytes += n.parse::<u32>().unwrap() * if ty == "f16" { 2 } else { 4 };
         }
-        assert_eq!(bytes, COOP16_SHARED_BYTES);
+        bytes
     }
 
     #[test]

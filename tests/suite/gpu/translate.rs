@@ -35,19 +35,20 @@ fn shaders_validate_and_translate() {
     // Each variant with f16 decoded in software and in hardware; the matvecs also with their
     // f32 matmuls for quantized weights (`WgpuOptions::int8_matmul` off); the tiled matmul also
     // on cooperative matrices (`WgpuOptions::coop_matmul`): 8 × 8 f32, 16 × 16 f16 and the
-    // latter's scalar emulation; with the cooperative-matrix probes (as `None`).
+    // latter's scalar emulation, as the prefill attention over an f16 cache on the f16 ones;
+    // with the cooperative-matrix probes (as `None`).
     let builds = variants.into_iter().flat_map(|v| {
         let w = &v.kernel.info().wgsl;
         let f32_rows = w.tail_i8.is_some() || w.body_i8.is_some();
-        let coops = w
-            .body_coop
-            .map(|_| [Coop::F32x8, Coop::F16x16, Coop::F16x16Emulated])
-            .into_iter()
-            .flatten();
+        let coops = match (w.body_coop, w.body_coop16.filter(|_| v.takes_coop_f16())) {
+            (Some(_), _) => vec![Coop::F32x8, Coop::F16x16, Coop::F16x16Emulated],
+            (None, Some(_)) => vec![Coop::F16x16, Coop::F16x16Emulated],
+            (None, None) => vec![],
+        };
         [(Some(v), false, true, Coop::Off), (Some(v), true, true, Coop::Off)]
             .into_iter()
             .chain(f32_rows.then_some((Some(v), false, false, Coop::Off)))
-            .chain(coops.map(move |c| (Some(v), false, true, c)))
+            .chain(coops.into_iter().map(move |c| (Some(v), false, true, c)))
     });
     let probes = [Coop::F32x8, Coop::F16x16, Coop::F16x16Emulated].map(|c| (None, false, false, c));
     for (v, f16_hw, int8, coop) in builds.chain(probes) {

@@ -242,14 +242,20 @@ impl Pass<'_> {
                 let tile = tile_shape(gq, head_dim, head_dim_v).filter(|_| !decode);
                 let (hg, tq, kt) = tile.unwrap_or((split_heads(gq, head_dim.max(head_dim_v)), 1, 0));
                 let gx = (n_head / hg) as u32;
-                // Where the CUDA backend will take the tensor-core tiles, their token count.
-                let mma = Variant::with_kv(Kernel::AttentionTile, self.kv).mma_entry(head_dim as u32);
-                let tq_run = match (tile, self.shape.matrix_tiles && mma.is_some()) {
-                    (Some(_), true) => {
-                        Variant::mma_attention_tq(head_dim as u32, head_dim_v as u32, hg as u32).unwrap_or(tq as u32)
+                // Where the CUDA backend will take the tensor-core tiles, or wgpu the f16
+                // cooperative-matrix ones, their token count.
+                let v = Variant::with_kv(Kernel::AttentionTile, self.kv);
+                let (hd, hdv) = (head_dim as u32, head_dim_v as u32);
+                let tq_run = match tile {
+                    Some(_) if self.shape.matrix_tiles && v.mma_entry(hd).is_some() => {
+                        Variant::mma_attention_tq(hd, hdv, hg as u32)
                     }
-                    _ => tq as u32,
-                };
+                    Some(_) if self.shape.coop_f16 && v.takes_coop_f16() => {
+                        Variant::coop_attention_tq(hd, hdv, hg as u32)
+                    }
+                    _ => None,
+                }
+                .unwrap_or(tq as u32);
                 let workgroups = gx * tokens.div_ceil(tq_run);
                 let n_split = match decode {
                     true => split_groups(self.shape.sms).div_ceil(gx).clamp(2, MAX_SPLIT),

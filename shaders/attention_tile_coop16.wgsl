@@ -1,0 +1,259 @@
+// attention_tile.wgsl over an f16 cache on 16 × 16 f16 cooperative matrices with f32
+// accumulators: the scores and the probabilities' products with V on the tensor cores, as
+// ggml-cuda's fattn-mma-f16 takes them. The same launch (grid, parameters, `part` slots) as
+// attention_tile.wgsl, but for its shape: workgroup (x, s, z) of 128 invocations (four
+// subgroups of 32) takes the p.tq tokens u = z·tq .. of the launch and the p.hg query heads
+// x·hg .. of one KV head, rows r = i·hg + hh, at most TR = 32; head sizes multiples of 16 up to
+// MAX_HD, K's and V's the same (`Variant::coop_attention_tq`). Per KT positions of a run:
+//   the K tile goes to workgroup memory as halves (the cache's own bits), and subgroup g
+//   multiplies rows 16 (g % 2) .. + 16 of Q by positions 16 (g / 2) .. + 16 of K over the head,
+//   storing its 16 × 16 scores as f32;
+//   each of the TR rows is scaled, soft-capped and masked, its running maximum and sum updated,
+//   and its probabilities rounded to halves (as the CPU rounds them for an f16 cache) while the
+//   V tile replaces the K tile;
+//   subgroup g multiplies its rows' probabilities (16 × KT) by V's columns 16c .. + 16 for the
+//   chunks c ≡ g / 2 (mod 2), and each of its invocations adds the 8 elements it owns of each
+//   product (through workgroup memory) to its accumulators, rescaled by the row's factor.
+// The rows of a tile outside the run (tokens of another sequence) score but take no
+// probability. Q is rounded to halves as the CPU rounds it; K and V are the cache's halves;
+// products are exact in f32 and summed there. The matrix operations are attention_coop16.wgsl's
+// (the device's) or attention_coop16_emu.wgsl's (the same operations in scalar code), which
+// hold the entry point; each calls `tile`. Workgroup memory: 24,448 bytes.
+
+const TR: u32 = 32u; // rows (tokens × heads) per tile
+const KT: u32 = 32u; // positions per step
+const MAX_HD: u32 = 128u;
+const MAX_ST: u32 = MAX_HD + 8u; // halves per Q, K or V row at most: the head and 8 of padding
+const PS: u32 = KT + 8u; // halves per probability row
+const KOFF: u32 = TR * MAX_ST; // the K, then V, tile in hs
+const POFF: u32 = KOFF + KT * MAX_ST; // the probabilities in hs
+const MAX_CI: u32 = MAX_HD / 32u; // V chunks per subgroup
+const MASKED: f32 = -3.0e38;
+
+struct Params {
+    n_head: u32,
+    n_head_kv: u32,
+    head_dim: u32,
+    head_dim_v: u32,
+    scale: f32,
+    window: u32,  // 0 = none
+    softcap: f32, // 0 = none
+    n: u32,
+    t0: u32,
+    n_rot: u32, // 0, or the rope folded into the attention (q read rotated; binding 6: its table)
+    neox: u32,
+    n_split: u32,
+    hg: u32,
+    tq: u32,
+    kt: u32,
+    _pad0: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> step: array<u32>;
+@group(0) @binding(2) var<storage, read> q: array<f32>;
+@group(0) @binding(3) var<storage, read> kc: array<u32>;
+@group(0) @binding(4) var<storage, read> vc: array<u32>;
+@group(0) @binding(5) var<storage, read_write> part: array<f32>;
+@group(0) @binding(6) var<storage, read> qcs: array<vec2<f32>>;
+
+// Q (row r at r · st), the K or V tile (position jj at KOFF + jj · st), the probabilities
+// (row r at POFF + r · PS); st = head_dim + 8 keeps every row 16-byte aligned and a subgroup's
+// rows on different banks.
+var<workgroup> hs: array<f16, 9984>;
+// The scores (row r, position jj at jj · TR + r), then each subgroup's 16 × 16 product with V
+// (row r, dimension d at 256 g + 16 d + r).
+var<workgroup> fs: array<f32, 1024>;
+var<workgroup> mr: array<f32, 32>; // running maximum per row
+var<workgroup> fr: array<f32, 32>; // this step's rescale of the row's sum and output
+var<workgroup> lr: array<f32, 32>; // running sum
+
+// The first position token t reads.
+fn row_lo(t: u32) -> u32 {
+    let pos = step[4u + 2u * t];
+    if (p.window > 0u && pos + 1u > p.window) {
+        return pos + 1u - p.window;
+    }
+    return 0u;
+}
+
+// Workgroup `wid`; `lid` the invocation, `sg` its subgroup, `lane` its index there.
+fn tile(wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {
+    let s = wid.y;
+    let hg = p.hg;
+    let h0 = wid.x * hg;
+    let g = h0 / (p.n_head / p.n_head_kv);
+    let u0 = wid.z * p.tq;
+    let tb = p.t0 + u0;
+    let nt = min(p.tq, p.n - tb);
+    let hd = p.head_dim;
+    let st = hd + 8u;
+    let nch = hd / 16u; // V chunks of 16 dimensions
+    let nci = (nch + 1u) / 2u; // those of a subgroup (the last one's partner repeats it)
+    let rb = 16u * (sg % 2u); // the subgroup's rows
+    let pb = 16u * (sg / 2u); // its positions in the scores
+
+    // The tile's queries as halves, rounded as the CPU rounds q for an f16 cache; rows past
+    // the tile's zeros.
+    for (var i = lid; i < TR * hd; i += 128u) {
+        let r = i / hd;
+        var v = 0.0;
+        if (r < nt * hg) {
+            let t = tb + r / hg;
+            v = round_f16(q_at((t * p.n_head + h0 + r % hg) * hd, i % hd, t));
+        }
+        hs[r * st + i % hd] = f16(v);
+    }
+    for (var i = lid; i < 1024u; i += 128u) {
+        fs[i] = 0.0;
+    }
+    workgroupBarrier();
+    // Accumulators start from zeros loaded from workgroup memory (a constructed matrix's
+    // contents are not defined on every platform).
+    let zero = coop_zero();
+
+    let kw = p.n_head_kv * hd / 2u;
+    var i0 = 0u;
+    while (i0 < nt) {
+        // The run: tokens i0 .. i1 of one sequence (rows r0 .. r1), and the positions any of
+        // them reads.
+        let cells = step[5u + 2u * (tb + i0)];
+        var i1 = i0 + 1u;
+        var jlo = row_lo(tb + i0);
+        var jhi = step[4u + 2u * (tb + i0)] + 1u;
+        while (i1 < nt && step[5u + 2u * (tb + i1)] == cells) {
+            jlo = min(jlo, row_lo(tb + i1));
+            jhi = max(jhi, step[4u + 2u * (tb + i1)] + 1u);
+            i1++;
+        }
+        let r0 = i0 * hg;
+        let r1 = i1 * hg;
+        let chunk = split_chunk(jhi - jlo, p.n_split);
+        let j0 = jlo + s * chunk;
+        let j1 = min(j0 + chunk, jhi);
+        // The next run's stores to hs and fs wait for every reader of the last one's.
+        workgroupBarrier();
+        if (lid < TR) {
+            mr[lid] = MASKED;
+            lr[lid] = 0.0;
+        }
+        // Element i of chunk ci: row rb + e % 16, dimension 16 (g / 2 + 2 ci) + e / 16, with
+        // e = lane + 32 i.
+        var acc: array<f32, 8u * MAX_CI>;
+
+        for (var base = j0; base < j1; base += KT) {
+            let cnt = min(KT, j1 - base);
+            // The K tile, its pairs of halves as the cache holds them (zeros past cnt).
+            for (var e = lid; e < KT * (hd / 2u); e += 128u) {
+                let jj = e / (hd / 2u);
+                let d = e % (hd / 2u);
+                var kp = vec2<f16>(0.0h, 0.0h);
+                if (jj < cnt) {
+                    kp = vec2<f16>(f16x2(kc[step[cells + base + jj] * kw + g * (hd / 2u) + d]));
+                }
+                hs[KOFF + jj * st + 2u * d] = kp.x;
+                hs[KOFF + jj * st + 2u * d + 1u] = kp.y;
+            }
+            workgroupBarrier();
+            var sc = zero;
+            for (var d0 = 0u; d0 < hd; d0 += 16u) {
+                sc = coop_mma(coop_a(rb * st + d0, st), coop_b(KOFF + pb * st + d0, st), sc);
+            }
+            coop_store(sc, pb * TR + rb, TR);
+            workgroupBarrier();
+            if (lid < TR) {
+                let r = lid;
+                let run = r >= r0 && r < r1;
+                let m0 = mr[r];
+                var m = m0;
+                if (run) {
+                    let t = tb + r / hg;
+                    let lo = row_lo(t);
+                    let pos = step[4u + 2u * t];
+                    for (var jj = 0u; jj < cnt; jj++) {
+                        let j = base + jj;
+                        var v = MASKED;
+                        if (j >= lo && j <= pos) {
+                            v = fs[jj * TR + r] * p.scale;
+                            if (p.softcap > 0.0) {
+                                v = tanh(clamp(v / p.softcap, -15.0, 15.0)) * p.softcap;
+                            }
+                        }
+                        fs[jj * TR + r] = v;
+                        m = max(m, v);
+                    }
+                }
+                var l = 0.0;
+                for (var jj = 0u; jj < KT; jj++) {
+                    var pr = 0.0;
+                    if (run && jj < cnt) {
+                        let v = fs[jj * TR + r];
+                        if (v > MASKED) {
+                            pr = round_f16(exp(v - m));
+                        }
+                    }
+                    hs[POFF + r * PS + jj] = f16(pr);
+                    l += pr;
+                }
+                let f = select(1.0, exp(m0 - m), run);
+                fr[r] = f;
+                mr[r] = m;
+                lr[r] = lr[r] * f + l;
+            }
+            // The V tile over the K tile (zeros past cnt, whose probabilities are zero too).
+            for (var e = lid; e < KT * (hd / 2u); e += 128u) {
+                let jj = e / (hd / 2u);
+                let d = e % (hd / 2u);
+                var vp = vec2<f16>(0.0h, 0.0h);
+                if (jj < cnt) {
+                    vp = vec2<f16>(f16x2(vc[step[cells + base + jj] * kw + g * (hd / 2u) + d]));
+                }
+                hs[KOFF + jj * st + 2u * d] = vp.x;
+                hs[KOFF + jj * st + 2u * d + 1u] = vp.y;
+            }
+            workgroupBarrier();
+            for (var i = 0u; i < 8u; i++) {
+                let f = fr[rb + (lane + 32u * i) % 16u];
+                for (var ci = 0u; ci < MAX_CI; ci++) {
+                    acc[8u * ci + i] *= f;
+                }
+            }
+            for (var ci = 0u; ci < MAX_CI; ci++) {
+                if (ci < nci) {
+                    let c = min(sg / 2u + 2u * ci, nch - 1u);
+                    var o = zero;
+                    for (var k0 = 0u; k0 < KT; k0 += 16u) {
+                        o = coop_mma(coop_a(POFF + rb * PS + k0, PS), coop_bt(KOFF + k0 * st + 16u * c, st), o);
+                    }
+                    coop_store(o, 256u * sg, 16u);
+                    workgroupBarrier();
+                    if (sg / 2u + 2u * ci < nch) {
+                        for (var i = 0u; i < 8u; i++) {
+                            acc[8u * ci + i] += fs[256u * sg + lane + 32u * i];
+                        }
+                    }
+                    workgroupBarrier();
+                }
+            }
+        }
+
+        // Row r is token u0 + r / hg's head h0 + r % hg.
+        for (var ci = 0u; ci < nci; ci++) {
+            let c = sg / 2u + 2u * ci;
+            for (var i = 0u; i < 8u; i++) {
+                let e = lane + 32u * i;
+                let r = rb + e % 16u;
+                if (c < nch && r >= r0 && r < r1 && lr[r] > 0.0) {
+                    let slot = ((u0 + r / hg) * p.n_head + h0 + r % hg) * p.n_split + s;
+                    part[slot * (hd + 2u) + 16u * c + e / 16u] = acc[8u * ci + i];
+                }
+            }
+        }
+        if (lid >= r0 && lid < r1) {
+            let slot = ((u0 + lid / hg) * p.n_head + h0 + lid % hg) * p.n_split + s;
+            part[slot * (hd + 2u) + hd] = mr[lid];
+            part[slot * (hd + 2u) + hd + 1u] = lr[lid];
+        }
+        i0 = i1;
+    }
+}
