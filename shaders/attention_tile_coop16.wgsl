@@ -3,31 +3,34 @@
 // ggml-cuda's fattn-mma-f16 takes them. The same launch (grid, parameters, `part` slots) as
 // attention_tile.wgsl, but for its shape: workgroup (x, s, z) of 128 invocations (four
 // subgroups of 32) takes the p.tq tokens u = z·tq .. of the launch and the p.hg query heads
-// x·hg .. of one KV head, rows r = i·hg + hh, at most TR = 32; head sizes multiples of 16 up to
-// MAX_HD, K's and V's the same (`Variant::coop_attention_tq`). Per KT positions of a run:
+// x·hg .. of one KV head, rows r = i·hg + hh: at most tr = 32 for heads up to 128 wide
+// (multiples of 16), 16 for wider ones up to 256 (multiples of 64); K's and V's the same
+// (`Variant::coop_attention_tq`). Per kt positions of a run (kt = tr):
 //   the K tile goes to workgroup memory as halves (the cache's own bits), and subgroup g
-//   multiplies rows 16 (g % 2) .. + 16 of Q by positions 16 (g / 2) .. + 16 of K over the head,
-//   storing its 16 × 16 scores as f32;
-//   each of the TR rows is scaled, soft-capped and masked, its running maximum and sum updated,
+//   multiplies 16 rows of Q by 16 positions of K: at tr 32 rows 16 (g % 2) .. by positions
+//   16 (g / 2) .. over the whole head, storing its 16 × 16 scores as f32; at tr 16 all of them
+//   over a quarter of the head, storing its partial scores for the rows to add;
+//   each of the tr rows is scaled, soft-capped and masked, its running maximum and sum updated,
 //   and its probabilities rounded to halves (as the CPU rounds them for an f16 cache) while the
 //   V tile replaces the K tile;
-//   subgroup g multiplies its rows' probabilities (16 × KT) by V's columns 16c .. + 16 for the
-//   chunks c ≡ g / 2 (mod 2), and each of its invocations adds the 8 elements it owns of each
-//   product (through workgroup memory) to its accumulators, rescaled by the row's factor.
+//   subgroup g multiplies its rows' probabilities (16 × kt) by V's columns 16c .. + 16 for the
+//   chunks c ≡ g / 2 (mod 2) at tr 32 (its rows'), c ≡ g (mod 4) at tr 16, and each of its
+//   invocations adds the 8 elements it owns of each product (through workgroup memory) to its
+//   accumulators, rescaled by the row's factor.
 // The rows of a tile outside the run (tokens of another sequence) score but take no
 // probability. Q is rounded to halves as the CPU rounds it; K and V are the cache's halves;
 // products are exact in f32 and summed there. The matrix operations are attention_coop16.wgsl's
 // (the device's) or attention_coop16_emu.wgsl's (the same operations in scalar code), which
 // hold the entry point; each calls `tile`. Workgroup memory: 24,448 bytes.
 
-const TR: u32 = 32u; // rows (tokens × heads) per tile
-const KT: u32 = 32u; // positions per step
-const MAX_HD: u32 = 128u;
-const MAX_ST: u32 = MAX_HD + 8u; // halves per Q, K or V row at most: the head and 8 of padding
+const TR: u32 = 32u; // rows (tokens × heads) per tile, at most
+const KT: u32 = 32u; // positions per step, at most
+const MAX_HD: u32 = 128u; // the widest head of 32-row tiles (16-row ones take twice it)
+const MAX_ST: u32 = MAX_HD + 8u; // halves per Q, K or V row at 32 rows (or 16 of twice it)
 const PS: u32 = KT + 8u; // halves per probability row
 const KOFF: u32 = TR * MAX_ST; // the K, then V, tile in hs
 const POFF: u32 = KOFF + KT * MAX_ST; // the probabilities in hs
-const MAX_CI: u32 = MAX_HD / 32u; // V chunks per subgroup
+const MAX_CI: u32 = 4u; // V chunks per subgroup: 8 of 16 over 2 subgroups, or 16 over 4
 const MASKED: f32 = -3.0e38;
 
 struct Params {
@@ -61,8 +64,9 @@ struct Params {
 // (row r at POFF + r · PS); st = head_dim + 8 keeps every row 16-byte aligned and a subgroup's
 // rows on different banks.
 var<workgroup> hs: array<f16, 9984>;
-// The scores (row r, position jj at jj · TR + r), then each subgroup's 16 × 16 product with V
-// (row r, dimension d at 256 g + 16 d + r).
+// The scores (row r, position jj at jj · tr + r; at tr 16 subgroup g's quarter of them at
+// 256 g + jj · 16 + r, the rows adding them up in the first quarter's place), then each
+// subgroup's 16 × 16 product with V (row r, dimension d at 256 g + 16 d + r).
 var<workgroup> fs: array<f32, 1024>;
 var<workgroup> mr: array<f32, 32>; // running maximum per row
 var<workgroup> fr: array<f32, 32>; // this step's rescale of the row's sum and output
@@ -88,14 +92,21 @@ fn tile(wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {
     let nt = min(p.tq, p.n - tb);
     let hd = p.head_dim;
     let st = hd + 8u;
+    let wide = hd > MAX_HD;
+    let tr = select(TR, TR / 2u, wide);
+    let kt = tr;
     let nch = hd / 16u; // V chunks of 16 dimensions
-    let nci = (nch + 1u) / 2u; // those of a subgroup (the last one's partner repeats it)
-    let rb = 16u * (sg % 2u); // the subgroup's rows
-    let pb = 16u * (sg / 2u); // its positions in the scores
+    let cs = select(2u, 4u, wide); // subgroups that share a row's chunks
+    let nci = (nch + cs - 1u) / cs; // those of a subgroup (a short last round repeats one)
+    let c0 = select(sg / 2u, sg, wide); // the subgroup's first chunk
+    let rb = select(16u * (sg % 2u), 0u, wide); // its rows
+    let pb = select(16u * (sg / 2u), 0u, wide); // its positions in the scores
+    let dq = select(hd, hd / 4u, wide); // its part of the head in the scores
+    let sq = select(0u, 256u * sg, wide); // where its scores go
 
     // The tile's queries as halves, rounded as the CPU rounds q for an f16 cache; rows past
     // the tile's zeros.
-    for (var i = lid; i < TR * hd; i += 128u) {
+    for (var i = lid; i < tr * hd; i += 128u) {
         let r = i / hd;
         var v = 0.0;
         if (r < nt * hg) {
@@ -137,14 +148,14 @@ fn tile(wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {
             mr[lid] = MASKED;
             lr[lid] = 0.0;
         }
-        // Element i of chunk ci: row rb + e % 16, dimension 16 (g / 2 + 2 ci) + e / 16, with
+        // Element i of chunk ci: row rb + e % 16, dimension 16 (c0 + cs · ci) + e / 16, with
         // e = lane + 32 i.
         var acc: array<f32, 8u * MAX_CI>;
 
-        for (var base = j0; base < j1; base += KT) {
-            let cnt = min(KT, j1 - base);
+        for (var base = j0; base < j1; base += kt) {
+            let cnt = min(kt, j1 - base);
             // The K tile, its pairs of halves as the cache holds them (zeros past cnt).
-            for (var e = lid; e < KT * (hd / 2u); e += 128u) {
+            for (var e = lid; e < kt * (hd / 2u); e += 128u) {
                 let jj = e / (hd / 2u);
                 let d = e % (hd / 2u);
                 var kp = vec2<f16>(0.0h, 0.0h);
@@ -156,12 +167,13 @@ fn tile(wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {
             }
             workgroupBarrier();
             var sc = zero;
-            for (var d0 = 0u; d0 < hd; d0 += 16u) {
+            for (var k = 0u; k < dq; k += 16u) {
+                let d0 = sq / 256u * dq + k;
                 sc = coop_mma(coop_a(rb * st + d0, st), coop_b(KOFF + pb * st + d0, st), sc);
             }
-            coop_store(sc, pb * TR + rb, TR);
+            coop_store(sc, sq + pb * tr + rb, tr);
             workgroupBarrier();
-            if (lid < TR) {
+            if (lid < tr) {
                 let r = lid;
                 let run = r >= r0 && r < r1;
                 let m0 = mr[r];
@@ -174,20 +186,24 @@ fn tile(wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {
                         let j = base + jj;
                         var v = MASKED;
                         if (j >= lo && j <= pos) {
-                            v = fs[jj * TR + r] * p.scale;
+                            v = fs[jj * tr + r];
+                            if (wide) {
+                                v += fs[256u + jj * tr + r] + fs[512u + jj * tr + r] + fs[768u + jj * tr + r];
+                            }
+                            v *= p.scale;
                             if (p.softcap > 0.0) {
                                 v = tanh(clamp(v / p.softcap, -15.0, 15.0)) * p.softcap;
                             }
                         }
-                        fs[jj * TR + r] = v;
+                        fs[jj * tr + r] = v;
                         m = max(m, v);
                     }
                 }
                 var l = 0.0;
-                for (var jj = 0u; jj < KT; jj++) {
+                for (var jj = 0u; jj < kt; jj++) {
                     var pr = 0.0;
                     if (run && jj < cnt) {
-                        let v = fs[jj * TR + r];
+                        let v = fs[jj * tr + r];
                         if (v > MASKED) {
                             pr = round_f16(exp(v - m));
                         }
@@ -201,7 +217,7 @@ fn tile(wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {
                 lr[r] = lr[r] * f + l;
             }
             // The V tile over the K tile (zeros past cnt, whose probabilities are zero too).
-            for (var e = lid; e < KT * (hd / 2u); e += 128u) {
+            for (var e = lid; e < kt * (hd / 2u); e += 128u) {
                 let jj = e / (hd / 2u);
                 let d = e % (hd / 2u);
                 var vp = vec2<f16>(0.0h, 0.0h);
@@ -220,14 +236,14 @@ fn tile(wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {
             }
             for (var ci = 0u; ci < MAX_CI; ci++) {
                 if (ci < nci) {
-                    let c = min(sg / 2u + 2u * ci, nch - 1u);
+                    let c = min(c0 + cs * ci, nch - 1u);
                     var o = zero;
-                    for (var k0 = 0u; k0 < KT; k0 += 16u) {
+                    for (var k0 = 0u; k0 < kt; k0 += 16u) {
                         o = coop_mma(coop_a(POFF + rb * PS + k0, PS), coop_bt(KOFF + k0 * st + 16u * c, st), o);
                     }
                     coop_store(o, 256u * sg, 16u);
                     workgroupBarrier();
-                    if (sg / 2u + 2u * ci < nch) {
+                    if (c0 + cs * ci < nch) {
                         for (var i = 0u; i < 8u; i++) {
                             acc[8u * ci + i] += fs[256u * sg + lane + 32u * i];
                         }
@@ -239,7 +255,7 @@ fn tile(wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {
 
         // Row r is token u0 + r / hg's head h0 + r % hg.
         for (var ci = 0u; ci < nci; ci++) {
-            let c = sg / 2u + 2u * ci;
+            let c = c0 + cs * ci;
             for (var i = 0u; i < 8u; i++) {
                 let e = lane + 32u * i;
                 let r = rb + e % 16u;

@@ -272,12 +272,15 @@ impl Variant {
 
 impl Variant {
     /// The query tokens a tile of the f16 cooperative-matrix attention takes
-    /// (`attention_tile_coop16.wgsl`: `COOP_ATTN_ROWS` rows of `hg` heads, a power of two so a
-    /// tile never crosses a launch of `ATTN_TOKENS`), where head sizes `hd`, `hdv` suit it:
-    /// equal, and a multiple of 16 up to `COOP_ATTN_MAX_HD`.
+    /// (`attention_tile_coop16.wgsl`: `coop_attention_rows` rows of `hg` heads, a power of two
+    /// so a tile never crosses a launch of `ATTN_TOKENS`), where head sizes `hd`, `hdv` suit it:
+    /// equal, and a multiple of 16 up to 128 (32-row tiles) or of 64 up to 256 (16-row tiles,
+    /// whose four subgroups each score a quarter of the head).
     pub fn coop_attention_tq(hd: u32, hdv: u32, hg: u32) -> Option<u32> {
-        let fits = hd == hdv && hd.is_multiple_of(16) && (16..=COOP_ATTN_MAX_HD).contains(&hd);
-        (fits && (1..=COOP_ATTN_ROWS).contains(&hg)).then(|| 1 << (COOP_ATTN_ROWS / hg).ilog2())
+        let rows = coop_attention_rows(hd);
+        let step = if rows == COOP_ATTN_ROWS { 16 } else { 64 };
+        let fits = hd == hdv && hd.is_multiple_of(step) && (16..=2 * COOP_ATTN_MAX_HD).contains(&hd);
+        (fits && (1..=rows).contains(&hg)).then(|| 1 << (rows / hg).ilog2())
     }
 
     /// The launch with parameters `params` on grid `groups` (the schedule's) as the f16
@@ -295,12 +298,21 @@ impl Variant {
     }
 }
 
-/// Query rows (tokens × heads) per tile of the f16 cooperative-matrix attention
+/// Query rows (tokens × heads) per tile of the f16 cooperative-matrix attention, at most
 /// (`attention_tile_coop16.wgsl`'s `TR`).
 pub const COOP_ATTN_ROWS: u32 = 32;
 
-/// The widest head the f16 cooperative-matrix attention takes (its `MAX_HD`).
+/// The widest head the f16 cooperative-matrix attention takes in `COOP_ATTN_ROWS`-row tiles (its
+/// `MAX_HD`); up to twice as wide in tiles of half the rows.
 pub const COOP_ATTN_MAX_HD: u32 = 128;
+
+/// Query rows per tile of the f16 cooperative-matrix attention at head size `hd`.
+pub fn coop_attention_rows(hd: u32) -> u32 {
+    match hd <= COOP_ATTN_MAX_HD {
+        true => COOP_ATTN_ROWS,
+        false => COOP_ATTN_ROWS / 2,
+    }
+}
 
 /// Whether weights of `q` take the f16 cooperative-matrix tile: all but f32 and bf16.
 pub fn coop_f16_weights(q: QType) -> bool {
@@ -584,6 +596,67 @@ mod tests {
     /// tiles of the widest power of two of tokens whose rows fit its tile, and leaves the rest
     /// (other sizes, head_dim ≠ head_dim_v, more heads a workgroup than a tile has rows, an f32
     /// cache) to the f32 tile.
+    /// The f16 cooperative-matrix attention takes an f16 cache's heads of multiples of 16 up
+    /// to 128 in 32-row tiles and of 64 up to 256 in 16-row ones, a power of two of tokens of
+    /// `hg` heads within them; other sizes, K and V heads of different widths, more heads than
+    /// rows and other caches keep the scalar tile, whose launch it then leaves alone.
+    #[test]
+    fn the_cooperative_matrix_attention_takes_its_head_sizes_in_whole_tiles() {
+        use super::super::params::{AttentionTileParams, KernelParams};
+        for (hd, hg, tq) in [
+            (16, 1, 32),
+            (64, 2, 16),
+            (80, 3, 8),
+            (128, 32, 1),
+            (192, 1, 16),
+            (256, 4, 4),
+        ] {
+            assert_eq!(Variant::coop_attention_tq(hd, hd, hg), Some(tq), "{hd} × {hg}");
+        }
+        for (hd, hdv, hg) in [
+            (8, 8, 1),
+            (72, 72, 1),
+            (144, 144, 1),
+            (320, 320, 1),
+            (512, 512, 1),
+            (128, 64, 1),
+        ] {
+            assert_eq!(Variant::coop_attention_tq(hd, hdv, hg), None, "{hd}/{hdv} × {hg}");
+        }
+        assert_eq!(Variant::coop_attention_tq(128, 128, 33), None);
+        assert_eq!(Variant::coop_attention_tq(256, 256, 17), None);
+        let p = AttentionTileParams {
+            head_dim: 128,
+            head_dim_v: 128,
+            hg: 2,
+            tq: 4,
+            n: 300,
+            t0: 0,
+            ..Default::default()
+        };
+        let f16 = Variant::with_kv(Kernel::AttentionTile, KvType::F16);
+        let (words, grid) = f16.coop_attention_launch(&p.words(), [8, 3, 75]).unwrap();
+        assert_eq!(AttentionTileParams::from_words(&words).tq, 16);
+        // The first launch of ATTN_TOKENS (256) of the 300 tokens, 16 a tile.
+        assert_eq!(grid, [8, 3, 16]);
+        for kv in [KvType::F32, KvType::Q8_0] {
+            let v = Variant::with_kv(Kernel::AttentionTile, kv);
+            assert_eq!(v.coop_attention_launch(&p.words(), [8, 3, 75]), None, "{kv:?}");
+        }
+        let hd96 = AttentionTileParams {
+            head_dim: 96,
+            head_dim_v: 96,
+            ..p
+        };
+        assert!(f16.coop_attention_launch(&hd96.words(), [8, 3, 75]).is_some());
+        let odd = AttentionTileParams {
+            head_dim: 136,
+            head_dim_v: 136,
+            ..p
+        };
+        assert_eq!(f16.coop_attention_launch(&odd.words(), [8, 3, 75]), None);
+    }
+
     #[test]
     fn the_tensor_core_attention_takes_its_head_sizes_in_whole_tiles() {
         for (kv, sizes) in [
