@@ -1,27 +1,30 @@
-// attention_tile.wgsl over an f16 cache on 16 × 16 f16 cooperative matrices with f32
+// attention_tile.wgsl over an f16 or q8_0 cache on 16 × 16 f16 cooperative matrices with f32
 // accumulators: the scores and the probabilities' products with V on the tensor cores, as
 // ggml-cuda's fattn-mma-f16 takes them. The same launch (grid, parameters, `part` slots) as
 // attention_tile.wgsl, but for its shape: workgroup (x, s, z) of 128 invocations (four
 // subgroups of 32) takes the p.tq tokens u = z·tq .. of the launch and the p.hg query heads
 // x·hg .. of one KV head, rows r = i·hg + hh: at most tr = 32 for heads up to 128 wide
-// (multiples of 16), 16 for wider ones up to 256 (multiples of 64); K's and V's the same
-// (`Variant::coop_attention_tq`). Per kt positions of a run (kt = tr):
-//   the K tile goes to workgroup memory as halves (the cache's own bits), and subgroup g
-//   multiplies 16 rows of Q by 16 positions of K: at tr 32 rows 16 (g % 2) .. by positions
-//   16 (g / 2) .. over the whole head, storing its 16 × 16 scores as f32; at tr 16 all of them
-//   over a quarter of the head, storing its partial scores for the rows to add;
+// (multiples of 16; of 32 for q8_0), 16 for wider ones up to 256 (multiples of 64; of 128);
+// K's and V's the same (`Variant::coop_attention_tq`). Per kt positions of a run (kt = tr):
+//   the K tile goes to workgroup memory as halves (the cache's own bits, or q8_0's integers
+//   beside their blocks' scales), and subgroup g multiplies 16 rows of Q by 16 positions of K:
+//   at tr 32 rows 16 (g % 2) .. by positions 16 (g / 2) .. over the whole head, storing its
+//   16 × 16 scores as f32; at tr 16 all of them over a quarter of the head, storing its partial
+//   scores for the rows to add. Over q8_0, q is quantized to q8_0 as the CPU quantizes it, and
+//   each 32-element block's integer sums (exact) are scaled by both blocks' scales apart;
 //   each of the tr rows is scaled, soft-capped and masked, its running maximum and sum updated,
 //   and its probabilities rounded to halves (as the CPU rounds them for an f16 cache) while the
-//   V tile replaces the K tile;
+//   V tile (q8_0's values rounded to halves) replaces the K tile;
 //   subgroup g multiplies its rows' probabilities (16 × kt) by V's columns 16c .. + 16 for the
 //   chunks c ≡ g / 2 (mod 2) at tr 32 (its rows'), c ≡ g (mod 4) at tr 16, and each of its
 //   invocations adds the 8 elements it owns of each product (through workgroup memory) to its
 //   accumulators, rescaled by the row's factor.
 // The rows of a tile outside the run (tokens of another sequence) score but take no
-// probability. Q is rounded to halves as the CPU rounds it; K and V are the cache's halves;
-// products are exact in f32 and summed there. The matrix operations are attention_coop16.wgsl's
+// probability. Over an f16 cache Q is rounded to halves as the CPU rounds it, and K and V are
+// the cache's halves; products are exact in f32 and summed there. Over q8_0 the scores are the
+// CPU's, and the rounding of the probabilities and of V to halves is the tile's error. The matrix operations are attention_coop16.wgsl's
 // (the device's) or attention_coop16_emu.wgsl's (the same operations in scalar code), which
-// hold the entry point; each calls `tile`. Workgroup memory: 24,448 bytes.
+// hold the entry point; each calls `tile`. Workgroup memory: 25,472 bytes.
 
 const TR: u32 = 32u; // rows (tokens × heads) per tile, at most
 const KT: u32 = 32u; // positions per step, at most
@@ -68,6 +71,8 @@ var<workgroup> hs: array<f16, 9984>;
 // 256 g + jj · 16 + r, the rows adding them up in the first quarter's place), then each
 // subgroup's 16 × 16 product with V (row r, dimension d at 256 g + 16 d + r).
 var<workgroup> fs: array<f32, 1024>;
+var<workgroup> qd: array<f32, 128>; // q8_0: Q's block scales (row r's block b at r · nb + b)
+var<workgroup> kd: array<f32, 128>; // q8_0: K's block scales (position jj's at jj · nb + b)
 var<workgroup> mr: array<f32, 32>; // running maximum per row
 var<workgroup> fr: array<f32, 32>; // this step's rescale of the row's sum and output
 var<workgroup> lr: array<f32, 32>; // running sum
@@ -104,16 +109,32 @@ fn tile(wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {
     let dq = select(hd, hd / 4u, wide); // its part of the head in the scores
     let sq = select(0u, 256u * sg, wide); // where its scores go
 
-    // The tile's queries as halves, rounded as the CPU rounds q for an f16 cache; rows past
-    // the tile's zeros.
-    for (var i = lid; i < tr * hd; i += 128u) {
-        let r = i / hd;
-        var v = 0.0;
-        if (r < nt * hg) {
-            let t = tb + r / hg;
-            v = round_f16(q_at((t * p.n_head + h0 + r % hg) * hd, i % hd, t));
+    // The tile's queries, rounded as the CPU rounds q for the cache type: per QBLOCK-element
+    // block the values to multiply as halves (f16's, or q8_0's integers) and the block's scale
+    // (q8_0); rows past the tile's zeros.
+    let nb = hd / QBLOCK;
+    for (var b = lid; b < tr * nb; b += 128u) {
+        let r = b / nb;
+        let d0 = b % nb * QBLOCK;
+        let live = r < nt * hg;
+        let t = tb + r / hg;
+        let qb = (t * p.n_head + h0 + r % hg) * hd;
+        var amax = 0.0;
+        if (QBLOCK > 1u && live) {
+            for (var k = 0u; k < QBLOCK; k++) {
+                amax = max(amax, abs(q_at(qb, d0 + k, t)));
+            }
         }
-        hs[r * st + i % hd] = f16(v);
+        for (var k = 0u; k < QBLOCK; k++) {
+            var v = 0.0;
+            if (live) {
+                v = q_int(q_at(qb, d0 + k, t), amax);
+            }
+            hs[r * st + d0 + k] = f16(v);
+        }
+        if (QBLOCK > 1u) {
+            qd[b] = select(0.0, q_scale(amax), live);
+        }
     }
     for (var i = lid; i < 1024u; i += 128u) {
         fs[i] = 0.0;
@@ -154,24 +175,59 @@ fn tile(wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {
 
         for (var base = j0; base < j1; base += kt) {
             let cnt = min(kt, j1 - base);
-            // The K tile, its pairs of halves as the cache holds them (zeros past cnt).
+            // The K tile, its pairs of halves as the cache holds them, or q8_0's integers and
+            // their blocks' scales (zeros past cnt).
             for (var e = lid; e < kt * (hd / 2u); e += 128u) {
                 let jj = e / (hd / 2u);
                 let d = e % (hd / 2u);
+                let first = QBLOCK > 1u && 2u * d % QBLOCK == 0u; // a q8_0 block's first pair
                 var kp = vec2<f16>(0.0h, 0.0h);
+                var ks = 0.0;
                 if (jj < cnt) {
-                    kp = vec2<f16>(f16x2(kc[step[cells + base + jj] * kw + g * (hd / 2u) + d]));
+                    let i = step[cells + base + jj] * kw + g * (hd / 2u) + d;
+                    kp = vec2<f16>(k_int_pair(i));
+                    if (first) {
+                        ks = k_scale(i);
+                    }
                 }
                 hs[KOFF + jj * st + 2u * d] = kp.x;
                 hs[KOFF + jj * st + 2u * d + 1u] = kp.y;
+                if (first) {
+                    kd[jj * nb + 2u * d / QBLOCK] = ks;
+                }
             }
             workgroupBarrier();
-            var sc = zero;
-            for (var k = 0u; k < dq; k += 16u) {
-                let d0 = sq / 256u * dq + k;
-                sc = coop_mma(coop_a(rb * st + d0, st), coop_b(KOFF + pb * st + d0, st), sc);
+            if (QBLOCK == 1u) {
+                var sc = zero;
+                for (var k = 0u; k < dq; k += 16u) {
+                    let d0 = sq / 256u * dq + k;
+                    sc = coop_mma(coop_a(rb * st + d0, st), coop_b(KOFF + pb * st + d0, st), sc);
+                }
+                coop_store(sc, sq + pb * tr + rb, tr);
+            } else {
+                // Per block the integer sums, scaled by both blocks' scales as the CPU's q8_0
+                // dot product scales them (through workgroup memory), added up in block order.
+                var sa: array<f32, 8>;
+                for (var k = 0u; k < dq; k += QBLOCK) {
+                    let d0 = sq / 256u * dq + k;
+                    var c = zero;
+                    for (var kk = 0u; kk < QBLOCK; kk += 16u) {
+                        c = coop_mma(coop_a(rb * st + d0 + kk, st), coop_b(KOFF + pb * st + d0 + kk, st), c);
+                    }
+                    coop_store(c, 256u * sg, 16u);
+                    workgroupBarrier();
+                    for (var i = 0u; i < 8u; i++) {
+                        let e = lane + 32u * i;
+                        let w = qd[(rb + e % 16u) * nb + d0 / QBLOCK] * kd[(pb + e / 16u) * nb + d0 / QBLOCK];
+                        sa[i] += fs[256u * sg + e] * w;
+                    }
+                    workgroupBarrier();
+                }
+                for (var i = 0u; i < 8u; i++) {
+                    let e = lane + 32u * i;
+                    fs[sq + (pb + e / 16u) * tr + rb + e % 16u] = sa[i];
+                }
             }
-            coop_store(sc, sq + pb * tr + rb, tr);
             workgroupBarrier();
             if (lid < tr) {
                 let r = lid;
@@ -216,13 +272,19 @@ fn tile(wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {
                 mr[r] = m;
                 lr[r] = lr[r] * f + l;
             }
-            // The V tile over the K tile (zeros past cnt, whose probabilities are zero too).
+            // The V tile over the K tile, as halves (q8_0's values rounded to them; zeros past
+            // cnt, whose probabilities are zero too).
             for (var e = lid; e < kt * (hd / 2u); e += 128u) {
                 let jj = e / (hd / 2u);
                 let d = e % (hd / 2u);
                 var vp = vec2<f16>(0.0h, 0.0h);
                 if (jj < cnt) {
-                    vp = vec2<f16>(f16x2(vc[step[cells + base + jj] * kw + g * (hd / 2u) + d]));
+                    let i = step[cells + base + jj] * kw + g * (hd / 2u) + d;
+                    if (QBLOCK == 1u) {
+                        vp = vec2<f16>(f16x2(vc[i]));
+                    } else {
+                        vp = vec2<f16>(vec2<f32>(round_f16(v_at(2u * i)), round_f16(v_at(2u * i + 1u))));
+                    }
                 }
                 hs[KOFF + jj * st + 2u * d] = vp.x;
                 hs[KOFF + jj * st + 2u * d + 1u] = vp.y;

@@ -25,3 +25,19 @@ fn kv_round(x: f32) -> f32 {
 fn kv_round_q(x: f32, amax: f32) -> f32 {
     return round_f16(x);
 }
+
+fn q_int(x: f32, amax: f32) -> f32 {
+    return kv_round_q(x, amax);
+}
+
+fn q_scale(amax: f32) -> f32 {
+    return 1.0;
+}
+
+fn k_int_pair(i: u32) -> vec2<f32> {
+    return k_pair(i);
+}
+
+fn k_scale(i: u32) -> f32 {
+    return 1.0;
+}

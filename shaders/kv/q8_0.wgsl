@@ -45,3 +45,25 @@ fn kv_round_q(x: f32, amax: f32) -> f32 {
     let id = select(0.0, 1.0 / d, d != 0.0);
     return round_away(x * id) * f16_to_f32(f16_bits(d));
 }
+
+// kv_round_q's integer and scale apart: x ≈ q_int · q_scale.
+fn q_int(x: f32, amax: f32) -> f32 {
+    let d = amax / 127.0;
+    let id = select(0.0, 1.0 / d, d != 0.0);
+    return round_away(x * id);
+}
+
+fn q_scale(amax: f32) -> f32 {
+    return f16_to_f32(f16_bits(amax / 127.0));
+}
+
+// k_pair's integers, and their block's scale.
+fn k_int_pair(i: u32) -> vec2<f32> {
+    let e = 2u * i;
+    let q = kc_u16((e / 32u) * 34u + 2u + e % 32u);
+    return vec2<f32>(i8_of(q & 0xffu), i8_of(q >> 8u));
+}
+
+fn k_scale(i: u32) -> f32 {
+    return f16_to_f32(kc_u16((2u * i / 32u) * 34u));
+}

@@ -1164,9 +1164,9 @@ fn split_attention_matches_cpu_at_long_contexts() {
 /// minutes), and a step of three sequences of one pool whose runs cut across the query tiles
 /// (A's next 5 tokens, B's one, C's first 20, A's 3 more). Query heads packed per KV head (4 over
 /// 2 or 1; 2 over 1; 8 over 2 at 256 wide, two tokens a tile), sliding windows shorter than the
-/// context, soft-capping, sinks, f32 / f16 / q8_0 caches and both numerics; the f16 cache also
-/// on wgpu's f16 cooperative-matrix tiles (or their emulation; 32 rows of 1 to 4 heads, 16 at
-/// 256 wide), whose probabilities round to f16 as the CPU's default numerics round them. The backends split
+/// context, soft-capping, sinks, f32 / f16 / q8_0 caches and both numerics; the f16 and q8_0
+/// caches also on wgpu's f16 cooperative-matrix tiles (or their emulation; 32 rows of 1 to 4
+/// heads, 16 at 256 wide), whose probabilities (and q8_0's V) round to f16. The backends split
 /// from the first position, so every step of three or more tokens takes the tiled pair: the
 /// store, then a tile launch and a reduce per 256 tokens after the three get_rows.
 fn tiled_prefill_attention_matches_cpu() {
@@ -1176,7 +1176,7 @@ fn tiled_prefill_attention_matches_cpu() {
         return;
     }
     // wgpu once more on 16 × 16 f16 cooperative matrices (the device's, or their scalar
-    // emulation), over the f16 cache only, which every head size here takes
+    // emulation), over the f16 and q8_0 caches, whose head sizes here it takes
     // (attention_tile_coop16.wgsl).
     let coop_at = gs.len();
     if let Some(b) = gpu(t, true, None).map(|b| b.with_split_span(1).with_coop_emulation()) {
@@ -1313,11 +1313,11 @@ fn tiled_prefill_attention_matches_cpu() {
                 }
                 false => 1e-6,
             };
-            let coop_or_f16 = |(i, _): &(usize, &Gpu)| *i < coop_at || kv == KvType::F16;
+            let its_cache = |(i, _): &(usize, &Gpu)| *i < coop_at || kv != KvType::F32;
             for (_, g) in gs
                 .iter()
                 .enumerate()
-                .filter(coop_or_f16)
+                .filter(its_cache)
                 .filter(|(_, g)| longest < 5000 || !g.emulated)
             {
                 let got = run(g.backend.as_ref(), flash);

@@ -239,13 +239,13 @@ impl Variant {
 impl Variant {
     /// Whether the variant has a body on f16 cooperative matrices (`wgpu::shaders::Coop::F16x16`):
     /// the tiled matmul over quantized and f16 weights (f32 and bf16 values, which halves would
-    /// round or overflow, keep the f32 tile), and the prefill attention over an f16 cache (for
-    /// the head sizes `coop_attention_tq` takes).
+    /// round or overflow, keep the f32 tile), and the prefill attention over an f16 or q8_0
+    /// cache (for the head sizes `coop_attention_tq` takes).
     pub fn takes_coop_f16(&self) -> bool {
         match self.kernel {
             Kernel::Matmul => self.qtype.is_some_and(coop_f16_weights),
-            // attention_tile_coop16.wgsl: its K and V tiles are the f16 cache's own halves.
-            Kernel::AttentionTile => self.kv == Some(KvType::F16),
+            // attention_tile_coop16.wgsl: the f16 cache's own halves, or q8_0's integers.
+            Kernel::AttentionTile => matches!(self.kv, Some(KvType::F16 | KvType::Q8_0)),
             _ => false,
         }
     }
@@ -273,12 +273,14 @@ impl Variant {
 impl Variant {
     /// The query tokens a tile of the f16 cooperative-matrix attention takes
     /// (`attention_tile_coop16.wgsl`: `coop_attention_rows` rows of `hg` heads, a power of two
-    /// so a tile never crosses a launch of `ATTN_TOKENS`), where head sizes `hd`, `hdv` suit it:
-    /// equal, and a multiple of 16 up to 128 (32-row tiles) or of 64 up to 256 (16-row tiles,
-    /// whose four subgroups each score a quarter of the head).
-    pub fn coop_attention_tq(hd: u32, hdv: u32, hg: u32) -> Option<u32> {
+    /// so a tile never crosses a launch of `ATTN_TOKENS`), where head sizes `hd`, `hdv` suit it
+    /// over a cache of `kv`: equal, and a multiple of 16 up to 128 (32-row tiles) or of 64 up to
+    /// 256 (16-row tiles, whose four subgroups each score a quarter of the head); over q8_0 of
+    /// whole 32-element blocks (32 and 128).
+    pub fn coop_attention_tq(kv: KvType, hd: u32, hdv: u32, hg: u32) -> Option<u32> {
         let rows = coop_attention_rows(hd);
-        let step = if rows == COOP_ATTN_ROWS { 16 } else { 64 };
+        let block = if kv == KvType::Q8_0 { 32 } else { 16 };
+        let step = if rows == COOP_ATTN_ROWS { block } else { 4 * block };
         let fits = hd == hdv && hd.is_multiple_of(step) && (16..=2 * COOP_ATTN_MAX_HD).contains(&hd);
         (fits && (1..=rows).contains(&hg)).then(|| 1 << (rows / hg).ilog2())
     }
@@ -292,7 +294,7 @@ impl Variant {
             return None;
         }
         let mut p = AttentionTileParams::from_words(params);
-        p.tq = Variant::coop_attention_tq(p.head_dim, p.head_dim_v, p.hg)?;
+        p.tq = Variant::coop_attention_tq(self.kv?, p.head_dim, p.head_dim_v, p.hg)?;
         let n = p.n.saturating_sub(p.t0).min(super::schedule::ATTN_TOKENS);
         Some((p.words(), [groups[0], groups[1], n.div_ceil(p.tq)]))
     }
@@ -597,34 +599,52 @@ mod tests {
     /// (other sizes, head_dim ≠ head_dim_v, more heads a workgroup than a tile has rows, an f32
     /// cache) to the f32 tile.
     /// The f16 cooperative-matrix attention takes an f16 cache's heads of multiples of 16 up
-    /// to 128 in 32-row tiles and of 64 up to 256 in 16-row ones, a power of two of tokens of
-    /// `hg` heads within them; other sizes, K and V heads of different widths, more heads than
-    /// rows and other caches keep the scalar tile, whose launch it then leaves alone.
+    /// to 128 in 32-row tiles and of 64 up to 256 in 16-row ones (a q8_0 cache's of whole
+    /// blocks: 32 and 128), a power of two of tokens of `hg` heads within them; other sizes, K
+    /// and V heads of different widths, more heads than rows and an f32 cache keep the scalar
+    /// tile, whose launch it then leaves alone.
     #[test]
     fn the_cooperative_matrix_attention_takes_its_head_sizes_in_whole_tiles() {
         use super::super::params::{AttentionTileParams, KernelParams};
-        for (hd, hg, tq) in [
-            (16, 1, 32),
-            (64, 2, 16),
-            (80, 3, 8),
-            (128, 32, 1),
-            (192, 1, 16),
-            (256, 4, 4),
-        ] {
-            assert_eq!(Variant::coop_attention_tq(hd, hd, hg), Some(tq), "{hd} × {hg}");
+        use KvType::{F16, Q8_0};
+        let cases = [
+            (F16, 16, 1, 32),
+            (F16, 64, 2, 16),
+            (F16, 80, 3, 8),
+            (F16, 128, 32, 1),
+            (F16, 192, 1, 16),
+            (F16, 256, 4, 4),
+            (Q8_0, 32, 1, 32),
+            (Q8_0, 96, 2, 16),
+            (Q8_0, 256, 1, 16),
+        ];
+        for (kv, hd, hg, tq) in cases {
+            assert_eq!(
+                Variant::coop_attention_tq(kv, hd, hd, hg),
+                Some(tq),
+                "{kv:?} {hd} × {hg}"
+            );
         }
-        for (hd, hdv, hg) in [
-            (8, 8, 1),
-            (72, 72, 1),
-            (144, 144, 1),
-            (320, 320, 1),
-            (512, 512, 1),
-            (128, 64, 1),
-        ] {
-            assert_eq!(Variant::coop_attention_tq(hd, hdv, hg), None, "{hd}/{hdv} × {hg}");
+        let refused = [
+            (F16, 8, 8, 1),
+            (F16, 72, 72, 1),
+            (F16, 144, 144, 1),
+            (F16, 320, 320, 1),
+            (F16, 512, 512, 1),
+            (F16, 128, 64, 1),
+            (F16, 128, 128, 33),
+            (F16, 256, 256, 17),
+            (Q8_0, 16, 16, 1),
+            (Q8_0, 80, 80, 1),
+            (Q8_0, 192, 192, 1),
+        ];
+        for (kv, hd, hdv, hg) in refused {
+            assert_eq!(
+                Variant::coop_attention_tq(kv, hd, hdv, hg),
+                None,
+                "{kv:?} {hd}/{hdv} × {hg}"
+            );
         }
-        assert_eq!(Variant::coop_attention_tq(128, 128, 33), None);
-        assert_eq!(Variant::coop_attention_tq(256, 256, 17), None);
         let p = AttentionTileParams {
             head_dim: 128,
             head_dim_v: 128,
@@ -634,21 +654,16 @@ mod tests {
             t0: 0,
             ..Default::default()
         };
-        let f16 = Variant::with_kv(Kernel::AttentionTile, KvType::F16);
-        let (words, grid) = f16.coop_attention_launch(&p.words(), [8, 3, 75]).unwrap();
-        assert_eq!(AttentionTileParams::from_words(&words).tq, 16);
-        // The first launch of ATTN_TOKENS (256) of the 300 tokens, 16 a tile.
-        assert_eq!(grid, [8, 3, 16]);
-        for kv in [KvType::F32, KvType::Q8_0] {
+        for kv in [F16, Q8_0] {
             let v = Variant::with_kv(Kernel::AttentionTile, kv);
-            assert_eq!(v.coop_attention_launch(&p.words(), [8, 3, 75]), None, "{kv:?}");
+            let (words, grid) = v.coop_attention_launch(&p.words(), [8, 3, 75]).unwrap();
+            assert_eq!(AttentionTileParams::from_words(&words).tq, 16);
+            // The first launch of ATTN_TOKENS (256) of the 300 tokens, 16 a tile.
+            assert_eq!(grid, [8, 3, 16]);
         }
-        let hd96 = AttentionTileParams {
-            head_dim: 96,
-            head_dim_v: 96,
-            ..p
-        };
-        assert!(f16.coop_attention_launch(&hd96.words(), [8, 3, 75]).is_some());
+        let f32 = Variant::with_kv(Kernel::AttentionTile, KvType::F32);
+        assert_eq!(f32.coop_attention_launch(&p.words(), [8, 3, 75]), None);
+        let f16 = Variant::with_kv(Kernel::AttentionTile, F16);
         let odd = AttentionTileParams {
             head_dim: 136,
             head_dim_v: 136,

@@ -251,7 +251,7 @@ impl Pass<'_> {
                         Variant::mma_attention_tq(hd, hdv, hg as u32)
                     }
                     Some(_) if self.shape.coop_f16 && v.takes_coop_f16() => {
-                        Variant::coop_attention_tq(hd, hdv, hg as u32)
+                        Variant::coop_attention_tq(self.kv, hd, hdv, hg as u32)
                     }
                     _ => None,
                 }
