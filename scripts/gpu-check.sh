@@ -258,13 +258,14 @@ run() {
         done
     done
 
-    # wgpu's prefill without cooperative matrices (MINFER_COOP_MATMUL=0 keeps the int8 tiles),
-    # beside the default run's: what the f16 tiles bring, on the Llama-2-7B q4_k_m shape.
+    # wgpu's prefill without cooperative matrices (MINFER_COOP_MATMUL=0 keeps the int8 matmul
+    # tiles and the f32 attention tiles), beside the default run's, at depth 0 and the kit's
+    # depth: what the f16 tiles bring, on the Llama-2-7B q4_k_m shape.
     if [[ ",$backends," == *",wgpu,"* ]]; then
         for m in "$m7"/llama2-7b-q4_k_m*.gguf; do
             name=$(basename "$m" .gguf)
             step "wgpu without cooperative matrices $name" env MINFER_COOP_MATMUL=0 "$bin" bench "$m" --backend wgpu \
-                -p "$pp" -n 0 -r "$reps" --json > "$out/nocoop-wgpu-$name.json" 2> "$out/nocoop-wgpu-$name.log"
+                -p "$pp" -n 0 -r "$reps" -d "0,$depth" --json > "$out/nocoop-wgpu-$name.json" 2> "$out/nocoop-wgpu-$name.log"
             say "wgpu without cooperative matrices $name: exit $?"
         done
     fi

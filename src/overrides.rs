@@ -48,8 +48,8 @@ pub struct Overrides {
     /// instead of 8-bit integers (wgpu's matvec rows and prefill tiles, CUDA's tensor-core
     /// prefill tiles).
     pub int8_matmul: Option<bool>,
-    /// `MINFER_COOP_MATMUL`: `Some(false)` keeps wgpu's prefill matmul off cooperative
-    /// matrices where the device has them.
+    /// `MINFER_COOP_MATMUL`: `Some(false)` keeps wgpu's prefill matmul and attention off
+    /// cooperative matrices where the device has them.
     pub coop_matmul: Option<bool>,
     /// `MINFER_PROFILE`: per-op GPU time from wgpu timestamp queries.
     pub profile: bool,

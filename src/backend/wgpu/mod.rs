@@ -72,7 +72,8 @@ pub struct WgpuOptions {
     /// The prefill matmul multiplies on cooperative matrices where the device offers them, its
     /// subgroups are 32 wide and a probe saw them multiply correctly: 16 × 16 f16 ones with f32
     /// accumulators (`matmul_coop16.wgsl`: the tensor cores as Vulkan offers them), else 8 × 8
-    /// f32 ones (`matmul_coop.wgsl`: Metal's simdgroup matrices). On by default.
+    /// f32 ones (`matmul_coop.wgsl`: Metal's simdgroup matrices); on the f16 ones the prefill
+    /// attention too (`attention_tile_coop16.wgsl`). On by default.
     pub coop_matmul: bool,
 }
 
