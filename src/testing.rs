@@ -31,7 +31,7 @@ pub mod gpu {
 #[cfg(feature = "wgpu")]
 pub mod wgpu {
     pub use crate::backend::wgpu::shaders::{
-        coop16_probe_source, f16_probe_source, quant_source, Coop, WgslSource, COOP_PROBE,
+        attention16_probe_source, coop16_probe_source, f16_probe_source, quant_source, Coop, WgslSource, COOP_PROBE,
     };
     pub use crate::backend::wgpu::{WgpuBackend, WgpuOptions};
 }

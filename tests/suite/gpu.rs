@@ -612,11 +612,12 @@ fn f16_cooperative_tiles_match_cpu() {
     eprintln!("{t}: {coop:?}: worst NMSE {worst:.2e}");
 }
 
-/// The f16 cooperative-matrix probe, which decides whether a device's tile may run, passes on
-/// the matrices the tile takes here (the device's, or their emulation), and counts the outputs
-/// of a probe whose check reads C in the wrong layout (row-major) as wrong.
+/// The f16 cooperative-matrix probes, which decide whether a device's tiles may run, pass on
+/// the matrices the tiles take here (the device's, or their emulation), and count the outputs
+/// of a probe whose check reads C in the wrong layout (row-major) as wrong, and, for the
+/// attention's, of one whose check reads P · V's B column-major.
 fn f16_cooperative_probe_passes_and_catches_a_wrong_layout() {
-    use minfer::testing::wgpu::{coop16_probe_source, Coop};
+    use minfer::testing::wgpu::{attention16_probe_source, coop16_probe_source, Coop};
     let t = "f16_cooperative_probe_passes_and_catches_a_wrong_layout";
     let Some(b) = gpu(t, true, None) else {
         return;
@@ -643,6 +644,21 @@ fn f16_cooperative_probe_passes_and_catches_a_wrong_layout() {
     assert!(
         matches!(bad, Ok(n) if n >= 512),
         "{}: the transposed check counted {bad:?}",
+        b.describe()
+    );
+    let src = attention16_probe_source(emulated);
+    assert_eq!(
+        b.run_probe("f16 cooperative matrix attention probe", &src),
+        Ok(0),
+        "{}",
+        b.describe()
+    );
+    let transposed = src.replace("hv(vb + k * st + e / 16u)", "hv(vb + e / 16u * st + k)");
+    assert_ne!(transposed, src);
+    let bad = b.run_probe("transposed attention probe", &transposed);
+    assert!(
+        matches!(bad, Ok(n) if n >= 512),
+        "{}: the transposed attention check counted {bad:?}",
         b.describe()
     );
 }

@@ -215,6 +215,18 @@ fn coop16_probe(gpu: &Gpu) -> Result<u32, String> {
     )
 }
 
+/// The probe of the f16 attention tile's matrix operations
+/// (`shaders::attention16_probe_source`): 2,048 outputs.
+fn attention16_probe(gpu: &Gpu) -> Result<u32, String> {
+    run_probe(
+        gpu,
+        "f16 cooperative matrix attention probe",
+        &super::shaders::attention16_probe_source(false),
+        1,
+        0,
+    )
+}
+
 fn subgroup_probe(gpu: &Gpu) -> Result<u32, String> {
     const SRC: &str = "@group(0) @binding(0) var<storage, read_write> seen: array<atomic<u32>, 1>;\n\
         @compute @workgroup_size(64)\n\
@@ -340,6 +352,7 @@ impl Gpu {
             && gpu.has(wgpu::Features::SHADER_F16)
             && gpu.limits.max_compute_workgroup_storage_size >= super::shaders::COOP16_SHARED_BYTES
             && passes("f16 cooperative matrix probe", coop16_probe)
+            && passes("f16 cooperative matrix attention probe", attention16_probe)
         {
             gpu.coop = Coop::F16x16;
         } else if coop && sg32 && coop_8x8_f32 && passes("cooperative matrix probe", coop_probe) {

@@ -238,6 +238,77 @@ fn tile(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, sg: u32) {
     }
 }
 
+/// The probe of `attention_tile_coop16.wgsl`'s matrix operations (`device::attention16_probe`),
+/// on the device's (`ATTN_COOP16_OPS`) or, with `emulated`, their emulation: each of four
+/// subgroups multiplies as the tile does on small integers — rows of A row-major by columns of B
+/// column-major at a stride read at run time (Q · Kᵀ), then A row-major at the probabilities'
+/// stride by B row-major (P · V), each over two steps of 16 from zeros loaded the tile's way —
+/// stores the first at its own offset with stride 16 and the second into a 32 × 32 with stride
+/// 32, and every one of the 2,048 outputs that differs from the scalar sum (exact) adds one to
+/// `bad`.
+pub fn attention16_probe_source(emulated: bool) -> String {
+    const TILE: &str = "@group(0) @binding(0) var<storage, read_write> bad: array<atomic<u32>, 1>;
+var<workgroup> hs: array<f16, 9984>;
+var<workgroup> fs: array<f32, 1024>;
+fn hv(e: u32) -> f32 { return f32((e * 7u + e / 13u) % 9u) - 4.0; }
+fn check(got: f32, want: f32) {
+    if (got != want) {
+        atomicAdd(&bad[0], 1u);
+    }
+}
+fn tile(wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {
+    for (var e = lid; e < 9984u; e += 128u) {
+        hs[e] = f16(hv(e));
+    }
+    for (var e = lid; e < 1024u; e += 128u) {
+        fs[e] = 0.0;
+    }
+    workgroupBarrier();
+    let zero = coop_zero();
+    workgroupBarrier();
+    let st = 72u + 64u * wid.x;
+    let a = 16u * st * (sg % 2u);
+    let b = 4352u + 16u * st * (sg / 2u);
+    var c = zero;
+    for (var k = 0u; k < 32u; k += 16u) {
+        c = coop_mma(coop_a(a + k, st), coop_b(b + k, st), c);
+    }
+    let pa = 8704u + 640u * (sg % 2u);
+    let vb = 4352u + 16u * (sg / 2u);
+    var o = zero;
+    for (var k = 0u; k < 32u; k += 16u) {
+        o = coop_mma(coop_a(pa + k, 40u), coop_bt(vb + k * st, st), o);
+    }
+    coop_store(c, 256u * sg, 16u);
+    workgroupBarrier();
+    for (var i = 0u; i < 8u; i++) {
+        let e = lane + 32u * i;
+        var s = 0.0;
+        for (var k = 0u; k < 32u; k++) {
+            s += hv(a + e % 16u * st + k) * hv(b + e / 16u * st + k);
+        }
+        check(fs[256u * sg + e], s);
+    }
+    workgroupBarrier();
+    let oo = 16u * (sg % 2u) + 512u * (sg / 2u);
+    coop_store(o, oo, 32u);
+    workgroupBarrier();
+    for (var i = 0u; i < 8u; i++) {
+        let e = lane + 32u * i;
+        var s = 0.0;
+        for (var k = 0u; k < 32u; k++) {
+            s += hv(pa + e % 16u * 40u + k) * hv(vb + k * st + e / 16u);
+        }
+        check(fs[oo + e / 16u * 32u + e % 16u], s);
+    }
+}
+";
+    match emulated {
+        true => ["enable f16;", TILE, ATTN_COOP16_EMULATED].join("\n"),
+        false => ["enable f16;", "enable wgpu_cooperative_matrix;", TILE, ATTN_COOP16_OPS].join("\n"),
+    }
+}
+
 pub fn f16_probe_source() -> String {
     const MAIN: &str = "@group(0) @binding(0) var<storage, read_write> bad: array<atomic<u32>, 1>;
 

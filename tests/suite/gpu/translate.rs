@@ -35,8 +35,8 @@ fn shaders_validate_and_translate() {
     // Each variant with f16 decoded in software and in hardware; the matvecs also with their
     // f32 matmuls for quantized weights (`WgpuOptions::int8_matmul` off); the tiled matmul also
     // on cooperative matrices (`WgpuOptions::coop_matmul`): 8 × 8 f32, 16 × 16 f16 and the
-    // latter's scalar emulation, as the prefill attention over an f16 cache on the f16 ones;
-    // with the cooperative-matrix probes (as `None`).
+    // latter's scalar emulation, as the prefill attention over an f16 or q8_0 cache on the f16
+    // ones; with the cooperative-matrix probes (as `None`).
     let builds = variants.into_iter().flat_map(|v| {
         let w = &v.kernel.info().wgsl;
         let f32_rows = w.tail_i8.is_some() || w.body_i8.is_some();
@@ -45,34 +45,52 @@ fn shaders_validate_and_translate() {
             (None, Some(_)) => vec![Coop::F16x16, Coop::F16x16Emulated],
             (None, None) => vec![],
         };
-        [(Some(v), false, true, Coop::Off), (Some(v), true, true, Coop::Off)]
+        [(v, false, true, Coop::Off), (v, true, true, Coop::Off)]
             .into_iter()
-            .chain(f32_rows.then_some((Some(v), false, false, Coop::Off)))
-            .chain(coops.into_iter().map(move |c| (Some(v), false, true, c)))
+            .chain(f32_rows.then_some((v, false, false, Coop::Off)))
+            .chain(coops.into_iter().map(move |c| (v, false, true, c)))
     });
-    let probes = [Coop::F32x8, Coop::F16x16, Coop::F16x16Emulated].map(|c| (None, false, false, c));
-    for (v, f16_hw, int8, coop) in builds.chain(probes) {
-        let name = match v {
-            Some(v) => format!(
-                "{}{}{}{}",
-                v.name(),
-                if f16_hw { " (f16 in hardware)" } else { "" },
-                if int8 { "" } else { " (f32 rows)" },
-                if coop == Coop::Off {
-                    String::new()
-                } else {
-                    format!(" ({coop:?})")
-                }
+    let builds = builds.map(|(v, f16_hw, int8, coop)| {
+        let name = format!(
+            "{}{}{}{}",
+            v.name(),
+            if f16_hw { " (f16 in hardware)" } else { "" },
+            if int8 { "" } else { " (f32 rows)" },
+            if coop == Coop::Off {
+                String::new()
+            } else {
+                format!(" ({coop:?})")
+            }
+        );
+        let src = v
+            .source_with(f16_hw, int8, coop)
+            .unwrap_or_else(|| panic!("{name}: no source"));
+        (Some(v), name, src, f16_hw)
+    });
+    let probes = [Coop::F16x16, Coop::F16x16Emulated].into_iter().flat_map(|c| {
+        let emulated = c == Coop::F16x16Emulated;
+        [
+            (
+                None,
+                format!("cooperative matrix probe ({c:?})"),
+                minfer::testing::wgpu::coop16_probe_source(emulated),
+                false,
             ),
-            None => format!("cooperative matrix probe ({coop:?})"),
-        };
-        let src = match (v, coop) {
-            (Some(v), _) => v
-                .source_with(f16_hw, int8, coop)
-                .unwrap_or_else(|| panic!("{name}: no source")),
-            (None, Coop::F32x8) => minfer::testing::wgpu::COOP_PROBE.to_string(),
-            (None, c) => minfer::testing::wgpu::coop16_probe_source(c == Coop::F16x16Emulated),
-        };
+            (
+                None,
+                format!("cooperative matrix attention probe ({c:?})"),
+                minfer::testing::wgpu::attention16_probe_source(emulated),
+                false,
+            ),
+        ]
+    });
+    let coop8 = (
+        None,
+        "cooperative matrix probe (F32x8)".to_string(),
+        minfer::testing::wgpu::COOP_PROBE.to_string(),
+        false,
+    );
+    for (v, name, src, f16_hw) in builds.chain(probes).chain([coop8]) {
         // What the module asks for, as wgpu grants it: cooperative matrices (with subgroups),
         // f16 shaders.
         let matrices = src.contains("enable wgpu_cooperative_matrix;");
@@ -132,7 +150,7 @@ fn shaders_validate_and_translate() {
             entry_point: entry.clone(),
             ..Default::default()
         };
-        if coop == Coop::F16x16 {
+        if src.contains("coop_mat16x16") {
         } else if let Err(e) = msl::write_string(&module, &info, &msl_opts, &msl_pipe) {
             failures.push(format!("{name}: MSL: {e}"));
         }
