@@ -28,32 +28,7 @@ const RB: u32 = 4u; // rows per invocation in the products; blocks of RB rows fi
 const MAX_QA: u32 = MAX_A;
 const MASKED: f32 = -3.0e38;
 
-struct Params {
-    n_head: u32,
-    n_head_kv: u32,
-    head_dim: u32,
-    head_dim_v: u32,
-    scale: f32,
-    window: u32,  // 0 = none
-    softcap: f32, // 0 = none
-    n: u32,
-    t0: u32,
-    n_rot: u32, // 0, or the rope folded into the attention (q read rotated; binding 6: its table)
-    neox: u32,
-    n_split: u32,
-    hg: u32,
-    tq: u32,
-    kt: u32,
-    _pad0: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> step: array<u32>;
-@group(0) @binding(2) var<storage, read> q: array<f32>;
-@group(0) @binding(3) var<storage, read> kc: array<KV>;
-@group(0) @binding(4) var<storage, read> vc: array<KV>;
-@group(0) @binding(5) var<storage, read_write> part: array<f32>;
-@group(0) @binding(6) var<storage, read> qcs: array<vec2<f32>>;
+// attention_tile_head.wgsl, the head, declares Params, the bindings and row_lo.
 
 var<workgroup> qs: array<f32, MAX_QD>; // row r's query at r · head_dim
 // The K tile (position jj at jj · (head_dim + 1): the odd stride keeps a warp's rows on
@@ -63,15 +38,6 @@ var<workgroup> ps: array<f32, MAX_PS>; // rows × kt: the scores, then the proba
 var<workgroup> mr: array<f32, MAX_R>; // running maximum per row
 var<workgroup> fr: array<f32, MAX_R>; // this tile's rescale of the row's sum and output
 var<workgroup> lr: array<f32, MAX_R>; // running sum
-
-// The first position token t reads.
-fn row_lo(t: u32) -> u32 {
-    let pos = step[4u + 2u * t];
-    if (p.window > 0u && pos + 1u > p.window) {
-        return pos + 1u - p.window;
-    }
-    return 0u;
-}
 
 @compute @workgroup_size(WG)
 fn main(

@@ -36,32 +36,7 @@ const POFF: u32 = KOFF + KT * MAX_ST; // the probabilities in hs
 const MAX_CI: u32 = 4u; // V chunks per subgroup: 8 of 16 over 2 subgroups, or 16 over 4
 const MASKED: f32 = -3.0e38;
 
-struct Params {
-    n_head: u32,
-    n_head_kv: u32,
-    head_dim: u32,
-    head_dim_v: u32,
-    scale: f32,
-    window: u32,  // 0 = none
-    softcap: f32, // 0 = none
-    n: u32,
-    t0: u32,
-    n_rot: u32, // 0, or the rope folded into the attention (q read rotated; binding 6: its table)
-    neox: u32,
-    n_split: u32,
-    hg: u32,
-    tq: u32,
-    kt: u32,
-    _pad0: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> step: array<u32>;
-@group(0) @binding(2) var<storage, read> q: array<f32>;
-@group(0) @binding(3) var<storage, read> kc: array<u32>;
-@group(0) @binding(4) var<storage, read> vc: array<u32>;
-@group(0) @binding(5) var<storage, read_write> part: array<f32>;
-@group(0) @binding(6) var<storage, read> qcs: array<vec2<f32>>;
+// attention_tile_head.wgsl, the head, declares Params, the bindings and row_lo.
 
 // Q (row r at r · st), the K or V tile (position jj at KOFF + jj · st), the probabilities
 // (row r at POFF + r · PS); st = head_dim + 8 keeps every row 16-byte aligned and a subgroup's
@@ -76,15 +51,6 @@ var<workgroup> kd: array<f32, 128>; // q8_0: K's block scales (position jj's at 
 var<workgroup> mr: array<f32, 32>; // running maximum per row
 var<workgroup> fr: array<f32, 32>; // this step's rescale of the row's sum and output
 var<workgroup> lr: array<f32, 32>; // running sum
-
-// The first position token t reads.
-fn row_lo(t: u32) -> u32 {
-    let pos = step[4u + 2u * t];
-    if (p.window > 0u && pos + 1u > p.window) {
-        return pos + 1u - p.window;
-    }
-    return 0u;
-}
 
 // Workgroup `wid`; `lid` the invocation, `sg` its subgroup, `lane` its index there.
 fn tile(wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {

@@ -6,8 +6,9 @@
 //   kv_round(x)       what the CPU's attention rounds the probabilities to
 //   QBLOCK, kv_round_q(x, amax)  what it rounds q to, given |max| of x's QBLOCK-block
 //   q_int(x, amax), q_scale(amax), k_int_pair(i), k_scale(i)  the same as a value to multiply
-//                     and its block's scale (an integer and d for q8_0, the value and 1
-//                     otherwise): q's, and K's elements 2i, 2i + 1 (attention_tile_coop16.wgsl)
+//                     and its block's scale (an integer and d for q8_0, the value and 1 for
+//                     f16): q's, and K's elements 2i, 2i + 1; the caches whose attention takes
+//                     attention_tile_coop16.wgsl only
 
 alias KV = f32;
 const QBLOCK: u32 = 1u;
@@ -31,20 +32,4 @@ fn kv_round(x: f32) -> f32 {
 
 fn kv_round_q(x: f32, amax: f32) -> f32 {
     return x;
-}
-
-fn q_int(x: f32, amax: f32) -> f32 {
-    return kv_round_q(x, amax);
-}
-
-fn q_scale(amax: f32) -> f32 {
-    return 1.0;
-}
-
-fn k_int_pair(i: u32) -> vec2<f32> {
-    return k_pair(i);
-}
-
-fn k_scale(i: u32) -> f32 {
-    return 1.0;
 }

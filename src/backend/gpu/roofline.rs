@@ -202,13 +202,11 @@ fn planned(
     let tensor = v.mma_launch(&l.params, l.groups, profile.sms).filter(|_| paths.mma);
     let coop = v.coop_f16_grid(&l.params, profile.sms).filter(|_| paths.coop_f16);
     let coop_attention = v.coop_attention_launch(&l.params, l.groups).filter(|_| paths.coop_f16);
-    let (kernel, grid, threads) = match (tensor, coop.or(coop_attention.map(|a| a.1))) {
-        (Some(m), _) => (v.mma_entry(m.size).unwrap_or_else(|| v.entry()), m.grid, m.threads),
-        (None, Some(g)) if coop_attention.is_some() => {
-            (format!("{}_coop16", v.entry()), g, super::kernels::COOP_THREADS)
-        }
-        (None, Some(g)) => (v.entry(), g, super::kernels::COOP_THREADS),
-        (None, None) => (v.entry(), l.groups, v.kernel.threads()),
+    let (kernel, grid, threads) = match (tensor, coop, coop_attention) {
+        (Some(m), _, _) => (v.mma_entry(m.size).unwrap_or_else(|| v.entry()), m.grid, m.threads),
+        (None, Some(g), _) => (v.entry(), g, super::kernels::COOP_THREADS),
+        (None, None, Some((_, g))) => (format!("{}_coop16", v.entry()), g, super::kernels::COOP_THREADS),
+        (None, None, None) => (v.entry(), l.groups, v.kernel.threads()),
     };
     let res = report.and_then(|r| r.get(&kernel));
     let workgroups: u64 = grid.iter().map(|&g| g as u64).product();

@@ -592,6 +592,7 @@ pub static KERNELS: [KernelInfo; 31] = [
         wg_override: false,
         params: of::<params::AttentionTileParams>(),
         wgsl: Wgsl {
+            head: Some(wgsl!("attention_tile_head.wgsl")),
             tail: Some(concat!(wgsl!("attention_q.wgsl"), wgsl!("attention_q_round.wgsl"))),
             body_coop16: Some(wgsl!("attention_tile_coop16.wgsl")),
             ..body(wgsl!("attention_tile.wgsl"))

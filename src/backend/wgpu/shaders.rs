@@ -232,10 +232,7 @@ fn tile(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, sg: u32) {
     }
 }
 ";
-    match emulated {
-        true => ["enable f16;", TILE, COOP16_EMULATED].join("\n"),
-        false => ["enable f16;", "enable wgpu_cooperative_matrix;", TILE, COOP16_OPS].join("\n"),
-    }
+    with_coop16_ops(TILE, emulated, COOP16_OPS, COOP16_EMULATED)
 }
 
 /// The probe of `attention_tile_coop16.wgsl`'s matrix operations (`device::attention16_probe`),
@@ -303,9 +300,15 @@ fn tile(wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {
     }
 }
 ";
+    with_coop16_ops(TILE, emulated, ATTN_COOP16_OPS, ATTN_COOP16_EMULATED)
+}
+
+/// A probe's `tile` with the matrix operations (and entry point) it runs on: `ops` on the
+/// device's matrices, or with `emulated` their emulation `emu`.
+fn with_coop16_ops(tile: &str, emulated: bool, ops: &str, emu: &str) -> String {
     match emulated {
-        true => ["enable f16;", TILE, ATTN_COOP16_EMULATED].join("\n"),
-        false => ["enable f16;", "enable wgpu_cooperative_matrix;", TILE, ATTN_COOP16_OPS].join("\n"),
+        true => ["enable f16;", tile, emu].join("\n"),
+        false => ["enable f16;", "enable wgpu_cooperative_matrix;", tile, ops].join("\n"),
     }
 }
 
