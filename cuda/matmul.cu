@@ -128,30 +128,37 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
 }
 
 // matmul_mma: the same product over quantized weights in 8-bit integers on the tensor cores
-// (llama.cpp's MMQ; the host takes it from sm_80 on, unless MINFER_INT8_MATMUL=0). Tiles of 64
+// (llama.cpp's MMQ; the host takes it from sm_80 on, unless MINFER_INT8_MATMUL=0). Tiles of 128
 // rows × TN tokens (TN 16, 32 or 64: `Variant::mma_launch` takes the widest that still gives
-// every SM a tile), a block of 128 threads: warp w of the four takes rows 16w .. 16w + 15 against
-// all TN tokens, one mma.sync m16n8k16 (mma_s8, quant.cuh) per 16 elements of k and 8 tokens.
+// every SM a tile), a block of 256 threads: warp w of the eight takes rows 32 (w % 4) .. + 31
+// against tokens (TN / 2)(w / 4) .. + TN / 2 − 1, two 16-row tiles against TN / 16 8-token
+// blocks, so each fragment a lane reads from shared memory serves two or more products.
 //
-// Per 32-element step each thread unpacks one row's half (two 8-element chunks, i8w<Q>) into
-// shared memory as signed bytes with the half's scale s and offset m (the two chunks of a half
-// share them in every format), and one token's half of quantize_act's packed q with its sum
-// Σ q_x; the token's scale d per 32 comes beside it. Each output adds, per step,
-// d · Σ_halves (s · Σ q_w q_x + m · Σ q_x) with the integer sums exactly the CPU's, as in the
-// int8 matvec (matmul_vec.cu) and matmul_i8.wgsl. Where the two halves share s and m (all but
-// the 16-element sub-blocks of q2_K, q3_K and q6_K: i8_halves<Q>) both halves' products go to one
-// integer sum, and the step costs an output three float operations and an integer add:
-// (s·d)·c (c through i2f_small: the float pipe's add, not the quarter-rate conversion) and,
-// with offsets (i8_min<Q>), m·(d·Σ q_x), whose d·Σ q_x the token's loader computes once.
-// The float work per output is what bounds a tile on the tensor cores (a warp's m16n8k16 is 512
-// multiply-adds of 8 bits for 4 outputs a lane), so it is kept to this. q4_1 / q5_1 add the
-// block offset times the q8_1 correction per step as matmul_body does. Rows of shared memory are
-// 12 words (8 of data): the fragment reads of a warp (8 rows × 4 words) then fall in 32
-// different banks; the per-token scales sit in rows of TN floats, read as pairs (a lane's two
-// tokens are adjacent).
-// Shared memory is double-buffered: while the warps multiply step i out of one buffer, each
-// thread's global reads for step i + 1 are in flight into registers, which go to the other
-// buffer after the products; one barrier per step.
+// A step is 128 elements of k (four 32-element blocks). Its loads are spread so that a warp's
+// lanes read one stretch of memory: lanes 16h .. 16h + 15 take the 16 8-element chunks of one
+// weight row (eight rows a thread), or of one token's packed q (TN / 16 tokens a thread), so
+// a load instruction of the warp touches two rows' worth of consecutive bytes, and a block's
+// scales are read by its four lanes at once. (Reading a row's chunk per lane instead, 16 rows a
+// load, made the L1 the limiter: a wavefront per row and load.) Each chunk is unpacked to
+// signed bytes (i8w<Q>) with its half's scale s and offset m (the two chunks of a half share
+// them in every format); each token's chunk comes with its block's scale d and, with offsets,
+// d · Σ q_x over the block (or half), summed across the chunk's lanes with shuffles.
+//
+// Each output adds, per 32-element block, d · Σ_halves (s · Σ q_w q_x + m · Σ q_x) with the
+// integer sums exactly the CPU's, as in the int8 matvec (matmul_vec.cu) and matmul_i8.wgsl.
+// Where the two halves share s and m (all but the 16-element sub-blocks of q2_K, q3_K and
+// q6_K: i8_halves<Q>) the block is one mma.sync m16n8k32 (mma_s8_k32) and its integer sum is
+// scaled once: (s·d)·c (c through i2f_small: the float pipe's add, not the quarter-rate
+// conversion) and, with offsets (i8_min<Q>), m·(d·Σ q_x); else two m16n8k16 (mma_s8), a
+// scaled add each. The float work per output is what bounds the tile on the tensor cores, so
+// it is kept to this. q4_1 / q5_1 add the block offset times the q8_1 correction per block as
+// matmul_body does. Rows of shared memory are 36 words (32 of data): a warp's fragment reads
+// (8 rows × 4 words) then fall in 32 different banks; per-block scales sit in rows of TM or TN
+// floats, the tokens' read as pairs (a lane's two tokens are adjacent).
+//
+// A step's global reads go straight to shared memory, between the barriers that close the
+// previous step's products and open this one's: no registers are held across the products for
+// the next step (they would spill), and the block beside it on the SM multiplies meanwhile.
 //
 // Split k (gridDim.z = S > 1, where the tiles alone would leave SMs idle: a decode step of a few
 // dozen sequences, a small weight): block z takes the z-th of S equal runs of steps and writes
@@ -161,22 +168,27 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
 // on which block finished last.
 template <class Q, u32 TN>
 static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
-    constexpr u32 TM = 64; // rows per tile
-    constexpr u32 TK = 32; // elements of k per step
-    constexpr u32 LD = 12; // words per tile row
-    constexpr u32 NJ = TN / 8; // 8-token column blocks
+    constexpr u32 TM = 128;        // rows per tile
+    constexpr u32 TK = 128;        // elements of k per step
+    constexpr u32 NB = TK / 32;    // 32-element blocks per step
+    constexpr u32 LD = TK / 4 + 4; // words per tile row
+    constexpr u32 WN = TN / 2;     // tokens per warp
+    constexpr u32 NJ = WN / 8;     // 8-token column blocks per warp
+    constexpr u32 WL = TM / 16;    // weight chunks a thread loads per step
+    constexpr u32 XL = TN / 16;    // token chunks a thread loads per step
     constexpr u32 CPB = Q::QK / 8;
     constexpr bool HALVES = i8_halves<Q>::ON;
     constexpr bool MIN = i8_min<Q>::ON;
-    constexpr u32 NH = HALVES ? 2 : 1; // scales per row and step
-    __shared__ u32 ws[2][TM * LD];
-    __shared__ u32 xs[2][TN * LD];
-    __shared__ float wsc[2][NH][TM];     // s per half (or step) and row
-    __shared__ float wof[2][NH][TM];     // i8_min<Q>: m per half (or step) and row
-    __shared__ float xds[2][NH][TN];     // i8_min<Q>: d · Σ q_x per half (or step) and token
-    __shared__ float xd[2][TN];          // the step's scale per token
-    __shared__ float wmin[2][TM];        // act_s<Q>: the step's block offset per row
-    __shared__ float xcor[2][TM];        // act_s<Q>: the step's correction per token
+    constexpr bool ACT = act_s<Q>::ON;
+    constexpr u32 NH = HALVES ? 2 : 1; // scales per row and block
+    __shared__ u32 ws[TM * LD];
+    __shared__ u32 xs[TN * LD];
+    __shared__ float wsc[NB][NH][TM];              // s per block, half and row
+    __shared__ float wof[MIN ? NB : 1][NH][TM];    // i8_min<Q>: m per block, half and row
+    __shared__ float xd[NB][TN];                   // d per block and token
+    __shared__ float xds[MIN ? NB : 1][NH][TN];    // i8_min<Q>: d · Σ q_x per block, half, token
+    __shared__ float wmin[ACT ? NB : 1][TM];       // act_s<Q>: the block offset per row
+    __shared__ float xcor[ACT ? NB : 1][TN];       // act_s<Q>: the correction per token
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const float* __restrict__ x = binding<const float>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
@@ -185,158 +197,193 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     const u32 tid = threadIdx.x;
     const u32 m0 = blockIdx.x * TM;
     const u32 n0 = blockIdx.y * TN;
-    const u32 wr0 = 16 * (tid / 32); // the warp's first row in the tile
-    const u32 g = (tid % 32) / 4, tq = tid % 4;
-    const u32 lr = tid / 2, lh = tid % 2; // the row (and token) and half this thread loads
+    const u32 warp = tid / 32, g = (tid % 32) / 4, tq = tid % 4;
+    const u32 wr0 = 32 * (warp % 4); // the warp's first row in the tile
+    const u32 wt0 = WN * (warp / 4); // and first token
+    const u32 lc = tid % 16, lr = tid / 16; // the chunk this thread loads, of rows (tokens) lr + 16i
+    const u32 lb = lc / 4;                  // that chunk's block in the step
     const unsigned long long rbytes = (k / Q::QK) * Q::QB;
     // quantize_act's packed q (a word pair per 8-element chunk) and scales (one per 32).
     const u32 qw = act_q_base(n * k);
     const u2* __restrict__ xq = reinterpret_cast<const u2*>(x + qw);
     const float* __restrict__ xdq = x + qw + n * k / 4;
-    // This block's run of k: steps [s0, s1) of the k / TK.
-    const u32 steps = k / TK, per = (steps + gridDim.z - 1) / gridDim.z;
-    const u32 kb = min(steps, blockIdx.z * per) * TK, ke = min(steps, (blockIdx.z + 1) * per) * TK;
+    const float* __restrict__ xc = x + (unsigned long long)n * k; // act_s<Q>: the corrections
+    // This block's run of k: elements [kb, ke), steps of TK from the z-th of S equal runs.
+    const u32 steps = (k + TK - 1) / TK, per = (steps + gridDim.z - 1) / gridDim.z;
+    const u32 kb = min(steps, blockIdx.z * per) * TK, ke = min(k, min(steps, (blockIdx.z + 1) * per) * TK);
 
     // One thread's share of a step, from its global reads to its stores into shared memory.
     struct Loads {
-        u2 w0, w1; // the row's half as bytes
-        float s, m;
-        u2 x0, x1; // the token's half
-        float d;
-        float c; // act_s<Q>: a row's block offset (threads 0–63) or a token's correction
+        u2 w[WL]; // the rows' chunks as bytes
+        float s[WL], m[WL];
+        float c[WL]; // act_s<Q>: the rows' block offsets (chunk lanes 0 of a block)
+        u2 x[XL];    // the tokens' chunks
+        float d[XL];
+        float xc[XL]; // act_s<Q>: the tokens' corrections
     };
     auto load = [&](u32 k0) {
         Loads l = {};
-        if (m0 + lr < rows) {
-            const u8* wr = w + (m0 + lr) * rbytes;
-            const u32 c0 = k0 / 8 + 2 * lh, c1 = c0 + 1;
-            const QI8 a = i8w<Q>::q(wr, (c0 / CPB) * Q::QB, c0 % CPB);
-            const QI8 b = i8w<Q>::q(wr, (c1 / CPB) * Q::QB, c1 % CPB);
-            l.w0 = a.q, l.w1 = b.q;
-            l.s = a.s, l.m = a.m;
+        const bool in_k = k0 + 8 * lc < ke;
+        const u32 gc = k0 / 8 + lc; // the chunk's index along the row
+        MF_UNROLL
+        for (u32 i = 0; i < WL; i++) {
+            const u32 r = m0 + lr + 16 * i;
+            if (in_k && r < rows) {
+                const u8* wr = w + r * rbytes;
+                const QI8 a = i8w<Q>::q(wr, (gc / CPB) * Q::QB, gc % CPB);
+                l.w[i] = a.q, l.s[i] = a.s, l.m[i] = a.m;
+                if constexpr (ACT) {
+                    l.c[i] = act_s<Q>::m(wr, (gc * 8 / Q::QK) * Q::QB);
+                }
+            }
         }
-        if (lr < TN && n0 + lr < n) {
-            const u32 t = n0 + lr;
-            l.x0 = xq[t * (k / 8) + k0 / 8 + 2 * lh];
-            l.x1 = xq[t * (k / 8) + k0 / 8 + 2 * lh + 1];
-            l.d = xdq[t * (k / 32) + k0 / 32];
-        }
-        if constexpr (act_s<Q>::ON) {
-            const u32 i = tid % 64;
-            if (tid < 64) {
-                l.c = m0 + i < rows ? act_s<Q>::m(w + (m0 + i) * rbytes, (k0 / Q::QK) * Q::QB) : 0.0f;
-            } else {
-                const float* xc = x + (unsigned long long)n * k;
-                l.c = i < TN && n0 + i < n ? xc[(n0 + i) * (k / Q::QK) + k0 / Q::QK] : 0.0f;
+        MF_UNROLL
+        for (u32 i = 0; i < XL; i++) {
+            const u32 t = n0 + lr + 16 * i;
+            if (in_k && t < n) {
+                l.x[i] = xq[t * (k / 8) + gc];
+                l.d[i] = xdq[t * (k / 32) + gc / 4];
+                if constexpr (ACT) {
+                    l.xc[i] = xc[t * (k / Q::QK) + gc * 8 / Q::QK];
+                }
             }
         }
         return l;
     };
-    auto store = [&](const Loads& l, u32 b) {
-        u32* d = ws[b] + lr * LD + 4 * lh;
-        d[0] = l.w0.x, d[1] = l.w0.y, d[2] = l.w1.x, d[3] = l.w1.y;
-        if (HALVES || lh == 0) {
-            wsc[b][HALVES ? lh : 0][lr] = l.s;
+    // The half (of the block) whose scale chunk lane lc stores, where it stores one.
+    const bool s_lane = HALVES ? lc % 2 == 0 : lc % 4 == 0;
+    const u32 s_half = HALVES ? (lc / 2) % 2 : 0;
+    auto store = [&](const Loads& l) {
+        MF_UNROLL
+        for (u32 i = 0; i < WL; i++) {
+            const u32 r = lr + 16 * i;
+            *reinterpret_cast<u2*>(ws + r * LD + 2 * lc) = l.w[i];
+            if (s_lane) {
+                wsc[lb][s_half][r] = l.s[i];
+                if constexpr (MIN) {
+                    wof[lb][s_half][r] = l.m[i];
+                }
+            }
+            if constexpr (ACT) {
+                if (lc % 4 == 0) {
+                    wmin[lb][r] = l.c[i];
+                }
+            }
+        }
+        MF_UNROLL
+        for (u32 i = 0; i < XL; i++) {
+            const u32 t = lr + 16 * i;
+            *reinterpret_cast<u2*>(xs + t * LD + 2 * lc) = l.x[i];
+            if (lc % 4 == 0) {
+                xd[lb][t] = l.d[i];
+                if constexpr (ACT) {
+                    xcor[lb][t] = l.xc[i];
+                }
+            }
             if constexpr (MIN) {
-                wof[b][HALVES ? lh : 0][lr] = l.m;
-            }
-        }
-        if (lr < TN) {
-            u32* s = xs[b] + lr * LD + 4 * lh;
-            s[0] = l.x0.x, s[1] = l.x0.y, s[2] = l.x1.x, s[3] = l.x1.y;
-            if (lh == 0) {
-                xd[b][lr] = l.d;
-            }
-        }
-        if constexpr (MIN) {
-            const int ones = 0x01010101;
-            int sum = __dp4a(ones, (int)l.x0.x, __dp4a(ones, (int)l.x0.y, __dp4a(ones, (int)l.x1.x, __dp4a(ones, (int)l.x1.y, 0))));
-            if constexpr (!HALVES) {
-                sum += __shfl_xor_sync(0xffffffffu, sum, 1); // the other half's, one lane over
-            }
-            if (lr < TN && (HALVES || lh == 0)) {
-                xds[b][HALVES ? lh : 0][lr] = mul_rn(l.d, (float)sum);
-            }
-        }
-        if constexpr (act_s<Q>::ON) {
-            if (tid < 64) {
-                wmin[b][tid] = l.c;
-            } else if (tid - 64 < TN) {
-                xcor[b][tid - 64] = l.c;
+                const int ones = 0x01010101;
+                int sum = __dp4a(ones, (int)l.x[i].x, __dp4a(ones, (int)l.x[i].y, 0));
+                sum += __shfl_xor_sync(0xffffffffu, sum, 1); // the half's other chunk
+                if constexpr (!HALVES) {
+                    sum += __shfl_xor_sync(0xffffffffu, sum, 2); // the block's other half
+                }
+                if (s_lane) {
+                    xds[lb][s_half][t] = mul_rn(l.d[i], (float)sum);
+                }
             }
         }
     };
 
-    // acc[j][i]: row m0 + wr0 + g + 8 (i / 2) × token n0 + 8j + 2tq + i % 2
-    float acc[NJ][4];
+    // acc[a][j][i]: row m0 + wr0 + 16a + g + 8 (i / 2) × token n0 + wt0 + 8j + 2tq + i % 2
+    float acc[2][NJ][4];
     MF_UNROLL
-    for (u32 j = 0; j < NJ; j++) {
-        MF_UNROLL
-        for (u32 i = 0; i < 4; i++) {
-            acc[j][i] = 0.0f;
-        }
-    }
-    const u32 r0 = wr0 + g; // this lane's rows in the tile: r0 and r0 + 8
-    // acc[j][i]'s weight row and token.
-    auto row_of = [&](u32 i) { return m0 + r0 + 8 * (i / 2); };
-    auto token_of = [&](u32 j, u32 i) { return n0 + 8 * j + 2 * tq + i % 2; };
-    if (kb < ke) {
-        store(load(kb), 0);
-    }
-    __syncthreads();
-    for (u32 k0 = kb, b = 0; k0 < ke; k0 += TK, b ^= 1) {
-        const bool next = k0 + TK < ke;
-        Loads l = {};
-        if (next) {
-            l = load(k0 + TK);
-        }
-        u32 a0[2], a1[2];
-        MF_UNROLL
-        for (u32 h = 0; h < 2; h++) {
-            a0[h] = ws[b][r0 * LD + 4 * h + tq];
-            a1[h] = ws[b][(r0 + 8) * LD + 4 * h + tq];
-        }
-        float sr[NH][2], mr[NH][2];
-        MF_UNROLL
-        for (u32 h = 0; h < NH; h++) {
-            sr[h][0] = wsc[b][h][r0], sr[h][1] = wsc[b][h][r0 + 8];
-            if constexpr (MIN) {
-                mr[h][0] = wof[b][h][r0], mr[h][1] = wof[b][h][r0 + 8];
-            }
-        }
+    for (u32 a = 0; a < 2; a++) {
         MF_UNROLL
         for (u32 j = 0; j < NJ; j++) {
-            const u32 t0 = 8 * j + 2 * tq; // this lane's tokens: t0 and t0 + 1
-            int c[NH][4] = {};
             MF_UNROLL
-            for (u32 h = 0; h < 2; h++) {
-                mma_s8(c[HALVES ? h : 0], a0[h], a1[h], xs[b][(8 * j + g) * LD + 4 * h + tq]);
+            for (u32 i = 0; i < 4; i++) {
+                acc[a][j][i] = 0.0f;
             }
-            const f2 d = *reinterpret_cast<const f2*>(&xd[b][t0]);
+        }
+    }
+    auto row_of = [&](u32 a, u32 i) { return m0 + wr0 + 16 * a + g + 8 * (i / 2); };
+    auto token_of = [&](u32 j, u32 i) { return n0 + wt0 + 8 * j + 2 * tq + i % 2; };
+    for (u32 k0 = kb; k0 < ke; k0 += TK) {
+        store(load(k0));
+        __syncthreads();
+        MF_UNROLL
+        for (u32 b = 0; b < NB; b++) {
+            if (k0 + 32 * b >= ke) {
+                break;
+            }
+            // The lane's A fragments (rows r, r + 8 of each 16-row tile; words tq, 4 + tq of the
+            // block) and its rows' scales.
+            u32 af[2][4];
+            float sr[2][NH][2], mr[2][NH][2], cr[2][2];
             MF_UNROLL
-            for (u32 h = 0; h < NH; h++) {
-                f2 ds = {};
-                if constexpr (MIN) {
-                    ds = *reinterpret_cast<const f2*>(&xds[b][h][t0]);
+            for (u32 a = 0; a < 2; a++) {
+                const u32 r = wr0 + 16 * a + g;
+                af[a][0] = ws[r * LD + 8 * b + tq];
+                af[a][1] = ws[(r + 8) * LD + 8 * b + tq];
+                af[a][2] = ws[r * LD + 8 * b + 4 + tq];
+                af[a][3] = ws[(r + 8) * LD + 8 * b + 4 + tq];
+                MF_UNROLL
+                for (u32 h = 0; h < NH; h++) {
+                    sr[a][h][0] = wsc[b][h][r], sr[a][h][1] = wsc[b][h][r + 8];
+                    if constexpr (MIN) {
+                        mr[a][h][0] = wof[b][h][r], mr[a][h][1] = wof[b][h][r + 8];
+                    }
+                }
+                if constexpr (ACT) {
+                    cr[a][0] = wmin[b][r], cr[a][1] = wmin[b][r + 8];
+                }
+            }
+            MF_UNROLL
+            for (u32 j = 0; j < NJ; j++) {
+                const u32 t = wt0 + 8 * j; // the 8-token block; this lane's tokens t + 2tq, + 1
+                const u32 b0 = xs[(t + g) * LD + 8 * b + tq];
+                const u32 b1 = xs[(t + g) * LD + 8 * b + 4 + tq];
+                const f2 d = *reinterpret_cast<const f2*>(&xd[b][t + 2 * tq]);
+                f2 ds[NH] = {};
+                f2 xcr = {};
+                MF_UNROLL
+                for (u32 h = 0; h < NH; h++) {
+                    if constexpr (MIN) {
+                        ds[h] = *reinterpret_cast<const f2*>(&xds[b][h][t + 2 * tq]);
+                    }
+                }
+                if constexpr (ACT) {
+                    xcr = *reinterpret_cast<const f2*>(&xcor[b][t + 2 * tq]);
                 }
                 MF_UNROLL
-                for (u32 i = 0; i < 4; i++) {
-                    const float dt = i % 2 ? d.y : d.x;
-                    acc[j][i] = fmaf(mul_rn(sr[h][i / 2], dt), i2f_small(c[h][i]), acc[j][i]);
-                    if constexpr (MIN) {
-                        acc[j][i] = fmaf(mr[h][i / 2], i % 2 ? ds.y : ds.x, acc[j][i]);
+                for (u32 a = 0; a < 2; a++) {
+                    int c[NH][4] = {};
+                    if constexpr (HALVES) {
+                        mma_s8(c[0], af[a][0], af[a][1], b0);
+                        mma_s8(c[NH - 1], af[a][2], af[a][3], b1);
+                    } else {
+                        mma_s8_k32(c[0], af[a], b0, b1);
+                    }
+                    MF_UNROLL
+                    for (u32 h = 0; h < NH; h++) {
+                        MF_UNROLL
+                        for (u32 i = 0; i < 4; i++) {
+                            const float dt = i % 2 ? d.y : d.x;
+                            float& o = acc[a][j][i];
+                            o = fmaf(mul_rn(sr[a][h][i / 2], dt), i2f_small(c[h][i]), o);
+                            if constexpr (MIN) {
+                                o = fmaf(mr[a][h][i / 2], i % 2 ? ds[h].y : ds[h].x, o);
+                            }
+                        }
+                    }
+                    if constexpr (ACT) {
+                        MF_UNROLL
+                        for (u32 i = 0; i < 4; i++) {
+                            acc[a][j][i] = fmaf(cr[a][i / 2], i % 2 ? xcr.y : xcr.x, acc[a][j][i]);
+                        }
                     }
                 }
             }
-            if constexpr (act_s<Q>::ON) {
-                MF_UNROLL
-                for (u32 i = 0; i < 4; i++) {
-                    acc[j][i] = fmaf(wmin[b][r0 + 8 * (i / 2)], xcor[b][t0 + i % 2], acc[j][i]);
-                }
-            }
-        }
-        if (next) {
-            store(l, b ^ 1);
         }
         __syncthreads();
     }
@@ -346,12 +393,15 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         const u32 tile = blockIdx.y * gridDim.x + blockIdx.x;
         __shared__ u32 last;
         MF_UNROLL
-        for (u32 j = 0; j < NJ; j++) {
+        for (u32 a = 0; a < 2; a++) {
             MF_UNROLL
-            for (u32 i = 0; i < 4; i++) {
-                const u32 r = row_of(i), t = token_of(j, i);
-                if (r < rows && t < n) {
-                    part[((unsigned long long)blockIdx.z * n + t) * rows + r] = acc[j][i];
+            for (u32 j = 0; j < NJ; j++) {
+                MF_UNROLL
+                for (u32 i = 0; i < 4; i++) {
+                    const u32 r = row_of(a, i), t = token_of(j, i);
+                    if (r < rows && t < n) {
+                        part[((unsigned long long)blockIdx.z * n + t) * rows + r] = acc[a][j][i];
+                    }
                 }
             }
         }
@@ -367,16 +417,19 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         }
         __threadfence();
         MF_UNROLL
-        for (u32 j = 0; j < NJ; j++) {
+        for (u32 a = 0; a < 2; a++) {
             MF_UNROLL
-            for (u32 i = 0; i < 4; i++) {
-                const u32 r = row_of(i), t = token_of(j, i);
-                if (r < rows && t < n) {
-                    float sum = 0.0f;
-                    for (u32 z = 0; z < gridDim.z; z++) {
-                        sum += __ldcg(part + ((unsigned long long)z * n + t) * rows + r);
+            for (u32 j = 0; j < NJ; j++) {
+                MF_UNROLL
+                for (u32 i = 0; i < 4; i++) {
+                    const u32 r = row_of(a, i), t = token_of(j, i);
+                    if (r < rows && t < n) {
+                        float sum = 0.0f;
+                        for (u32 z = 0; z < gridDim.z; z++) {
+                            sum += __ldcg(part + ((unsigned long long)z * n + t) * rows + r);
+                        }
+                        acc[a][j][i] = sum;
                     }
-                    acc[j][i] = sum;
                 }
             }
         }
@@ -385,12 +438,15 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         }
     }
     MF_UNROLL
-    for (u32 j = 0; j < NJ; j++) {
+    for (u32 a = 0; a < 2; a++) {
         MF_UNROLL
-        for (u32 i = 0; i < 4; i++) {
-            const u32 r = row_of(i), t = token_of(j, i);
-            if (r < rows && t < n) {
-                store_y(p, y + t * m + row0 + r, acc[j][i], row0 + r);
+        for (u32 j = 0; j < NJ; j++) {
+            MF_UNROLL
+            for (u32 i = 0; i < 4; i++) {
+                const u32 r = row_of(a, i), t = token_of(j, i);
+                if (r < rows && t < n) {
+                    store_y(p, y + t * m + row0 + r, acc[a][j][i], row0 + r);
+                }
             }
         }
     }
@@ -415,13 +471,13 @@ MF_MATRIX_QTYPES(MF_MATMUL)
 
 // The tensor-core entries, one per token tile width (kernels.rs: MMA_COLS): matmul_mma<TN>_<qtype>.
 #define MF_MATMUL_MMA(name)                                                                               \
-    extern "C" __global__ void __launch_bounds__(128) matmul_mma16_##name(const Params p) { \
+    extern "C" __global__ void __launch_bounds__(256, 2) matmul_mma16_##name(const Params p) { \
         matmul_mma_entry<qt_##name, 16>(p);                                                               \
     }                                                                                                     \
-    extern "C" __global__ void __launch_bounds__(128) matmul_mma32_##name(const Params p) { \
+    extern "C" __global__ void __launch_bounds__(256, 2) matmul_mma32_##name(const Params p) { \
         matmul_mma_entry<qt_##name, 32>(p);                                                               \
     }                                                                                                     \
-    extern "C" __global__ void __launch_bounds__(128) matmul_mma64_##name(const Params p) { \
+    extern "C" __global__ void __launch_bounds__(256, 2) matmul_mma64_##name(const Params p) { \
         matmul_mma_entry<qt_##name, 64>(p);                                                               \
     }
 MF_MATRIX_QTYPES(MF_MATMUL_MMA)

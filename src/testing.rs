@@ -19,7 +19,9 @@ pub mod cpu {
 /// What the GPU backends share: the kernel table and its variants, the schedule's spans, the
 /// device profiles and the roofline plan (`plan`).
 pub mod gpu {
-    pub use crate::backend::gpu::kernels::{act_qtype, all_variants, check_graph, Variant, MMA_COLS, WEIGHT_QTYPES};
+    pub use crate::backend::gpu::kernels::{
+        act_qtype, all_variants, check_graph, Variant, MMA_COLS, MMA_ROWS, MMA_STEP, WEIGHT_QTYPES,
+    };
     pub use crate::backend::gpu::params::{KernelParams, MatmulParams};
     pub use crate::backend::gpu::roofline;
     pub use crate::backend::gpu::schedule::{ATTN_TOKENS, SPLIT_SPAN, VEC_MAX_TOKENS};

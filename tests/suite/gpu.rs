@@ -461,27 +461,34 @@ fn matmul_and_get_rows_every_qtype() {
 }
 
 /// The CUDA tensor-core tiles at each of their widths (`MMA_COLS`; `Variant::mma_cols` picks one
-/// from the tokens, the rows and the SMs), whole and with k split into runs (`mma_splits`): 200
-/// rows (three whole 64-row tiles and part of a fourth) against 9, 130 and 200 tokens, which on
-/// the emulation's 16 SMs take tiles 16, 32 and 64 tokens wide, each at a k too short to split
-/// and at one split into runs of unequal length (asserted, so every path stays covered); for
+/// from the tokens, the rows and the SMs), whole and with k split into runs (`mma_splits`, only
+/// ever for the narrowest tiles: a wider one is taken only where its tiles reach every SM): 520
+/// rows (four whole 128-row tiles and 8 rows of a fifth) against 9, 130 and 200 tokens, which on
+/// the emulation's 16 SMs take tiles 16, 32 and 64 tokens wide, the 16-wide ones also split into
+/// runs of unequal length (asserted, so every path stays covered), with k a partial step (96),
+/// whole steps (256, 1024) and whole steps and a block (1,056); for
 /// the formats that take the tile's different paths: q4_0 (one scale a step), q4_1 (offsets and
 /// the q8_1 correction), q2_K (16-element scales and offsets), q4_K (offsets), q6_K (16-element
 /// scales). Every backend runs them; each must match the CPU to f32 summation order.
 fn tensor_core_tiles_of_every_width_match_cpu() {
-    use minfer::testing::gpu::{KernelParams, MatmulParams, Variant, MMA_COLS};
+    use minfer::testing::gpu::{KernelParams, MatmulParams, Variant, MMA_COLS, MMA_ROWS, MMA_STEP};
     let t = "tensor_core_tiles_of_every_width_match_cpu";
     let gs = gpus(t, None);
     if gs.is_empty() {
         return;
     }
-    let (m, tokens, sms) = (200usize, [9usize, 130, 200], 16);
+    let (m, tokens, sms) = (520usize, [9usize, 130, 200], 16);
+    assert_ne!(m % MMA_ROWS as usize, 0, "a partial row tile");
     #[cfg(feature = "cuda")]
     assert_eq!(minfer::testing::cuda::emu::EMULATED_SHAPE.sms, sms);
     let cpu = cpu();
     let mut paths = std::collections::BTreeSet::new();
     for q in [QType::Q4_0, QType::Q4_1, QType::Q2K, QType::Q4K, QType::Q6K] {
-        let ks = if q.block_elems() == 256 { [256, 1024] } else { [96, 544] };
+        let ks = if q.block_elems() == 256 {
+            [256, 1024]
+        } else {
+            [96, 1056]
+        };
         for k in ks {
             let w = tensor("w", q, k, m, q as u64 + 11, 1.0);
             for n in tokens {
@@ -494,7 +501,9 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
                 let v = Variant::with_qtype(minfer::testing::gpu::Kernel::Matmul, q);
                 let launch = v.mma_launch(&p.words(), [1, 1, 1], sms).unwrap();
                 let (cols, grid) = (launch.size, launch.grid);
-                let uneven = !(k as u32 / 32).is_multiple_of(grid[2]);
+                // The kernel's runs: equal, but a shorter last one.
+                let steps = (k as u32).div_ceil(MMA_STEP);
+                let uneven = !steps.is_multiple_of(steps.div_ceil(grid[2]));
                 paths.insert((cols, grid[2] > 1, uneven));
                 let inp = tensor("inp", QType::F32, k, n, 5 + n as u64, 1.0);
                 let mdl = model(hparams(m.max(n), 1, 1, 64), vec![w.clone(), inp]);
@@ -518,11 +527,12 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
             paths.contains(&(cols, false, false)),
             "{cols} wide unsplit: not covered ({paths:?})"
         );
-        assert!(
-            paths.contains(&(cols, true, true)),
-            "{cols} wide split unevenly: not covered ({paths:?})"
-        );
     }
+    assert!(
+        paths.contains(&(MMA_COLS[0], true, true)),
+        "{} wide split unevenly: not covered ({paths:?})",
+        MMA_COLS[0]
+    );
 }
 
 /// The prefill tile on 16 × 16 f16 cooperative matrices (`matmul_coop16.wgsl`): on the device's

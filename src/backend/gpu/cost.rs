@@ -131,6 +131,46 @@ fn mma_epilogue(q: QType) -> u64 {
     (3 + min as u64) * if halves { 2 } else { 1 } + corr as u64
 }
 
+/// Global load instructions `i8w<Q>::q` issues for one 8-element chunk of weights `q`
+/// (`cuda/quant.cuh`: a 16-bit pair for an unaligned word, a byte for each scale byte).
+fn i8w_loads(q: QType) -> u64 {
+    match q {
+        QType::Q4_1 | QType::Q5_1 => 4,
+        QType::Q4_0 | QType::Q8_0 | QType::IQ4NL | QType::Q2K => 5,
+        QType::Q4K | QType::Q5_0 => 7,
+        QType::Q5K => 8,
+        QType::MXFP4 => 9,
+        QType::Q6K => 10,
+        QType::Q3K => 11,
+        _ => 8,
+    }
+}
+
+/// L1 wavefronts of the tensor-core matmul (`cuda/matmul.cu`'s matmul_mma) over `rows` weights
+/// of `q` and `n` tokens of length `k`, in tiles `cols` tokens wide, counted per warp and step
+/// the way the kernel reads: each weight load of a warp touches two rows (two wavefronts), as
+/// does each token load; 64-bit stores into shared memory take two, 32-bit ones and every
+/// fragment or scale read one (conflict-free, or one address a pair of lanes shares).
+///
+/// The same count of the 64-row tiles it replaced (a row per pair of lanes, 16 rows a warp's
+/// load) gives 596 k wavefronts per SM for a 4,096² q4_K weight at 512 tokens; Nsight Compute
+/// measured 545 k active cycles at 90 % L1 throughput there (perf/h200-2026-12-04.md).
+pub fn mma_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u64 {
+    use super::kernels::{MMA_ROWS, MMA_STEP};
+    let halves = matches!(q, QType::Q2K | QType::Q3K | QType::Q6K);
+    let min = matches!(q, QType::Q4_1 | QType::Q5_1 | QType::Q2K | QType::Q4K | QType::Q5K) as u64;
+    let act = matches!(q, QType::Q4_1 | QType::Q5_1) as u64;
+    let nh = if halves { 2 } else { 1 };
+    let (wl, xl, nj) = (MMA_ROWS as u64 / 16, cols / 16, cols / 16);
+    let blocks_per_step = MMA_STEP as u64 / 32;
+    let global = 2 * wl * i8w_loads(q) + 2 * 2 * xl + act * 2 * (wl + xl);
+    let stores = 2 * wl + wl * (1 + min) + 2 * xl + xl * (1 + min) + act * (wl + xl);
+    let reads = blocks_per_step * (8 + 2 * nh * 2 * (1 + min) + 4 * act + nj * (2 + 1 + nh * min + act));
+    let warps = super::table::MMA_MATMUL_THREADS as u64 / 32;
+    let tiles = rows.div_ceil(MMA_ROWS as u64) * n.div_ceil(cols);
+    tiles * k.div_ceil(MMA_STEP as u64) * warps * (global + stores + reads)
+}
+
 /// Σ over a sequence's new tokens t0..t0 + n of the positions each attends (causal, after
 /// `depth`, at most `window` where the layer has one).
 fn attended(depth: u64, t0: u64, n: u64, window: u64) -> u64 {

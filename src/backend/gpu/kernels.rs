@@ -178,16 +178,32 @@ impl Variant {
 
     /// How many runs of k the tensor-core tiles of a matmul split into (grid z; `cuda/matmul.cu`
     /// adds the runs' partial sums in a fixed order): 1 where `tiles` give each of the `sms`
-    /// SMs a quarter of its threads' worth of blocks, else enough runs to, each at least
-    /// `MMA_SPLIT_MIN_STEPS` 32-element steps of the `k` long.
+    /// SMs a tile (a 4,096² weight at 512 tokens: 256 tiles on 132 SMs, where splitting would
+    /// only add the partials' traffic), else enough runs for `MMA_SPLIT_BLOCKS_PER_SM` blocks an
+    /// SM, each at least `MMA_SPLIT_MIN_STEPS` steps (`MMA_STEP`) of the `k` long.
     pub fn mma_splits(tiles: u32, k: u32, sms: u32) -> u32 {
+        if tiles >= sms {
+            return 1;
+        }
         let want = (MMA_SPLIT_BLOCKS_PER_SM * sms).div_ceil(tiles.max(1));
-        want.min(k / 32 / MMA_SPLIT_MIN_STEPS).max(1)
+        let steps = k.div_ceil(MMA_STEP);
+        let splits = want.min(steps / MMA_SPLIT_MIN_STEPS).max(1);
+        // Runs of equal length but the last (the kernel's cut), none of them empty.
+        steps.div_ceil(steps.div_ceil(splits).max(1)).max(1)
+    }
+
+    /// Threads per block of the variant's tensor-core entries: the matmul's eight warps
+    /// (`table::MMA_MATMUL_THREADS`), the attention's four (`table::MMA_THREADS`).
+    pub fn mma_threads(&self) -> u32 {
+        match self.kernel {
+            Kernel::Matmul => super::table::MMA_MATMUL_THREADS,
+            _ => super::table::MMA_THREADS,
+        }
     }
 
     /// The launch with parameters `params` on grid `groups` (the schedule's) as a tensor-core
     /// entry on a device of `sms` SMs, where the variant has one that suits it: the matmul's
-    /// tiles of 64 rows × `mma_cols` tokens with k split by `mma_splits` (grid z); the
+    /// tiles of `MMA_ROWS` rows × `mma_cols` tokens with k split by `mma_splits` (grid z); the
     /// attention's tiles of `mma_attention_rows` (`tq` rewritten to the tokens that make them,
     /// a power of two so a tile never crosses a launch of `ATTN_TOKENS`) where head_dim =
     /// head_dim_v is a size it has.
@@ -196,7 +212,7 @@ impl Variant {
         if !self.has_mma() {
             return None;
         }
-        let threads = super::table::MMA_THREADS;
+        let threads = self.mma_threads();
         match self.kernel {
             Kernel::Matmul => {
                 let p = MatmulParams::from_words(params);
@@ -339,7 +355,11 @@ pub struct MmaLaunch {
 }
 
 /// Weight rows per tile of the prefill matmul's tensor-core entries (`cuda/matmul.cu`).
-pub const MMA_ROWS: u32 = 64;
+pub const MMA_ROWS: u32 = 128;
+
+/// Elements of k per step of the prefill matmul's tensor-core entries: four 32-element blocks
+/// loaded into shared memory between two barriers.
+pub const MMA_STEP: u32 = 128;
 
 /// The token tile widths of the matmul's tensor-core entries, narrowest first: an entry each.
 pub const MMA_COLS: [u32; 3] = [16, 32, 64];
@@ -361,12 +381,14 @@ pub fn mma_attention_rows(hd: u32) -> u32 {
     }
 }
 
-/// Blocks per SM the tensor-core tiles aim for before they split k: four blocks of 128 threads,
-/// the quarter of an SM whose loads in flight keep its share of memory busy.
-pub const MMA_SPLIT_BLOCKS_PER_SM: u32 = 4;
+/// Blocks per SM the tensor-core tiles aim for before they split k: two blocks of 256 threads
+/// (what `__launch_bounds__` asks to be resident), the quarter of an SM whose loads in flight
+/// keep its share of memory busy.
+pub const MMA_SPLIT_BLOCKS_PER_SM: u32 = 2;
 
-/// The fewest 32-element steps of k one run of a split takes.
-pub const MMA_SPLIT_MIN_STEPS: u32 = 4;
+/// The fewest steps (`MMA_STEP`) of k one run of a split takes: one, so the K and V projections
+/// of a few dozen tokens (1,024 rows of 4,096: eight tiles) still reach every SM of an H200.
+pub const MMA_SPLIT_MIN_STEPS: u32 = 1;
 
 /// Every variant: each op with each type it takes, and on wgpu both reduction paths.
 /// The naga test validates and translates all of them; the NVRTC test compiles their CUDA twins.

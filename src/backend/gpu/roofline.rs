@@ -11,13 +11,15 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::cost::{cost, Cost, Paths, StepShape};
+use super::cost::{cost, mma_l1_wavefronts, Cost, Paths, StepShape};
 use super::kernels::Variant;
+use super::params::{KernelParams, MatmulParams};
 use super::schedule::{self, split_span, Launch, Stage};
 use super::shape::{DeviceProfile, Resources, Unit};
 use super::table::Kernel;
 use crate::backend::KvType;
 use crate::model::{GraphKey, Model};
+use crate::quant::QType;
 
 /// The GPU backend whose schedule is planned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -72,6 +74,8 @@ pub struct Planned {
     pub cache_bytes: u64,
     pub flops: u64,
     pub unit: Option<Unit>,
+    /// L1 wavefronts (`cost::mma_l1_wavefronts`), for the integer tensor-core tiles.
+    pub l1_wavefronts: Option<u64>,
     /// Workgroups ÷ (SMs × workgroups one SM holds), at most 1.
     pub fill: f64,
     pub est_us: f64,
@@ -224,9 +228,20 @@ fn planned(
         (true, Kernel::AttentionTile) => Some(Unit::F16Tensor),
         _ => c.unit,
     };
+    // The integer tiles' loads and fragment reads through the L1, where the profile rates it.
+    let l1_wavefronts = tensor.filter(|_| v.kernel == Kernel::Matmul).map(|m| {
+        let p = MatmulParams::from_words(&l.params);
+        let q = v.qtype.unwrap_or(QType::F32);
+        mma_l1_wavefronts(q, p.k as u64, p.rows as u64, p.n as u64, m.size as u64)
+    });
+    let l1_s = match (l1_wavefronts, profile.l1_gwavefronts) {
+        (Some(w), Some(rate)) => w as f64 / (rate * 1e9),
+        _ => 0.0,
+    };
     let ops_s = unit
         .map_or(0.0, |u| c.flops as f64 / profile.peak(u))
-        .max(c.epilogue as f64 / profile.peak(Unit::F32));
+        .max(c.epilogue as f64 / profile.peak(Unit::F32))
+        .max(l1_s);
     let est_us = (mem_s.max(ops_s) * 1e6 / fill.max(1e-9)).max(profile.launch_us);
     Planned {
         kernel,
@@ -244,6 +259,7 @@ fn planned(
         cache_bytes: c.cache,
         flops: c.flops,
         unit,
+        l1_wavefronts,
         fill,
         est_us,
     }
@@ -279,7 +295,7 @@ pub fn low_occupancy(profile: &DeviceProfile, report: &HashMap<String, Resources
     let mut out = Vec::new();
     for v in super::kernels::all_variants().into_iter().filter(|v| !v.subgroups) {
         let entries = std::iter::once((v.entry(), v.kernel.threads()))
-            .chain(v.mma_entries().into_iter().map(|e| (e, super::table::MMA_THREADS)));
+            .chain(v.mma_entries().into_iter().map(|e| (e, v.mma_threads())));
         for (entry, threads) in entries {
             let Some(r) = report.get(&entry) else {
                 continue;

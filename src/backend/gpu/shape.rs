@@ -84,6 +84,12 @@ pub struct DeviceProfile {
     pub dot4_tops: f64,
     pub f16_tensor_tflops: f64,
     pub int8_tensor_tops: f64,
+    /// L1 wavefronts a second over the device, in billions (SMs × clock under load: an SM's L1
+    /// takes one a clock, where a wavefront is a warp's shared-memory access free of bank
+    /// conflicts, or the sectors of one line a warp's global load touches); where known. A tile
+    /// whose loads and fragment reads outrun it waits on its L1, whatever its units' peaks.
+    #[serde(default)]
+    pub l1_gwavefronts: Option<f64>,
     /// The shortest a launch takes, µs.
     pub launch_us: f64,
     /// The largest storage binding (wgpu), bytes.
@@ -162,6 +168,9 @@ impl DeviceProfile {
             if !(v.is_finite() && v > 0.0) {
                 return Err(format!("{f} must be a positive number, not {v}"));
             }
+        }
+        if let Some(v) = self.l1_gwavefronts.filter(|v| !(v.is_finite() && *v > 0.0)) {
+            return Err(format!("l1_gwavefronts must be a positive number, not {v}"));
         }
         if !(self.launch_us.is_finite() && self.launch_us >= 0.0) {
             return Err(format!("launch_us must be a number ≥ 0, not {}", self.launch_us));

@@ -732,9 +732,14 @@ impl Kernel {
     }
 }
 
-/// Threads per block of the tensor-core entries of the prefill matmul (`matmul_mma<cols>_*`, launched
-/// in `matmul`'s place with `Variant::mma_launch`'s grid): four warps.
+/// Threads per block of the tensor-core entries of the prefill attention
+/// (`attention_tile_mma<hd>_*`, launched in `attention_tile`'s place with `Variant::mma_launch`'s
+/// grid): four warps.
 pub const MMA_THREADS: u32 = 128;
+
+/// Threads per block of the tensor-core entries of the prefill matmul (`matmul_mma<cols>_*`):
+/// eight warps, each 32 rows × half the tile's tokens.
+pub const MMA_MATMUL_THREADS: u32 = 256;
 
 #[cfg(test)]
 mod tests {
@@ -750,7 +755,7 @@ mod tests {
     /// The table is the one place a kernel's workgroup size is decided: its WGSL declares the
     /// same size (the override's default, or the constant or literal of `@workgroup_size`) and
     /// each of its CUDA entries the same `__launch_bounds__` (the tensor-core entries
-    /// `MMA_THREADS`), as do the `WG` constants of its CUDA bodies.
+    /// `MMA_MATMUL_THREADS` or `MMA_THREADS`), as do the `WG` constants of its CUDA bodies.
     #[test]
     fn workgroup_sizes_agree_between_the_table_wgsl_and_cuda() {
         for k in Kernel::ALL {
@@ -797,7 +802,9 @@ mod tests {
                     .parse()
                     .unwrap_or_else(|_| panic!("{}: __launch_bounds__({arg})", info.name));
                 let entry = cuda[i..].split(')').nth(1).unwrap_or_default().trim();
-                let want = if entry.contains("_mma") {
+                let want = if entry.contains("matmul_mma") {
+                    MMA_MATMUL_THREADS
+                } else if entry.contains("_mma") {
                     MMA_THREADS
                 } else {
                     info.threads

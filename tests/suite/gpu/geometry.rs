@@ -223,7 +223,8 @@ fn plan_counts_bytes_and_grids_as_by_hand() {
 /// H200: CUDA's on the int8 tensor cores over the 8-bit activations (a byte and a scale per 32),
 /// wgpu's on Vulkan's f16 cooperative matrices over the f32 values, with their dequantization
 /// and conversion as f32 work; the decode rows keep dot4. The A100 (sm_80) likewise, and a GPU
-/// without tensor cores in the profile (m3max) keeps dot4 on both.
+/// without tensor cores in the profile (m3max) keeps dot4 on both. CUDA's integer tiles also
+/// count their L1 wavefronts (`cost::mma_l1_wavefronts`), and take at least their time.
 fn prefill_tiles_are_priced_on_the_units_they_take() {
     let path = write_sparse(&tmp(), LLAMA2_7B, true, 2);
     let unit = |backend: GpuBackend, profile: &str, tokens: usize| {
@@ -264,6 +265,26 @@ fn prefill_tiles_are_priced_on_the_units_they_take() {
     }
     let (_, u, _) = unit(GpuBackend::Wgpu, "m3max", 512);
     assert_eq!(u, Some(Unit::Dot4), "m3max");
+
+    // The integer tiles wait on their L1: 4,096 rows × 512 tokens of q4_K in 32 × 8 tiles of
+    // 128 × 64, 32 steps of 128, eight warps, each warp and step 304 wavefronts: weight loads
+    // 2 rows × 8 chunks × 7 loads = 112 and token loads 2 × 2 × 4 = 16; stores 16 + 16 + 8 + 8;
+    // fragment and scale reads 4 blocks × (8 + 8 + 4 × 4).
+    let h200 = DeviceProfile::find("h200").unwrap();
+    let p = plan(&path, 512, GpuBackend::Cuda, &h200);
+    let l = p
+        .launches
+        .iter()
+        .find(|l| l.node == "blk.0.attn_out" && l.kernel.starts_with("matmul"))
+        .unwrap();
+    assert_eq!(l.l1_wavefronts, Some(32 * 8 * 32 * 8 * 304), "{}", l.kernel);
+    let l1_us = 32.0 * 8.0 * 32.0 * 8.0 * 304.0 / (h200.l1_gwavefronts.unwrap() * 1e3);
+    assert!(l.est_us >= l1_us, "{} µs under the L1's {l1_us} µs", l.est_us);
+    // Not modelled elsewhere: the wgpu tiles, the CUDA matvecs.
+    for b in [GpuBackend::Wgpu, GpuBackend::Cuda] {
+        let p = plan(&path, if b == GpuBackend::Wgpu { 512 } else { 1 }, b, &h200);
+        assert!(p.launches.iter().all(|l| l.l1_wavefronts.is_none()), "{b:?}");
+    }
 }
 
 /// `minfer-wgpu plan --json`: one object with exactly the documented keys (a consumer's
@@ -331,6 +352,7 @@ fn plan_json_is_stable_and_bad_asks_are_named() {
         "cache_bytes",
         "flops",
         "unit",
+        "l1_wavefronts",
         "fill",
         "est_us",
     ]);
@@ -441,7 +463,7 @@ fn decode_launches_fill_an_h200_at_1_and_8_tokens() {
 
 /// Batched decode past the matvec's 8 tokens: 16, 32 and 64 sequences (and 32 after 4,096
 /// positions) fill an H200 — on CUDA the tensor-core tiles 16 or 32 tokens wide, k split into
-/// runs where the tiles are fewer than four a SM; on wgpu the matvec, every token in passes
+/// runs where the tiles are fewer than the SMs; on wgpu the matvec, every token in passes
 /// (`VEC_WIDE_TOKENS`).
 fn batched_decode_fills_an_h200() {
     assert_no_findings(starved_launches_on(
