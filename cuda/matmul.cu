@@ -153,8 +153,9 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
 // scaled add each. The float work per output is what bounds the tile on the tensor cores, so
 // it is kept to this. q4_1 / q5_1 add the block offset times the q8_1 correction per block as
 // matmul_body does. Rows of shared memory are 36 words (32 of data): a warp's fragment reads
-// (8 rows × 4 words) then fall in 32 different banks; per-block scales sit in rows of TM or TN
-// floats, the tokens' read as pairs (a lane's two tokens are adjacent).
+// (8 rows × 4 words) then fall in 32 different banks; per-block scales sit in rows of TM or TN:
+// a row's s and m as one pair, the tokens' scales read as pairs (a lane's two tokens are
+// adjacent).
 //
 // A step's global reads go straight to shared memory, between the barriers that close the
 // previous step's products and open this one's: no registers are held across the products for
@@ -181,14 +182,13 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     constexpr bool MIN = i8_min<Q>::ON;
     constexpr bool ACT = act_s<Q>::ON;
     constexpr u32 NH = HALVES ? 2 : 1; // scales per row and block
-    __shared__ u32 ws[TM * LD];
-    __shared__ u32 xs[TN * LD];
-    __shared__ float wsc[NB][NH][TM];              // s per block, half and row
-    __shared__ float wof[MIN ? NB : 1][NH][TM];    // i8_min<Q>: m per block, half and row
-    __shared__ float xd[NB][TN];                   // d per block and token
-    __shared__ float xds[MIN ? NB : 1][NH][TN];    // i8_min<Q>: d · Σ q_x per block, half, token
-    __shared__ float wmin[ACT ? NB : 1][TM];       // act_s<Q>: the block offset per row
-    __shared__ float xcor[ACT ? NB : 1][TN];       // act_s<Q>: the correction per token
+    __shared__ __align__(16) u32 ws[TM * LD];
+    __shared__ __align__(16) u32 xs[TN * LD];
+    __shared__ __align__(16) f2 wsm[NB][NH][TM];              // (s, m) per block, half and row
+    __shared__ __align__(16) float xd[NB][TN];                // d per block and token
+    __shared__ __align__(16) float xds[MIN ? NB : 1][NH][TN]; // i8_min<Q>: d · Σ q_x per block, half, token
+    __shared__ __align__(16) float wmin[ACT ? NB : 1][TM];    // act_s<Q>: the block offset per row
+    __shared__ __align__(16) float xcor[ACT ? NB : 1][TN];    // act_s<Q>: the correction per token
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const float* __restrict__ x = binding<const float>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
@@ -259,10 +259,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             const u32 r = lr + 16 * i;
             *reinterpret_cast<u2*>(ws + r * LD + 2 * lc) = l.w[i];
             if (s_lane) {
-                wsc[lb][s_half][r] = l.s[i];
-                if constexpr (MIN) {
-                    wof[lb][s_half][r] = l.m[i];
-                }
+                wsm[lb][s_half][r] = f2{l.s[i], l.m[i]};
             }
             if constexpr (ACT) {
                 if (lc % 4 == 0) {
@@ -319,7 +316,8 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             // The lane's A fragments (rows r, r + 8 of each 16-row tile; words tq, 4 + tq of the
             // block) and its rows' scales.
             u32 af[2][4];
-            float sr[2][NH][2], mr[2][NH][2], cr[2][2];
+            f2 sm[2][NH][2];
+            float cr[2][2];
             MF_UNROLL
             for (u32 a = 0; a < 2; a++) {
                 const u32 r = wr0 + 16 * a + g;
@@ -329,10 +327,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                 af[a][3] = ws[(r + 8) * LD + 8 * b + 4 + tq];
                 MF_UNROLL
                 for (u32 h = 0; h < NH; h++) {
-                    sr[a][h][0] = wsc[b][h][r], sr[a][h][1] = wsc[b][h][r + 8];
-                    if constexpr (MIN) {
-                        mr[a][h][0] = wof[b][h][r], mr[a][h][1] = wof[b][h][r + 8];
-                    }
+                    sm[a][h][0] = wsm[b][h][r], sm[a][h][1] = wsm[b][h][r + 8];
                 }
                 if constexpr (ACT) {
                     cr[a][0] = wmin[b][r], cr[a][1] = wmin[b][r + 8];
@@ -370,9 +365,9 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                         for (u32 i = 0; i < 4; i++) {
                             const float dt = i % 2 ? d.y : d.x;
                             float& o = acc[a][j][i];
-                            o = fmaf(mul_rn(sr[a][h][i / 2], dt), i2f_small(c[h][i]), o);
+                            o = fmaf(mul_rn(sm[a][h][i / 2].x, dt), i2f_small(c[h][i]), o);
                             if constexpr (MIN) {
-                                o = fmaf(mr[a][h][i / 2], i % 2 ? ds[h].y : ds[h].x, o);
+                                o = fmaf(sm[a][h][i / 2].y, i % 2 ? ds[h].y : ds[h].x, o);
                             }
                         }
                     }

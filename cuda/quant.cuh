@@ -38,6 +38,12 @@
     return *reinterpret_cast<const u32*>(w + b);
 }
 
+// The two f16 at b, b % 4 == 0 (a block's d and min), in one load.
+[[maybe_unused]] static __device__ __forceinline__ f2 ld_f16x2(const u8* __restrict__ w, u32 b) {
+    const u32 v = ld_u32_4(w, b);
+    return f2{f16_to_f32(v & 0xffffu), f16_to_f32(v >> 16)};
+}
+
 // Little-endian u32 at an even b: two 16-bit loads.
 [[maybe_unused]] static __device__ __forceinline__ u32 ld_u32_2(const u8* __restrict__ w, u32 b) {
     const u16* h = reinterpret_cast<const u16*>(w + b);
@@ -484,7 +490,8 @@ struct i8w<qt_q4_1> {
     static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
         const u32 o = b + 4 + (c & 1) * 8, sh = (c >> 1) * 4;
         const u2 q{(ld_u32_4(w, o) >> sh) & 0x0f0f0f0fu, (ld_u32_4(w, o + 4) >> sh) & 0x0f0f0f0fu};
-        return QI8{q, ld_f16(w, b), ld_f16(w, b + 2)};
+        const f2 dm = ld_f16x2(w, b);
+        return QI8{q, dm.x, dm.y};
     }
 };
 
@@ -508,7 +515,8 @@ struct i8w<qt_q5_1> {
         const u2 v = ld_u64_8(w, b + 8 + (c & 1) * 8);
         const u32 sh = (c >> 1) * 4;
         const u2 q{((v.x >> sh) & 0x0f0f0f0fu) | h.x, ((v.y >> sh) & 0x0f0f0f0fu) | h.y};
-        return QI8{q, ld_f16(w, b), ld_f16(w, b + 2)};
+        const f2 dm = ld_f16x2(w, b);
+        return QI8{q, dm.x, dm.y};
     }
 };
 
@@ -563,7 +571,8 @@ struct i8w<qt_q2_K> {
         const u32 sc = ld_u8(w, b + 8 * h + 2 * k + l0 / 16);
         const u32 o = b + 16 + 32 * h + l0, s = 2 * k;
         const u2 q{(ld_u32_4(w, o) >> s) & 0x03030303u, (ld_u32_4(w, o + 4) >> s) & 0x03030303u};
-        return QI8{q, ld_f16(w, b + 80) * u2f<0>(sc & 0xfu), -mul_rn(ld_f16(w, b + 82), u2f<0>(sc >> 4))};
+        const f2 dm = ld_f16x2(w, b + 80);
+        return QI8{q, dm.x * u2f<0>(sc & 0xfu), -mul_rn(dm.y, u2f<0>(sc >> 4))};
     }
 };
 
@@ -590,7 +599,8 @@ struct i8w<qt_q4_K> {
         const u2 v = ld_u64_8(w, b + 16 + 32 * g + l0);
         const u32 sh = 4 * hi;
         const u2 q{(v.x >> sh) & 0x0f0f0f0fu, (v.y >> sh) & 0x0f0f0f0fu};
-        return QI8{q, ld_f16(w, b) * sm.x, -mul_rn(ld_f16(w, b + 2), sm.y)};
+        const f2 dm = ld_f16x2(w, b);
+        return QI8{q, dm.x * sm.x, -mul_rn(dm.y, sm.y)};
     }
 };
 
@@ -605,7 +615,8 @@ struct i8w<qt_q5_K> {
         const u32 sh = 4 * hi;
         const u2 q{((v.x >> sh) & 0x0f0f0f0fu) | (((qh.x >> j) & 0x01010101u) << 4),
                    ((v.y >> sh) & 0x0f0f0f0fu) | (((qh.y >> j) & 0x01010101u) << 4)};
-        return QI8{q, ld_f16(w, b) * sm.x, -mul_rn(ld_f16(w, b + 2), sm.y)};
+        const f2 dm = ld_f16x2(w, b);
+        return QI8{q, dm.x * sm.x, -mul_rn(dm.y, sm.y)};
     }
 };
 

@@ -132,13 +132,16 @@ fn mma_epilogue(q: QType) -> u64 {
 }
 
 /// Global load instructions `i8w<Q>::q` issues for one 8-element chunk of weights `q`
-/// (`cuda/quant.cuh`: a 16-bit pair for an unaligned word, a byte for each scale byte).
+/// (`cuda/quant.cuh`: a 16-bit pair for an unaligned word, a byte for each scale byte, one word
+/// for a block's d and min; q4_K / q5_K counted with the three scale bytes of their upper
+/// groups).
 fn i8w_loads(q: QType) -> u64 {
     match q {
-        QType::Q4_1 | QType::Q5_1 => 4,
-        QType::Q4_0 | QType::Q8_0 | QType::IQ4NL | QType::Q2K => 5,
-        QType::Q4K | QType::Q5_0 => 7,
-        QType::Q5K => 8,
+        QType::Q4_1 | QType::Q5_1 => 3,
+        QType::Q2K => 4,
+        QType::Q4_0 | QType::Q8_0 | QType::IQ4NL | QType::Q4K => 5,
+        QType::Q5K => 6,
+        QType::Q5_0 => 7,
         QType::MXFP4 => 9,
         QType::Q6K => 10,
         QType::Q3K => 11,
@@ -149,8 +152,9 @@ fn i8w_loads(q: QType) -> u64 {
 /// L1 wavefronts of the tensor-core matmul (`cuda/matmul.cu`'s matmul_mma) over `rows` weights
 /// of `q` and `n` tokens of length `k`, in tiles `cols` tokens wide, counted per warp and step
 /// the way the kernel reads: each weight load of a warp touches two rows (two wavefronts), as
-/// does each token load; 64-bit stores into shared memory take two, 32-bit ones and every
-/// fragment or scale read one (conflict-free, or one address a pair of lanes shares).
+/// does each token load; a warp's 64-bit stores of whole rows into shared memory take two,
+/// other stores and every fragment or scale read one (conflict-free, or a few addresses each
+/// shared by several lanes).
 ///
 /// The same count of the 64-row tiles it replaced (a row per pair of lanes, 16 rows a warp's
 /// load) gives 596 k wavefronts per SM for a 4,096² q4_K weight at 512 tokens; Nsight Compute
@@ -164,8 +168,8 @@ pub fn mma_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u64 
     let (wl, xl, nj) = (MMA_ROWS as u64 / 16, cols / 16, cols / 16);
     let blocks_per_step = MMA_STEP as u64 / 32;
     let global = 2 * wl * i8w_loads(q) + 2 * 2 * xl + act * 2 * (wl + xl);
-    let stores = 2 * wl + wl * (1 + min) + 2 * xl + xl * (1 + min) + act * (wl + xl);
-    let reads = blocks_per_step * (8 + 2 * nh * 2 * (1 + min) + 4 * act + nj * (2 + 1 + nh * min + act));
+    let stores = 2 * wl + wl + 2 * xl + xl * (1 + min) + act * (wl + xl);
+    let reads = blocks_per_step * (8 + 2 * nh * 2 + 4 * act + nj * (2 + 1 + nh * min + act));
     let warps = super::table::MMA_MATMUL_THREADS as u64 / 32;
     let tiles = rows.div_ceil(MMA_ROWS as u64) * n.div_ceil(cols);
     tiles * k.div_ceil(MMA_STEP as u64) * warps * (global + stores + reads)

@@ -267,9 +267,9 @@ fn prefill_tiles_are_priced_on_the_units_they_take() {
     assert_eq!(u, Some(Unit::Dot4), "m3max");
 
     // The integer tiles wait on their L1: 4,096 rows × 512 tokens of q4_K in 32 × 8 tiles of
-    // 128 × 64, 32 steps of 128, eight warps, each warp and step 304 wavefronts: weight loads
-    // 2 rows × 8 chunks × 7 loads = 112 and token loads 2 × 2 × 4 = 16; stores 16 + 16 + 8 + 8;
-    // fragment and scale reads 4 blocks × (8 + 8 + 4 × 4).
+    // 128 × 64, 32 steps of 128, eight warps, each warp and step 248 wavefronts: weight loads
+    // 2 rows × 8 chunks × 5 loads = 80 and token loads 2 × 2 × 4 = 16; stores 16 + 8 + 8 + 8;
+    // fragment and scale reads 4 blocks × (8 + 4 + 4 × 4).
     let h200 = DeviceProfile::find("h200").unwrap();
     let p = plan(&path, 512, GpuBackend::Cuda, &h200);
     let l = p
@@ -277,8 +277,8 @@ fn prefill_tiles_are_priced_on_the_units_they_take() {
         .iter()
         .find(|l| l.node == "blk.0.attn_out" && l.kernel.starts_with("matmul"))
         .unwrap();
-    assert_eq!(l.l1_wavefronts, Some(32 * 8 * 32 * 8 * 304), "{}", l.kernel);
-    let l1_us = 32.0 * 8.0 * 32.0 * 8.0 * 304.0 / (h200.l1_gwavefronts.unwrap() * 1e3);
+    assert_eq!(l.l1_wavefronts, Some(32 * 8 * 32 * 8 * 248), "{}", l.kernel);
+    let l1_us = 32.0 * 8.0 * 32.0 * 8.0 * 248.0 / (h200.l1_gwavefronts.unwrap() * 1e3);
     assert!(l.est_us >= l1_us, "{} µs under the L1's {l1_us} µs", l.est_us);
     // Not modelled elsewhere: the wgpu tiles, the CUDA matvecs.
     for b in [GpuBackend::Wgpu, GpuBackend::Cuda] {
