@@ -1,16 +1,19 @@
 // matmul.wgsl on 16 × 16 f16 cooperative matrices with f32 accumulators: the tensor cores' f16
 // path as Vulkan offers it (VK_KHR_cooperative_matrix on NVIDIA, AMD and Intel GPUs), the
 // prefill tiles of ggml-vulkan's coopmat matmul. Tiles of 64 rows × TN tokens, 128
-// invocations, 32-element steps: per step the weights are dequantized into workgroup memory as
-// halves and the tokens converted to halves beside them. TN is 64 where that still gives the
+// invocations, 64-element steps: per step the weights are dequantized into workgroup memory as
+// halves and the tokens converted to halves beside them, each subgroup's loads along the rows
+// (eight invocations take a row's eight chunks, sixteen a token's sixteen vec4s) so that a
+// load of the subgroup touches four rows or two tokens, not eight. TN is 64 where that still gives the
 // device's SMs a tile each, else 32 (`Variant::coop_f16_grid`, which rewrites the schedule's
 // 32 × 32 grid); the tile reads it off its grid (y: the tokens over TN). At TN 64 subgroup s
 // of the four (32 invocations each) takes rows 32 (s % 2) .. + 32 against tokens
 // 32 (s / 2) .. + 32, four accumulators, each A and B operand loaded once for two
 // multiply-adds; at TN 32 rows 16s .. + 16 against the 32 tokens, two. At the end the
-// accumulators go to workgroup memory and each invocation stores 4 rows × TN / 8 tokens with
-// matmul_store.wgsl's store4 (bias, residual). ACT_S (q4_1, q5_1): each invocation adds its
-// outputs' per-step offset × correction in f32 registers, as matmul.wgsl does, before storing.
+// accumulators go to workgroup memory 32 tokens at a time, and each invocation stores 4 rows ×
+// 4 tokens of them with matmul_store.wgsl's store4 (bias, residual). ACT_S (q4_1, q5_1): each
+// invocation adds its outputs' per-block offset × correction in f32 registers, as matmul.wgsl
+// does, before storing.
 //
 // The halves round the dequantized weights and the 8-bit activations' values (d · q); the
 // products are exact in f32 and summed there, so the tile's error is that rounding. The matrix
@@ -18,21 +21,22 @@
 // scalar code, for devices without them); each holds the entry point, which calls `tile`.
 // Layout as matmul_coop.wgsl's: the weights [row][k] are the A operand (row-major), the tokens
 // [token][k] the B operand read column-major, the result [token][row] is C stored column-major.
-// Workgroup memory: 27.1 KB (`COOP16_SHARED_BYTES`).
+// Workgroup memory: 27.6 KB (`COOP16_SHARED_BYTES`).
 
 const TM: u32 = 64u;
 const TN: u32 = 64u; // the widest; a tile takes 64 or 32
-const TK: u32 = 32u;
-const S: u32 = 40u; // halves per tile row: TK and 8 of padding (rows 16-byte aligned)
+const TK: u32 = 64u;
+const NB: u32 = 2u; // 32-element blocks a step (ACT_S's offsets and corrections)
+const S: u32 = 72u; // halves per tile row: TK and 8 of padding (rows 16-byte aligned)
 
 // matmul_params.wgsl, the head, declares p, w and y; x is read in this body's own form.
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
 
-var<workgroup> ws: array<f16, 2560>; // [TM][S]
-var<workgroup> xs: array<f16, 2560>; // [TN][S]
-var<workgroup> cs: array<f32, 4096>; // [TN][TM]: the result
-var<workgroup> wmin: array<f32, 64>; // ACT_S: the step's block offset per row
-var<workgroup> xcor: array<f32, 64>; // ACT_S: the step's correction per token
+var<workgroup> ws: array<f16, 4608>; // [TM][S]
+var<workgroup> xs: array<f16, 4608>; // [TN][S]
+var<workgroup> cs: array<f32, 2048>; // [32][TM]: the result, 32 tokens at a time
+var<workgroup> wmin: array<f32, 128>; // ACT_S: [NB][TM] the step's block offsets per row
+var<workgroup> xcor: array<f32, 128>; // ACT_S: [NB][TN] the step's corrections per token
 
 // Workgroup `wid`'s tile of a grid of `nwg`; `lid` the invocation, `sg` its subgroup (lid / 32).
 fn tile(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, sg: u32) {
@@ -58,20 +62,22 @@ fn tile(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, sg: u32) {
     var c01 = zero;
     var c10 = zero;
     var c11 = zero;
-    // The store's (and ACT_S's) outputs: rows 4tx + i × tokens tn / 8 · ty .. + tn / 8,
-    // cor[4h + i] those of tokens tn / 8 · ty + 4h .. + 4.
+    // The store's (and ACT_S's) outputs: rows 4tx + i × tokens 32h + 4ty .. + 4 (h < tn / 32),
+    // cor[4h + i].
     let tx = lid % 16u;
     let ty = lid / 16u;
     let halves = tn / 32u;
     var cor = array<vec4<f32>, 8>();
     for (var k0 = 0u; k0 < p.k; k0 += TK) {
-        for (var i = 0u; i < 2u; i++) {
+        // Weights: row r, chunk c of its eight, four times; zeros past k (a last step of one
+        // block) and past the rows.
+        for (var i = 0u; i < 4u; i++) {
             let idx = lid + i * 128u;
-            let r = idx / 4u;
-            let c = idx % 4u;
+            let r = idx / 8u;
+            let c = idx % 8u;
+            let gc = k0 / 8u + c;
             var v = array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
-            if (m0 + r < p.rows) {
-                let gc = k0 / 8u + c;
+            if (m0 + r < p.rows && gc * 8u < p.k) {
                 v = dq8((m0 + r) * rbytes + (gc / cpb) * QB, gc % cpb);
             }
             for (var e = 0u; e < 4u; e++) {
@@ -79,12 +85,13 @@ fn tile(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, sg: u32) {
                 ws[r * S + 8u * c + 4u + e] = f16(v[1][e]);
             }
         }
-        for (var i = 0u; i < 2u * halves; i++) {
+        // Tokens: token t, vec4 q of its sixteen, tn / 8 times.
+        for (var i = 0u; i < tn / 8u; i++) {
             let idx = lid + i * 128u;
-            let t = idx / 8u;
-            let q = idx % 8u;
+            let t = idx / 16u;
+            let q = idx % 16u;
             var v = vec4<f32>(0.0);
-            if (n0 + t < p.n) {
+            if (n0 + t < p.n && k0 + 4u * q < p.k) {
                 v = x[(n0 + t) * k4 + k0 / 4u + q];
             }
             for (var e = 0u; e < 4u; e++) {
@@ -93,18 +100,21 @@ fn tile(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, sg: u32) {
         }
         if (ACT_S) {
             let i = lid % 64u;
-            var v = 0.0;
-            if (lid < 64u && m0 + i < p.rows) {
-                v = qmin((m0 + i) * rbytes + (k0 / QK) * QB);
-            }
-            if (lid >= 64u && n0 + i < p.n) {
-                let ci = p.n * p.k + (n0 + i) * (p.k / QK) + k0 / QK;
-                v = x[ci / 4u][ci % 4u];
-            }
-            if (lid < 64u) {
-                wmin[i] = v;
-            } else {
-                xcor[i] = v;
+            for (var b = 0u; b < NB; b++) {
+                let kb = k0 + 32u * b; // QK is 32
+                var v = 0.0;
+                if (lid < 64u && m0 + i < p.rows && kb < p.k) {
+                    v = qmin((m0 + i) * rbytes + (kb / QK) * QB);
+                }
+                if (lid >= 64u && n0 + i < p.n && kb < p.k) {
+                    let ci = p.n * p.k + (n0 + i) * (p.k / QK) + kb / QK;
+                    v = x[ci / 4u][ci % 4u];
+                }
+                if (lid < 64u) {
+                    wmin[b * TM + i] = v;
+                } else {
+                    xcor[b * TN + i] = v;
+                }
             }
         }
         workgroupBarrier();
@@ -121,30 +131,37 @@ fn tile(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, sg: u32) {
             }
         }
         if (ACT_S) {
-            for (var h = 0u; h < halves; h++) {
-                let t = 4u * halves * ty + 4u * h;
-                let xc = vec4<f32>(xcor[t], xcor[t + 1u], xcor[t + 2u], xcor[t + 3u]);
-                for (var i = 0u; i < 4u; i++) {
-                    cor[4u * h + i] += wmin[4u * tx + i] * xc;
+            for (var b = 0u; b < NB; b++) {
+                for (var h = 0u; h < halves; h++) {
+                    let t = b * TN + 32u * h + 4u * ty;
+                    let xc = vec4<f32>(xcor[t], xcor[t + 1u], xcor[t + 2u], xcor[t + 3u]);
+                    for (var i = 0u; i < 4u; i++) {
+                        cor[4u * h + i] += wmin[b * TM + 4u * tx + i] * xc;
+                    }
                 }
             }
         }
         workgroupBarrier();
     }
-    // C (row r, token t) at cs[t · TM + r]: column-major with stride TM.
-    coop_store(c00, wt0 * TM + wr0);
-    coop_store(c01, (wt0 + 16u) * TM + wr0);
-    if (wide) {
-        coop_store(c10, wt0 * TM + wr0 + 16u);
-        coop_store(c11, (wt0 + 16u) * TM + wr0 + 16u);
-    }
-    workgroupBarrier();
+    // Tokens 32h .. + 32 of the result: C (row r, token 32h + t) at cs[t · TM + r], column-major
+    // with stride TM, from the subgroups that hold them (at TN 64 those of s / 2 = h).
     for (var h = 0u; h < halves; h++) {
-        let t = 4u * halves * ty + 4u * h;
+        if (!wide) {
+            coop_store(c00, wr0);
+            coop_store(c01, 16u * TM + wr0);
+        } else if (sg / 2u == h) {
+            coop_store(c00, wr0);
+            coop_store(c01, 16u * TM + wr0);
+            coop_store(c10, wr0 + 16u);
+            coop_store(c11, 16u * TM + wr0 + 16u);
+        }
+        workgroupBarrier();
+        let t = 4u * ty;
         for (var i = 0u; i < 4u; i++) {
             let r = 4u * tx + i;
             let v = vec4<f32>(cs[t * TM + r], cs[(t + 1u) * TM + r], cs[(t + 2u) * TM + r], cs[(t + 3u) * TM + r]);
-            store4(m0 + r, n0 + t, v + cor[4u * h + i]);
+            store4(m0 + r, n0 + 32u * h + t, v + cor[4u * h + i]);
         }
+        workgroupBarrier();
     }
 }

@@ -60,7 +60,7 @@ impl Coop {
 
 /// Workgroup memory `matmul_coop16.wgsl` declares, bytes: a device with less keeps the other
 /// tiles.
-pub const COOP16_SHARED_BYTES: u32 = 27_136;
+pub const COOP16_SHARED_BYTES: u32 = 27_648;
 
 /// The module's f16 decode (`common.wgsl`): `f16_to_f32` (the low half of a word) and `f16x2`
 /// (both halves, low first), in integer arithmetic or by the hardware.
