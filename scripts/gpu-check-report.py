@@ -2,7 +2,8 @@
 """The closing tables of scripts/gpu-check.sh, from the raw outputs of its run in OUT_DIR:
 
 1. per model, `plan`'s predicted decode time per op beside each backend's measured profile
-   (`bench --profile`, tg at depth 0), µs per token;
+   (`bench --profile`, tg at depth 0), µs per token, and likewise a prompt's step (pp at
+   depth 0, one forward of its tokens), µs per step;
 2. the last table: every test with minfer CUDA, minfer wgpu, llama.cpp CUDA and the ratios,
    plus plan's predicted t/s for the profile the run named.
 
@@ -89,6 +90,29 @@ def main():
                 print(f"| {o} | {fmt(pred.get(o))} | " + " | ".join(fmt(profiles[b].get(o)) for b in bs) + " |")
             tot = [sum(profiles[b].values()) for b in bs]
             print(f"| total | {fmt(plan1['est_us_total'])} | " + " | ".join(fmt(t) for t in tot) + " |")
+        # 1b. a prompt's step per op (pp at depth 0) beside plan's prediction for a step of that
+        # many tokens: where the prefill tiles' model (their L1 term) meets the device.
+        steps, n_pp = {}, None
+        for b, recs in bench.items():
+            for r in recs:
+                if r["n_prompt"] > 0 and not r.get("n_depth") and (r.get("profile") or {}).get("steps"):
+                    steps[b] = {o["op"]: o["us_per_step"] for o in r["profile"]["ops"]}
+                    n_pp = r["n_prompt"]
+        plan_pp = load(f"{out}/plan-{name}-{n_pp}.json") if n_pp else None
+        if plan_pp and steps:
+            pred = {}
+            for l in plan_pp["launches"]:
+                pred[l["op"]] = pred.get(l["op"], 0.0) + l["est_us"]
+            ops = sorted(set(pred) | {o for p in steps.values() for o in p},
+                         key=lambda o: -max([pred.get(o, 0)] + [p.get(o, 0) for p in steps.values()]))
+            bs = [b for b in ("cuda", "wgpu") if b in steps]
+            print(f"\n### {name}: a {n_pp}-token prompt step per op, µs — plan ({plan_pp['device']}) vs measured\n")
+            print("| op | plan | " + " | ".join(bs) + " |")
+            print("|---|---:|" + "---:|" * len(bs))
+            for o in ops:
+                print(f"| {o} | {fmt(pred.get(o))} | " + " | ".join(fmt(steps[b].get(o)) for b in bs) + " |")
+            tot = [sum(steps[b].values()) for b in bs]
+            print(f"| total | {fmt(plan_pp['est_us_total'])} | " + " | ".join(fmt(t) for t in tot) + " |")
         # 2. rows of the last table.
         tests = []
         for recs in list(bench.values()) + [llama]:

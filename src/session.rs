@@ -294,6 +294,11 @@ impl Session {
         self.ctx.decode_profile()
     }
 
+    /// Likewise of the batched steps (a prompt's, several sequences').
+    pub fn batch_profile(&self) -> Option<crate::backend::OpProfile> {
+        self.ctx.batch_profile()
+    }
+
     pub fn reset_profile(&mut self) {
         self.ctx.reset_profile()
     }

@@ -291,13 +291,16 @@ pub trait Backend: Send + Sync {
     fn new_context(&self, model: &Arc<Model>, n_cells: usize, kv: KvType) -> Result<Box<dyn Context>>;
 }
 
-/// Per-op time of the decode steps (one token each) a context ran since its profile was last
-/// reset: what `bench --profile` sets side by side per backend. GPU backends time each
-/// launch on the device; the CPU each op on the calling thread.
+/// Per-op time of the decode steps (one token each), or of the batched steps (a prompt's, or
+/// several sequences'), a context ran since its profile was last reset: what `bench --profile`
+/// sets side by side per backend. GPU backends time each launch on the device; the CPU each op
+/// on the calling thread.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OpProfile {
-    /// Decode steps timed.
+    /// Steps (forwards) timed.
     pub forwards: u64,
+    /// Tokens over those steps (a decode step's one each).
+    pub tokens: u64,
     /// Per op kind (`matmul_vec/q4_1`, `attention`), busiest first.
     pub ops: Vec<OpTime>,
 }
@@ -311,14 +314,26 @@ pub struct OpTime {
 }
 
 impl OpProfile {
-    /// From (op, calls, ns) totals in any order.
-    pub fn new(forwards: u64, ops: impl IntoIterator<Item = (String, u64, f64)>) -> OpProfile {
+    /// From (op, calls, ns) totals in any order, over `forwards` steps of `tokens` tokens in all.
+    pub fn new(forwards: u64, tokens: u64, ops: impl IntoIterator<Item = (String, u64, f64)>) -> OpProfile {
         let mut ops: Vec<OpTime> = ops
             .into_iter()
             .map(|(op, calls, ns)| OpTime { op, calls, ns })
             .collect();
         ops.sort_by(|a, b| b.ns.total_cmp(&a.ns).then_with(|| a.op.cmp(&b.op)));
-        OpProfile { forwards, ops }
+        OpProfile { forwards, tokens, ops }
+    }
+
+    /// `other`'s steps and times added to these (op by op).
+    pub fn merge(&mut self, other: &OpProfile) {
+        let mut all: std::collections::BTreeMap<String, (u64, f64)> = std::collections::BTreeMap::new();
+        for o in self.ops.iter().chain(&other.ops) {
+            let e = all.entry(o.op.clone()).or_default();
+            e.0 += o.calls;
+            e.1 += o.ns;
+        }
+        let ops = all.into_iter().map(|(op, (calls, ns))| (op, calls, ns));
+        *self = OpProfile::new(self.forwards + other.forwards, self.tokens + other.tokens, ops);
     }
 
     pub fn total_ns(&self) -> f64 {
@@ -375,7 +390,11 @@ pub trait Context: Send {
     fn decode_profile(&self) -> Option<OpProfile> {
         None
     }
-    /// Starts the decode profile afresh (`profile_report`'s totals are kept).
+    /// Likewise of the batched steps (more than one token: a prompt's, several sequences').
+    fn batch_profile(&self) -> Option<OpProfile> {
+        None
+    }
+    /// Starts the decode and batch profiles afresh (`profile_report`'s totals are kept).
     fn reset_profile(&mut self) {}
     /// What the last forward submitted to the device; None on the CPU.
     fn submitted(&self) -> Option<Submitted> {

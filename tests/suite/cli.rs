@@ -446,15 +446,33 @@ fn bench_sweeps_depths_and_profiles_the_cpu() {
         })
         .collect();
     assert_eq!(tests, [(16, 0, 0), (0, 4, 0), (16, 0, 40), (0, 4, 40)]);
-    // Each decode record carries the profile of its own timed steps (2 runs of 4 tokens): per
-    // op launches and µs per token, shares summing to 1; none on prefill records.
+    // Each record carries the profile of its own timed steps: a decode record's 2 runs of 4
+    // tokens, a prompt record's 2 runs of one 16-token step (not the depth's context before
+    // them): per op launches and µs, shares summing to 1.
     for r in records {
         let p = &r["profile"];
         if r["n_gen"] == 0 {
-            assert!(p.is_null(), "{r}");
+            assert_eq!((p["steps"].as_u64(), p["tokens"].as_u64()), (Some(2), Some(32)), "{r}");
+            let us: f64 = p["ops"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["us_per_step"].as_f64().unwrap())
+                .sum();
+            assert!(
+                (us - p["us_per_step"].as_f64().unwrap()).abs() < 1e-6 * us && us > 0.0,
+                "{p}"
+            );
+            let attn = p["ops"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|o| o["op"] == "attention")
+                .expect("attention timed");
+            assert_eq!(attn["calls_per_step"].as_f64(), Some(2.0), "{p}: one per layer");
             continue;
         }
-        assert_eq!(p["tokens"], 8, "{p}");
+        assert_eq!((p["steps"].as_u64(), p["tokens"].as_u64()), (Some(8), Some(8)), "{p}");
         let ops = p["ops"].as_array().unwrap();
         let share: f64 = ops.iter().map(|o| o["share"].as_f64().unwrap()).sum();
         assert!((share - 1.0).abs() < 1e-9, "{p}");

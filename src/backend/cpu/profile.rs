@@ -29,14 +29,19 @@ pub struct Profile {
     ops: BTreeMap<(Phase, String), Entry>,
     /// Per phase: forwards, tokens.
     steps: [(u64, u64); 2],
+    /// The same since the last `reset_steps` (`decode`, `batch`).
+    recent: BTreeMap<(Phase, String), Entry>,
+    recent_steps: [(u64, u64); 2],
 }
 
 impl Profile {
     /// One forward of `tokens` tokens begins.
     pub fn forward(&mut self, tokens: usize) {
-        let s = &mut self.steps[phase(tokens) as usize];
-        s.0 += 1;
-        s.1 += tokens as u64;
+        for s in [&mut self.steps, &mut self.recent_steps] {
+            let s = &mut s[phase(tokens) as usize];
+            s.0 += 1;
+            s.1 += tokens as u64;
+        }
     }
 
     /// Instruction `s` took `ns` nanoseconds and read `bytes` of weights in a step of
@@ -48,26 +53,40 @@ impl Profile {
             }
             _ => s.op.kind().to_string(),
         };
-        let e = self.ops.entry((phase(tokens), kind)).or_default();
-        e.calls += 1;
-        e.ns += ns;
-        e.bytes += bytes;
+        for m in [&mut self.ops, &mut self.recent] {
+            let e = m.entry((phase(tokens), kind.clone())).or_default();
+            e.calls += 1;
+            e.ns += ns;
+            e.bytes += bytes;
+        }
     }
 
-    /// The decode steps' ops as the side-by-side table takes them.
-    pub fn decode(&self) -> crate::backend::OpProfile {
+    /// The ops of `phase`'s steps since the last `reset_steps`, as the side-by-side table takes
+    /// them.
+    fn since(&self, phase: Phase) -> crate::backend::OpProfile {
         let ops = self
-            .ops
+            .recent
             .iter()
-            .filter(|((p, _), _)| *p == Phase::Decode)
+            .filter(|((p, _), _)| *p == phase)
             .map(|((_, k), e)| (k.clone(), e.calls, e.ns as f64));
-        crate::backend::OpProfile::new(self.steps[Phase::Decode as usize].0, ops)
+        let (forwards, tokens) = self.recent_steps[phase as usize];
+        crate::backend::OpProfile::new(forwards, tokens, ops)
     }
 
-    /// The decode steps forgotten.
-    pub fn reset_decode(&mut self) {
-        self.ops.retain(|(p, _), _| *p != Phase::Decode);
-        self.steps[Phase::Decode as usize] = (0, 0);
+    /// The decode steps since the last `reset_steps`.
+    pub fn decode(&self) -> crate::backend::OpProfile {
+        self.since(Phase::Decode)
+    }
+
+    /// The batched steps since the last `reset_steps`.
+    pub fn batch(&self) -> crate::backend::OpProfile {
+        self.since(Phase::Batch)
+    }
+
+    /// The steps so far forgotten by `decode` and `batch` (the report keeps them).
+    pub fn reset_steps(&mut self) {
+        self.recent.clear();
+        self.recent_steps = [(0, 0); 2];
     }
 
     /// The tables: per phase, op kind, calls per forward, µs per token, share of the time,

@@ -568,9 +568,13 @@ impl Context for CudaContext {
         Some(self.profile.as_ref()?.decode())
     }
 
+    fn batch_profile(&self) -> Option<crate::backend::OpProfile> {
+        Some(self.profile.as_ref()?.batch())
+    }
+
     fn reset_profile(&mut self) {
         if let Some(p) = self.profile.as_mut() {
-            p.reset_decode();
+            p.reset_steps();
         }
     }
 

@@ -573,9 +573,13 @@ impl Context for WgpuContext {
         Some(self.profiler.as_ref()?.totals.decode())
     }
 
+    fn batch_profile(&self) -> Option<crate::backend::OpProfile> {
+        Some(self.profiler.as_ref()?.totals.batch())
+    }
+
     fn reset_profile(&mut self) {
         if let Some(p) = self.profiler.as_mut() {
-            p.totals.reset_decode();
+            p.totals.reset_steps();
         }
     }
 }

@@ -218,11 +218,15 @@ fn start(s: &mut Session, context: &[u32], n_batch: usize) -> Result<()> {
     Ok(())
 }
 
-fn time_pp(s: &mut Session, context: &[u32], toks: &[u32]) -> Result<u64> {
+/// A prompt of `toks` after `context`, timed; with the profile of its own steps (not the
+/// context's) where profiling was asked for.
+fn time_pp(s: &mut Session, context: &[u32], toks: &[u32]) -> Result<(u64, Option<minfer::backend::OpProfile>)> {
     start(s, context, PP_BATCH)?;
+    s.reset_profile();
     let t = Instant::now();
     s.eval(toks, false)?;
-    Ok(t.elapsed().as_nanos() as u64)
+    let ns = t.elapsed().as_nanos() as u64;
+    Ok((ns, s.batch_profile().filter(|p| p.forwards > 0)))
 }
 
 fn time_tg(s: &mut Session, context: &[u32], n: usize, tok: u32) -> Result<u64> {
@@ -318,10 +322,17 @@ fn measure(path: &std::path::Path, args: &Config) -> Result<()> {
             };
             if args.n_prompt > 0 {
                 time_pp(&mut s, context, toks)?; // warm-up
-                let samples = (0..args.reps)
-                    .map(|_| time_pp(&mut s, context, toks))
-                    .collect::<Result<Vec<_>>>()?;
-                records.push(record(args.n_prompt, 0, samples, None, None));
+                let (mut samples, mut profile) = (Vec::new(), None::<minfer::backend::OpProfile>);
+                for _ in 0..args.reps {
+                    let (ns, p) = time_pp(&mut s, context, toks)?;
+                    samples.push(ns);
+                    match (&mut profile, p) {
+                        (Some(all), Some(p)) => all.merge(&p),
+                        (None, p) => profile = p,
+                        _ => {}
+                    }
+                }
+                records.push(record(args.n_prompt, 0, samples, None, profile));
             }
             if args.n_gen > 0 {
                 time_tg(&mut s, context, args.n_gen.min(16), toks[0])?; // warm-up
@@ -405,7 +416,7 @@ fn measure(path: &std::path::Path, args: &Config) -> Result<()> {
             );
         }
     }
-    // One profile table per decode test, the backends side by side.
+    // One profile table per test, the backends side by side.
     let mut tests: Vec<String> = Vec::new();
     for r in records.iter().filter(|r| r.profile.is_some()) {
         if !tests.contains(&r.test_name()) {
