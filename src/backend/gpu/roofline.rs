@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::cost::{cost, mma_l1_wavefronts, Cost, Paths, StepShape};
+use super::cost::{coop16_l1_wavefronts, cost, mma_l1_wavefronts, Cost, Paths, StepShape};
 use super::kernels::Variant;
 use super::params::{KernelParams, MatmulParams};
 use super::schedule::{self, split_span, Launch, Stage};
@@ -74,7 +74,8 @@ pub struct Planned {
     pub cache_bytes: u64,
     pub flops: u64,
     pub unit: Option<Unit>,
-    /// L1 wavefronts (`cost::mma_l1_wavefronts`), for the integer tensor-core tiles.
+    /// L1 wavefronts (`cost::mma_l1_wavefronts`, `cost::coop16_l1_wavefronts`), for the
+    /// matrix tiles of the prefill matmul.
     pub l1_wavefronts: Option<u64>,
     /// Workgroups ÷ (SMs × workgroups one SM holds), at most 1.
     pub fill: f64,
@@ -228,12 +229,18 @@ fn planned(
         (true, Kernel::AttentionTile) => Some(Unit::F16Tensor),
         _ => c.unit,
     };
-    // The integer tiles' loads and fragment reads through the L1, where the profile rates it.
-    let l1_wavefronts = tensor.filter(|_| v.kernel == Kernel::Matmul).map(|m| {
-        let p = MatmulParams::from_words(&l.params);
-        let q = v.qtype.unwrap_or(QType::F32);
-        mma_l1_wavefronts(q, p.k as u64, p.rows as u64, p.n as u64, m.size as u64)
-    });
+    // The matrix tiles' loads and fragment reads through the L1, where the profile rates it:
+    // CUDA's integer ones, wgpu's f16 ones (their width off the grid, as the tile reads it).
+    let (p, q) = (MatmulParams::from_words(&l.params), v.qtype.unwrap_or(QType::F32));
+    let (k, rows, n) = (p.k as u64, p.rows as u64, p.n as u64);
+    let l1_wavefronts = match (tensor, coop) {
+        (Some(m), _) if v.kernel == Kernel::Matmul => Some(mma_l1_wavefronts(q, k, rows, n, m.size as u64)),
+        (None, Some(g)) => {
+            let cols = n.div_ceil(g[1].max(1) as u64).next_power_of_two();
+            Some(coop16_l1_wavefronts(q, k, rows, n, cols))
+        }
+        _ => None,
+    };
     let l1_s = match (l1_wavefronts, profile.l1_gwavefronts) {
         (Some(w), Some(rate)) => w as f64 / (rate * 1e9),
         _ => 0.0,
@@ -242,7 +249,11 @@ fn planned(
         .map_or(0.0, |u| c.flops as f64 / profile.peak(u))
         .max(c.epilogue as f64 / profile.peak(Unit::F32))
         .max(l1_s);
-    let est_us = (mem_s.max(ops_s) * 1e6 / fill.max(1e-9)).max(profile.launch_us);
+    // Workgroups past a whole number of rounds (SMs × the workgroups one holds) run as a last,
+    // part-empty round: 688 tiles on 264 places take three rounds of time, not 2.6.
+    let rounds = workgroups as f64 / (profile.sms as u64 * resident) as f64;
+    let tail = if rounds > 1.0 { rounds.ceil() / rounds } else { 1.0 };
+    let est_us = (mem_s.max(ops_s) * 1e6 / fill.max(1e-9) * tail).max(profile.launch_us);
     Planned {
         kernel,
         node: node.to_string(),

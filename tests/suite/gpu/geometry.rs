@@ -223,8 +223,9 @@ fn plan_counts_bytes_and_grids_as_by_hand() {
 /// H200: CUDA's on the int8 tensor cores over the 8-bit activations (a byte and a scale per 32),
 /// wgpu's on Vulkan's f16 cooperative matrices over the f32 values, with their dequantization
 /// and conversion as f32 work; the decode rows keep dot4. The A100 (sm_80) likewise, and a GPU
-/// without tensor cores in the profile (m3max) keeps dot4 on both. CUDA's integer tiles also
-/// count their L1 wavefronts (`cost::mma_l1_wavefronts`), and take at least their time.
+/// without tensor cores in the profile (m3max) keeps dot4 on both. The matrix tiles also count
+/// their L1 wavefronts (`cost::mma_l1_wavefronts`, `cost::coop16_l1_wavefronts`), and take at
+/// least their time.
 fn prefill_tiles_are_priced_on_the_units_they_take() {
     let path = write_sparse(&tmp(), LLAMA2_7B, true, 2);
     let unit = |backend: GpuBackend, profile: &str, tokens: usize| {
@@ -280,9 +281,21 @@ fn prefill_tiles_are_priced_on_the_units_they_take() {
     assert_eq!(l.l1_wavefronts, Some(32 * 8 * 32 * 8 * 248), "{}", l.kernel);
     let l1_us = 32.0 * 8.0 * 32.0 * 8.0 * 248.0 / (h200.l1_gwavefronts.unwrap() * 1e3);
     assert!(l.est_us >= l1_us, "{} µs under the L1's {l1_us} µs", l.est_us);
-    // Not modelled elsewhere: the wgpu tiles, the CUDA matvecs.
+    // wgpu's f16 tiles likewise: 64 × 64 tiles, 64 steps of 64, four subgroups, each subgroup
+    // and step 368: weight loads 4 chunks × 5 loads × 4 rows = 80 and their half stores
+    // 4 × 8 × 4 = 128, token loads 8 × 4 = 32 and stores 8 × 4 × 2 = 64, operands 4 × 4 × 4.
+    let p = plan(&path, 512, GpuBackend::Wgpu, &h200);
+    let l = p
+        .launches
+        .iter()
+        .find(|l| l.node == "blk.0.attn_out" && l.kernel.starts_with("matmul"))
+        .unwrap();
+    assert_eq!(l.l1_wavefronts, Some(64 * 8 * 64 * 4 * 368), "{}", l.kernel);
+    let l1_us = 64.0 * 8.0 * 64.0 * 4.0 * 368.0 / (h200.l1_gwavefronts.unwrap() * 1e3);
+    assert!(l.est_us >= l1_us, "{} µs under the L1's {l1_us} µs", l.est_us);
+    // Not modelled elsewhere: the decode matvecs.
     for b in [GpuBackend::Wgpu, GpuBackend::Cuda] {
-        let p = plan(&path, if b == GpuBackend::Wgpu { 512 } else { 1 }, b, &h200);
+        let p = plan(&path, 1, b, &h200);
         assert!(p.launches.iter().all(|l| l.l1_wavefronts.is_none()), "{b:?}");
     }
 }
