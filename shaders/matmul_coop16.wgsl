@@ -80,9 +80,27 @@ fn tile(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, sg: u32) {
             if (m0 + r < p.rows && gc * 8u < p.k) {
                 v = dq8((m0 + r) * rbytes + (gc / cpb) * QB, gc % cpb);
             }
-            for (var e = 0u; e < 4u; e++) {
-                ws[r * S + 8u * c + e] = f16(v[0][e]);
-                ws[r * S + 8u * c + 4u + e] = f16(v[1][e]);
+            // The chunk's four pairs of halves, the row's (r % 4) first: the subgroup's four
+            // rows (36 words, four banks, apart) × eight chunks then meet each bank once a store.
+            let rot = r % 4u;
+            var a = v[0];
+            var b = v[1];
+            if ((rot & 2u) != 0u) {
+                let t = a;
+                a = b;
+                b = t;
+            }
+            if ((rot & 1u) != 0u) {
+                let t = a;
+                a = vec4<f32>(a.zw, b.xy);
+                b = vec4<f32>(b.zw, t.xy);
+            }
+            let base = r * S + 8u * c;
+            for (var j = 0u; j < 4u; j++) {
+                let pr = select(select(a.xy, a.zw, j == 1u), select(b.xy, b.zw, j == 3u), j >= 2u);
+                let e = 2u * ((j + rot) % 4u);
+                ws[base + e] = f16(pr.x);
+                ws[base + e + 1u] = f16(pr.y);
             }
         }
         // Tokens: token t, vec4 q of its sixteen, tn / 8 times.
@@ -94,9 +112,16 @@ fn tile(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, sg: u32) {
             if (n0 + t < p.n && k0 + 4u * q < p.k) {
                 v = x[(n0 + t) * k4 + k0 / 4u + q];
             }
-            for (var e = 0u; e < 4u; e++) {
-                xs[t * S + 4u * q + e] = f16(v[e]);
-            }
+            // Odd tokens store their second pair first: two tokens × sixteen vec4s then meet
+            // each bank once a store.
+            let odd = (t % 2u) == 1u;
+            let e0 = select(0u, 2u, odd);
+            let first = select(v.xy, v.zw, odd);
+            let second = select(v.zw, v.xy, odd);
+            xs[t * S + 4u * q + e0] = f16(first.x);
+            xs[t * S + 4u * q + e0 + 1u] = f16(first.y);
+            xs[t * S + 4u * q + 2u - e0] = f16(second.x);
+            xs[t * S + 4u * q + 3u - e0] = f16(second.y);
         }
         if (ACT_S) {
             let i = lid % 64u;

@@ -180,8 +180,8 @@ pub fn mma_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u64 
 /// per subgroup and 64-element step as `mma_l1_wavefronts` counts CUDA's: a weight load of
 /// the subgroup touches four rows (four wavefronts), and the WGSL readers load about as many
 /// words a chunk as the CUDA ones (`i8w_loads`); each chunk's eight halves are stored one by
-/// one, four rows × eight chunks at a row stride of 36 words meeting four to a bank; a token
-/// load touches two tokens' four lines, its four half stores two to a bank; each 16 × 16
+/// one, the four rows' pairs in rotated order so no two lanes meet in a bank; a token load
+/// touches two tokens' four lines, its four half stores likewise one wavefront each; each 16 × 16
 /// operand load takes four (512 bytes), two A and two B per 16 elements of k in the 64-token
 /// tiles, one A and two B in the 32-token ones. (q4_1 / q5_1's offsets and corrections, a few
 /// loads a block, are left out.)
@@ -190,8 +190,8 @@ pub fn coop16_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u
     const TK: u64 = 64;
     let wl = COOP_TILE as u64 * 8 / COOP_THREADS as u64; // chunks an invocation loads a step
     let xl = cols * 16 / COOP_THREADS as u64; // vec4s of tokens likewise
-    let weights = wl * i8w_loads(q) * 4 + wl * 8 * 4;
-    let tokens = xl * 4 + xl * 4 * 2;
+    let weights = wl * i8w_loads(q) * 4 + wl * 8;
+    let tokens = xl * 4 + xl * 4;
     let operands = TK / 16 * if cols >= COOP_TILE as u64 { 4 } else { 3 } * 4;
     let subgroups = COOP_THREADS as u64 / 32;
     let tiles = rows.div_ceil(COOP_TILE as u64) * n.div_ceil(cols);

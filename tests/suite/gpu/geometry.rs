@@ -282,16 +282,16 @@ fn prefill_tiles_are_priced_on_the_units_they_take() {
     let l1_us = 32.0 * 8.0 * 32.0 * 8.0 * 248.0 / (h200.l1_gwavefronts.unwrap() * 1e3);
     assert!(l.est_us >= l1_us, "{} µs under the L1's {l1_us} µs", l.est_us);
     // wgpu's f16 tiles likewise: 64 × 64 tiles, 64 steps of 64, four subgroups, each subgroup
-    // and step 368: weight loads 4 chunks × 5 loads × 4 rows = 80 and their half stores
-    // 4 × 8 × 4 = 128, token loads 8 × 4 = 32 and stores 8 × 4 × 2 = 64, operands 4 × 4 × 4.
+    // and step 240: weight loads 4 chunks × 5 loads × 4 rows = 80 and their half stores
+    // 4 × 8 = 32, token loads 8 × 4 = 32 and stores 8 × 4 = 32, operands 4 × 4 × 4.
     let p = plan(&path, 512, GpuBackend::Wgpu, &h200);
     let l = p
         .launches
         .iter()
         .find(|l| l.node == "blk.0.attn_out" && l.kernel.starts_with("matmul"))
         .unwrap();
-    assert_eq!(l.l1_wavefronts, Some(64 * 8 * 64 * 4 * 368), "{}", l.kernel);
-    let l1_us = 64.0 * 8.0 * 64.0 * 4.0 * 368.0 / (h200.l1_gwavefronts.unwrap() * 1e3);
+    assert_eq!(l.l1_wavefronts, Some(64 * 8 * 64 * 4 * 240), "{}", l.kernel);
+    let l1_us = 64.0 * 8.0 * 64.0 * 4.0 * 240.0 / (h200.l1_gwavefronts.unwrap() * 1e3);
     assert!(l.est_us >= l1_us, "{} µs under the L1's {l1_us} µs", l.est_us);
     // Not modelled elsewhere: the decode matvecs.
     for b in [GpuBackend::Wgpu, GpuBackend::Cuda] {
