@@ -61,6 +61,23 @@ def llama_batched(path):
     return out
 
 
+def per_op_table(title, plan, measured):
+    """`plan`'s predicted time per op beside each backend's `measured` {op: µs}, busiest first."""
+    pred = {}
+    for l in plan["launches"]:
+        pred[l["op"]] = pred.get(l["op"], 0.0) + l["est_us"]
+    ops = sorted(set(pred) | {o for p in measured.values() for o in p},
+                 key=lambda o: -max([pred.get(o, 0)] + [p.get(o, 0) for p in measured.values()]))
+    bs = [b for b in ("cuda", "wgpu") if b in measured]
+    print(f"\n### {title} — plan ({plan['device']}) vs measured\n")
+    print("| op | plan | " + " | ".join(bs) + " |")
+    print("|---|---:|" + "---:|" * len(bs))
+    for o in ops:
+        print(f"| {o} | {fmt(pred.get(o))} | " + " | ".join(fmt(measured[b].get(o)) for b in bs) + " |")
+    tot = [sum(measured[b].values()) for b in bs]
+    print(f"| total | {fmt(plan['est_us_total'])} | " + " | ".join(fmt(t) for t in tot) + " |")
+
+
 def main():
     out = sys.argv[1]
     names = sorted({re.sub(r"^bench-[a-z]+-", "", os.path.basename(p))[:-5]
@@ -77,19 +94,7 @@ def main():
                 if r["n_gen"] > 0 and not r.get("n_depth") and r.get("profile"):
                     profiles[b] = {o["op"]: o["us_per_token"] for o in r["profile"]["ops"]}
         if plan1 and profiles:
-            pred = {}
-            for l in plan1["launches"]:
-                pred[l["op"]] = pred.get(l["op"], 0.0) + l["est_us"]
-            ops = sorted(set(pred) | {o for p in profiles.values() for o in p},
-                         key=lambda o: -max([pred.get(o, 0)] + [p.get(o, 0) for p in profiles.values()]))
-            bs = [b for b in ("cuda", "wgpu") if b in profiles]
-            print(f"\n### {name}: decode per op, µs per token — plan ({plan1['device']}) vs measured\n")
-            print("| op | plan | " + " | ".join(bs) + " |")
-            print("|---|---:|" + "---:|" * len(bs))
-            for o in ops:
-                print(f"| {o} | {fmt(pred.get(o))} | " + " | ".join(fmt(profiles[b].get(o)) for b in bs) + " |")
-            tot = [sum(profiles[b].values()) for b in bs]
-            print(f"| total | {fmt(plan1['est_us_total'])} | " + " | ".join(fmt(t) for t in tot) + " |")
+            per_op_table(f"{name}: decode per op, µs per token", plan1, profiles)
         # 1b. a prompt's step per op (pp at depth 0) beside plan's prediction for a step of that
         # many tokens: where the prefill tiles' model (their L1 term) meets the device.
         steps, n_pp = {}, None
@@ -100,19 +105,7 @@ def main():
                     n_pp = r["n_prompt"]
         plan_pp = load(f"{out}/plan-{name}-{n_pp}.json") if n_pp else None
         if plan_pp and steps:
-            pred = {}
-            for l in plan_pp["launches"]:
-                pred[l["op"]] = pred.get(l["op"], 0.0) + l["est_us"]
-            ops = sorted(set(pred) | {o for p in steps.values() for o in p},
-                         key=lambda o: -max([pred.get(o, 0)] + [p.get(o, 0) for p in steps.values()]))
-            bs = [b for b in ("cuda", "wgpu") if b in steps]
-            print(f"\n### {name}: a {n_pp}-token prompt step per op, µs — plan ({plan_pp['device']}) vs measured\n")
-            print("| op | plan | " + " | ".join(bs) + " |")
-            print("|---|---:|" + "---:|" * len(bs))
-            for o in ops:
-                print(f"| {o} | {fmt(pred.get(o))} | " + " | ".join(fmt(steps[b].get(o)) for b in bs) + " |")
-            tot = [sum(steps[b].values()) for b in bs]
-            print(f"| total | {fmt(plan_pp['est_us_total'])} | " + " | ".join(fmt(t) for t in tot) + " |")
+            per_op_table(f"{name}: a {n_pp}-token prompt step per op, µs", plan_pp, steps)
         # 2. rows of the last table.
         tests = []
         for recs in list(bench.values()) + [llama]:

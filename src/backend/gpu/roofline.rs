@@ -231,11 +231,17 @@ fn planned(
     };
     // The matrix tiles' loads and fragment reads through the L1, where the profile rates it:
     // CUDA's integer ones, wgpu's f16 ones (their width off the grid, as the tile reads it).
-    let (p, q) = (MatmulParams::from_words(&l.params), v.qtype.unwrap_or(QType::F32));
-    let (k, rows, n) = (p.k as u64, p.rows as u64, p.n as u64);
+    let matmul = || {
+        let p = MatmulParams::from_words(&l.params);
+        (v.qtype.unwrap_or(QType::F32), p.k as u64, p.rows as u64, p.n as u64)
+    };
     let l1_wavefronts = match (tensor, coop) {
-        (Some(m), _) if v.kernel == Kernel::Matmul => Some(mma_l1_wavefronts(q, k, rows, n, m.size as u64)),
+        (Some(m), _) if v.kernel == Kernel::Matmul => {
+            let (q, k, rows, n) = matmul();
+            Some(mma_l1_wavefronts(q, k, rows, n, m.size as u64))
+        }
         (None, Some(g)) => {
+            let (q, k, rows, n) = matmul();
             let cols = n.div_ceil(g[1].max(1) as u64).next_power_of_two();
             Some(coop16_l1_wavefronts(q, k, rows, n, cols))
         }
