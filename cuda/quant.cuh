@@ -6,8 +6,10 @@
 //   dq1(w, i)       element i of `w` (float types only: norm weights, biases)
 // `w` is a raw GGUF weight: one part's rows back to back, its start at least 16-byte aligned.
 // Blocks sit at multiples of QB from that start, so each field's alignment is known per type and
-// every load is the widest one that alignment allows (16-bit fields always sit at even offsets; mxfp4's
-// 17-byte blocks are read a byte at a time). No load touches a byte outside the block it decodes.
+// every load is the widest one that alignment allows (16-bit fields always sit at even offsets).
+// Eight quant bytes at an offset that isn't a multiple of 8 come from the two aligned words around
+// them (ld_u64_1), which may reach into the neighbouring block or the padding after the weight;
+// every other load stays inside the block it decodes.
 // q8_1 and q8_K are activation formats that no kernel reads as weights; their dq8 is here for
 // completeness.
 //
@@ -58,6 +60,20 @@
 // 8 bytes at b, b % 8 == 0, as two little-endian u32.
 [[maybe_unused]] static __device__ __forceinline__ u2 ld_u64_8(const u8* __restrict__ w, u32 b) {
     return *reinterpret_cast<const u2*>(w + b);
+}
+
+// 8 bytes at any b, as two little-endian u32: the two aligned 8-byte words around them (two loads
+// where ld_u32_2 takes four and ld_u32_1 eight), shifted together. The words reach at most 7
+// bytes before b, never before the 16-byte-aligned start of `w`, and at most 8 past b + 8,
+// inside the zeroed bytes after every weight (CUDA_PAD).
+[[maybe_unused]] static __device__ __forceinline__ u2 ld_u64_1(const u8* __restrict__ w, u32 b) {
+    const unsigned long long at = reinterpret_cast<unsigned long long>(w + b);
+    const u2* __restrict__ p = reinterpret_cast<const u2*>(at & ~7ull);
+    const u2 lo = p[0], hi = p[1];
+    const u32 o = (u32)at & 7u, sh = 8 * (o & 3u);
+    const bool up = o >= 4;
+    const u32 a = up ? lo.y : lo.x, m = up ? hi.x : lo.y, c = up ? hi.y : hi.x;
+    return u2{__funnelshift_r(a, m, sh), __funnelshift_r(m, c, sh)};
 }
 
 // 16 bytes at b, b % 16 == 0, as four little-endian u32.
@@ -124,8 +140,9 @@ struct qt_q4_0 {
         const float d = ld_f16(w, b);
         const u32 o = b + 2 + (c & 1) * 8;
         const u32 sh = (c >> 1) * 4;
-        const u32 q0 = (ld_u32_2(w, o) >> sh) & 0x0f0f0f0fu;
-        const u32 q1 = (ld_u32_2(w, o + 4) >> sh) & 0x0f0f0f0fu;
+        const u2 v = ld_u64_1(w, o);
+        const u32 q0 = (v.x >> sh) & 0x0f0f0f0fu;
+        const u32 q1 = (v.y >> sh) & 0x0f0f0f0fu;
         return f4x2{scale4(u8x4<8>(q0), d), scale4(u8x4<8>(q1), d)};
     }
 };
@@ -158,8 +175,9 @@ struct qt_q5_0 {
         const u2 h = q5_high(ld_u32_2(w, b + 2), c);
         const u32 o = b + 6 + (c & 1) * 8;
         const u32 sh = (c >> 1) * 4;
-        const u32 q0 = ((ld_u32_2(w, o) >> sh) & 0x0f0f0f0fu) | h.x;
-        const u32 q1 = ((ld_u32_2(w, o + 4) >> sh) & 0x0f0f0f0fu) | h.y;
+        const u2 v = ld_u64_1(w, o);
+        const u32 q0 = ((v.x >> sh) & 0x0f0f0f0fu) | h.x;
+        const u32 q1 = ((v.y >> sh) & 0x0f0f0f0fu) | h.y;
         return f4x2{scale4(u8x4<16>(q0), d), scale4(u8x4<16>(q1), d)};
     }
 };
@@ -185,7 +203,8 @@ struct qt_q8_0 {
     static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
         const float d = ld_f16(w, b);
         const u32 o = b + 2 + c * 8;
-        return f4x2{scale4(i8x4(ld_u32_2(w, o)), d), scale4(i8x4(ld_u32_2(w, o + 4)), d)};
+        const u2 v = ld_u64_1(w, o);
+        return f4x2{scale4(i8x4(v.x), d), scale4(i8x4(v.y), d)};
     }
 };
 
@@ -217,7 +236,8 @@ struct qt_iq4_nl {
         const float d = ld_f16(w, b);
         const u32 o = b + 2 + (c & 1) * 8;
         const u32 sh = (c >> 1) * 4;
-        return f4x2{kv4(ld_u32_2(w, o) >> sh, d), kv4(ld_u32_2(w, o + 4) >> sh, d)};
+        const u2 v = ld_u64_1(w, o);
+        return f4x2{kv4(v.x >> sh, d), kv4(v.y >> sh, d)};
     }
 };
 
@@ -243,7 +263,8 @@ struct qt_mxfp4 {
         const float d = e8m0_half(ld_u8(w, b));
         const u32 o = b + 1 + (c & 1) * 8;
         const u32 sh = (c >> 1) * 4;
-        return f4x2{kv4(ld_u32_1(w, o) >> sh, d), kv4(ld_u32_1(w, o + 4) >> sh, d)};
+        const u2 v = ld_u64_1(w, o);
+        return f4x2{kv4(v.x >> sh, d), kv4(v.y >> sh, d)};
     }
 };
 
@@ -290,22 +311,32 @@ struct qt_q3_K {
         const u32 s = 2 * k;
         const u32 m = 4 * h + k;
         // low | hbit << 2, minus 4 below: low − 4 + 4·hbit
-        const u32 q0 = ((ld_u32_2(w, o) >> s) & 0x03030303u) | (((ld_u32_2(w, b + l0) >> m) & 0x01010101u) << 2);
-        const u32 q1 = ((ld_u32_2(w, o + 4) >> s) & 0x03030303u) | (((ld_u32_2(w, b + l0 + 4) >> m) & 0x01010101u) << 2);
+        const u2 v = ld_u64_1(w, o), hm = ld_u64_1(w, b + l0);
+        const u32 q0 = ((v.x >> s) & 0x03030303u) | (((hm.x >> m) & 0x01010101u) << 2);
+        const u32 q1 = ((v.y >> s) & 0x03030303u) | (((hm.y >> m) & 0x01010101u) << 2);
         return f4x2{scale4(u8x4<4>(q0), dl), scale4(u8x4<4>(q1), dl)};
     }
 };
 
-// (scale, min) of group j (0..8) from the 12 bytes at s. ggml: get_scale_min_k4.
-[[maybe_unused]] static __device__ __forceinline__ f2 scale_min_k4(const u8* __restrict__ w, u32 s, u32 j) {
-    if (j < 4) {
-        return f2{u2f<0>(ld_u8(w, s + j) & 63u), u2f<0>(ld_u8(w, s + j + 4) & 63u)};
+// A q4_K / q5_K block's first 16 bytes (d, dmin and the 12 scale bytes) in one load: its
+// blocks sit at multiples of 16 (144 and 176 bytes).
+struct K4Head {
+    f2 dm;          // d, dmin
+    u32 s0, s1, s2; // scales[0..3], [4..7], [8..11]
+    static __device__ __forceinline__ K4Head at(const u8* __restrict__ w, u32 b) {
+        const u4 v = ld_u128_16(w, b);
+        return K4Head{f2{f16_to_f32(v.x & 0xffffu), f16_to_f32(v.x >> 16)}, v.y, v.z, v.w};
     }
-    const u32 b4 = ld_u8(w, s + j + 4);
-    const u32 sc = (b4 & 0xfu) | ((ld_u8(w, s + j - 4) >> 6) << 4);
-    const u32 mn = (b4 >> 4) | ((ld_u8(w, s + j) >> 6) << 4);
-    return f2{u2f<0>(sc), u2f<0>(mn)};
-}
+    // (scale, min) of group j (0..8). ggml: get_scale_min_k4.
+    __device__ __forceinline__ f2 scale_min(u32 j) const {
+        const u32 sh = 8 * (j & 3u);
+        const u32 a = (s0 >> sh) & 0xffu, m = (s1 >> sh) & 0xffu, c = (s2 >> sh) & 0xffu;
+        if (j < 4) {
+            return f2{u2f<0>(a & 63u), u2f<0>(m & 63u)};
+        }
+        return f2{u2f<0>((c & 0xfu) | ((a >> 6) << 4)), u2f<0>((c >> 4) | ((m >> 6) << 4))};
+    }
+};
 
 // q4_K, 144 bytes / 256: d f16 | dmin f16 | scales[12] (8 × 6-bit scale and min) | qs[128].
 // Element 64g + 32hi + l: nibble hi of qs[32g + l], group 2g + hi; x = d·sc·q − dmin·m.
@@ -316,9 +347,10 @@ struct qt_q4_K {
         const u32 g = c >> 3;
         const u32 hi = (c >> 2) & 1;
         const u32 l0 = (c & 3) * 8;
-        const f2 sm = scale_min_k4(w, b + 4, 2 * g + hi);
-        const float d = ld_f16(w, b) * sm.x;
-        const float m = mul_rn(ld_f16(w, b + 2), sm.y);
+        const K4Head hd = K4Head::at(w, b);
+        const f2 sm = hd.scale_min(2 * g + hi);
+        const float d = hd.dm.x * sm.x;
+        const float m = mul_rn(hd.dm.y, sm.y);
         const u2 q = ld_u64_8(w, b + 16 + 32 * g + l0);
         const u32 sh = 4 * hi;
         return f4x2{mul_sub4(u8x4<0>((q.x >> sh) & 0x0f0f0f0fu), d, m), mul_sub4(u8x4<0>((q.y >> sh) & 0x0f0f0f0fu), d, m)};
@@ -334,9 +366,10 @@ struct qt_q5_K {
         const u32 hi = (c >> 2) & 1;
         const u32 l0 = (c & 3) * 8;
         const u32 j = 2 * g + hi;
-        const f2 sm = scale_min_k4(w, b + 4, j);
-        const float d = ld_f16(w, b) * sm.x;
-        const float m = mul_rn(ld_f16(w, b + 2), sm.y);
+        const K4Head hd = K4Head::at(w, b);
+        const f2 sm = hd.scale_min(j);
+        const float d = hd.dm.x * sm.x;
+        const float m = mul_rn(hd.dm.y, sm.y);
         const u2 q = ld_u64_8(w, b + 48 + 32 * g + l0);
         const u2 qh = ld_u64_8(w, b + 16 + l0);
         const u32 sh = 4 * hi;
@@ -357,8 +390,9 @@ struct qt_q6_K {
         const u32 h = c >> 4, k = (c >> 2) & 3, l0 = (c & 3) * 8;
         const u32 ol = b + 64 * h + 32 * (k & 1) + l0, oh = b + 128 + 32 * h + l0;
         const u32 sl = 4 * (k >> 1), sh = 2 * k;
-        return u2{((ld_u32_2(w, ol) >> sl) & 0x0f0f0f0fu) | (((ld_u32_2(w, oh) >> sh) & 0x03030303u) << 4),
-                  ((ld_u32_2(w, ol + 4) >> sl) & 0x0f0f0f0fu) | (((ld_u32_2(w, oh + 4) >> sh) & 0x03030303u) << 4)};
+        const u2 l = ld_u64_1(w, ol), hb = ld_u64_1(w, oh);
+        return u2{((l.x >> sl) & 0x0f0f0f0fu) | (((hb.x >> sh) & 0x03030303u) << 4),
+                  ((l.y >> sl) & 0x0f0f0f0fu) | (((hb.y >> sh) & 0x03030303u) << 4)};
     }
     static __device__ __forceinline__ float scale(const u8* __restrict__ w, u32 b, u32 c) {
         const u32 h = c >> 4, k = (c >> 2) & 3, l0 = (c & 3) * 8;
@@ -479,7 +513,8 @@ struct i8w<qt_q4_0> {
     static constexpr bool INT8 = true;
     static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
         const u32 o = b + 2 + (c & 1) * 8, sh = (c >> 1) * 4;
-        const u2 q{offset_i8<8>((ld_u32_2(w, o) >> sh) & 0x0f0f0f0fu), offset_i8<8>((ld_u32_2(w, o + 4) >> sh) & 0x0f0f0f0fu)};
+        const u2 v = ld_u64_1(w, o);
+        const u2 q{offset_i8<8>((v.x >> sh) & 0x0f0f0f0fu), offset_i8<8>((v.y >> sh) & 0x0f0f0f0fu)};
         return QI8{q, ld_f16(w, b), 0.0f};
     }
 };
@@ -501,8 +536,8 @@ struct i8w<qt_q5_0> {
     static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
         const u2 h = q5_high(ld_u32_2(w, b + 2), c);
         const u32 o = b + 6 + (c & 1) * 8, sh = (c >> 1) * 4;
-        const u2 q{offset_i8<16>(((ld_u32_2(w, o) >> sh) & 0x0f0f0f0fu) | h.x),
-                   offset_i8<16>(((ld_u32_2(w, o + 4) >> sh) & 0x0f0f0f0fu) | h.y)};
+        const u2 v = ld_u64_1(w, o);
+        const u2 q{offset_i8<16>(((v.x >> sh) & 0x0f0f0f0fu) | h.x), offset_i8<16>(((v.y >> sh) & 0x0f0f0f0fu) | h.y)};
         return QI8{q, ld_f16(w, b), 0.0f};
     }
 };
@@ -525,7 +560,7 @@ struct i8w<qt_q8_0> {
     static constexpr bool INT8 = true;
     static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
         const u32 o = b + 2 + c * 8;
-        return QI8{u2{ld_u32_2(w, o), ld_u32_2(w, o + 4)}, ld_f16(w, b), 0.0f};
+        return QI8{ld_u64_1(w, o), ld_f16(w, b), 0.0f};
     }
 };
 
@@ -547,7 +582,8 @@ struct i8w<qt_iq4_nl> {
     static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
         typedef qt_iq4_nl T;
         const u32 o = b + 2 + (c & 1) * 8, sh = (c >> 1) * 4;
-        const u2 q{table_i8<T::LO, T::HI>(ld_u32_2(w, o) >> sh), table_i8<T::LO, T::HI>(ld_u32_2(w, o + 4) >> sh)};
+        const u2 v = ld_u64_1(w, o);
+        const u2 q{table_i8<T::LO, T::HI>(v.x >> sh), table_i8<T::LO, T::HI>(v.y >> sh)};
         return QI8{q, ld_f16(w, b), 0.0f};
     }
 };
@@ -558,7 +594,8 @@ struct i8w<qt_mxfp4> {
     static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
         typedef qt_mxfp4 T;
         const u32 o = b + 1 + (c & 1) * 8, sh = (c >> 1) * 4;
-        const u2 q{table_i8<T::LO, T::HI>(ld_u32_1(w, o) >> sh), table_i8<T::LO, T::HI>(ld_u32_1(w, o + 4) >> sh)};
+        const u2 v = ld_u64_1(w, o);
+        const u2 q{table_i8<T::LO, T::HI>(v.x >> sh), table_i8<T::LO, T::HI>(v.y >> sh)};
         return QI8{q, e8m0_half(ld_u8(w, b)), 0.0f};
     }
 };
@@ -583,9 +620,10 @@ struct i8w<qt_q3_K> {
         const u32 h = c >> 4, k = (c >> 2) & 3, l0 = (c & 3) * 8;
         const u32 o = b + 32 + 32 * h + l0, s = 2 * k, m = 4 * h + k;
         // low − 4 where the mask bit is clear: 0xfc added to a byte below 4, no carry.
-        const u32 h0 = ~(ld_u32_2(w, b + l0) >> m) & 0x01010101u;
-        const u32 h1 = ~(ld_u32_2(w, b + l0 + 4) >> m) & 0x01010101u;
-        const u2 q{((ld_u32_2(w, o) >> s) & 0x03030303u) | (h0 * 0xfcu), ((ld_u32_2(w, o + 4) >> s) & 0x03030303u) | (h1 * 0xfcu)};
+        const u2 hm = ld_u64_1(w, b + l0), v = ld_u64_1(w, o);
+        const u32 h0 = ~(hm.x >> m) & 0x01010101u;
+        const u32 h1 = ~(hm.y >> m) & 0x01010101u;
+        const u2 q{((v.x >> s) & 0x03030303u) | (h0 * 0xfcu), ((v.y >> s) & 0x03030303u) | (h1 * 0xfcu)};
         return QI8{q, ld_f16(w, b + 108) * qt_q3_K::scale(w, b + 96, 8 * h + 2 * k + l0 / 16), 0.0f};
     }
 };
@@ -595,12 +633,12 @@ struct i8w<qt_q4_K> {
     static constexpr bool INT8 = true;
     static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
         const u32 g = c >> 3, hi = (c >> 2) & 1, l0 = (c & 3) * 8;
-        const f2 sm = scale_min_k4(w, b + 4, 2 * g + hi);
+        const K4Head hd = K4Head::at(w, b);
+        const f2 sm = hd.scale_min(2 * g + hi);
         const u2 v = ld_u64_8(w, b + 16 + 32 * g + l0);
         const u32 sh = 4 * hi;
         const u2 q{(v.x >> sh) & 0x0f0f0f0fu, (v.y >> sh) & 0x0f0f0f0fu};
-        const f2 dm = ld_f16x2(w, b);
-        return QI8{q, dm.x * sm.x, -mul_rn(dm.y, sm.y)};
+        return QI8{q, hd.dm.x * sm.x, -mul_rn(hd.dm.y, sm.y)};
     }
 };
 
@@ -609,14 +647,14 @@ struct i8w<qt_q5_K> {
     static constexpr bool INT8 = true;
     static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
         const u32 g = c >> 3, hi = (c >> 2) & 1, l0 = (c & 3) * 8, j = 2 * g + hi;
-        const f2 sm = scale_min_k4(w, b + 4, j);
+        const K4Head hd = K4Head::at(w, b);
+        const f2 sm = hd.scale_min(j);
         const u2 v = ld_u64_8(w, b + 48 + 32 * g + l0);
         const u2 qh = ld_u64_8(w, b + 16 + l0);
         const u32 sh = 4 * hi;
         const u2 q{((v.x >> sh) & 0x0f0f0f0fu) | (((qh.x >> j) & 0x01010101u) << 4),
                    ((v.y >> sh) & 0x0f0f0f0fu) | (((qh.y >> j) & 0x01010101u) << 4)};
-        const f2 dm = ld_f16x2(w, b);
-        return QI8{q, dm.x * sm.x, -mul_rn(dm.y, sm.y)};
+        return QI8{q, hd.dm.x * sm.x, -mul_rn(hd.dm.y, sm.y)};
     }
 };
 

@@ -132,10 +132,25 @@ fn mma_epilogue(q: QType) -> u64 {
 }
 
 /// Global load instructions `i8w<Q>::q` issues for one 8-element chunk of weights `q`
-/// (`cuda/quant.cuh`: a 16-bit pair for an unaligned word, a byte for each scale byte, one word
-/// for a block's d and min; q4_K / q5_K counted with the three scale bytes of their upper
-/// groups).
+/// (`cuda/quant.cuh`): two aligned 8-byte words for eight quant bytes at any offset
+/// (`ld_u64_1`), one for eight at a multiple of 8, one for a block's d (and min), q4_K / q5_K's
+/// d, dmin and scales in one 16-byte load, a byte for each other scale byte.
 fn i8w_loads(q: QType) -> u64 {
+    match q {
+        QType::Q4K => 2,
+        QType::Q4_0 | QType::Q4_1 | QType::Q5_1 | QType::Q8_0 | QType::IQ4NL | QType::MXFP4 | QType::Q5K => 3,
+        QType::Q2K => 4,
+        QType::Q5_0 => 5,
+        QType::Q6K => 6,
+        QType::Q3K => 7,
+        _ => 8,
+    }
+}
+
+/// Word loads the WGSL readers (`shaders/quant/*.wgsl`'s dq8) issue for one 8-element chunk of
+/// weights `q`: a 16-bit pair for an unaligned word, a word for each scale byte, one word for a
+/// block's d and min; q4_K / q5_K counted with the three scale bytes of their upper groups.
+fn wgsl_chunk_loads(q: QType) -> u64 {
     match q {
         QType::Q4_1 | QType::Q5_1 => 3,
         QType::Q2K => 4,
@@ -178,9 +193,9 @@ pub fn mma_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u64 
 /// L1 wavefronts of the f16 cooperative-matrix matmul (`matmul_coop16.wgsl`) over `rows`
 /// weights of `q` and `n` tokens of length `k`, in tiles of 64 rows × `cols` tokens, counted
 /// per subgroup and 64-element step as `mma_l1_wavefronts` counts CUDA's: a weight load of
-/// the subgroup touches four rows (four wavefronts), and the WGSL readers load about as many
-/// words a chunk as the CUDA ones (`i8w_loads`); each chunk's eight halves are stored one by
-/// one, the four rows' pairs in rotated order so no two lanes meet in a bank; a token load
+/// the subgroup touches four rows (four wavefronts), `wgsl_chunk_loads` of them a chunk; each
+/// chunk's eight halves are stored one by one, the four rows' pairs in rotated order so no two
+/// lanes meet in a bank; a token load
 /// touches two tokens' four lines, its four half stores likewise one wavefront each; each 16 × 16
 /// operand load takes four (512 bytes), two A and two B per 16 elements of k in the 64-token
 /// tiles, one A and two B in the 32-token ones. (q4_1 / q5_1's offsets and corrections, a few
@@ -190,7 +205,7 @@ pub fn coop16_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u
     const TK: u64 = 64;
     let wl = COOP_TILE as u64 * 8 / COOP_THREADS as u64; // chunks an invocation loads a step
     let xl = cols * 16 / COOP_THREADS as u64; // vec4s of tokens likewise
-    let weights = wl * i8w_loads(q) * 4 + wl * 8;
+    let weights = wl * wgsl_chunk_loads(q) * 4 + wl * 8;
     let tokens = xl * 4 + xl * 4;
     let operands = TK / 16 * if cols >= COOP_TILE as u64 { 4 } else { 3 } * 4;
     let subgroups = COOP_THREADS as u64 / 32;
