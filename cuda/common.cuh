@@ -67,6 +67,8 @@ struct MatmulParams {
     u32 n_expert; // matmul_vec_id: experts in the weight, `rows` rows each
     u32 acc;      // 1: y += x · W (a fused residual add; y holds the residual)
     u32 bias;     // 1: y = x · W + b (a fused bias add; binding 4 holds b; not with experts)
+    u32 sk_tiles;   // matmul_mma: the last tiles, shared out in runs of steps (stream-k; 0: none)
+    u32 sk_workers; // matmul_mma: the blocks that share them, after one block per other tile
 };
 struct MatmulPackParams {
     u32 k;                 // row length (elements), every member's

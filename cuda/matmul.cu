@@ -167,6 +167,11 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
 // counter per tile in binding 6, zero between launches: that block puts it back — adds the S
 // partials in the order z = 0 .. S − 1 and stores the outputs, so the result does not depend
 // on which block finished last.
+//
+// Stream-k (sk_workers = G > 0, where the tiles would end on a part-empty round of blocks:
+// `Variant::mma_stream_k`): the grid is one row of blocks, a block for each tile but the last
+// sk_tiles, then G blocks that share those tiles' steps evenly; each tile they cut is summed
+// as a split's is, by the last of its runs to finish, over partials indexed by run.
 template <class Q, u32 TN>
 static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     constexpr u32 TM = 128;        // rows per tile
@@ -195,8 +200,6 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     const MatmulParams& prm = params<MatmulParams>(p);
     const u32 k = prm.k, m = prm.m, rows = prm.rows, row0 = prm.row0, n = prm.n;
     const u32 tid = threadIdx.x;
-    const u32 m0 = blockIdx.x * TM;
-    const u32 n0 = blockIdx.y * TN;
     const u32 warp = tid / 32, g = (tid % 32) / 4, tq = tid % 4;
     const u32 wr0 = 32 * (warp % 4); // the warp's first row in the tile
     const u32 wt0 = WN * (warp / 4); // and first token
@@ -208,9 +211,10 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     const u2* __restrict__ xq = reinterpret_cast<const u2*>(x + qw);
     const float* __restrict__ xdq = x + qw + n * k / 4;
     const float* __restrict__ xc = x + (unsigned long long)n * k; // act_s<Q>: the corrections
-    // This block's run of k: elements [kb, ke), steps of TK from the z-th of S equal runs.
-    const u32 steps = (k + TK - 1) / TK, per = (steps + gridDim.z - 1) / gridDim.z;
-    const u32 kb = min(steps, blockIdx.z * per) * TK, ke = min(k, min(steps, (blockIdx.z + 1) * per) * TK);
+    const u32 steps = (k + TK - 1) / TK, tiles_x = (rows + TM - 1) / TM;
+    // The half (of the block) whose scale chunk lane lc stores, where it stores one.
+    const bool s_lane = HALVES ? lc % 2 == 0 : lc % 4 == 0;
+    const u32 s_half = HALVES ? (lc / 2) % 2 : 0;
 
     // One thread's share of a step, from its global reads to its stores into shared memory.
     struct Loads {
@@ -221,229 +225,263 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         float d[XL];
         float xc[XL]; // act_s<Q>: the tokens' corrections
     };
-    auto load = [&](u32 k0) {
-        Loads l = {};
-        const bool in_k = k0 + 8 * lc < ke;
-        const u32 gc = k0 / 8 + lc; // the chunk's index along the row
-        MF_UNROLL
-        for (u32 i = 0; i < WL; i++) {
-            const u32 r = m0 + lr + 16 * i;
-            if (in_k && r < rows) {
-                const u8* wr = w + r * rbytes;
-                const QI8 a = i8w<Q>::q(wr, (gc / CPB) * Q::QB, gc % CPB);
-                l.w[i] = a.q, l.s[i] = a.s, l.m[i] = a.m;
-                if constexpr (ACT) {
-                    l.c[i] = act_s<Q>::m(wr, (gc * 8 / Q::QK) * Q::QB);
+    // Tile `tile` (row tiles first) over steps [kb, ke) of k: its outputs, or where `nrun` runs
+    // share the tile (a split's, stream-k's), run `run`'s partial sums, and for the last run to
+    // finish, the sum of all of them in the order of the runs.
+    __shared__ u32 last;
+    auto tile_run = [&](u32 tile, u32 kb, u32 ke, u32 run, u32 nrun) {
+        const u32 m0 = (tile % tiles_x) * TM, n0 = (tile / tiles_x) * TN;
+        auto load = [&](u32 k0) {
+            Loads l = {};
+            const bool in_k = k0 + 8 * lc < ke;
+            const u32 gc = k0 / 8 + lc; // the chunk's index along the row
+            MF_UNROLL
+            for (u32 i = 0; i < WL; i++) {
+                const u32 r = m0 + lr + 16 * i;
+                if (in_k && r < rows) {
+                    const u8* wr = w + r * rbytes;
+                    const QI8 a = i8w<Q>::q(wr, (gc / CPB) * Q::QB, gc % CPB);
+                    l.w[i] = a.q, l.s[i] = a.s, l.m[i] = a.m;
+                    if constexpr (ACT) {
+                        l.c[i] = act_s<Q>::m(wr, (gc * 8 / Q::QK) * Q::QB);
+                    }
                 }
             }
-        }
-        MF_UNROLL
-        for (u32 i = 0; i < XL; i++) {
-            const u32 t = n0 + lr + 16 * i;
-            if (in_k && t < n) {
-                l.x[i] = xq[t * (k / 8) + gc];
-                l.d[i] = xdq[t * (k / 32) + gc / 4];
-                if constexpr (ACT) {
-                    l.xc[i] = xc[t * (k / Q::QK) + gc * 8 / Q::QK];
+            MF_UNROLL
+            for (u32 i = 0; i < XL; i++) {
+                const u32 t = n0 + lr + 16 * i;
+                if (in_k && t < n) {
+                    l.x[i] = xq[t * (k / 8) + gc];
+                    l.d[i] = xdq[t * (k / 32) + gc / 4];
+                    if constexpr (ACT) {
+                        l.xc[i] = xc[t * (k / Q::QK) + gc * 8 / Q::QK];
+                    }
                 }
             }
-        }
-        return l;
-    };
-    // The half (of the block) whose scale chunk lane lc stores, where it stores one.
-    const bool s_lane = HALVES ? lc % 2 == 0 : lc % 4 == 0;
-    const u32 s_half = HALVES ? (lc / 2) % 2 : 0;
-    auto store = [&](const Loads& l) {
-        MF_UNROLL
-        for (u32 i = 0; i < WL; i++) {
-            const u32 r = lr + 16 * i;
-            *reinterpret_cast<u2*>(ws + r * LD + 2 * lc) = l.w[i];
-            if (s_lane) {
-                wsm[lb][s_half][r] = f2{l.s[i], l.m[i]};
-            }
-            if constexpr (ACT) {
-                if (lc % 4 == 0) {
-                    wmin[lb][r] = l.c[i];
-                }
-            }
-        }
-        MF_UNROLL
-        for (u32 i = 0; i < XL; i++) {
-            const u32 t = lr + 16 * i;
-            *reinterpret_cast<u2*>(xs + t * LD + 2 * lc) = l.x[i];
-            if (lc % 4 == 0) {
-                xd[lb][t] = l.d[i];
-                if constexpr (ACT) {
-                    xcor[lb][t] = l.xc[i];
-                }
-            }
-            if constexpr (MIN) {
-                const int ones = 0x01010101;
-                int sum = __dp4a(ones, (int)l.x[i].x, __dp4a(ones, (int)l.x[i].y, 0));
-                sum += __shfl_xor_sync(0xffffffffu, sum, 1); // the half's other chunk
-                if constexpr (!HALVES) {
-                    sum += __shfl_xor_sync(0xffffffffu, sum, 2); // the block's other half
-                }
+            return l;
+        };
+        auto store = [&](const Loads& l) {
+            MF_UNROLL
+            for (u32 i = 0; i < WL; i++) {
+                const u32 r = lr + 16 * i;
+                *reinterpret_cast<u2*>(ws + r * LD + 2 * lc) = l.w[i];
                 if (s_lane) {
-                    xds[lb][s_half][t] = mul_rn(l.d[i], (float)sum);
+                    wsm[lb][s_half][r] = f2{l.s[i], l.m[i]};
+                }
+                if constexpr (ACT) {
+                    if (lc % 4 == 0) {
+                        wmin[lb][r] = l.c[i];
+                    }
+                }
+            }
+            MF_UNROLL
+            for (u32 i = 0; i < XL; i++) {
+                const u32 t = lr + 16 * i;
+                *reinterpret_cast<u2*>(xs + t * LD + 2 * lc) = l.x[i];
+                if (lc % 4 == 0) {
+                    xd[lb][t] = l.d[i];
+                    if constexpr (ACT) {
+                        xcor[lb][t] = l.xc[i];
+                    }
+                }
+                if constexpr (MIN) {
+                    const int ones = 0x01010101;
+                    int sum = __dp4a(ones, (int)l.x[i].x, __dp4a(ones, (int)l.x[i].y, 0));
+                    sum += __shfl_xor_sync(0xffffffffu, sum, 1); // the half's other chunk
+                    if constexpr (!HALVES) {
+                        sum += __shfl_xor_sync(0xffffffffu, sum, 2); // the block's other half
+                    }
+                    if (s_lane) {
+                        xds[lb][s_half][t] = mul_rn(l.d[i], (float)sum);
+                    }
+                }
+            }
+        };
+
+        // acc[a][j][i]: row m0 + wr0 + 16a + g + 8 (i / 2) × token n0 + wt0 + 8j + 2tq + i % 2
+        float acc[2][NJ][4];
+        MF_UNROLL
+        for (u32 a = 0; a < 2; a++) {
+            MF_UNROLL
+            for (u32 j = 0; j < NJ; j++) {
+                MF_UNROLL
+                for (u32 i = 0; i < 4; i++) {
+                    acc[a][j][i] = 0.0f;
+                }
+            }
+        }
+        auto row_of = [&](u32 a, u32 i) { return m0 + wr0 + 16 * a + g + 8 * (i / 2); };
+        auto token_of = [&](u32 j, u32 i) { return n0 + wt0 + 8 * j + 2 * tq + i % 2; };
+        for (u32 k0 = kb; k0 < ke; k0 += TK) {
+            store(load(k0));
+            __syncthreads();
+            MF_UNROLL
+            for (u32 b = 0; b < NB; b++) {
+                if (k0 + 32 * b >= ke) {
+                    break;
+                }
+                // The lane's A fragments (rows r, r + 8 of each 16-row tile; words tq, 4 + tq of the
+                // block) and its rows' scales.
+                u32 af[2][4];
+                f2 sm[2][NH][2];
+                float cr[2][2];
+                MF_UNROLL
+                for (u32 a = 0; a < 2; a++) {
+                    const u32 r = wr0 + 16 * a + g;
+                    af[a][0] = ws[r * LD + 8 * b + tq];
+                    af[a][1] = ws[(r + 8) * LD + 8 * b + tq];
+                    af[a][2] = ws[r * LD + 8 * b + 4 + tq];
+                    af[a][3] = ws[(r + 8) * LD + 8 * b + 4 + tq];
+                    MF_UNROLL
+                    for (u32 h = 0; h < NH; h++) {
+                        sm[a][h][0] = wsm[b][h][r], sm[a][h][1] = wsm[b][h][r + 8];
+                    }
+                    if constexpr (ACT) {
+                        cr[a][0] = wmin[b][r], cr[a][1] = wmin[b][r + 8];
+                    }
+                }
+                MF_UNROLL
+                for (u32 j = 0; j < NJ; j++) {
+                    const u32 t = wt0 + 8 * j; // the 8-token block; this lane's tokens t + 2tq, + 1
+                    const u32 b0 = xs[(t + g) * LD + 8 * b + tq];
+                    const u32 b1 = xs[(t + g) * LD + 8 * b + 4 + tq];
+                    const f2 d = *reinterpret_cast<const f2*>(&xd[b][t + 2 * tq]);
+                    f2 ds[NH] = {};
+                    f2 xcr = {};
+                    MF_UNROLL
+                    for (u32 h = 0; h < NH; h++) {
+                        if constexpr (MIN) {
+                            ds[h] = *reinterpret_cast<const f2*>(&xds[b][h][t + 2 * tq]);
+                        }
+                    }
+                    if constexpr (ACT) {
+                        xcr = *reinterpret_cast<const f2*>(&xcor[b][t + 2 * tq]);
+                    }
+                    MF_UNROLL
+                    for (u32 a = 0; a < 2; a++) {
+                        int c[NH][4] = {};
+                        if constexpr (HALVES) {
+                            mma_s8(c[0], af[a][0], af[a][1], b0);
+                            mma_s8(c[NH - 1], af[a][2], af[a][3], b1);
+                        } else {
+                            mma_s8_k32(c[0], af[a], b0, b1);
+                        }
+                        MF_UNROLL
+                        for (u32 h = 0; h < NH; h++) {
+                            MF_UNROLL
+                            for (u32 i = 0; i < 4; i++) {
+                                const float dt = i % 2 ? d.y : d.x;
+                                float& o = acc[a][j][i];
+                                o = fmaf(mul_rn(sm[a][h][i / 2].x, dt), i2f_small(c[h][i]), o);
+                                if constexpr (MIN) {
+                                    o = fmaf(sm[a][h][i / 2].y, i % 2 ? ds[h].y : ds[h].x, o);
+                                }
+                            }
+                        }
+                        if constexpr (ACT) {
+                            MF_UNROLL
+                            for (u32 i = 0; i < 4; i++) {
+                                acc[a][j][i] = fmaf(cr[a][i / 2], i % 2 ? xcr.y : xcr.x, acc[a][j][i]);
+                            }
+                        }
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        if (nrun > 1) {
+            float* __restrict__ part = binding<float>(p, 5);
+            u32* __restrict__ count = binding<u32>(p, 6);
+            MF_UNROLL
+            for (u32 a = 0; a < 2; a++) {
+                MF_UNROLL
+                for (u32 j = 0; j < NJ; j++) {
+                    MF_UNROLL
+                    for (u32 i = 0; i < 4; i++) {
+                        const u32 r = row_of(a, i), t = token_of(j, i);
+                        if (r < rows && t < n) {
+                            part[((unsigned long long)run * n + t) * rows + r] = acc[a][j][i];
+                        }
+                    }
+                }
+            }
+            // Every block's partials are out before its count says so; the last reads them after.
+            __threadfence();
+            __syncthreads();
+            if (tid == 0) {
+                last = atomicAdd(count + tile, 1u) == nrun - 1;
+            }
+            __syncthreads();
+            if (!last) {
+                return;
+            }
+            __threadfence();
+            MF_UNROLL
+            for (u32 a = 0; a < 2; a++) {
+                MF_UNROLL
+                for (u32 j = 0; j < NJ; j++) {
+                    MF_UNROLL
+                    for (u32 i = 0; i < 4; i++) {
+                        const u32 r = row_of(a, i), t = token_of(j, i);
+                        if (r < rows && t < n) {
+                            float sum = 0.0f;
+                            for (u32 z = 0; z < nrun; z++) {
+                                sum += __ldcg(part + ((unsigned long long)z * n + t) * rows + r);
+                            }
+                            acc[a][j][i] = sum;
+                        }
+                    }
+                }
+            }
+            if (tid == 0) {
+                count[tile] = 0;
+            }
+        }
+        MF_UNROLL
+        for (u32 a = 0; a < 2; a++) {
+            MF_UNROLL
+            for (u32 j = 0; j < NJ; j++) {
+                MF_UNROLL
+                for (u32 i = 0; i < 4; i++) {
+                    const u32 r = row_of(a, i), t = token_of(j, i);
+                    if (r < rows && t < n) {
+                        store_y(p, y + t * m + row0 + r, acc[a][j][i], row0 + r);
+                    }
                 }
             }
         }
     };
 
-    // acc[a][j][i]: row m0 + wr0 + 16a + g + 8 (i / 2) × token n0 + wt0 + 8j + 2tq + i % 2
-    float acc[2][NJ][4];
-    MF_UNROLL
-    for (u32 a = 0; a < 2; a++) {
-        MF_UNROLL
-        for (u32 j = 0; j < NJ; j++) {
-            MF_UNROLL
-            for (u32 i = 0; i < 4; i++) {
-                acc[a][j][i] = 0.0f;
-            }
+    // The block's runs, one call of tile_run (inlined once) each. Without stream-k: one, the
+    // z-th of gridDim.z equal runs of k (the last shorter) of tile (x, y). With it: a block for
+    // each of the first tiles, then sk_workers blocks that share the last sk_tiles tiles'
+    // I = sk_tiles · steps steps: block w takes steps [w·I/G, (w + 1)·I/G) of them, tile by
+    // tile, as runs of the tiles it crosses; a tile's runs belong to the blocks whose shares
+    // hold its first and last step and every block between.
+    // (The host keeps I · G within 32 bits.)
+    const u32 dp = prm.sk_workers ? tiles_x * ((n + TN - 1) / TN) - prm.sk_tiles : 0;
+    const bool sk = prm.sk_workers != 0 && blockIdx.x >= dp;
+    const u32 I = prm.sk_tiles * steps, G = prm.sk_workers, wk = blockIdx.x - dp;
+    auto owner = [&](u32 j) { return ((j + 1) * G + I - 1) / I - 1; }; // the block holding step j
+    u32 i = sk ? wk * I / G : 0;
+    const u32 e = sk ? (wk + 1) * I / G : 1;
+    while (i < e) {
+        u32 tile, kb, ke, run, nrun, took = 1;
+        if (sk) {
+            const u32 t = i / steps, s0 = i % steps, s1 = min(steps, s0 + (e - i));
+            const u32 w0 = owner(t * steps);
+            tile = dp + t, kb = s0 * TK, ke = min(k, s1 * TK);
+            run = wk - w0, nrun = owner(t * steps + steps - 1) - w0 + 1, took = s1 - s0;
+        } else if (prm.sk_workers) {
+            tile = blockIdx.x, kb = 0, ke = k, run = 0, nrun = 1;
+        } else {
+            const u32 per = (steps + gridDim.z - 1) / gridDim.z;
+            tile = blockIdx.y * tiles_x + blockIdx.x;
+            kb = min(steps, blockIdx.z * per) * TK, ke = min(k, min(steps, (blockIdx.z + 1) * per) * TK);
+            run = blockIdx.z, nrun = gridDim.z;
         }
-    }
-    auto row_of = [&](u32 a, u32 i) { return m0 + wr0 + 16 * a + g + 8 * (i / 2); };
-    auto token_of = [&](u32 j, u32 i) { return n0 + wt0 + 8 * j + 2 * tq + i % 2; };
-    for (u32 k0 = kb; k0 < ke; k0 += TK) {
-        store(load(k0));
-        __syncthreads();
-        MF_UNROLL
-        for (u32 b = 0; b < NB; b++) {
-            if (k0 + 32 * b >= ke) {
-                break;
-            }
-            // The lane's A fragments (rows r, r + 8 of each 16-row tile; words tq, 4 + tq of the
-            // block) and its rows' scales.
-            u32 af[2][4];
-            f2 sm[2][NH][2];
-            float cr[2][2];
-            MF_UNROLL
-            for (u32 a = 0; a < 2; a++) {
-                const u32 r = wr0 + 16 * a + g;
-                af[a][0] = ws[r * LD + 8 * b + tq];
-                af[a][1] = ws[(r + 8) * LD + 8 * b + tq];
-                af[a][2] = ws[r * LD + 8 * b + 4 + tq];
-                af[a][3] = ws[(r + 8) * LD + 8 * b + 4 + tq];
-                MF_UNROLL
-                for (u32 h = 0; h < NH; h++) {
-                    sm[a][h][0] = wsm[b][h][r], sm[a][h][1] = wsm[b][h][r + 8];
-                }
-                if constexpr (ACT) {
-                    cr[a][0] = wmin[b][r], cr[a][1] = wmin[b][r + 8];
-                }
-            }
-            MF_UNROLL
-            for (u32 j = 0; j < NJ; j++) {
-                const u32 t = wt0 + 8 * j; // the 8-token block; this lane's tokens t + 2tq, + 1
-                const u32 b0 = xs[(t + g) * LD + 8 * b + tq];
-                const u32 b1 = xs[(t + g) * LD + 8 * b + 4 + tq];
-                const f2 d = *reinterpret_cast<const f2*>(&xd[b][t + 2 * tq]);
-                f2 ds[NH] = {};
-                f2 xcr = {};
-                MF_UNROLL
-                for (u32 h = 0; h < NH; h++) {
-                    if constexpr (MIN) {
-                        ds[h] = *reinterpret_cast<const f2*>(&xds[b][h][t + 2 * tq]);
-                    }
-                }
-                if constexpr (ACT) {
-                    xcr = *reinterpret_cast<const f2*>(&xcor[b][t + 2 * tq]);
-                }
-                MF_UNROLL
-                for (u32 a = 0; a < 2; a++) {
-                    int c[NH][4] = {};
-                    if constexpr (HALVES) {
-                        mma_s8(c[0], af[a][0], af[a][1], b0);
-                        mma_s8(c[NH - 1], af[a][2], af[a][3], b1);
-                    } else {
-                        mma_s8_k32(c[0], af[a], b0, b1);
-                    }
-                    MF_UNROLL
-                    for (u32 h = 0; h < NH; h++) {
-                        MF_UNROLL
-                        for (u32 i = 0; i < 4; i++) {
-                            const float dt = i % 2 ? d.y : d.x;
-                            float& o = acc[a][j][i];
-                            o = fmaf(mul_rn(sm[a][h][i / 2].x, dt), i2f_small(c[h][i]), o);
-                            if constexpr (MIN) {
-                                o = fmaf(sm[a][h][i / 2].y, i % 2 ? ds[h].y : ds[h].x, o);
-                            }
-                        }
-                    }
-                    if constexpr (ACT) {
-                        MF_UNROLL
-                        for (u32 i = 0; i < 4; i++) {
-                            acc[a][j][i] = fmaf(cr[a][i / 2], i % 2 ? xcr.y : xcr.x, acc[a][j][i]);
-                        }
-                    }
-                }
-            }
-        }
-        __syncthreads();
-    }
-    if (gridDim.z > 1) {
-        float* __restrict__ part = binding<float>(p, 5);
-        u32* __restrict__ count = binding<u32>(p, 6);
-        const u32 tile = blockIdx.y * gridDim.x + blockIdx.x;
-        __shared__ u32 last;
-        MF_UNROLL
-        for (u32 a = 0; a < 2; a++) {
-            MF_UNROLL
-            for (u32 j = 0; j < NJ; j++) {
-                MF_UNROLL
-                for (u32 i = 0; i < 4; i++) {
-                    const u32 r = row_of(a, i), t = token_of(j, i);
-                    if (r < rows && t < n) {
-                        part[((unsigned long long)blockIdx.z * n + t) * rows + r] = acc[a][j][i];
-                    }
-                }
-            }
-        }
-        // Every block's partials are out before its count says so; the last reads them after.
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) {
-            last = atomicAdd(count + tile, 1u) == gridDim.z - 1;
-        }
-        __syncthreads();
-        if (!last) {
-            return;
-        }
-        __threadfence();
-        MF_UNROLL
-        for (u32 a = 0; a < 2; a++) {
-            MF_UNROLL
-            for (u32 j = 0; j < NJ; j++) {
-                MF_UNROLL
-                for (u32 i = 0; i < 4; i++) {
-                    const u32 r = row_of(a, i), t = token_of(j, i);
-                    if (r < rows && t < n) {
-                        float sum = 0.0f;
-                        for (u32 z = 0; z < gridDim.z; z++) {
-                            sum += __ldcg(part + ((unsigned long long)z * n + t) * rows + r);
-                        }
-                        acc[a][j][i] = sum;
-                    }
-                }
-            }
-        }
-        if (tid == 0) {
-            count[tile] = 0;
-        }
-    }
-    MF_UNROLL
-    for (u32 a = 0; a < 2; a++) {
-        MF_UNROLL
-        for (u32 j = 0; j < NJ; j++) {
-            MF_UNROLL
-            for (u32 i = 0; i < 4; i++) {
-                const u32 r = row_of(a, i), t = token_of(j, i);
-                if (r < rows && t < n) {
-                    store_y(p, y + t * m + row0 + r, acc[a][j][i], row0 + r);
-                }
-            }
-        }
+        tile_run(tile, kb, ke, run, nrun);
+        i += took;
     }
 }
 

@@ -14,6 +14,8 @@ struct Params {
     n_expert: u32, // experts: how many
     acc: u32,      // 1: y += x · W (a fused residual add; y holds the residual)
     bias: u32,     // 1: y = x · W + b (a fused bias add)
+    sk_tiles: u32,   // CUDA's tensor-core tiles only (stream-k); 0 here
+    sk_workers: u32, // likewise
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

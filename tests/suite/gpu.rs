@@ -465,7 +465,9 @@ fn matmul_and_get_rows_every_qtype() {
 /// ever for the narrowest tiles: a wider one is taken only where its tiles reach every SM): 520
 /// rows (four whole 128-row tiles and 8 rows of a fifth) against 9, 130 and 200 tokens, which on
 /// the emulation's 16 SMs take tiles 16, 32 and 64 tokens wide, the 16-wide ones also split into
-/// runs of unequal length (asserted, so every path stays covered), with k a partial step (96),
+/// runs of unequal length, and 520 tokens, whose 45 tiles on 32 places leave 13 for stream-k
+/// (`mma_stream_k`) to share out, some of them cut into three runs or more (each asserted, so
+/// every path stays covered), with k a partial step (96),
 /// whole steps (256, 1024) and whole steps and a block (1,056); for
 /// the formats that take the tile's different paths: q4_0 (one scale a step), q4_1 (offsets and
 /// the q8_1 correction), q2_K (16-element scales and offsets), q4_K (offsets), q6_K (16-element
@@ -477,12 +479,13 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
     if gs.is_empty() {
         return;
     }
-    let (m, tokens, sms) = (520usize, [9usize, 130, 200], 16);
+    let (m, tokens, sms) = (520usize, [9usize, 130, 200, 520], 16);
     assert_ne!(m % MMA_ROWS as usize, 0, "a partial row tile");
     #[cfg(feature = "cuda")]
     assert_eq!(minfer::testing::cuda::emu::EMULATED_SHAPE.sms, sms);
     let cpu = cpu();
     let mut paths = std::collections::BTreeSet::new();
+    let mut stream_k = 0; // the most runs a stream-k tile was cut into
     for q in [QType::Q4_0, QType::Q4_1, QType::Q2K, QType::Q4K, QType::Q6K] {
         let ks = if q.block_elems() == 256 {
             [256, 1024]
@@ -505,6 +508,9 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
                 let steps = (k as u32).div_ceil(MMA_STEP);
                 let uneven = !steps.is_multiple_of(steps.div_ceil(grid[2]));
                 paths.insert((cols, grid[2] > 1, uneven));
+                if MatmulParams::from_words(&launch.params).sk_workers > 0 {
+                    stream_k = stream_k.max(Variant::mma_runs(&launch));
+                }
                 let inp = tensor("inp", QType::F32, k, n, 5 + n as u64, 1.0);
                 let mdl = model(hparams(m.max(n), 1, 1, 64), vec![w.clone(), inp]);
                 let g = matmul_graph(k, m, n);
@@ -514,9 +520,9 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
                     let e = nmse(&run_at(b.backend.as_ref(), &mdl, &g, &ids, 0), &want);
                     assert!(
                         e <= 1e-9,
-                        "{}: matmul/{q} {m} rows × {n} tokens, k {k} ({cols} wide, {} runs): NMSE {e:.2e} against the CPU",
+                        "{}: matmul/{q} {m} rows × {n} tokens, k {k} ({cols} wide, grid {grid:?}, at most {} runs a tile): NMSE {e:.2e} against the CPU",
                         b.label,
-                        grid[2]
+                        Variant::mma_runs(&launch)
                     );
                 }
             }
@@ -532,6 +538,10 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
         paths.contains(&(MMA_COLS[0], true, true)),
         "{} wide split unevenly: not covered ({paths:?})",
         MMA_COLS[0]
+    );
+    assert!(
+        stream_k >= 3,
+        "stream-k tiles of three runs or more: not covered (at most {stream_k})"
     );
 }
 

@@ -192,6 +192,44 @@ impl Variant {
         steps.div_ceil(steps.div_ceil(splits).max(1)).max(1)
     }
 
+    /// Stream-k for `tiles` tensor-core tiles of a `k`-long matmul on `sms` SMs that don't split
+    /// k (`mma_splits` 1): the tiles past the last whole round of `MMA_SPLIT_BLOCKS_PER_SM` blocks
+    /// an SM, as (those tiles, the blocks that share their steps evenly), where a share is at
+    /// most three quarters of a tile: those tiles would otherwise take a round to themselves
+    /// (the FFN's 688 tiles of a 7B model at 512 tokens on an H200's 264 places: 160 of them
+    /// in a third round, 0.6 of a round's work). None where the last round is near full or a
+    /// tile is too short to cut.
+    pub fn mma_stream_k(tiles: u32, k: u32, sms: u32) -> Option<(u32, u32)> {
+        let places = MMA_SPLIT_BLOCKS_PER_SM * sms;
+        let (rest, steps) = (tiles % places, k.div_ceil(MMA_STEP));
+        if tiles < sms || rest == 0 {
+            return None;
+        }
+        let work = rest as u64 * steps as u64;
+        let share = work.div_ceil(places as u64);
+        // The kernel counts steps × blocks in 32 bits.
+        let fits = work * places as u64 <= u32::MAX as u64;
+        (fits && 4 * share <= 3 * steps as u64).then(|| (rest, places.min(work as u32)))
+    }
+
+    /// The most runs any tile of tensor-core matmul launch `m` is cut into: the split's runs, or
+    /// stream-k's blocks that share a tile (`cuda/matmul.cu`; its partial sums take that many
+    /// slots of n × rows).
+    pub fn mma_runs(m: &MmaLaunch) -> u32 {
+        use super::params::{KernelParams, MatmulParams};
+        let p = MatmulParams::from_words(&m.params);
+        if p.sk_workers == 0 {
+            return m.grid[2];
+        }
+        let steps = p.k.div_ceil(MMA_STEP) as u64;
+        let (work, g) = (p.sk_tiles as u64 * steps, p.sk_workers as u64);
+        let owner = |j: u64| ((j + 1) * g).div_ceil(work) - 1;
+        (0..p.sk_tiles as u64)
+            .map(|t| owner(t * steps + steps - 1) - owner(t * steps) + 1)
+            .max()
+            .unwrap_or(1) as u32
+    }
+
     /// Threads per block of the variant's tensor-core entries: the matmul's eight warps
     /// (`table::MMA_MATMUL_THREADS`), the attention's four (`table::MMA_THREADS`).
     pub fn mma_threads(&self) -> u32 {
@@ -203,7 +241,8 @@ impl Variant {
 
     /// The launch with parameters `params` on grid `groups` (the schedule's) as a tensor-core
     /// entry on a device of `sms` SMs, where the variant has one that suits it: the matmul's
-    /// tiles of `MMA_ROWS` rows × `mma_cols` tokens with k split by `mma_splits` (grid z); the
+    /// tiles of `MMA_ROWS` rows × `mma_cols` tokens with k split by `mma_splits` (grid z), or
+    /// the last of them shared out by `mma_stream_k` (a grid of one row); the
     /// attention's tiles of `mma_attention_rows` (`tq` rewritten to the tokens that make them,
     /// a power of two so a tile never crosses a launch of `ATTN_TOKENS`) where head_dim =
     /// head_dim_v is a size it has.
@@ -215,15 +254,24 @@ impl Variant {
         let threads = self.mma_threads();
         match self.kernel {
             Kernel::Matmul => {
-                let p = MatmulParams::from_words(params);
+                let mut p = MatmulParams::from_words(params);
                 let cols = Variant::mma_cols(p.n, p.rows, sms);
                 let tiles = [p.rows.div_ceil(MMA_ROWS), p.n.div_ceil(cols)];
-                let splits = Variant::mma_splits(tiles[0] * tiles[1], p.k, sms);
+                let all = tiles[0] * tiles[1];
+                let splits = Variant::mma_splits(all, p.k, sms);
+                let stream_k = (splits == 1).then(|| Variant::mma_stream_k(all, p.k, sms)).flatten();
+                let grid = match stream_k {
+                    Some((sk_tiles, workers)) => {
+                        (p.sk_tiles, p.sk_workers) = (sk_tiles, workers);
+                        [all - sk_tiles + workers, 1, 1]
+                    }
+                    None => [tiles[0], tiles[1], splits],
+                };
                 Some(MmaLaunch {
                     size: cols,
-                    grid: [tiles[0], tiles[1], splits],
+                    grid,
                     threads,
-                    params: *params,
+                    params: p.words(),
                 })
             }
             _ => {
@@ -703,6 +751,79 @@ mod tests {
             sizes_take_whole_tiles(Variant::with_kv(Kernel::AttentionTile, kv), sizes);
         }
         assert!(!Variant::with_kv(Kernel::AttentionTile, KvType::F32).has_mma());
+    }
+
+    /// Stream-k takes the tiles past the last whole round where their share is at most three
+    /// quarters of a tile, and its blocks, cutting as `cuda/matmul.cu` cuts (replayed here),
+    /// cover every step of those tiles once, in runs of consecutive steps numbered from 0 in
+    /// each tile, at most `mma_runs` a tile.
+    #[test]
+    fn stream_k_shares_cover_each_step_once() {
+        use super::super::params::{KernelParams, MatmulParams};
+        // (tiles, k, SMs): a 7B FFN at 512 tokens on an H200; 4,096² there (a near-full round);
+        // one step a tile; tiles between the SMs and the places; whole rounds; fewer than the SMs.
+        assert_eq!(Variant::mma_stream_k(688, 4096, 132), Some((160, 264)));
+        assert_eq!(Variant::mma_stream_k(256, 4096, 132), None);
+        assert_eq!(Variant::mma_stream_k(45, 128, 16), None);
+        assert_eq!(Variant::mma_stream_k(20, 1056, 16), Some((20, 32)));
+        assert_eq!(Variant::mma_stream_k(528, 4096, 132), None);
+        assert_eq!(Variant::mma_stream_k(15, 4096, 16), None);
+        let v = Variant::with_qtype(Kernel::Matmul, QType::Q4K);
+        for (rows, n, k, sms) in [
+            (11008, 512, 4096, 132),
+            (520, 520, 1024, 16),
+            (520, 200, 1056, 16),
+            (640, 520, 256, 16),
+        ] {
+            let p = MatmulParams {
+                k,
+                rows,
+                n,
+                ..Default::default()
+            };
+            let l = v.mma_launch(&p.words(), [1, 1, 1], sms).unwrap();
+            let q = MatmulParams::from_words(&l.params);
+            let what = format!("{rows} × {n}, k {k}, {sms} SMs");
+            assert!(q.sk_workers > 0, "{what}: no stream-k");
+            let steps = k.div_ceil(MMA_STEP);
+            let all = rows.div_ceil(MMA_ROWS) * n.div_ceil(l.size);
+            let dp = all - q.sk_tiles;
+            assert_eq!(l.grid, [dp + q.sk_workers, 1, 1], "{what}");
+            let (work, g) = (q.sk_tiles * steps, q.sk_workers);
+            let owner = |j: u32| ((j + 1) * g).div_ceil(work) - 1;
+            // seen[t][s]: the run (block) that took step s of stream-k tile t.
+            let mut seen = vec![vec![None; steps as usize]; q.sk_tiles as usize];
+            for wk in 0..g {
+                let (mut i, e) = (wk * work / g, (wk + 1) * work / g);
+                while i < e {
+                    let (t, s0) = (i / steps, i % steps);
+                    let s1 = steps.min(s0 + (e - i));
+                    let run = wk - owner(t * steps);
+                    for s in s0..s1 {
+                        assert_eq!(
+                            seen[t as usize][s as usize].replace(run),
+                            None,
+                            "{what}: step {s} of {t} twice"
+                        );
+                    }
+                    i += s1 - s0;
+                }
+            }
+            for (t, runs) in seen.iter().enumerate() {
+                let runs: Vec<u32> = runs
+                    .iter()
+                    .map(|r| r.unwrap_or_else(|| panic!("{what}: a step of {t} left")))
+                    .collect();
+                assert!(
+                    runs.windows(2).all(|w| w[1] == w[0] || w[1] == w[0] + 1),
+                    "{what}: {runs:?}"
+                );
+                let t = t as u32;
+                let nrun = owner(t * steps + steps - 1) - owner(t * steps) + 1;
+                assert_eq!((runs[0], runs[runs.len() - 1] + 1), (0, nrun), "{what}: tile {t}");
+                assert!(nrun <= Variant::mma_runs(&l), "{what}");
+            }
+        }
     }
 
     fn sizes_take_whole_tiles(v: Variant, sizes: &[u32]) {

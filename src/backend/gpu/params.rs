@@ -105,6 +105,12 @@ params! {
         /// 1: y = x · W + b (the bias add fused into the matmul: binding 4 holds b, f32, one
         /// value per row of the weight). Not with experts.
         bias: u32,
+        /// CUDA's tensor-core tiles (`cuda/matmul.cu`'s matmul_mma, `Variant::mma_stream_k`):
+        /// the last `sk_tiles` tiles are cut into runs of steps that `sk_workers` blocks share
+        /// out evenly, after one block for each other tile. 0: a block per tile (and run of a
+        /// split). The schedule leaves both 0; the tensor-core launch sets them.
+        sk_tiles: u32,
+        sk_workers: u32,
     }
 }
 

@@ -291,6 +291,26 @@ fn prefill_tiles_are_priced_on_the_units_they_take() {
         let l1_us = want as f64 / (h200.l1_gwavefronts.unwrap() * 1e3);
         assert!(l.est_us >= l1_us, "{b:?}: {} µs under the L1's {l1_us} µs", l.est_us);
     }
+    // Stream-k: the FFN's gate is 86 × 8 tiles of 128 × 64 at 512 tokens, 688 on an H200's
+    // 264 places (two blocks an SM): 528 take a block each and 264 blocks share the other 160
+    // (32 steps each: 19.4 steps a block), so the launch ends without a part-empty third round
+    // and takes its L1 time; attn_out's 256 tiles keep a block each.
+    let p = plan(&path, 512, GpuBackend::Cuda, &h200);
+    let node = |name: &str| {
+        p.launches
+            .iter()
+            .find(|l| l.node == name && l.kernel.starts_with("matmul"))
+            .unwrap()
+    };
+    let gate = node("blk.0.ffn_gate");
+    assert_eq!(gate.grid, [528 + 264, 1, 1], "{}", gate.kernel);
+    let l1_us = gate.l1_wavefronts.unwrap() as f64 / (h200.l1_gwavefronts.unwrap() * 1e3);
+    assert!(
+        (gate.est_us - l1_us).abs() < 1e-6 * l1_us,
+        "{} µs, L1 {l1_us} µs",
+        gate.est_us
+    );
+    assert_eq!(node("blk.0.attn_out").grid, [32, 8, 1]);
     // Not modelled elsewhere: the decode matvecs.
     for b in [GpuBackend::Wgpu, GpuBackend::Cuda] {
         let p = plan(&path, 1, b, &h200);
