@@ -161,17 +161,14 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
 // previous step's products and open this one's: no registers are held across the products for
 // the next step (they would spill), and the block beside it on the SM multiplies meanwhile.
 //
-// Split k (gridDim.z = S > 1, where the tiles alone would leave SMs idle: a decode step of a few
-// dozen sequences, a small weight): block z takes the z-th of S equal runs of steps and writes
-// its tile's sums to binding 5 (partials [S][n][rows]); the tile's last block to finish — a
-// counter per tile in binding 6, zero between launches: that block puts it back — adds the S
-// partials in the order z = 0 .. S − 1 and stores the outputs, so the result does not depend
-// on which block finished last.
-//
-// Stream-k (sk_workers = G > 0, where the tiles would end on a part-empty round of blocks:
+// Stream-k (sk_workers = G > 0, where the tiles would leave places idle: a last, part-empty
+// round of blocks, or fewer tiles than places, as in a decode step of a few dozen sequences;
 // `Variant::mma_stream_k`): the grid is one row of blocks, a block for each tile but the last
-// sk_tiles, then G blocks that share those tiles' steps evenly; each tile they cut is summed
-// as a split's is, by the last of its runs to finish, over partials indexed by run.
+// sk_tiles, then G blocks that share those tiles' steps evenly, each taking runs of steps of
+// the tiles its share crosses. A run of part of a tile writes its sums to binding 5 (partials
+// [runs][n][rows]); the tile's last run to finish — a counter per tile in binding 6, zero
+// between launches: that block puts it back — adds the partials in the order of the runs and
+// stores the outputs, so the result does not depend on which block finished last.
 template <class Q, u32 TN>
 static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     constexpr u32 TM = 128;        // rows per tile
@@ -226,8 +223,8 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         float xc[XL]; // act_s<Q>: the tokens' corrections
     };
     // Tile `tile` (row tiles first) over steps [kb, ke) of k: its outputs, or where `nrun` runs
-    // share the tile (a split's, stream-k's), run `run`'s partial sums, and for the last run to
-    // finish, the sum of all of them in the order of the runs.
+    // share the tile (stream-k), run `run`'s partial sums, and for the last run to finish, the
+    // sum of all of them in the order of the runs.
     __shared__ u32 last;
     auto tile_run = [&](u32 tile, u32 kb, u32 ke, u32 run, u32 nrun) {
         const u32 m0 = (tile % tiles_x) * TM, n0 = (tile / tiles_x) * TN;
@@ -452,12 +449,11 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         }
     };
 
-    // The block's runs, one call of tile_run (inlined once) each. Without stream-k: one, the
-    // z-th of gridDim.z equal runs of k (the last shorter) of tile (x, y). With it: a block for
-    // each of the first tiles, then sk_workers blocks that share the last sk_tiles tiles'
-    // I = sk_tiles · steps steps: block w takes steps [w·I/G, (w + 1)·I/G) of them, tile by
-    // tile, as runs of the tiles it crosses; a tile's runs belong to the blocks whose shares
-    // hold its first and last step and every block between.
+    // The block's runs, one call of tile_run (inlined once) each. Without stream-k: the whole
+    // of tile (x, y). With it: a block for each of the first tiles, then sk_workers blocks that
+    // share the last sk_tiles tiles' I = sk_tiles · steps steps: block w takes steps
+    // [w·I/G, (w + 1)·I/G) of them, tile by tile, as runs of the tiles it crosses; a tile's runs
+    // belong to the blocks whose shares hold its first and last step and every block between.
     // (The host keeps I · G within 32 bits.)
     const u32 dp = prm.sk_workers ? tiles_x * ((n + TN - 1) / TN) - prm.sk_tiles : 0;
     const bool sk = prm.sk_workers != 0 && blockIdx.x >= dp;
@@ -472,13 +468,8 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             const u32 w0 = owner(t * steps);
             tile = dp + t, kb = s0 * TK, ke = min(k, s1 * TK);
             run = wk - w0, nrun = owner(t * steps + steps - 1) - w0 + 1, took = s1 - s0;
-        } else if (prm.sk_workers) {
-            tile = blockIdx.x, kb = 0, ke = k, run = 0, nrun = 1;
         } else {
-            const u32 per = (steps + gridDim.z - 1) / gridDim.z;
-            tile = blockIdx.y * tiles_x + blockIdx.x;
-            kb = min(steps, blockIdx.z * per) * TK, ke = min(k, min(steps, (blockIdx.z + 1) * per) * TK);
-            run = blockIdx.z, nrun = gridDim.z;
+            tile = blockIdx.y * tiles_x + blockIdx.x, kb = 0, ke = k, run = 0, nrun = 1;
         }
         tile_run(tile, kb, ke, run, nrun);
         i += took;

@@ -461,19 +461,18 @@ fn matmul_and_get_rows_every_qtype() {
 }
 
 /// The CUDA tensor-core tiles at each of their widths (`MMA_COLS`; `Variant::mma_cols` picks one
-/// from the tokens, the rows and the SMs), whole and with k split into runs (`mma_splits`, only
-/// ever for the narrowest tiles: a wider one is taken only where its tiles reach every SM): 520
-/// rows (four whole 128-row tiles and 8 rows of a fifth) against 9, 130 and 200 tokens, which on
-/// the emulation's 16 SMs take tiles 16, 32 and 64 tokens wide, the 16-wide ones also split into
-/// runs of unequal length, and 520 tokens, whose 45 tiles on 32 places leave 13 for stream-k
-/// (`mma_stream_k`) to share out, some of them cut into three runs or more (each asserted, so
-/// every path stays covered), with k a partial step (96),
-/// whole steps (256, 1024) and whole steps and a block (1,056); for
-/// the formats that take the tile's different paths: q4_0 (one scale a step), q4_1 (offsets and
-/// the q8_1 correction), q2_K (16-element scales and offsets), q4_K (offsets), q6_K (16-element
-/// scales). Every backend runs them; each must match the CPU to f32 summation order.
+/// from the tokens, the rows and the SMs), a block per tile and with tiles shared out in runs of
+/// steps (stream-k, `mma_stream_k`): 520 rows (four whole 128-row tiles and 8 rows of a fifth)
+/// against 9, 130 and 200 tokens, which on the emulation's 16 SMs (32 places) take tiles 16, 32
+/// and 64 tokens wide, fewer tiles than places, and 520 tokens, whose 45 tiles leave 13 past the
+/// round; with k a partial step (96: one step, a block a tile), whole steps (256, 1024) and
+/// whole steps and a block (1,056), the longer ones cut into three runs or more (each path
+/// asserted, so every one stays covered); for the formats that take the tile's different
+/// paths: q4_0 (one scale a step), q4_1 (offsets and the q8_1 correction), q2_K (16-element
+/// scales and offsets), q4_K (offsets), q6_K (16-element scales). Every backend runs them;
+/// each must match the CPU to f32 summation order.
 fn tensor_core_tiles_of_every_width_match_cpu() {
-    use minfer::testing::gpu::{KernelParams, MatmulParams, Variant, MMA_COLS, MMA_ROWS, MMA_STEP};
+    use minfer::testing::gpu::{KernelParams, MatmulParams, Variant, MMA_COLS, MMA_ROWS};
     let t = "tensor_core_tiles_of_every_width_match_cpu";
     let gs = gpus(t, None);
     if gs.is_empty() {
@@ -504,11 +503,9 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
                 let v = Variant::with_qtype(minfer::testing::gpu::Kernel::Matmul, q);
                 let launch = v.mma_launch(&p.words(), [1, 1, 1], sms).unwrap();
                 let (cols, grid) = (launch.size, launch.grid);
-                // The kernel's runs: equal, but a shorter last one.
-                let steps = (k as u32).div_ceil(MMA_STEP);
-                let uneven = !steps.is_multiple_of(steps.div_ceil(grid[2]));
-                paths.insert((cols, grid[2] > 1, uneven));
-                if MatmulParams::from_words(&launch.params).sk_workers > 0 {
+                let shared = MatmulParams::from_words(&launch.params).sk_workers > 0;
+                paths.insert((cols, shared));
+                if shared {
                     stream_k = stream_k.max(Variant::mma_runs(&launch));
                 }
                 let inp = tensor("inp", QType::F32, k, n, 5 + n as u64, 1.0);
@@ -530,15 +527,16 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
     }
     for cols in MMA_COLS {
         assert!(
-            paths.contains(&(cols, false, false)),
-            "{cols} wide unsplit: not covered ({paths:?})"
+            paths.contains(&(cols, false)),
+            "{cols} wide, a block a tile: not covered ({paths:?})"
         );
     }
-    assert!(
-        paths.contains(&(MMA_COLS[0], true, true)),
-        "{} wide split unevenly: not covered ({paths:?})",
-        MMA_COLS[0]
-    );
+    for cols in [MMA_COLS[0], MMA_COLS[MMA_COLS.len() - 1]] {
+        assert!(
+            paths.contains(&(cols, true)),
+            "{cols} wide, stream-k: not covered ({paths:?})"
+        );
+    }
     assert!(
         stream_k >= 3,
         "stream-k tiles of three runs or more: not covered (at most {stream_k})"

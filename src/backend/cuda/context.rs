@@ -158,7 +158,7 @@ struct Plan {
     argmax_out: DevBuf,
     /// `Res::Split`: the split-KV attention's partial results.
     _split: DevBuf,
-    /// The tensor-core matmuls that split k: their partial sums and per-tile counters.
+    /// The tensor-core matmuls' stream-k runs: their partial sums and per-tile counters.
     _mma_partials: DevBuf,
     _mma_counts: DevBuf,
 }

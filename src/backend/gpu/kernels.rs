@@ -176,33 +176,19 @@ impl Variant {
         MMA_COLS[i]
     }
 
-    /// How many runs of k the tensor-core tiles of a matmul split into (grid z; `cuda/matmul.cu`
-    /// adds the runs' partial sums in a fixed order): 1 where `tiles` give each of the `sms`
-    /// SMs a tile (a 4,096² weight at 512 tokens: 256 tiles on 132 SMs, where splitting would
-    /// only add the partials' traffic), else enough runs for `MMA_SPLIT_BLOCKS_PER_SM` blocks an
-    /// SM, each at least `MMA_SPLIT_MIN_STEPS` steps (`MMA_STEP`) of the `k` long.
-    pub fn mma_splits(tiles: u32, k: u32, sms: u32) -> u32 {
-        if tiles >= sms {
-            return 1;
-        }
-        let want = (MMA_SPLIT_BLOCKS_PER_SM * sms).div_ceil(tiles.max(1));
-        let steps = k.div_ceil(MMA_STEP);
-        let splits = want.min(steps / MMA_SPLIT_MIN_STEPS).max(1);
-        // Runs of equal length but the last (the kernel's cut), none of them empty.
-        steps.div_ceil(steps.div_ceil(splits).max(1)).max(1)
-    }
-
-    /// Stream-k for `tiles` tensor-core tiles of a `k`-long matmul on `sms` SMs that don't split
-    /// k (`mma_splits` 1): the tiles past the last whole round of `MMA_SPLIT_BLOCKS_PER_SM` blocks
-    /// an SM, as (those tiles, the blocks that share their steps evenly), where a share is at
-    /// most three quarters of a tile: those tiles would otherwise take a round to themselves
-    /// (the FFN's 688 tiles of a 7B model at 512 tokens on an H200's 264 places: 160 of them
-    /// in a third round, 0.6 of a round's work). None where the last round is near full or a
-    /// tile is too short to cut.
+    /// Stream-k for `tiles` tensor-core tiles of a `k`-long matmul on `sms` SMs: the tiles past
+    /// the last whole round of `MMA_BLOCKS_PER_SM` blocks an SM (all of them where there are
+    /// fewer), as (those tiles, the blocks that share their steps evenly), where a block's share
+    /// is at most three quarters of a tile. Those tiles would otherwise take a round of their
+    /// own with places left idle: the FFN's 688 tiles of a 7B model at 512 tokens on an H200's
+    /// 264 places (160 of them in a third round, 0.6 of a round's work), or the 64 tiles of a
+    /// 4,096² weight at 32 tokens (a quarter of the places, each tile now cut into runs of about
+    /// eight of its 32 steps). None where the last round is near full, or a tile too short to
+    /// cut: a block per tile.
     pub fn mma_stream_k(tiles: u32, k: u32, sms: u32) -> Option<(u32, u32)> {
-        let places = MMA_SPLIT_BLOCKS_PER_SM * sms;
+        let places = MMA_BLOCKS_PER_SM * sms;
         let (rest, steps) = (tiles % places, k.div_ceil(MMA_STEP));
-        if tiles < sms || rest == 0 {
+        if rest == 0 {
             return None;
         }
         let work = rest as u64 * steps as u64;
@@ -212,14 +198,14 @@ impl Variant {
         (fits && 4 * share <= 3 * steps as u64).then(|| (rest, places.min(work as u32)))
     }
 
-    /// The most runs any tile of tensor-core matmul launch `m` is cut into: the split's runs, or
-    /// stream-k's blocks that share a tile (`cuda/matmul.cu`; its partial sums take that many
-    /// slots of n × rows).
+    /// The most runs any tile of tensor-core matmul launch `m` is cut into: 1 without stream-k,
+    /// else the most blocks that share a tile (`cuda/matmul.cu`; its partial sums take that
+    /// many slots of n × rows).
     pub fn mma_runs(m: &MmaLaunch) -> u32 {
         use super::params::{KernelParams, MatmulParams};
         let p = MatmulParams::from_words(&m.params);
         if p.sk_workers == 0 {
-            return m.grid[2];
+            return 1;
         }
         let steps = p.k.div_ceil(MMA_STEP) as u64;
         let (work, g) = (p.sk_tiles as u64 * steps, p.sk_workers as u64);
@@ -241,8 +227,8 @@ impl Variant {
 
     /// The launch with parameters `params` on grid `groups` (the schedule's) as a tensor-core
     /// entry on a device of `sms` SMs, where the variant has one that suits it: the matmul's
-    /// tiles of `MMA_ROWS` rows × `mma_cols` tokens with k split by `mma_splits` (grid z), or
-    /// the last of them shared out by `mma_stream_k` (a grid of one row); the
+    /// tiles of `MMA_ROWS` rows × `mma_cols` tokens, the last of them shared out by
+    /// `mma_stream_k` (then a grid of one row); the
     /// attention's tiles of `mma_attention_rows` (`tq` rewritten to the tokens that make them,
     /// a power of two so a tile never crosses a launch of `ATTN_TOKENS`) where head_dim =
     /// head_dim_v is a size it has.
@@ -258,14 +244,12 @@ impl Variant {
                 let cols = Variant::mma_cols(p.n, p.rows, sms);
                 let tiles = [p.rows.div_ceil(MMA_ROWS), p.n.div_ceil(cols)];
                 let all = tiles[0] * tiles[1];
-                let splits = Variant::mma_splits(all, p.k, sms);
-                let stream_k = (splits == 1).then(|| Variant::mma_stream_k(all, p.k, sms)).flatten();
-                let grid = match stream_k {
+                let grid = match Variant::mma_stream_k(all, p.k, sms) {
                     Some((sk_tiles, workers)) => {
                         (p.sk_tiles, p.sk_workers) = (sk_tiles, workers);
                         [all - sk_tiles + workers, 1, 1]
                     }
-                    None => [tiles[0], tiles[1], splits],
+                    None => [tiles[0], tiles[1], 1],
                 };
                 Some(MmaLaunch {
                     size: cols,
@@ -429,14 +413,10 @@ pub fn mma_attention_rows(hd: u32) -> u32 {
     }
 }
 
-/// Blocks per SM the tensor-core tiles aim for before they split k: two blocks of 256 threads
-/// (what `__launch_bounds__` asks to be resident), the quarter of an SM whose loads in flight
-/// keep its share of memory busy.
-pub const MMA_SPLIT_BLOCKS_PER_SM: u32 = 2;
-
-/// The fewest steps (`MMA_STEP`) of k one run of a split takes: one, so the K and V projections
-/// of a few dozen tokens (1,024 rows of 4,096: eight tiles) still reach every SM of an H200.
-pub const MMA_SPLIT_MIN_STEPS: u32 = 1;
+/// Blocks of a tensor-core matmul an SM holds, the places stream-k shares tiles out over: two
+/// of 256 threads (what `__launch_bounds__` asks to be resident), the quarter of an SM whose
+/// loads in flight keep its share of memory busy.
+pub const MMA_BLOCKS_PER_SM: u32 = 2;
 
 /// Every variant: each op with each type it takes, and on wgpu both reduction paths.
 /// The naga test validates and translates all of them; the NVRTC test compiles their CUDA twins.
@@ -761,16 +741,21 @@ mod tests {
     fn stream_k_shares_cover_each_step_once() {
         use super::super::params::{KernelParams, MatmulParams};
         // (tiles, k, SMs): a 7B FFN at 512 tokens on an H200; 4,096² there (a near-full round);
-        // one step a tile; tiles between the SMs and the places; whole rounds; fewer than the SMs.
+        // one step a tile; tiles between the SMs and the places; whole rounds; 4,096² at 32 tokens
+        // on an H200; one step a tile again; fewer tiles than SMs.
         assert_eq!(Variant::mma_stream_k(688, 4096, 132), Some((160, 264)));
         assert_eq!(Variant::mma_stream_k(256, 4096, 132), None);
         assert_eq!(Variant::mma_stream_k(45, 128, 16), None);
         assert_eq!(Variant::mma_stream_k(20, 1056, 16), Some((20, 32)));
         assert_eq!(Variant::mma_stream_k(528, 4096, 132), None);
-        assert_eq!(Variant::mma_stream_k(15, 4096, 16), None);
+        assert_eq!(Variant::mma_stream_k(64, 4096, 132), Some((64, 264)));
+        assert_eq!(Variant::mma_stream_k(8, 96, 132), None);
+        assert_eq!(Variant::mma_stream_k(15, 4096, 16), Some((15, 32)));
         let v = Variant::with_qtype(Kernel::Matmul, QType::Q4K);
         for (rows, n, k, sms) in [
             (11008, 512, 4096, 132),
+            (4096, 32, 4096, 132),
+            (1024, 16, 4096, 132),
             (520, 520, 1024, 16),
             (520, 200, 1056, 16),
             (640, 520, 256, 16),

@@ -20,7 +20,7 @@ pub struct DeviceShape {
     /// Most workgroups along one grid dimension (grids fold into x and y below it).
     pub max_groups: u32,
     /// Whether the tiled matmul multiplies on matrix units (CUDA's int8 `mma.sync`, whose tiles
-    /// narrow and split k for a few dozen tokens). Without them a batched decode step of up to
+    /// narrow and share out their steps for a few dozen tokens). Without them a batched decode step of up to
     /// `VEC_WIDE_TOKENS` takes the matvec, where the 32 × 32 tiles would leave compute units
     /// idle.
     pub matrix_tiles: bool,
