@@ -127,6 +127,26 @@ static __device__ __forceinline__ void matmul_body(const Params& p) {
     }
 }
 
+// f(acc[a][j][i], row, token) for each of a matmul_mma lane's outputs inside the matrix (row
+// rows(a, i) < rows, token tokens(j, i) < n).
+template <u32 NJ, class R, class T, class F>
+static __device__ __forceinline__ void mma_outputs(float (&acc)[2][NJ][4], const R& rows_of, const T& tokens_of, u32 rows,
+                                                   u32 n, const F& f) {
+    MF_UNROLL
+    for (u32 a = 0; a < 2; a++) {
+        MF_UNROLL
+        for (u32 j = 0; j < NJ; j++) {
+            MF_UNROLL
+            for (u32 i = 0; i < 4; i++) {
+                const u32 r = rows_of(a, i), t = tokens_of(j, i);
+                if (r < rows && t < n) {
+                    f(acc[a][j][i], r, t);
+                }
+            }
+        }
+    }
+}
+
 // matmul_mma: the same product over quantized weights in 8-bit integers on the tensor cores
 // (llama.cpp's MMQ; the host takes it from sm_80 on, unless MINFER_INT8_MATMUL=0). Tiles of 128
 // rows × TN tokens (TN 16, 32 or 64: `Variant::mma_launch` takes the widest that still gives
@@ -296,17 +316,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         };
 
         // acc[a][j][i]: row m0 + wr0 + 16a + g + 8 (i / 2) × token n0 + wt0 + 8j + 2tq + i % 2
-        float acc[2][NJ][4];
-        MF_UNROLL
-        for (u32 a = 0; a < 2; a++) {
-            MF_UNROLL
-            for (u32 j = 0; j < NJ; j++) {
-                MF_UNROLL
-                for (u32 i = 0; i < 4; i++) {
-                    acc[a][j][i] = 0.0f;
-                }
-            }
-        }
+        float acc[2][NJ][4] = {};
         auto row_of = [&](u32 a, u32 i) { return m0 + wr0 + 16 * a + g + 8 * (i / 2); };
         auto token_of = [&](u32 j, u32 i) { return n0 + wt0 + 8 * j + 2 * tq + i % 2; };
         for (u32 k0 = kb; k0 < ke; k0 += TK) {
@@ -389,19 +399,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         if (nrun > 1) {
             float* __restrict__ part = binding<float>(p, 5);
             u32* __restrict__ count = binding<u32>(p, 6);
-            MF_UNROLL
-            for (u32 a = 0; a < 2; a++) {
-                MF_UNROLL
-                for (u32 j = 0; j < NJ; j++) {
-                    MF_UNROLL
-                    for (u32 i = 0; i < 4; i++) {
-                        const u32 r = row_of(a, i), t = token_of(j, i);
-                        if (r < rows && t < n) {
-                            part[((unsigned long long)run * n + t) * rows + r] = acc[a][j][i];
-                        }
-                    }
-                }
-            }
+            mma_outputs(acc, row_of, token_of, rows, n, [&](float& o, u32 r, u32 t) { part[((unsigned long long)run * n + t) * rows + r] = o; });
             // Every block's partials are out before its count says so; the last reads them after.
             __threadfence();
             __syncthreads();
@@ -413,40 +411,18 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                 return;
             }
             __threadfence();
-            MF_UNROLL
-            for (u32 a = 0; a < 2; a++) {
-                MF_UNROLL
-                for (u32 j = 0; j < NJ; j++) {
-                    MF_UNROLL
-                    for (u32 i = 0; i < 4; i++) {
-                        const u32 r = row_of(a, i), t = token_of(j, i);
-                        if (r < rows && t < n) {
-                            float sum = 0.0f;
-                            for (u32 z = 0; z < nrun; z++) {
-                                sum += __ldcg(part + ((unsigned long long)z * n + t) * rows + r);
-                            }
-                            acc[a][j][i] = sum;
-                        }
-                    }
+            mma_outputs(acc, row_of, token_of, rows, n, [&](float& o, u32 r, u32 t) {
+                float sum = 0.0f;
+                for (u32 z = 0; z < nrun; z++) {
+                    sum += __ldcg(part + ((unsigned long long)z * n + t) * rows + r);
                 }
-            }
+                o = sum;
+            });
             if (tid == 0) {
                 count[tile] = 0;
             }
         }
-        MF_UNROLL
-        for (u32 a = 0; a < 2; a++) {
-            MF_UNROLL
-            for (u32 j = 0; j < NJ; j++) {
-                MF_UNROLL
-                for (u32 i = 0; i < 4; i++) {
-                    const u32 r = row_of(a, i), t = token_of(j, i);
-                    if (r < rows && t < n) {
-                        store_y(p, y + t * m + row0 + r, acc[a][j][i], row0 + r);
-                    }
-                }
-            }
-        }
+        mma_outputs(acc, row_of, token_of, rows, n, [&](float& o, u32 r, u32 t) { store_y(p, y + t * m + row0 + r, o, row0 + r); });
     };
 
     // The block's runs, one call of tile_run (inlined once) each. Without stream-k: the whole
