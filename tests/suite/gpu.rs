@@ -506,7 +506,7 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
                 let shared = MatmulParams::from_words(&launch.params).sk_workers > 0;
                 paths.insert((cols, shared));
                 if shared {
-                    stream_k = stream_k.max(Variant::mma_runs(&launch));
+                    stream_k = stream_k.max(launch.runs());
                 }
                 let inp = tensor("inp", QType::F32, k, n, 5 + n as u64, 1.0);
                 let mdl = model(hparams(m.max(n), 1, 1, 64), vec![w.clone(), inp]);
@@ -519,7 +519,7 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
                         e <= 1e-9,
                         "{}: matmul/{q} {m} rows × {n} tokens, k {k} ({cols} wide, grid {grid:?}, at most {} runs a tile): NMSE {e:.2e} against the CPU",
                         b.label,
-                        Variant::mma_runs(&launch)
+                        launch.runs()
                     );
                 }
             }

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device::{DevBuf, Device, Func, Params, Replay};
-use crate::backend::gpu::kernels::{Variant, MMA_ROWS};
 use crate::backend::gpu::params::{KernelParams, MatmulParams};
 use crate::backend::gpu::profile::OpTotals;
 use crate::backend::gpu::schedule::{self, rope_table, PackSlot, Res, Stage, WeightParts};
@@ -296,13 +295,12 @@ impl CudaContext {
         }) {
             if let Some((m, runs)) = mma(l)
                 .filter(|_| l.variant.kernel == Kernel::Matmul)
-                .map(|m| (m, Variant::mma_runs(&m)))
+                .map(|m| (m, m.runs()))
                 .filter(|&(_, runs)| runs > 1)
             {
                 let p = MatmulParams::from_words(&m.params);
                 partial_bytes = partial_bytes.max(runs as usize * p.n as usize * p.rows as usize * 4);
-                let all = p.rows.div_ceil(MMA_ROWS) * p.n.div_ceil(m.size);
-                tiles = tiles.max(all as usize);
+                tiles = tiles.max(m.tiles() as usize);
             }
         }
         let mma_partials = dev.alloc(partial_bytes)?;
@@ -340,8 +338,8 @@ impl CudaContext {
             let (size, grid, block) = match mma(l) {
                 Some(m) => {
                     params.w = m.params;
-                    if l.variant.kernel == Kernel::Matmul && Variant::mma_runs(&m) > 1 {
-                        // cuda/matmul.cu: bindings 5 and 6 of a split.
+                    if l.variant.kernel == Kernel::Matmul && m.runs() > 1 {
+                        // cuda/matmul.cu: bindings 5 and 6 of stream-k's runs.
                         params.b[4] = mma_partials.ptr;
                         params.b[5] = mma_counts.ptr;
                     }

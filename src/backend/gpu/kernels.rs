@@ -198,24 +198,6 @@ impl Variant {
         (fits && 4 * share <= 3 * steps as u64).then(|| (rest, places.min(work as u32)))
     }
 
-    /// The most runs any tile of tensor-core matmul launch `m` is cut into: 1 without stream-k,
-    /// else the most blocks that share a tile (`cuda/matmul.cu`; its partial sums take that
-    /// many slots of n × rows).
-    pub fn mma_runs(m: &MmaLaunch) -> u32 {
-        use super::params::{KernelParams, MatmulParams};
-        let p = MatmulParams::from_words(&m.params);
-        if p.sk_workers == 0 {
-            return 1;
-        }
-        let steps = p.k.div_ceil(MMA_STEP) as u64;
-        let (work, g) = (p.sk_tiles as u64 * steps, p.sk_workers as u64);
-        let owner = |j: u64| ((j + 1) * g).div_ceil(work) - 1;
-        (0..p.sk_tiles as u64)
-            .map(|t| owner(t * steps + steps - 1) - owner(t * steps) + 1)
-            .max()
-            .unwrap_or(1) as u32
-    }
-
     /// Threads per block of the variant's tensor-core entries: the matmul's eight warps
     /// (`table::MMA_MATMUL_THREADS`), the attention's four (`table::MMA_THREADS`).
     pub fn mma_threads(&self) -> u32 {
@@ -384,6 +366,33 @@ pub struct MmaLaunch {
     pub threads: u32,
     /// The launch's parameters as the entry reads them.
     pub params: [u32; 16],
+}
+
+impl MmaLaunch {
+    /// The matmul's tiles: `MMA_ROWS` rows × `size` tokens of its `rows` × `n`.
+    pub fn tiles(&self) -> u32 {
+        use super::params::{KernelParams, MatmulParams};
+        let p = MatmulParams::from_words(&self.params);
+        p.rows.div_ceil(MMA_ROWS) * p.n.div_ceil(self.size)
+    }
+
+    /// The most runs any tile of the matmul is cut into: 1 without stream-k, else the most
+    /// blocks that share a tile (`cuda/matmul.cu`; its partial sums take that many slots of
+    /// n × rows).
+    pub fn runs(&self) -> u32 {
+        use super::params::{KernelParams, MatmulParams};
+        let p = MatmulParams::from_words(&self.params);
+        if p.sk_workers == 0 {
+            return 1;
+        }
+        let steps = p.k.div_ceil(MMA_STEP) as u64;
+        let (work, g) = (p.sk_tiles as u64 * steps, p.sk_workers as u64);
+        let owner = |j: u64| ((j + 1) * g).div_ceil(work) - 1;
+        (0..p.sk_tiles as u64)
+            .map(|t| owner(t * steps + steps - 1) - owner(t * steps) + 1)
+            .max()
+            .unwrap_or(1) as u32
+    }
 }
 
 /// Weight rows per tile of the prefill matmul's tensor-core entries (`cuda/matmul.cu`).
@@ -736,7 +745,7 @@ mod tests {
     /// Stream-k takes the tiles past the last whole round where their share is at most three
     /// quarters of a tile, and its blocks, cutting as `cuda/matmul.cu` cuts (replayed here),
     /// cover every step of those tiles once, in runs of consecutive steps numbered from 0 in
-    /// each tile, at most `mma_runs` a tile.
+    /// each tile, at most `MmaLaunch::runs` a tile.
     #[test]
     fn stream_k_shares_cover_each_step_once() {
         use super::super::params::{KernelParams, MatmulParams};
@@ -771,8 +780,7 @@ mod tests {
             let what = format!("{rows} × {n}, k {k}, {sms} SMs");
             assert!(q.sk_workers > 0, "{what}: no stream-k");
             let steps = k.div_ceil(MMA_STEP);
-            let all = rows.div_ceil(MMA_ROWS) * n.div_ceil(l.size);
-            let dp = all - q.sk_tiles;
+            let dp = l.tiles() - q.sk_tiles;
             assert_eq!(l.grid, [dp + q.sk_workers, 1, 1], "{what}");
             let (work, g) = (q.sk_tiles * steps, q.sk_workers);
             let owner = |j: u32| ((j + 1) * g).div_ceil(work) - 1;
@@ -806,7 +814,7 @@ mod tests {
                 let t = t as u32;
                 let nrun = owner(t * steps + steps - 1) - owner(t * steps) + 1;
                 assert_eq!((runs[0], runs[runs.len() - 1] + 1), (0, nrun), "{what}: tile {t}");
-                assert!(nrun <= Variant::mma_runs(&l), "{what}");
+                assert!(nrun <= l.runs(), "{what}");
             }
         }
     }

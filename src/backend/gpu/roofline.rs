@@ -256,7 +256,7 @@ fn planned(
         .max(c.epilogue as f64 / profile.peak(Unit::F32))
         .max(l1_s);
     // Workgroups past a whole number of rounds (SMs × the workgroups one holds) run as a last,
-    // part-empty round: 688 tiles on 264 places take three rounds of time, not 2.6.
+    // part-empty round: 300 workgroups on 264 places take two rounds of time, not 1.14.
     let rounds = workgroups as f64 / (profile.sms as u64 * resident) as f64;
     let tail = if rounds > 1.0 { rounds.ceil() / rounds } else { 1.0 };
     let est_us = (mem_s.max(ops_s) * 1e6 / fill.max(1e-9) * tail).max(profile.launch_us);
