@@ -31,7 +31,7 @@
 # KIT_TG, KIT_DEPTH (512, 128, 4096), KIT_NPL (1,8,16,32,64), KIT_REPS (3), KIT_BACKENDS (cuda,wgpu),
 # KIT_LLAMA_WAIT (seconds to wait for llama.cpp's build after ours, 150), KIT_STEP_LIMIT
 # (seconds any one step may take, 240), MODELS7B (where the random models go, /tmp/minfer-7b),
-# KIT_DEVICE (plan's profile, h200), KIT_CUDA_ARCH (llama.cpp's CUDA architectures, 90),
+# KIT_DEVICE (plan's profile; default the one nvidia-smi's name matches, else h200), KIT_CUDA_ARCH (llama.cpp's CUDA architectures, 90),
 # KIT_IGNORED (1: the tests ignored on software adapters run too; the rehearsal's 0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -169,6 +169,21 @@ run() {
     else
         echo "no nvidia-smi"
     fi | sed 's/^/    /' | tee -a "$summary"
+    # plan's profile: the one the card's name matches (an H100 PCIe or NVL has none of its own).
+    local device=${KIT_DEVICE:-}
+    if [ -z "$device" ]; then
+        local gpu
+        gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr 'A-Z' 'a-z' | tr -d ' ')
+        case "$gpu" in
+            *h200*) device=h200 ;;
+            *h100*pcie* | *h100*nvl*) device=h200 ;;
+            *h100*) device=h100 ;;
+            *a100*) device=a100 ;;
+            *rtx4090*) device=rtx4090 ;;
+            *) device=h200 ;;
+        esac
+        say "plan's device profile: $device (for ${gpu:-no NVIDIA GPU}; KIT_DEVICE sets another)"
+    fi
 
     # 1. llama.cpp's build, in the background, first: it takes longest (~6.5 min on 16 cores).
     local llama_pid=""
@@ -244,7 +259,7 @@ run() {
             say "bench $b $name: exit $?"
         done
         for n in 1 "$pp"; do
-            "$bin" plan "$m" --tokens "$n" --device "${KIT_DEVICE:-h200}" --backend "${backends%%,*}" --json \
+            "$bin" plan "$m" --tokens "$n" --device "$device" --backend "${backends%%,*}" --json \
                 > "$out/plan-$name-$n.json" 2> "$out/plan-$name-$n.log"
         done
     done

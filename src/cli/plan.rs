@@ -29,7 +29,7 @@ pub struct PlanArgs {
     /// Positions each sequence has in the cache before the step
     #[arg(short = 'd', long, default_value_t = 0)]
     depth: usize,
-    /// A built-in device profile (h200, a100, rtx4090, m3max) or a JSON file of one
+    /// A built-in device profile (h200, h100, a100, rtx4090, m3max) or a JSON file of one
     #[arg(long, default_value = "h200")]
     device: String,
     /// cuda or wgpu

@@ -179,11 +179,13 @@ impl DeviceProfile {
     }
 
     /// The built-in profile of the device an adapter or CUDA device names
-    /// (`NVIDIA H200`, `NVIDIA GeForce RTX 4090`, `Apple M3 Max`), if any.
+    /// (`NVIDIA H200`, `NVIDIA H100 80GB HBM3`, `NVIDIA GeForce RTX 4090`, `Apple M3 Max`), if
+    /// any. An H100 PCIe or NVL (114 or 132 SMs on other memory) takes none.
     pub fn for_device_name(device: &str) -> Option<DeviceProfile> {
         let d = device.to_ascii_lowercase().replace(' ', "");
         let key = |p: &DeviceProfile| match p.name.as_str() {
             "h200" => "h200",
+            "h100" if !d.contains("pcie") && !d.contains("nvl") => "h100",
             "a100" => "a100",
             "rtx4090" => "rtx4090",
             "m3max" => "m3max",
@@ -250,7 +252,7 @@ mod tests {
     fn builtin_profiles_parse_and_check() {
         let all = DeviceProfile::builtin();
         let names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["h200", "a100", "rtx4090", "m3max"]);
+        assert_eq!(names, ["h200", "h100", "a100", "rtx4090", "m3max"]);
         for p in &all {
             p.check().unwrap();
         }
@@ -261,6 +263,11 @@ mod tests {
             DeviceProfile::for_device_name("NVIDIA H200").map(|p| p.name),
             Some("h200".into())
         );
+        assert_eq!(
+            DeviceProfile::for_device_name("NVIDIA H100 80GB HBM3").map(|p| p.name),
+            Some("h100".into())
+        );
+        assert!(DeviceProfile::for_device_name("NVIDIA H100 PCIe").is_none());
         assert_eq!(
             DeviceProfile::for_device_name("NVIDIA GeForce RTX 4090").map(|p| p.name),
             Some("rtx4090".into())
