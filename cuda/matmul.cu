@@ -173,9 +173,9 @@ static __device__ __forceinline__ void mma_outputs(float (&acc)[2][NJ][4], const
 // scaled add each. The float work per output is what bounds the tile on the tensor cores, so
 // it is kept to this. q4_1 / q5_1 add the block offset times the q8_1 correction per block as
 // matmul_body does. Rows of shared memory are 36 words (32 of data): a warp's fragment reads
-// (8 rows × 4 words) then fall in 32 different banks; per-block scales sit in rows of TM or TN:
-// a row's s and m as one pair, the tokens' scales read as pairs (a lane's two tokens are
-// adjacent).
+// (8 rows × 4 words) then fall in 32 different banks. The per-block scales are laid out for
+// the reads: a lane's two rows (r, r + 8) have theirs side by side, s and m of each, as do its
+// two tokens (t, t + 1) their d and d · Σ q_x, so each takes one load a block.
 //
 // A step's global reads go straight to shared memory, between the barriers that close the
 // previous step's products and open this one's: no registers are held across the products for
@@ -204,11 +204,24 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     constexpr bool MIN = i8_min<Q>::ON;
     constexpr bool ACT = act_s<Q>::ON;
     constexpr u32 NH = HALVES ? 2 : 1; // scales per row and block
+    // The rows' scales: per block, an entry for each row pair (r, r + 8) of a 16-row tile, so a
+    // lane reads both its rows' in one load: [r, r + 8][half][s, m (i8_min<Q>)], q2_K's two
+    // halves (s and m each) in planes of their own. Blocks a few banks apart (+ 8) so that the
+    // stores of one warp's lanes (a row pair, four blocks) meet in none.
+    constexpr u32 M2 = MIN ? 2 : 1;                // s, and m where the format has offsets
+    constexpr u32 PL = HALVES && MIN ? 2 : 1;      // planes
+    constexpr u32 HP = NH / PL;                    // halves in an entry
+    constexpr u32 WE = 2 * HP * M2;                // floats an entry: 2 or 4
+    constexpr u32 WB = PL * (TM / 2) * WE + 8;     // floats a block
+    // The tokens' scales: per block, an entry for each pair of tokens (t, t + 1), which a lane's
+    // fragment holds: d (without offsets); d and d · Σ q_x of each token in turn (i8_min<Q>); and
+    // with q2_K's halves, the second half's two d · Σ q_x after them.
+    constexpr u32 XE = MIN ? (HALVES ? 8 : 4) : 2; // floats an entry
+    constexpr u32 XB = (TN / 2) * XE + 8;          // floats a block
     __shared__ __align__(16) u32 ws[TM * LD];
     __shared__ __align__(16) u32 xs[TN * LD];
-    __shared__ __align__(16) f2 wsm[NB][NH][TM];              // (s, m) per block, half and row
-    __shared__ __align__(16) float xd[NB][TN];                // d per block and token
-    __shared__ __align__(16) float xds[MIN ? NB : 1][NH][TN]; // i8_min<Q>: d · Σ q_x per block, half, token
+    __shared__ __align__(16) float wsc[NB * WB];
+    __shared__ __align__(16) float xsc[NB * XB];
     __shared__ __align__(16) float wmin[ACT ? NB : 1][TM];    // act_s<Q>: the block offset per row
     __shared__ __align__(16) float xcor[ACT ? NB : 1][TN];    // act_s<Q>: the correction per token
     const u8* __restrict__ w = binding<const u8>(p, 1);
@@ -232,6 +245,12 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     // The half (of the block) whose scale chunk lane lc stores, where it stores one.
     const bool s_lane = HALVES ? lc % 2 == 0 : lc % 4 == 0;
     const u32 s_half = HALVES ? (lc / 2) % 2 : 0;
+    // Where row r's (s, m) of half h of block b sit, and token t's d and d · Σ q_x.
+    auto w_at = [&](u32 b, u32 h, u32 r) {
+        return b * WB + ((h / HP) * (TM / 2) + (r / 16) * 8 + r % 8) * WE + ((r % 16) / 8 * HP + h % HP) * M2;
+    };
+    auto xd_at = [&](u32 b, u32 t) { return b * XB + (t / 2) * XE + (t % 2) * M2; };
+    auto xds_at = [&](u32 b, u32 h, u32 t) { return b * XB + (t / 2) * XE + (h == 0 ? (t % 2) * 2 + 1 : 4 + t % 2); };
 
     // One thread's share of a step, from its global reads to its stores into shared memory.
     struct Loads {
@@ -283,7 +302,11 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                 const u32 r = lr + 16 * i;
                 *reinterpret_cast<u2*>(ws + r * LD + 2 * lc) = l.w[i];
                 if (s_lane) {
-                    wsm[lb][s_half][r] = f2{l.s[i], l.m[i]};
+                    if constexpr (MIN) {
+                        *reinterpret_cast<f2*>(wsc + w_at(lb, s_half, r)) = f2{l.s[i], l.m[i]};
+                    } else {
+                        wsc[w_at(lb, s_half, r)] = l.s[i];
+                    }
                 }
                 if constexpr (ACT) {
                     if (lc % 4 == 0) {
@@ -295,9 +318,8 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             for (u32 i = 0; i < XL; i++) {
                 const u32 t = lr + 16 * i;
                 *reinterpret_cast<u2*>(xs + t * LD + 2 * lc) = l.x[i];
-                if (lc % 4 == 0) {
-                    xd[lb][t] = l.d[i];
-                    if constexpr (ACT) {
+                if constexpr (ACT) {
+                    if (lc % 4 == 0) {
                         xcor[lb][t] = l.xc[i];
                     }
                 }
@@ -308,9 +330,19 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                     if constexpr (!HALVES) {
                         sum += __shfl_xor_sync(0xffffffffu, sum, 2); // the block's other half
                     }
-                    if (s_lane) {
-                        xds[lb][s_half][t] = mul_rn(l.d[i], (float)sum);
+                    const float ds = mul_rn(l.d[i], (float)sum);
+                    if constexpr (HALVES) {
+                        if (lc % 4 == 0) {
+                            xsc[xd_at(lb, t)] = l.d[i];
+                        }
+                        if (s_lane) {
+                            xsc[xds_at(lb, s_half, t)] = ds;
+                        }
+                    } else if (s_lane) { // lanes lc % 4 == 0: d and d · Σ q_x side by side
+                        *reinterpret_cast<f2*>(xsc + xd_at(lb, t)) = f2{l.d[i], ds};
                     }
+                } else if (lc % 4 == 0) {
+                    xsc[xd_at(lb, t)] = l.d[i];
                 }
             }
         };
@@ -330,7 +362,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                 // The lane's A fragments (rows r, r + 8 of each 16-row tile; words tq, 4 + tq of the
                 // block) and its rows' scales.
                 u32 af[2][4];
-                f2 sm[2][NH][2];
+                f2 sm[2][NH][2] = {};
                 float cr[2][2];
                 MF_UNROLL
                 for (u32 a = 0; a < 2; a++) {
@@ -340,8 +372,26 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                     af[a][2] = ws[r * LD + 8 * b + 4 + tq];
                     af[a][3] = ws[(r + 8) * LD + 8 * b + 4 + tq];
                     MF_UNROLL
-                    for (u32 h = 0; h < NH; h++) {
-                        sm[a][h][0] = wsm[b][h][r], sm[a][h][1] = wsm[b][h][r + 8];
+                    for (u32 pl = 0; pl < PL; pl++) {
+                        float v[WE];
+                        if constexpr (WE == 4) {
+                            const f4 e = *reinterpret_cast<const f4*>(wsc + w_at(b, pl * HP, r));
+                            v[0] = e.x, v[1] = e.y, v[2] = e.z, v[3] = e.w;
+                        } else {
+                            const f2 e = *reinterpret_cast<const f2*>(wsc + w_at(b, pl * HP, r));
+                            v[0] = e.x, v[1] = e.y;
+                        }
+                        MF_UNROLL
+                        for (u32 hi = 0; hi < 2; hi++) {
+                            MF_UNROLL
+                            for (u32 hh = 0; hh < HP; hh++) {
+                                f2& o = sm[a][pl * HP + hh][hi];
+                                o.x = v[(hi * HP + hh) * M2];
+                                if constexpr (MIN) {
+                                    o.y = v[(hi * HP + hh) * M2 + 1];
+                                }
+                            }
+                        }
                     }
                     if constexpr (ACT) {
                         cr[a][0] = wmin[b][r], cr[a][1] = wmin[b][r + 8];
@@ -352,14 +402,17 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                     const u32 t = wt0 + 8 * j; // the 8-token block; this lane's tokens t + 2tq, + 1
                     const u32 b0 = xs[(t + g) * LD + 8 * b + tq];
                     const u32 b1 = xs[(t + g) * LD + 8 * b + 4 + tq];
-                    const f2 d = *reinterpret_cast<const f2*>(&xd[b][t + 2 * tq]);
-                    f2 ds[NH] = {};
+                    const float* xe = xsc + xd_at(b, t + 2 * tq); // the lane's tokens' entry
+                    f2 d, ds[NH] = {};
                     f2 xcr = {};
-                    MF_UNROLL
-                    for (u32 h = 0; h < NH; h++) {
-                        if constexpr (MIN) {
-                            ds[h] = *reinterpret_cast<const f2*>(&xds[b][h][t + 2 * tq]);
+                    if constexpr (MIN) {
+                        const f4 e = *reinterpret_cast<const f4*>(xe);
+                        d = f2{e.x, e.z}, ds[0] = f2{e.y, e.w};
+                        if constexpr (HALVES) {
+                            ds[1] = *reinterpret_cast<const f2*>(xe + 4);
                         }
+                    } else {
+                        d = *reinterpret_cast<const f2*>(xe);
                     }
                     if constexpr (ACT) {
                         xcr = *reinterpret_cast<const f2*>(&xcor[b][t + 2 * tq]);

@@ -169,7 +169,8 @@ fn wgsl_chunk_loads(q: QType) -> u64 {
 /// the way the kernel reads: each weight load of a warp touches two rows (two wavefronts), as
 /// does each token load; a warp's 64-bit stores of whole rows into shared memory take two,
 /// other stores and every fragment or scale read one (conflict-free, or a few addresses each
-/// shared by several lanes).
+/// shared by several lanes). A lane's two rows' scales (s and m) are one read a block, as are its
+/// two tokens' (d and d · Σ q_x, stored together too); q2_K's halves take one each.
 ///
 /// The same count of the 64-row tiles it replaced (a row per pair of lanes, 16 rows a warp's
 /// load) gives 596 k wavefronts per SM for a 4,096² q4_K weight at 512 tokens; Nsight Compute
@@ -179,12 +180,13 @@ pub fn mma_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u64 
     let halves = matches!(q, QType::Q2K | QType::Q3K | QType::Q6K);
     let min = matches!(q, QType::Q4_1 | QType::Q5_1 | QType::Q2K | QType::Q4K | QType::Q5K) as u64;
     let act = matches!(q, QType::Q4_1 | QType::Q5_1) as u64;
-    let nh = if halves { 2 } else { 1 };
+    // Scale planes: two where both halves have s and m (q2_K), else one.
+    let planes = 1 + (halves && min == 1) as u64;
     let (wl, xl, nj) = (MMA_ROWS as u64 / 16, cols / 16, cols / 16);
     let blocks_per_step = MMA_STEP as u64 / 32;
     let global = 2 * wl * i8w_loads(q) + 2 * 2 * xl + act * 2 * (wl + xl);
-    let stores = 2 * wl + wl + 2 * xl + xl * (1 + min) + act * (wl + xl);
-    let reads = blocks_per_step * (8 + 2 * nh * 2 + 4 * act + nj * (2 + 1 + nh * min + act));
+    let stores = 2 * wl + wl + 2 * xl + xl * planes + act * (wl + xl);
+    let reads = blocks_per_step * (8 + 2 * planes + 4 * act + nj * (2 + planes + act));
     let warps = super::table::MMA_MATMUL_THREADS as u64 / 32;
     let tiles = rows.div_ceil(MMA_ROWS as u64) * n.div_ceil(cols);
     tiles * k.div_ceil(MMA_STEP as u64) * warps * (global + stores + reads)
