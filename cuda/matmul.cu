@@ -157,11 +157,12 @@ static __device__ __forceinline__ void mma_outputs(float (&acc)[2][NJ][4], const
 // A step is 128 elements of k (four 32-element blocks). Its loads are spread so that a warp's
 // lanes read one stretch of memory: lanes 16h .. 16h + 15 take the 16 8-element chunks of one
 // weight row (eight rows a thread), or of one token's packed q (TN / 16 tokens a thread), so
-// a load instruction of the warp touches two rows' worth of consecutive bytes, and a block's
-// scales are read by its four lanes at once. (Reading a row's chunk per lane instead, 16 rows a
-// load, made the L1 the limiter: a wavefront per row and load.) Each chunk is unpacked to
-// signed bytes (i8w<Q>) with its half's scale s and offset m (the two chunks of a half share
-// them in every format); each token's chunk comes with its block's scale d and, with offsets,
+// a load instruction of the warp touches two rows' worth of consecutive bytes. (Reading a row's
+// chunk per lane instead, 16 rows a load, made the L1 the limiter: a wavefront per row and
+// load.) Each chunk is unpacked to signed bytes (i8w<Q>); each (row, block, half)'s scale s and
+// offset m is read and decoded once, by a thread of its own (a scale item: two or four a
+// thread), not by every chunk lane that shares it: that decoding was a third of the step's
+// instructions. Each token's chunk comes with its block's scale d and, with offsets,
 // d · Σ q_x over the block (or half), summed across the chunk's lanes with shuffles.
 //
 // Each output adds, per 32-element block, d · Σ_halves (s · Σ q_w q_x + m · Σ q_x) with the
@@ -206,13 +207,14 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     constexpr u32 NH = HALVES ? 2 : 1; // scales per row and block
     // The rows' scales: per block, an entry for each row pair (r, r + 8) of a 16-row tile, so a
     // lane reads both its rows' in one load: [r, r + 8][half][s, m (i8_min<Q>)], q2_K's two
-    // halves (s and m each) in planes of their own. Blocks a few banks apart (+ 8) so that the
-    // stores of one warp's lanes (a row pair, four blocks) meet in none.
+    // halves (s and m each) in planes of their own. Blocks 4 · WE banks apart, so that a warp's
+    // stores (four blocks of eight rows, r .. r + 3 and r + 8 .. r + 11) take the fewest
+    // wavefronts their bytes need.
     constexpr u32 M2 = MIN ? 2 : 1;                // s, and m where the format has offsets
     constexpr u32 PL = HALVES && MIN ? 2 : 1;      // planes
     constexpr u32 HP = NH / PL;                    // halves in an entry
     constexpr u32 WE = 2 * HP * M2;                // floats an entry: 2 or 4
-    constexpr u32 WB = PL * (TM / 2) * WE + 8;     // floats a block
+    constexpr u32 WB = PL * (TM / 2) * WE + 4 * WE; // floats a block
     // The tokens' scales: per block, an entry for each pair of tokens (t, t + 1), which a lane's
     // fragment holds: d (without offsets); d and d · Σ q_x of each token in turn (i8_min<Q>); and
     // with q2_K's halves, the second half's two d · Σ q_x after them.
@@ -222,7 +224,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     __shared__ __align__(16) u32 xs[TN * LD];
     __shared__ __align__(16) float wsc[NB * WB];
     __shared__ __align__(16) float xsc[NB * XB];
-    __shared__ __align__(16) float wmin[ACT ? NB : 1][TM];    // act_s<Q>: the block offset per row
+    __shared__ __align__(16) float wmin[ACT ? NB : 1][TM + 16]; // act_s<Q>: the block offset per row
     __shared__ __align__(16) float xcor[ACT ? NB : 1][TN];    // act_s<Q>: the correction per token
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const float* __restrict__ x = binding<const float>(p, 2);
@@ -242,7 +244,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     const float* __restrict__ xdq = x + qw + n * k / 4;
     const float* __restrict__ xc = x + (unsigned long long)n * k; // act_s<Q>: the corrections
     const u32 steps = (k + TK - 1) / TK, tiles_x = (rows + TM - 1) / TM;
-    // The half (of the block) whose scale chunk lane lc stores, where it stores one.
+    // The half (of the block) whose token scales lane lc stores, where it stores them.
     const bool s_lane = HALVES ? lc % 2 == 0 : lc % 4 == 0;
     const u32 s_half = HALVES ? (lc / 2) % 2 : 0;
     // Where row r's (s, m) of half h of block b sit, and token t's d and d · Σ q_x.
@@ -252,11 +254,34 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     auto xd_at = [&](u32 b, u32 t) { return b * XB + (t / 2) * XE + (t % 2) * M2; };
     auto xds_at = [&](u32 b, u32 h, u32 t) { return b * XB + (t / 2) * XE + (h == 0 ? (t % 2) * 2 + 1 : 4 + t % 2); };
 
+    // The scales are read once per row, block and half, by a thread of their own (scale items),
+    // not by each of the chunk lanes that share them: NBH lanes side by side take a row's, so a
+    // warp's load touches 32 / NBH rows, and rows r .. r + 3 with r + 8 .. r + 11, so its stores
+    // spread over the banks. A chunk lane reads its quants alone (the compiler drops the scale
+    // reads and arithmetic of i8w<Q>::q from it, and the quant reads from a scale item).
+    constexpr u32 NBH = NB * NH;       // a row's scale items a step
+    constexpr u32 SL = TM * NBH / 256; // a thread's: 2, or 4 with halves
+    const u32 s_blk = (tid % NBH) / NH, s_hf = tid % NH;
+    auto s_row = [&](u32 i) {
+        const u32 p = tid / NBH + (256 / NBH) * i;
+        return (p & ~12u) | ((p & 4u) << 1) | ((p & 8u) >> 1);
+    };
+    // The lane's fragment and scale reads, as constant offsets from bases that depend on the lane
+    // alone (row wr0 + g, token wt0 + g, their words tq; the entries of rows wr0 + g, + 8 and of
+    // tokens wt0 + 2tq, + 1), so no read recomputes its address.
+    const u32* const wa = ws + (wr0 + g) * LD + tq;
+    const u32* const xa = xs + (wt0 + g) * LD + tq;
+    const float* const wsa = wsc + w_at(0, 0, wr0 + g);
+    const float* const xsa = xsc + xd_at(0, wt0 + 2 * tq);
+    // Chunks past the matrix (rows, tokens, the end of k) are read at the last one there: their
+    // products go to outputs never stored, or to blocks the step's products skip.
+    const u32 last_chunk = k / 8 - 1;
+
     // One thread's share of a step, from its global reads to its stores into shared memory.
     struct Loads {
         u2 w[WL]; // the rows' chunks as bytes
-        float s[WL], m[WL];
-        float c[WL]; // act_s<Q>: the rows' block offsets (chunk lanes 0 of a block)
+        float s[SL], m[SL];
+        float c[SL]; // act_s<Q>: the scale items' block offsets
         u2 x[XL];    // the tokens' chunks
         float d[XL];
         float xc[XL]; // act_s<Q>: the tokens' corrections
@@ -268,30 +293,31 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     auto tile_run = [&](u32 tile, u32 kb, u32 ke, u32 run, u32 nrun) {
         const u32 m0 = (tile % tiles_x) * TM, n0 = (tile / tiles_x) * TN;
         auto load = [&](u32 k0) {
-            Loads l = {};
-            const bool in_k = k0 + 8 * lc < ke;
-            const u32 gc = k0 / 8 + lc; // the chunk's index along the row
+            Loads l;
+            const u32 gc = min(k0 / 8 + lc, last_chunk); // the chunk's index along the row
             MF_UNROLL
             for (u32 i = 0; i < WL; i++) {
-                const u32 r = m0 + lr + 16 * i;
-                if (in_k && r < rows) {
-                    const u8* wr = w + r * rbytes;
-                    const QI8 a = i8w<Q>::q(wr, (gc / CPB) * Q::QB, gc % CPB);
-                    l.w[i] = a.q, l.s[i] = a.s, l.m[i] = a.m;
-                    if constexpr (ACT) {
-                        l.c[i] = act_s<Q>::m(wr, (gc * 8 / Q::QK) * Q::QB);
-                    }
+                const u8* wr = w + min(m0 + lr + 16 * i, rows - 1) * rbytes;
+                l.w[i] = i8w<Q>::q(wr, (gc / CPB) * Q::QB, gc % CPB).q;
+            }
+            // The scale item's first chunk: its block's, or its half's.
+            const u32 sc = min(k0 / 8 + 4 * s_blk + 2 * s_hf, last_chunk);
+            MF_UNROLL
+            for (u32 i = 0; i < SL; i++) {
+                const u8* wr = w + min(m0 + s_row(i), rows - 1) * rbytes;
+                const QI8 a = i8w<Q>::q(wr, (sc / CPB) * Q::QB, sc % CPB);
+                l.s[i] = a.s, l.m[i] = a.m;
+                if constexpr (ACT) {
+                    l.c[i] = act_s<Q>::m(wr, (sc * 8 / Q::QK) * Q::QB);
                 }
             }
             MF_UNROLL
             for (u32 i = 0; i < XL; i++) {
-                const u32 t = n0 + lr + 16 * i;
-                if (in_k && t < n) {
-                    l.x[i] = xq[t * (k / 8) + gc];
-                    l.d[i] = xdq[t * (k / 32) + gc / 4];
-                    if constexpr (ACT) {
-                        l.xc[i] = xc[t * (k / Q::QK) + gc * 8 / Q::QK];
-                    }
+                const u32 t = min(n0 + lr + 16 * i, n - 1);
+                l.x[i] = xq[t * (k / 8) + gc];
+                l.d[i] = xdq[t * (k / 32) + gc / 4];
+                if constexpr (ACT) {
+                    l.xc[i] = xc[t * (k / Q::QK) + gc * 8 / Q::QK];
                 }
             }
             return l;
@@ -301,17 +327,17 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             for (u32 i = 0; i < WL; i++) {
                 const u32 r = lr + 16 * i;
                 *reinterpret_cast<u2*>(ws + r * LD + 2 * lc) = l.w[i];
-                if (s_lane) {
-                    if constexpr (MIN) {
-                        *reinterpret_cast<f2*>(wsc + w_at(lb, s_half, r)) = f2{l.s[i], l.m[i]};
-                    } else {
-                        wsc[w_at(lb, s_half, r)] = l.s[i];
-                    }
+            }
+            MF_UNROLL
+            for (u32 i = 0; i < SL; i++) {
+                const u32 r = s_row(i);
+                if constexpr (MIN) {
+                    *reinterpret_cast<f2*>(wsc + w_at(s_blk, s_hf, r)) = f2{l.s[i], l.m[i]};
+                } else {
+                    wsc[w_at(s_blk, s_hf, r)] = l.s[i];
                 }
                 if constexpr (ACT) {
-                    if (lc % 4 == 0) {
-                        wmin[lb][r] = l.c[i];
-                    }
+                    wmin[s_blk][r] = l.c[i];
                 }
             }
             MF_UNROLL
@@ -367,18 +393,20 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                 MF_UNROLL
                 for (u32 a = 0; a < 2; a++) {
                     const u32 r = wr0 + 16 * a + g;
-                    af[a][0] = ws[r * LD + 8 * b + tq];
-                    af[a][1] = ws[(r + 8) * LD + 8 * b + tq];
-                    af[a][2] = ws[r * LD + 8 * b + 4 + tq];
-                    af[a][3] = ws[(r + 8) * LD + 8 * b + 4 + tq];
+                    af[a][0] = wa[16 * a * LD + 8 * b];
+                    af[a][1] = wa[(16 * a + 8) * LD + 8 * b];
+                    af[a][2] = wa[16 * a * LD + 8 * b + 4];
+                    af[a][3] = wa[(16 * a + 8) * LD + 8 * b + 4];
                     MF_UNROLL
                     for (u32 pl = 0; pl < PL; pl++) {
+                        // w_at(b, pl · HP, r), the entry of rows r and r + 8
+                        const float* we = wsa + b * WB + (pl * (TM / 2) + 8 * a) * WE;
                         float v[WE];
                         if constexpr (WE == 4) {
-                            const f4 e = *reinterpret_cast<const f4*>(wsc + w_at(b, pl * HP, r));
+                            const f4 e = *reinterpret_cast<const f4*>(we);
                             v[0] = e.x, v[1] = e.y, v[2] = e.z, v[3] = e.w;
                         } else {
-                            const f2 e = *reinterpret_cast<const f2*>(wsc + w_at(b, pl * HP, r));
+                            const f2 e = *reinterpret_cast<const f2*>(we);
                             v[0] = e.x, v[1] = e.y;
                         }
                         MF_UNROLL
@@ -400,9 +428,9 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                 MF_UNROLL
                 for (u32 j = 0; j < NJ; j++) {
                     const u32 t = wt0 + 8 * j; // the 8-token block; this lane's tokens t + 2tq, + 1
-                    const u32 b0 = xs[(t + g) * LD + 8 * b + tq];
-                    const u32 b1 = xs[(t + g) * LD + 8 * b + 4 + tq];
-                    const float* xe = xsc + xd_at(b, t + 2 * tq); // the lane's tokens' entry
+                    const u32 b0 = xa[8 * j * LD + 8 * b];
+                    const u32 b1 = xa[8 * j * LD + 8 * b + 4];
+                    const float* xe = xsa + b * XB + 4 * j * XE; // xd_at(b, t + 2tq): the lane's tokens' entry
                     f2 d, ds[NH] = {};
                     f2 xcr = {};
                     if constexpr (MIN) {

@@ -170,7 +170,8 @@ fn wgsl_chunk_loads(q: QType) -> u64 {
 /// does each token load; a warp's 64-bit stores of whole rows into shared memory take two,
 /// other stores and every fragment or scale read one (conflict-free, or a few addresses each
 /// shared by several lanes). A lane's two rows' scales (s and m) are one read a block, as are its
-/// two tokens' (d and d · Σ q_x, stored together too); q2_K's halves take one each.
+/// two tokens' (d and d · Σ q_x, stored together too); q2_K's halves take one each. A row's
+/// scales are read and stored once a block (and half), by the threads of its scale items.
 ///
 /// The same count of the 64-row tiles it replaced (a row per pair of lanes, 16 rows a warp's
 /// load) gives 596 k wavefronts per SM for a 4,096² q4_K weight at 512 tokens; Nsight Compute
@@ -182,10 +183,16 @@ pub fn mma_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u64 
     let act = matches!(q, QType::Q4_1 | QType::Q5_1) as u64;
     // Scale planes: two where both halves have s and m (q2_K), else one.
     let planes = 1 + (halves && min == 1) as u64;
+    let nh = 1 + halves as u64;
     let (wl, xl, nj) = (MMA_ROWS as u64 / 16, cols / 16, cols / 16);
     let blocks_per_step = MMA_STEP as u64 / 32;
     let global = 2 * wl * i8w_loads(q) + 2 * 2 * xl + act * 2 * (wl + xl);
-    let stores = 2 * wl + wl + 2 * xl + xl * planes + act * (wl + xl);
+    // The scale items (a thread's rows, blocks and halves a step; `matmul_mma`'s s_row): each
+    // store of a warp's takes as many wavefronts as its (s, m) pairs need, twice that with
+    // halves (two lanes a bank), as do the block offsets of q4_1 / q5_1.
+    let sl = MMA_ROWS as u64 * blocks_per_step * nh / super::table::MMA_MATMUL_THREADS as u64;
+    let scale_stores = sl * (1 + min) * nh;
+    let stores = 2 * wl + scale_stores + 2 * xl + xl * planes + act * (2 * sl + xl);
     let reads = blocks_per_step * (8 + 2 * planes + 4 * act + nj * (2 + planes + act));
     let warps = super::table::MMA_MATMUL_THREADS as u64 / 32;
     let tiles = rows.div_ceil(MMA_ROWS as u64) * n.div_ceil(cols);

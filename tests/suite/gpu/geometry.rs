@@ -268,9 +268,10 @@ fn prefill_tiles_are_priced_on_the_units_they_take() {
     assert_eq!(u, Some(Unit::Dot4), "m3max");
 
     // The integer tiles wait on their L1: 4,096 rows × 512 tokens of q4_K in 32 × 8 tiles of
-    // 128 × 64, 32 steps of 128, eight warps, each warp and step 172 wavefronts: weight loads
+    // 128 × 64, 32 steps of 128, eight warps, each warp and step 168 wavefronts: weight loads
     // 2 rows × 8 chunks × 2 loads (the block's first 16 bytes, 8 bytes of nibbles) = 32 and
-    // token loads 2 × 2 × 4 = 16; stores 16 + 8 + 8 + 4 (a token's d and d · Σ q_x as one);
+    // token loads 2 × 2 × 4 = 16; stores 16 (quants) + 2 × 2 (two scale items a thread, an
+    // (s, m) pair each) + 8 + 4 (a token's d and d · Σ q_x as one);
     // fragment and scale reads 4 blocks × (8 + 2 + 4 × 3) (a lane's two rows' s and m as one
     // read, its two tokens' scales likewise).
     // wgpu's f16 tiles likewise: 64 × 64 tiles, 64 steps of 64, four subgroups, each subgroup
@@ -278,7 +279,7 @@ fn prefill_tiles_are_priced_on_the_units_they_take() {
     // 4 × 8 = 32, token loads 8 × 4 = 32 and stores 8 × 4 = 32, operands 4 × 4 × 4.
     let h200 = DeviceProfile::find("h200").unwrap();
     let counts = [
-        (GpuBackend::Cuda, 32 * 8 * 32 * 8 * 172u64),
+        (GpuBackend::Cuda, 32 * 8 * 32 * 8 * 168u64),
         (GpuBackend::Wgpu, 64 * 8 * 64 * 4 * 240),
     ];
     for (b, want) in counts {
