@@ -19,6 +19,7 @@ pub mod cpu {
 /// What the GPU backends share: the kernel table and its variants, the schedule's spans, the
 /// device profiles and the roofline plan (`plan`).
 pub mod gpu {
+    pub use crate::backend::gpu::cost::mma_step_instructions;
     pub use crate::backend::gpu::kernels::{
         act_qtype, all_variants, check_graph, Variant, MMA_COLS, MMA_ROWS, MMA_STEP, WEIGHT_QTYPES,
     };

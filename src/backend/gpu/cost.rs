@@ -199,6 +199,42 @@ pub fn mma_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u64 
     tiles * k.div_ceil(MMA_STEP as u64) * warps * (global + stores + reads)
 }
 
+/// Instructions a warp of `matmul_mma` issues for one step (128 elements of k) of its tile,
+/// weights `q`, at each tile width (16, 32, 64 tokens), as NVRTC 12.9 compiles them for sm_90
+/// (`nvdisasm`: the loop over the steps; `gpu::cuda::mma_step_instructions_are_the_kernels'`
+/// holds these to the disassembly). Of the 64-wide q4_K step's 1,168: 32 IMMA, 640 scaling the
+/// integer sums (five an output and block), 88 shared-memory reads; the rest loads and unpacks.
+pub fn mma_step_instructions(q: QType, cols: u64) -> Option<u64> {
+    let per = match q {
+        QType::Q4_0 => [567, 747, 1093],
+        QType::Q4_1 => [605, 847, 1403],
+        QType::Q5_0 => [779, 959, 1305],
+        QType::Q5_1 => [766, 1021, 1578],
+        QType::Q8_0 => [469, 649, 996],
+        QType::IQ4NL => [924, 1101, 1450],
+        QType::MXFP4 => [930, 1038, 1391],
+        QType::Q2K => [838, 1247, 2063],
+        QType::Q3K => [940, 1251, 1865],
+        QType::Q4K => [528, 703, 1168],
+        QType::Q5K => [612, 822, 1215],
+        QType::Q6K => [978, 1292, 1897],
+        _ => return None,
+    };
+    super::kernels::MMA_COLS
+        .iter()
+        .position(|&c| c as u64 == cols)
+        .map(|i| per[i])
+}
+
+/// Warp instructions the tensor-core matmul issues over `rows` weights of `q` and `n` tokens of
+/// length `k` in tiles `cols` tokens wide (`mma_step_instructions` a warp and step).
+pub fn mma_issue(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> Option<u64> {
+    use super::kernels::{MMA_ROWS, MMA_STEP};
+    let warps = super::table::MMA_MATMUL_THREADS as u64 / 32;
+    let tiles = rows.div_ceil(MMA_ROWS as u64) * n.div_ceil(cols);
+    Some(tiles * k.div_ceil(MMA_STEP as u64) * warps * mma_step_instructions(q, cols)?)
+}
+
 /// L1 wavefronts of the f16 cooperative-matrix matmul (`matmul_coop16.wgsl`) over `rows`
 /// weights of `q` and `n` tokens of length `k`, in tiles of 64 rows × `cols` tokens, counted
 /// per subgroup and 64-element step as `mma_l1_wavefronts` counts CUDA's: a weight load of

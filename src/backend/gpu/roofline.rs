@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::cost::{coop16_l1_wavefronts, cost, mma_l1_wavefronts, Cost, Paths, StepShape};
+use super::cost::{coop16_l1_wavefronts, cost, mma_issue, mma_l1_wavefronts, Cost, Paths, StepShape};
 use super::kernels::Variant;
 use super::params::{KernelParams, MatmulParams};
 use super::schedule::{self, split_span, Launch, Stage};
@@ -77,6 +77,9 @@ pub struct Planned {
     /// L1 wavefronts (`cost::mma_l1_wavefronts`, `cost::coop16_l1_wavefronts`), for the
     /// matrix tiles of the prefill matmul.
     pub l1_wavefronts: Option<u64>,
+    /// Warp instructions issued (`cost::mma_issue`), for CUDA's tensor-core tiles: an SM issues
+    /// four a clock (one a scheduler), whatever its units' peaks.
+    pub issue: Option<u64>,
     /// Workgroups ÷ (SMs × workgroups one SM holds), at most 1.
     pub fill: f64,
     pub est_us: f64,
@@ -251,10 +254,23 @@ fn planned(
         (Some(w), Some(rate)) => w as f64 / (rate * 1e9),
         _ => 0.0,
     };
+    // Their instructions, four a clock an SM (`l1_gwavefronts` is SMs × the clock).
+    let issue = match tensor {
+        Some(m) if v.kernel == Kernel::Matmul => {
+            let (q, k, rows, n) = matmul();
+            mma_issue(q, k, rows, n, m.size as u64)
+        }
+        _ => None,
+    };
+    let issue_s = match (issue, profile.l1_gwavefronts) {
+        (Some(i), Some(rate)) => i as f64 / (4.0 * rate * 1e9),
+        _ => 0.0,
+    };
     let ops_s = unit
         .map_or(0.0, |u| c.flops as f64 / profile.peak(u))
         .max(c.epilogue as f64 / profile.peak(Unit::F32))
-        .max(l1_s);
+        .max(l1_s)
+        .max(issue_s);
     // Workgroups past a whole number of rounds (SMs × the workgroups one holds) run as a last,
     // part-empty round: 300 workgroups on 264 places take two rounds of time, not 1.14.
     let rounds = workgroups as f64 / (profile.sms as u64 * resident) as f64;
@@ -277,6 +293,7 @@ fn planned(
         flops: c.flops,
         unit,
         l1_wavefronts,
+        issue,
         fill,
         est_us,
     }

@@ -18,6 +18,7 @@ use crate::common;
 
 tests![
     nvrtc_compiles_every_kernel,
+    mma_step_instructions_are_the_kernels,
     compiled_images_are_cached,
     info_says_why_cuda_is_out,
     profiled_steps_are_timed_per_op_and_compute_the_same,
@@ -322,4 +323,98 @@ fn profiled_steps_are_timed_per_op_and_compute_the_same() {
         2 * 2 * n_layer,
         "store and attention per layer and step: {p:?}"
     );
+}
+
+/// The instructions a warp of each tensor-core matmul entry issues a step, as `plan` counts them
+/// (`cost::mma_step_instructions`, its issue bound), are the kernel's within 10 %: the entry's
+/// sm_90 CUBIN disassembled (`$MINFER_NVDISASM`, else `nvdisasm` on the PATH;
+/// `scripts/fetch-nvdisasm` fetches one), the step loop found as the innermost backward branch
+/// around the entry's first IMMA. Entries without an integer form have neither.
+fn mma_step_instructions_are_the_kernels() {
+    use minfer::testing::gpu::mma_step_instructions;
+    let t = "mma_step_instructions_are_the_kernels";
+    if let Err(e) = source::nvrtc_version() {
+        common::skip::<()>(t, &e);
+        return;
+    }
+    if !source::cubin_archs().is_ok_and(|a| a.contains(&90)) {
+        common::skip::<()>(t, "this NVRTC writes no sm_90 CUBIN");
+        return;
+    }
+    let tool = std::env::var_os("MINFER_NVDISASM").map_or_else(|| PathBuf::from("nvdisasm"), PathBuf::from);
+    let cubin = match source::compile(Kernel::Matmul, "sm_90", false) {
+        Ok(Image::Cubin(b)) => b,
+        Ok(Image::Ptx(_)) => panic!("matmul.cu for sm_90: PTX, not a CUBIN"),
+        Err(e) => panic!("matmul.cu for sm_90: {e}"),
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("nvdisasm");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("matmul-sm_90.cubin");
+    std::fs::write(&file, &cubin).unwrap();
+    let out = match std::process::Command::new(&tool).arg("-c").arg(&file).output() {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Ok(o) => panic!("{}: {}", tool.display(), String::from_utf8_lossy(&o.stderr)),
+        Err(e) => {
+            let why = format!("{} ({e}): set MINFER_NVDISASM (scripts/fetch-nvdisasm)", tool.display());
+            common::skip::<()>(t, &why);
+            return;
+        }
+    };
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for v in all_variants()
+        .into_iter()
+        .filter(|v| v.kernel == Kernel::Matmul && !v.subgroups)
+    {
+        let Some(q) = v.qtype else { continue };
+        for &cols in v.mma_sizes() {
+            let entry = v.mma_entry(cols).unwrap();
+            let got = step_loop_instructions(&out, &entry);
+            let want = mma_step_instructions(q, cols as u64);
+            match (got, want) {
+                (Some(g), Some(w)) if g.abs_diff(w) * 10 <= w => checked += 1,
+                (None, None) => {}
+                _ => failures.push(format!(
+                    "{entry}: {got:?} a step in the kernel, {want:?} in plan's table"
+                )),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(checked >= 30, "only {checked} entries checked");
+}
+
+/// The instructions of `entry`'s step loop in `nvdisasm -c` output: from the label of the
+/// innermost backward branch that encloses the entry's first IMMA to that branch; `None` where
+/// the entry has no IMMA.
+fn step_loop_instructions(sass: &str, entry: &str) -> Option<u64> {
+    let head = format!(".text.{entry}:");
+    let body: Vec<&str> = sass
+        .lines()
+        .skip_while(|l| l.trim() != head)
+        .skip(1)
+        .take_while(|l| !l.starts_with(".text."))
+        .collect();
+    // `/*01f0*/  IMAD ...`: an address, then the instruction.
+    let is_instruction = |l: &str| {
+        let l = l.trim_start();
+        l.strip_prefix("/*")
+            .and_then(|r| r.split_once("*/"))
+            .is_some_and(|(a, _)| a.len() >= 4 && a.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    let label_at = |name: &str| body.iter().position(|l| l.trim() == format!("{name}:"));
+    let first_imma = body.iter().position(|l| is_instruction(l) && l.contains("IMMA"))?;
+    let mut best: Option<(usize, usize)> = None;
+    for (i, l) in body.iter().enumerate().skip(first_imma) {
+        let Some(target) = l.split("BRA `(").nth(1).and_then(|r| r.split(')').next()) else {
+            continue;
+        };
+        if let Some(start) = label_at(target).filter(|&s| s < first_imma) {
+            if best.is_none_or(|(s, e)| i - start < e - s) {
+                best = Some((start, i));
+            }
+        }
+    }
+    let (start, end) = best?;
+    Some(body[start..=end].iter().filter(|l| is_instruction(l)).count() as u64)
 }
