@@ -158,12 +158,14 @@ struct f4x2 {
 #endif
 }
 
-// c as a float, exact for |c| < 2^22 (an integer tile's sums: at most 32 · 128 · 128 a step):
-// c's bits added to 1.5 · 2^23 form that float plus c, and a float subtraction takes the offset
-// away again. An integer add and a float add, both full-rate, where the conversion instruction
-// runs at a quarter of the float rate.
-[[maybe_unused]] static __device__ __forceinline__ float i2f_small(int c) {
-    return __int_as_float(0x4b400000 + c) - 12582912.0f;
+// An integer sum c as a float, exact for |c| < 2^22 (an integer tile's sums: at most
+// 32 · 128 · 128 a step), from I2F_BIAS + c: c's bits added to 1.5 · 2^23 form that float plus c,
+// and a float subtraction takes the offset away again, where the conversion instruction runs at
+// a quarter of the float rate. The tensor-core tiles start their sums from the bias
+// (mma_s8_from), so the integer add costs nothing.
+constexpr int I2F_BIAS = 0x4b400000;
+[[maybe_unused]] static __device__ __forceinline__ float i2f_biased(int c) {
+    return __int_as_float(c) - 12582912.0f;
 }
 
 // s·a − m per component, each product rounded before the subtraction (the CPU's `d * q - m`).

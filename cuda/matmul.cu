@@ -169,8 +169,8 @@ static __device__ __forceinline__ void mma_outputs(float (&acc)[2][NJ][4], const
 // integer sums exactly the CPU's, as in the int8 matvec (matmul_vec.cu) and matmul_i8.wgsl.
 // Where the two halves share s and m (all but the 16-element sub-blocks of q2_K, q3_K and
 // q6_K: i8_halves<Q>) the block is one mma.sync m16n8k32 (mma_s8_k32) and its integer sum is
-// scaled once: (s·d)·c (c through i2f_small: the float pipe's add, not the quarter-rate
-// conversion) and, with offsets (i8_min<Q>), m·(d·Σ q_x); else two m16n8k16 (mma_s8), a
+// scaled once: (s·d)·c (c through i2f_biased: the sums start from I2F_BIAS, and a float add
+// makes c a float, not the quarter-rate conversion) and, with offsets (i8_min<Q>), m·(d·Σ q_x); else two m16n8k16 (mma_s8), a
 // scaled add each. The float work per output is what bounds the tile on the tensor cores, so
 // it is kept to this. q4_1 / q5_1 add the block offset times the q8_1 correction per block as
 // matmul_body does. Rows of shared memory are 36 words (32 of data): a warp's fragment reads
@@ -447,12 +447,12 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                     }
                     MF_UNROLL
                     for (u32 a = 0; a < 2; a++) {
-                        int c[NH][4] = {};
+                        int c[NH][4];
                         if constexpr (HALVES) {
-                            mma_s8(c[0], af[a][0], af[a][1], b0);
-                            mma_s8(c[NH - 1], af[a][2], af[a][3], b1);
+                            mma_s8_from(c[0], af[a][0], af[a][1], b0, I2F_BIAS);
+                            mma_s8_from(c[NH - 1], af[a][2], af[a][3], b1, I2F_BIAS);
                         } else {
-                            mma_s8_k32(c[0], af[a], b0, b1);
+                            mma_s8_k32_from(c[0], af[a], b0, b1, I2F_BIAS);
                         }
                         MF_UNROLL
                         for (u32 h = 0; h < NH; h++) {
@@ -460,7 +460,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                             for (u32 i = 0; i < 4; i++) {
                                 const float dt = i % 2 ? d.y : d.x;
                                 float& o = acc[a][j][i];
-                                o = fmaf(mul_rn(sm[a][h][i / 2].x, dt), i2f_small(c[h][i]), o);
+                                o = fmaf(mul_rn(sm[a][h][i / 2].x, dt), i2f_biased(c[h][i]), o);
                                 if constexpr (MIN) {
                                     o = fmaf(sm[a][h][i / 2].y, i % 2 ? ds[h].y : ds[h].x, o);
                                 }

@@ -477,6 +477,37 @@ static __device__ __forceinline__ void mma_s8_k32(int (&d)[4], const u32 (&a)[4]
 #endif
 }
 
+// d = A · B + c for one warp, each of d's four sums starting from the same c: mma_s8 and
+// mma_s8_k32 with the accumulator an input of its own (a register quad the IMMAs share) rather
+// than tied to d. With c = I2F_BIAS the sums come out as i2f_biased reads them.
+static __device__ __forceinline__ void mma_s8_from(int (&d)[4], u32 a0, u32 a1, u32 b0, int c) {
+#if !defined(__CUDA_ARCH__)
+    d[0] = d[1] = d[2] = d[3] = c;
+    minfer_emu::mma_s8_m16n8k16(d, a0, a1, b0);
+#elif __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %7, %7, %7};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0), "r"(c));
+#else
+    __trap();
+#endif
+}
+
+static __device__ __forceinline__ void mma_s8_k32_from(int (&d)[4], const u32 (&a)[4], u32 b0, u32 b1, int c) {
+#if !defined(__CUDA_ARCH__)
+    d[0] = d[1] = d[2] = d[3] = c;
+    minfer_emu::mma_s8_m16n8k16(d, a[0], a[1], b0);
+    minfer_emu::mma_s8_m16n8k16(d, a[2], a[3], b1);
+#elif __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %10, %10, %10};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c));
+#else
+    __trap();
+#endif
+}
+
 // d += A · B for one warp in f16 with f32 sums: A 16 × 16, B 16 × 8, d 16 × 8, in PTX's fragment
 // layout (g = lane / 4, t = lane % 4; two halves a word, the lower element in the low half):
 // a[0] = A[g][2t .. 2t + 1], a[1] = A[g + 8][2t ..], a[2] = A[g][2t + 8 ..], a[3] = A[g + 8][2t + 8 ..];

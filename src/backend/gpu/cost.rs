@@ -202,22 +202,22 @@ pub fn mma_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u64 
 /// Instructions a warp of `matmul_mma` issues for one step (128 elements of k) of its tile,
 /// weights `q`, at each tile width (16, 32, 64 tokens), as NVRTC 12.9 compiles them for sm_90
 /// (`nvdisasm`: the loop over the steps; `gpu::cuda::mma_step_instructions_are_the_kernels'`
-/// holds these to the disassembly). Of the 64-wide q4_K step's 1,168: 32 IMMA, 640 scaling the
-/// integer sums (five an output and block), 88 shared-memory reads; the rest loads and unpacks.
+/// holds these to the disassembly). Of the 64-wide q4_K step's 1,044: 32 IMMA, 512 scaling the
+/// integer sums (four an output and block), 88 shared-memory reads; the rest loads and unpacks.
 pub fn mma_step_instructions(q: QType, cols: u64) -> Option<u64> {
     let per = match q {
-        QType::Q4_0 => [567, 747, 1093],
-        QType::Q4_1 => [605, 847, 1403],
-        QType::Q5_0 => [779, 959, 1305],
-        QType::Q5_1 => [766, 1021, 1578],
-        QType::Q8_0 => [469, 649, 996],
-        QType::IQ4NL => [924, 1101, 1450],
-        QType::MXFP4 => [930, 1038, 1391],
-        QType::Q2K => [838, 1247, 2063],
-        QType::Q3K => [940, 1251, 1865],
-        QType::Q4K => [528, 703, 1168],
-        QType::Q5K => [612, 822, 1215],
-        QType::Q6K => [978, 1292, 1897],
+        QType::Q4_0 => [539, 687, 969],
+        QType::Q4_1 => [577, 787, 1279],
+        QType::Q5_0 => [751, 899, 1180],
+        QType::Q5_1 => [738, 961, 1454],
+        QType::Q8_0 => [441, 589, 871],
+        QType::IQ4NL => [896, 1041, 1326],
+        QType::MXFP4 => [905, 978, 1267],
+        QType::Q2K => [778, 1123, 1811],
+        QType::Q3K => [880, 1127, 1613],
+        QType::Q4K => [500, 642, 1044],
+        QType::Q5K => [584, 762, 1094],
+        QType::Q6K => [918, 1168, 1645],
         _ => return None,
     };
     super::kernels::MMA_COLS

@@ -293,7 +293,7 @@ fn prefill_tiles_are_priced_on_the_units_they_take() {
         let l1_us = want as f64 / (h200.l1_gwavefronts.unwrap() * 1e3);
         assert!(l.est_us >= l1_us, "{b:?}: {} µs under the L1's {l1_us} µs", l.est_us);
     }
-    // CUDA's tiles issue their instructions four a clock an SM: 1,168 a warp and step of the
+    // CUDA's tiles issue their instructions four a clock an SM: 1,044 a warp and step of the
     // 64-wide q4_K tile, which takes longer than its L1 traffic and is what the launch waits on.
     let p = plan(&path, 512, GpuBackend::Cuda, &h200);
     let l = p
@@ -301,7 +301,7 @@ fn prefill_tiles_are_priced_on_the_units_they_take() {
         .iter()
         .find(|l| l.node == "blk.0.attn_out" && l.kernel.starts_with("matmul"))
         .unwrap();
-    let issue = 32 * 8 * 32 * 8 * 1168u64;
+    let issue = 32 * 8 * 32 * 8 * 1044u64;
     assert_eq!(l.issue, Some(issue), "{}", l.kernel);
     let issue_us = issue as f64 / (4.0 * h200.l1_gwavefronts.unwrap() * 1e3);
     let l1_us = l.l1_wavefronts.unwrap() as f64 / (h200.l1_gwavefronts.unwrap() * 1e3);
