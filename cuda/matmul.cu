@@ -168,10 +168,11 @@ static __device__ __forceinline__ void mma_outputs(float (&acc)[2][NJ][4], const
 // Each output adds, per 32-element block, d · Σ_halves (s · Σ q_w q_x + m · Σ q_x) with the
 // integer sums exactly the CPU's, as in the int8 matvec (matmul_vec.cu) and matmul_i8.wgsl.
 // Where the two halves share s and m (all but the 16-element sub-blocks of q2_K, q3_K and
-// q6_K: i8_halves<Q>) the block is one mma.sync m16n8k32 (mma_s8_k32) and its integer sum is
-// scaled once: (s·d)·c (c through i2f_biased: the sums start from I2F_BIAS, and a float add
-// makes c a float, not the quarter-rate conversion) and, with offsets (i8_min<Q>), m·(d·Σ q_x); else two m16n8k16 (mma_s8), a
-// scaled add each. The float work per output is what bounds the tile on the tensor cores, so
+// q6_K: i8_halves<Q>) the block is one mma.sync m16n8k32 (mma_s8_k32_from) and its integer
+// sum is scaled once: (s·d)·c (c through i2f_biased: the sums start from I2F_BIAS, and a float
+// add makes c a float, not the quarter-rate conversion) and, with offsets (i8_min<Q>),
+// m·(d·Σ q_x); else two m16n8k16 (mma_s8_from) whose sums are scaled d·(s0·c0 + s1·c1). This
+// scaling is most of what a step issues (512 of a 64-wide q4_K step's 1,044 instructions), so
 // it is kept to this. q4_1 / q5_1 add the block offset times the q8_1 correction per block as
 // matmul_body does. Rows of shared memory are 36 words (32 of data): a warp's fragment reads
 // (8 rows × 4 words) then fall in 32 different banks. The per-block scales are laid out for
@@ -455,13 +456,19 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                             mma_s8_k32_from(c[0], af[a], b0, b1, I2F_BIAS);
                         }
                         MF_UNROLL
-                        for (u32 h = 0; h < NH; h++) {
-                            MF_UNROLL
-                            for (u32 i = 0; i < 4; i++) {
-                                const float dt = i % 2 ? d.y : d.x;
-                                float& o = acc[a][j][i];
-                                o = fmaf(mul_rn(sm[a][h][i / 2].x, dt), i2f_biased(c[h][i]), o);
-                                if constexpr (MIN) {
+                        for (u32 i = 0; i < 4; i++) {
+                            const float dt = i % 2 ? d.y : d.x;
+                            float& o = acc[a][j][i];
+                            if constexpr (HALVES) {
+                                // d · (s0·c0 + s1·c1): the token's scale once for both halves.
+                                const float h0 = mul_rn(sm[a][0][i / 2].x, i2f_biased(c[0][i]));
+                                o = fmaf(dt, fmaf(sm[a][1][i / 2].x, i2f_biased(c[1][i]), h0), o);
+                            } else {
+                                o = fmaf(mul_rn(sm[a][0][i / 2].x, dt), i2f_biased(c[0][i]), o);
+                            }
+                            if constexpr (MIN) {
+                                MF_UNROLL
+                                for (u32 h = 0; h < NH; h++) {
                                     o = fmaf(sm[a][h][i / 2].y, i % 2 ? ds[h].y : ds[h].x, o);
                                 }
                             }

@@ -213,11 +213,11 @@ pub fn mma_step_instructions(q: QType, cols: u64) -> Option<u64> {
         QType::Q8_0 => [441, 589, 871],
         QType::IQ4NL => [896, 1041, 1326],
         QType::MXFP4 => [905, 978, 1267],
-        QType::Q2K => [778, 1123, 1811],
-        QType::Q3K => [880, 1127, 1613],
+        QType::Q2K => [746, 1059, 1683],
+        QType::Q3K => [848, 1063, 1485],
         QType::Q4K => [500, 642, 1044],
         QType::Q5K => [584, 762, 1094],
-        QType::Q6K => [918, 1168, 1645],
+        QType::Q6K => [886, 1104, 1517],
         _ => return None,
     };
     super::kernels::MMA_COLS
