@@ -459,27 +459,12 @@ static __device__ __forceinline__ void mma_s8(int (&d)[4], u32 a0, u32 a1, u32 b
 #endif
 }
 
-// d += A · B for one warp: A 16 × 32 and B 32 × 8 signed bytes (mma.sync m16n8k32), d as
-// mma_s8's. a[0], a[1] are mma_s8's a0, a1 over columns 0 .. 15 and a[2], a[3] the same rows over
-// columns 16 .. 31; b0 = B[4t .. 4t + 3][g], b1 = B[4t + 16 .. 4t + 19][g]. The emulation adds
-// the two halves' products in turn: the same integers.
-static __device__ __forceinline__ void mma_s8_k32(int (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-#if !defined(__CUDA_ARCH__)
-    minfer_emu::mma_s8_m16n8k16(d, a[0], a[1], b0);
-    minfer_emu::mma_s8_m16n8k16(d, a[2], a[3], b1);
-#elif __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    __trap();
-#endif
-}
-
-// d = A · B + c for one warp, each of d's four sums starting from the same c: mma_s8 and
-// mma_s8_k32 with the accumulator an input of its own (a register quad the IMMAs share) rather
-// than tied to d. With c = I2F_BIAS the sums come out as i2f_biased reads them.
+// d = A · B + c for one warp, each of d's four sums starting from the same c: mma_s8 with the
+// accumulator an input of its own (a register quad the IMMAs share) rather than tied to d. With
+// c = I2F_BIAS the sums come out as i2f_biased reads them. mma_s8_k32_from: A 16 × 32 and B
+// 32 × 8 (mma.sync m16n8k32); a[0], a[1] are mma_s8's a0, a1 over columns 0 .. 15 and a[2],
+// a[3] the same rows over columns 16 .. 31; b0 = B[4t .. 4t + 3][g], b1 = B[4t + 16 .. 4t + 19][g].
+// The emulation adds the two halves' products in turn: the same integers.
 static __device__ __forceinline__ void mma_s8_from(int (&d)[4], u32 a0, u32 a1, u32 b0, int c) {
 #if !defined(__CUDA_ARCH__)
     d[0] = d[1] = d[2] = d[3] = c;
