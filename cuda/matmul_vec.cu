@@ -1,14 +1,15 @@
 // matmul_vec, matmul for decode: y[t, row0 + r] = x[t, :] · W[r, :] for the rows of one weight
 // part. A block of 128 threads takes 4 rows of one token: the 32 lanes of a row (one warp) stride
-// over its 8-element chunks, so each step of a warp reads 32 consecutive chunks of the row (one
-// q4_K / q6_K block, four q4_0 blocks: whole 128-byte lines), and meet in a butterfly of shuffles.
+// over its 8-element chunks (the f32 path) or its 32-element blocks (the int8 path), so each step
+// of a warp reads consecutive bytes of the row (one q4_K / q6_K block, four q4_0 blocks; or four
+// and sixteen), and meet in a butterfly of shuffles.
 //
 // For quantized weights x is quantize_act's output (act_q_base, common.cuh): the activations
 // already rounded to the CPU's 8-bit partner format, as floats d · q, then for q4_1 / q5_1 one
 // q8_1 correction per 32-element block, which the block's offset m multiplies (act_s<Q>), then
 // the same q packed 4 to a word with d per 32-element block. Where the device has dp4a (sm_61 on)
-// the rows multiply those bytes by the weights' (i8w<Q>, llama.cpp's MMVQ): per chunk
-// d · (s · Σ q_w q_x + m · Σ q_x), the integer sums exactly the CPU's. Float weights, and older
+// the rows multiply those bytes by the weights' (i8w<Q>, llama.cpp's MMVQ): per 32-element block
+// d · Σ_halves (s · Σ q_w q_x + m · Σ q_x), the integer sums exactly the CPU's. Float weights, and older
 // devices, take the f32 path over the floats.
 //
 // Params: k (row length), m (width of y: all rows of the weight), rows (rows in this part),
@@ -30,6 +31,45 @@ struct XRow {
 // Threads per row: a warp.
 #define MV_TPR 32u
 
+// The int8 path takes a row 32 elements (one activation block, four chunks) a lane at a time, so
+// each lane decodes a block's scales once for its four chunks rather than once a chunk (the
+// decoding, not the bytes, bounded the matvec by the instructions it issued): blk_weights
+// unpacks the four chunks, blk_dot gives one token's d-less sum over them,
+// Σ_halves (s · Σ q_w q_x + m · Σ q_x), the integer sums exactly the CPU's.
+template <class Q>
+static __device__ __forceinline__ void blk_weights(const u8* __restrict__ wr, u32 u, QI8 (&wq)[4]) {
+    constexpr u32 CPB = Q::QK / 8;
+    MF_UNROLL
+    for (u32 i = 0; i < 4; i++) {
+        const u32 c = 4 * u + i;
+        wq[i] = i8w<Q>::q(wr, (c / CPB) * Q::QB, c % CPB);
+    }
+}
+
+template <class Q>
+static __device__ __forceinline__ float blk_dot(const QI8 (&wq)[4], const u2* __restrict__ xq) {
+    constexpr u32 NH = i8_halves<Q>::ON ? 2 : 1;
+    float t = 0.0f;
+    MF_UNROLL
+    for (u32 h = 0; h < NH; h++) {
+        int dot = 0, sum = 0;
+        MF_UNROLL
+        for (u32 i = h * 4 / NH; i < (h + 1) * 4 / NH; i++) {
+            const u2 x = xq[i];
+            dot = __dp4a((int)wq[i].q.x, (int)x.x, __dp4a((int)wq[i].q.y, (int)x.y, dot));
+            if constexpr (i8_min<Q>::ON) {
+                sum = __dp4a(0x01010101, (int)x.x, __dp4a(0x01010101, (int)x.y, sum));
+            }
+        }
+        const QI8& w = wq[h * 4 / NH];
+        t += mul_rn(w.s, (float)dot);
+        if constexpr (i8_min<Q>::ON) {
+            t += mul_rn(w.m, (float)sum);
+        }
+    }
+    return t;
+}
+
 template <class Q>
 static __device__ __forceinline__ float row_acc(const u8* __restrict__ wr, const XRow& xr, u32 k, u32 lane) {
     constexpr u32 TPR = MV_TPR;
@@ -39,18 +79,13 @@ static __device__ __forceinline__ float row_acc(const u8* __restrict__ wr, const
         return acc;
     }
     if constexpr (MF_DP4A && i8w<Q>::INT8) {
-        MF_UNROLL_N(4)
-        for (u32 c = lane; c < k / 8; c += TPR) {
-            const u32 bw = (c / CPB) * Q::QB;
-            const QI8 wq = i8w<Q>::q(wr, bw, c % CPB);
-            const u2 xq = xr.q[c];
-            float t = mul_rn(wq.s, (float)__dp4a((int)wq.q.x, (int)xq.x, __dp4a((int)wq.q.y, (int)xq.y, 0)));
-            if (wq.m != 0.0f) {
-                t += mul_rn(wq.m, (float)__dp4a(0x01010101, (int)xq.x, __dp4a(0x01010101, (int)xq.y, 0)));
-            }
-            acc += mul_rn(xr.d[c / 4], t);
-            if (act_s<Q>::ON && c % CPB == 0) {
-                acc += mul_rn(act_s<Q>::m(wr, bw), xr.c[c / CPB]);
+        MF_UNROLL_N(2)
+        for (u32 u = lane; u < k / 32; u += TPR) {
+            QI8 wq[4];
+            blk_weights<Q>(wr, u, wq);
+            acc += mul_rn(xr.d[u], blk_dot<Q>(wq, xr.q + 4 * u));
+            if (act_s<Q>::ON && (4 * u) % CPB == 0) {
+                acc += mul_rn(act_s<Q>::m(wr, (4 * u / CPB) * Q::QB), xr.c[4 * u / CPB]);
             }
         }
         return acc;
@@ -90,22 +125,17 @@ static __device__ __forceinline__ void row_acc_cols(const u8* __restrict__ wr, c
         return;
     }
     if constexpr (MF_DP4A && i8w<Q>::INT8) {
-        MF_UNROLL_N(2)
-        for (u32 c = lane; c < k / 8; c += TPR) {
-            const u32 bw = (c / CPB) * Q::QB;
-            const QI8 wq = i8w<Q>::q(wr, bw, c % CPB);
-            const float mc = act_s<Q>::ON && c % CPB == 0 ? act_s<Q>::m(wr, bw) : 0.0f;
+        for (u32 u = lane; u < k / 32; u += TPR) {
+            QI8 wq[4];
+            blk_weights<Q>(wr, u, wq);
+            const bool at_block = (4 * u) % CPB == 0;
+            const float mc = act_s<Q>::ON && at_block ? act_s<Q>::m(wr, (4 * u / CPB) * Q::QB) : 0.0f;
 #pragma unroll
             for (u32 j = 0; j < MV_COLS; j++) {
                 if (j < nc) {
-                    const u2 xq = xr.q[c + j * (k / 8)];
-                    float t = mul_rn(wq.s, (float)__dp4a((int)wq.q.x, (int)xq.x, __dp4a((int)wq.q.y, (int)xq.y, 0)));
-                    if (wq.m != 0.0f) {
-                        t += mul_rn(wq.m, (float)__dp4a(0x01010101, (int)xq.x, __dp4a(0x01010101, (int)xq.y, 0)));
-                    }
-                    acc[j] += mul_rn(xr.d[c / 4 + j * (k / 32)], t);
-                    if (act_s<Q>::ON && c % CPB == 0) {
-                        acc[j] += mul_rn(mc, xr.c[c / CPB + j * (k / 32)]);
+                    acc[j] += mul_rn(xr.d[u + j * (k / 32)], blk_dot<Q>(wq, xr.q + 4 * u + j * (k / 8)));
+                    if (act_s<Q>::ON && at_block) {
+                        acc[j] += mul_rn(mc, xr.c[4 * u / CPB + j * (k / 32)]);
                     }
                 }
             }
