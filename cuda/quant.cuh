@@ -510,6 +510,83 @@ static __device__ __forceinline__ void mma_f16(float (&d)[4], const u32 (&a)[4],
 #endif
 }
 
+// d += A · B for one warp to about f32's precision on the tensor cores' tf32 path: A (16 × K) and
+// B (K × 8), K 4 or 8, each given split into tf32 parts (tf32_split: h + l), as three products
+// whose sum leaves out only Al · Bl (mma.sync m16n8k4 / m16n8k8 .tf32: Al·Bh, Ah·Bl, Ah·Bh, the
+// small ones first). Fragments (g = lane / 4, t = lane % 4; a float's bits a register): ah[0],
+// al[0] = A[g][t], [1] = A[g + 8][t], with K 8 [2] = A[g][t + 4], [3] = A[g + 8][t + 4];
+// bh[0], bl[0] = B[t][g], with K 8 [1] = B[t + 4][g]; d as mma_s8's.
+template <u32 K>
+static __device__ __forceinline__ void mma_tf32x3(float (&d)[4], const u32 (&ah)[K / 2], const u32 (&al)[K / 2],
+                                                  const u32 (&bh)[K / 4], const u32 (&bl)[K / 4]) {
+#if !defined(__CUDA_ARCH__)
+    minfer_emu::mma_tf32x3_m16n8<K>(d, ah, al, bh, bl);
+#elif __CUDA_ARCH__ >= 800
+    const u32* as[3] = {al, ah, ah};
+    const u32* bs[3] = {bh, bl, bh};
+    MF_UNROLL
+    for (u32 i = 0; i < 3; i++) {
+        if constexpr (K == 4) {
+            asm("mma.sync.aligned.m16n8k4.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                : "r"(as[i][0]), "r"(as[i][1]), "r"(bs[i][0]));
+        } else {
+            asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                "{%0, %1, %2, %3};"
+                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                : "r"(as[i][0]), "r"(as[i][1]), "r"(as[i][2]), "r"(as[i][3]), "r"(bs[i][0]), "r"(bs[i][1]));
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
+// v as two tf32 parts for mma_tf32x3: h, v rounded to tf32 (ten fraction bits, to nearest, ties
+// away: cvt.rna), and l = v − h, exact in f32; the tensor cores read l to its upper 19 bits, so
+// h + l carries v to within about 2^-22 of it.
+static __device__ __forceinline__ f2 tf32_split(float v) {
+#if !defined(__CUDA_ARCH__)
+    u32 b = __float_as_uint(v);
+    if ((b & 0x7f800000u) != 0x7f800000u) {
+        b = (b + 0x1000u) & 0xffffe000u;
+    }
+    const float h = __uint_as_float(b);
+#elif __CUDA_ARCH__ >= 800
+    u32 b;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(b) : "f"(v));
+    const float h = __uint_as_float(b);
+#else
+    const float h = v;
+    __trap();
+#endif
+    return f2{h, v - h};
+}
+
+// r[j] = this lane's word of 8-row × 16-byte matrix j (ldmatrix .x1, .x2, .x4): matrix j's row i
+// starts at the address lane 8j + i passes (16-byte aligned, shared memory); a lane receives word
+// lane % 4 of row lane / 4. Over 8-bit elements, that is mma_s8's fragment of 8 rows (A) or 8
+// columns (B) by 16 bytes of k: four reads in one instruction.
+template <u32 N>
+static __device__ __forceinline__ void ldsm(u32 (&r)[N], const u32* row) {
+#if !defined(__CUDA_ARCH__)
+    minfer_emu::ldmatrix(r, row);
+#elif __CUDA_ARCH__ >= 750
+    const u32 a = (u32)__cvta_generic_to_shared(row);
+    if constexpr (N == 4) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    } else if constexpr (N == 2) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+    } else {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(a));
+    }
+#else
+    __trap();
+#endif
+}
+
 // The bytes of n, each below 2h (h a power of two), less h, as signed bytes, without a borrow
 // between bytes (q4_0: h 8, q5_0: 16, q6_K: 32).
 template <u32 H>

@@ -497,6 +497,79 @@ inline void mma_f16_m16n8k16(float (&d)[4], const unsigned (&a)[4], unsigned b0,
     }
 }
 
+
+// The tf32 value the tensor cores read from a float's bits: its upper 19 (sign, exponent, ten
+// fraction bits); the lower 13 are ignored.
+inline float tf32_of(unsigned w) {
+    w &= 0xffffe000u;
+    float x;
+    std::memcpy(&x, &w, 4);
+    return x;
+}
+
+// Three mma.sync.aligned.m16n8k{K}.row.col.f32.tf32.tf32.f32 (K 4 or 8) in turn: D (16 × 8,
+// f32) += Al · Bh, then Ah · Bl, then Ah · Bh, where A = Ah + Al (16 × K) and B = Bh + Bl (K × 8)
+// are floats split into tf32 parts. With g = lane / 4 and t = lane % 4: ah[0], al[0] hold
+// A[g][t], [1] A[g + 8][t], and for K 8 [2] A[g][t + 4], [3] A[g + 8][t + 4]; bh[0], bl[0] hold
+// B[t][g], for K 8 [1] B[t + 4][g]; d as for mma_s8_m16n8k16. Each input is read as tf32
+// (tf32_of), so the products are exact in f32; each product's terms are added to D in k order
+// (the hardware's order within one instruction is unspecified).
+template <unsigned K>
+inline void mma_tf32x3_m16n8(float (&d)[4], const unsigned (&ah)[K / 2], const unsigned (&al)[K / 2],
+                             const unsigned (&bh)[K / 4], const unsigned (&bl)[K / 4]) {
+    static_assert(K == 4 || K == 8, "m16n8k4 or m16n8k8");
+    // a[i][lane]: (hi, lo) of the lane's fragment register i; b[i][lane] likewise.
+    unsigned long long a[K / 2][32], b[K / 4][32];
+    unsigned lane = 0;
+    for (unsigned i = 0; i < K / 2; ++i) {
+        WarpView v = warp_exchange(0xffffffffu, (unsigned long long)al[i] << 32 | ah[i]);
+        if (v.present != 0xffffffffu) fail("mma.sync needs all 32 lanes of the warp");
+        std::memcpy(a[i], v.slot, sizeof a[i]);
+        lane = v.lane;
+    }
+    for (unsigned i = 0; i < K / 4; ++i) {
+        WarpView v = warp_exchange(0xffffffffu, (unsigned long long)bl[i] << 32 | bh[i]);
+        std::memcpy(b[i], v.slot, sizeof b[i]);
+    }
+    const unsigned g = lane / 4, t = lane % 4;
+    // A[row][k] and B[k][col], part p (0: hi, 1: lo).
+    auto a_at = [&](unsigned row, unsigned k, unsigned p) {
+        const unsigned long long w = a[(row >= 8 ? 1u : 0u) + (k >= 4 ? 2u : 0u)][(row % 8) * 4 + k % 4];
+        return tf32_of((unsigned)(w >> (32 * p)));
+    };
+    auto b_at = [&](unsigned k, unsigned col, unsigned p) {
+        const unsigned long long w = b[k / 4][col * 4 + k % 4];
+        return tf32_of((unsigned)(w >> (32 * p)));
+    };
+    static const unsigned parts[3][2] = {{1, 0}, {0, 1}, {0, 0}};
+    for (unsigned i = 0; i < 4; ++i) {
+        const unsigned row = g + (i >= 2 ? 8u : 0u), col = 2 * t + (i & 1u);
+        float acc = d[i];
+        for (const auto& pp : parts) {
+            for (unsigned k = 0; k < K; ++k) {
+                acc += a_at(row, k, pp[0]) * b_at(k, col, pp[1]);
+            }
+        }
+        d[i] = acc;
+    }
+}
+
+// ldmatrix.sync.aligned.m8n8.x{N}.shared.b16 (N 1, 2 or 4): N matrices of 8 rows × 16 bytes;
+// row i of matrix j starts at the address lane 8j + i passes (`row`). Each lane receives, for
+// each matrix j, the 4-byte word lane % 4 of its row lane / 4 in r[j]. The whole warp must take
+// part.
+template <unsigned N>
+inline void ldmatrix(unsigned (&r)[N], const void* row) {
+    static_assert(N == 1 || N == 2 || N == 4, "ldmatrix takes 1, 2 or 4 matrices");
+    WarpView v = warp_exchange(0xffffffffu, (unsigned long long)(uintptr_t)row);
+    if (v.present != 0xffffffffu) fail("ldmatrix needs all 32 lanes of the warp");
+    for (unsigned j = 0; j < N; ++j) {
+        const unsigned char* at = (const unsigned char*)(uintptr_t)v.slot[8 * j + v.lane / 4];
+        if ((uintptr_t)at % 16 != 0) fail("ldmatrix rows must be 16-byte aligned");
+        std::memcpy(&r[j], at + 4 * (v.lane % 4), 4);
+    }
+}
+
 } // namespace minfer_emu
 
 inline int __popc(unsigned x) { return __builtin_popcount(x); }

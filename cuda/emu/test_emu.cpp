@@ -191,6 +191,59 @@ extern "C" __global__ void k_mma(const Params p) {
     for (unsigned i = 0; i < 4; ++i) out[(g + (i >= 2 ? 8 : 0)) * 8 + 2 * t + (i & 1)] = d[i];
 }
 
+// One warp: D = A · B (A 16 × K row-major, B as B[n][k] at n * K + k, K = w[0], 4 or 8) by
+// mma_tf32x3_m16n8, each lane gathering its fragments as the PTX ISA lays them out for
+// m16n8k4 / m16n8k8 .tf32 and splitting each float into its upper 19 bits and the rest; D to
+// d (16 × 8, row-major).
+extern "C" __global__ void k_mma_tf32(const Params p) {
+    const float* a = (const float*)p.b[0];
+    const float* b = (const float*)p.b[1];
+    float* out = (float*)p.b[2];
+    const unsigned K = p.w[0], g = threadIdx.x / 4, t = threadIdx.x % 4;
+    auto split = [](float v, unsigned& h, unsigned& l) {
+        h = __float_as_uint(v) & 0xffffe000u;
+        l = __float_as_uint(v - __uint_as_float(h));
+    };
+    unsigned ah[4], al[4], bh[2], bl[2];
+    for (unsigned i = 0; i < K / 2; ++i) {
+        split(a[(g + 8 * (i % 2)) * K + t + 4 * (i / 2)], ah[i], al[i]);
+    }
+    for (unsigned i = 0; i < K / 4; ++i) {
+        split(b[g * K + t + 4 * i], bh[i], bl[i]);
+    }
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (K == 4) {
+        minfer_emu::mma_tf32x3_m16n8<4>(d, (const unsigned(&)[2])ah, (const unsigned(&)[2])al,
+                                        (const unsigned(&)[1])bh, (const unsigned(&)[1])bl);
+    } else {
+        minfer_emu::mma_tf32x3_m16n8<8>(d, (const unsigned(&)[4])ah, (const unsigned(&)[4])al,
+                                        (const unsigned(&)[2])bh, (const unsigned(&)[2])bl);
+    }
+    for (unsigned i = 0; i < 4; ++i) out[(g + (i >= 2 ? 8 : 0)) * 8 + 2 * t + (i & 1)] = d[i];
+}
+
+// One warp: ldmatrix .x4, .x2 and .x1 from shared memory holding in[] (four 8 × 16-byte
+// matrices, rows 36 words apart, matrix j's rows in reverse order), lane l passing the address
+// of row 7 − l % 8 of matrix l / 8. out[8l .. 8l + 3]: the lane's four words; out[8l + 4, + 5]
+// .x2's two; out[8l + 6] .x1's.
+extern "C" __global__ void k_ldmatrix(const Params p) {
+    const unsigned* in = (const unsigned*)p.b[0];
+    unsigned* out = (unsigned*)p.b[1];
+    __shared__ __align__(16) unsigned s[32 * 36];
+    const unsigned l = threadIdx.x;
+    for (unsigned i = 0; i < 36; ++i) s[l * 36 + i] = in[l * 36 + i];
+    __syncwarp();
+    const unsigned* row = s + (8 * (l / 8) + 7 - l % 8) * 36;
+    unsigned r4[4], r2[2], r1[1];
+    minfer_emu::ldmatrix(r4, row);
+    minfer_emu::ldmatrix(r2, row);
+    minfer_emu::ldmatrix(r1, row);
+    for (unsigned j = 0; j < 4; ++j) out[8 * l + j] = r4[j];
+    out[8 * l + 4] = r2[0];
+    out[8 * l + 5] = r2[1];
+    out[8 * l + 6] = r1[0];
+}
+
 // Atomics from every thread of every block (blocks run on several OS threads).
 //   ctr[0] += 1 (int), ctr[1] += 2 (unsigned), fctr[0] += 0.5f, ctr[2] = max(global id),
 //   ctr[3] = min(global id + 7), ctr[4]: ticket counter by atomicCAS loop, ctr[5] atomicInc
@@ -623,6 +676,52 @@ void test_mma() {
     CHECK(rc == MINFER_EMU_ERR_KERNEL, "partial warp: rc %d", rc);
 }
 
+void test_mma_tf32() {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (unsigned K : {4u, 8u}) {
+        std::vector<float> a(16 * K), b(8 * K), out(16 * 8, 0.0f);
+        for (auto& v : a) v = u(rng);
+        for (auto& v : b) v = u(rng);
+        Params p{};
+        p.b[0] = addr(a);
+        p.b[1] = addr(b);
+        p.b[2] = addr(out);
+        p.w[0] = K;
+        int rc = launch("k_mma_tf32", 1, 1, 1, 32, 1, 1, p);
+        CHECK(rc == MINFER_EMU_OK, "rc %d: %s", rc, emu_error());
+        for (unsigned r = 0; r < 16; ++r)
+            for (unsigned c = 0; c < 8; ++c) {
+                double s = 0.0, mag = 0.0;
+                for (unsigned k = 0; k < K; ++k) {
+                    s += (double)a[r * K + k] * b[c * K + k];
+                    mag += std::fabs((double)a[r * K + k] * b[c * K + k]);
+                }
+                // Three tf32 products leave out Al · Bl and the parts of Al, Bl past tf32:
+                // a few 2^-22 of the magnitude.
+                CHECK(std::fabs(out[r * 8 + c] - s) <= 1e-6 * mag, "K %u D[%u][%u]: %.9g, want %.9g", K, r,
+                      c, out[r * 8 + c], s);
+            }
+    }
+}
+
+void test_ldmatrix() {
+    std::vector<uint32_t> in(32 * 36), out(32 * 8, 0);
+    for (uint32_t i = 0; i < in.size(); ++i) in[i] = 0x9e3779b9u * (i + 1);
+    Params p{};
+    p.b[0] = addr(in);
+    p.b[1] = addr(out);
+    int rc = launch("k_ldmatrix", 1, 1, 1, 32, 1, 1, p);
+    CHECK(rc == MINFER_EMU_OK, "rc %d: %s", rc, emu_error());
+    // Row i of matrix j is what lane 8j + i passed: shared row 8j + 7 − i.
+    auto word = [&](unsigned j, unsigned lane) { return in[(8 * j + 7 - lane / 4) * 36 + lane % 4]; };
+    for (unsigned l = 0; l < 32; ++l) {
+        for (unsigned j = 0; j < 4; ++j) CHECK(out[8 * l + j] == word(j, l), "x4 lane %u matrix %u", l, j);
+        for (unsigned j = 0; j < 2; ++j) CHECK(out[8 * l + 4 + j] == word(j, l), "x2 lane %u matrix %u", l, j);
+        CHECK(out[8 * l + 6] == word(0, l), "x1 lane %u", l);
+    }
+}
+
 void test_atomics() {
     const unsigned blocks = 64, threads = 128, total = blocks * threads;
     std::vector<int> ctr(9, 0);
@@ -851,6 +950,8 @@ int main(int argc, char** argv) {
         {"barriers after an early return", test_early_return},
         {"__dp4a against a reference", test_dp4a},
         {"mma.sync m16n8k16 s8 fragments against a reference", test_mma},
+        {"mma.sync m16n8k4 / m16n8k8 tf32, three products, against a reference", test_mma_tf32},
+        {"ldmatrix x4, x2, x1 lanes and rows", test_ldmatrix},
         {"atomics from 64 blocks on 4 OS threads", test_atomics},
         {"integer and float intrinsics", test_intrinsics},
         {"f16 and bf16 conversions", test_half},
