@@ -167,17 +167,26 @@ static __device__ __forceinline__ void mma_outputs(float (&acc)[2][NJ][4], const
 //
 // Each output adds, per 32-element block, d · Σ_halves (s · Σ q_w q_x + m · Σ q_x) with the
 // integer sums exactly the CPU's, as in the int8 matvec (matmul_vec.cu) and matmul_i8.wgsl.
-// Where the two halves share s and m (all but the 16-element sub-blocks of q2_K, q3_K and
-// q6_K: i8_halves<Q>) the block is one mma.sync m16n8k32 (mma_s8_k32_from) and its integer
-// sum is scaled once: (s·d)·c (c through i2f_biased: the sums start from I2F_BIAS, and a float
-// add makes c a float, not the quarter-rate conversion) and, with offsets (i8_min<Q>),
-// m·(d·Σ q_x); else two m16n8k16 (mma_s8_from) whose sums are scaled d·(s0·c0 + s1·c1). This
-// scaling is most of what a step issues (512 of a 64-wide q4_K step's 1,044 instructions), so
-// it is kept to this. q4_1 / q5_1 add the block offset times the q8_1 correction per block as
-// matmul_body does. Rows of shared memory are 36 words (32 of data): a warp's fragment reads
-// (8 rows × 4 words) then fall in 32 different banks. The per-block scales are laid out for
-// the reads: a lane's two rows (r, r + 8) have theirs side by side, s and m of each, as do its
-// two tokens (t, t + 1) their d and d · Σ q_x, so each takes one load a block.
+// Where the two halves share s (all but the 16-element sub-blocks of q2_K, q3_K and q6_K:
+// i8_halves<Q>) the block is one mma.sync m16n8k32 (mma_s8_k32_from) and its integer sum is
+// scaled once, (s·d)·c (c through i2f_biased: the sums start from I2F_BIAS, and a float add
+// makes c a float, not the quarter-rate conversion); else two m16n8k16 (mma_s8_from) whose
+// sums are scaled d·(s0·c0 + s1·c1). That scaling takes three or five float instructions per
+// output and block, most of what a step issues: a floor no tile shape moves, since every
+// m16n8k32 adds one block to four outputs a lane.
+//
+// The offsets' part, Σ_blocks m · (d · Σ q_x), is itself a product of a 128-row × KO matrix (m
+// per row and block, or half: KO columns a step) by a KO × TN one (d · Σ q_x per block and
+// token; q4_1 / q5_1 add their q8_1 correction there, which the same m multiplies), so it goes
+// to the tensor cores too: in tf32, each side split in two (tf32_split) and multiplied in three
+// products (mma_tf32x3), about f32's precision, into the same accumulators, once a step. Per
+// output and block that saves the FFMA the scaling would take.
+//
+// Rows of shared memory are 36 words (32 of data); fragments are read with ldmatrix, eight
+// 16-byte rows an instruction from 32 different banks. The per-block scales are laid out for
+// the reads: a lane's two rows (r, r + 8) have theirs side by side, and its two tokens (t,
+// t + 1) their d, so each takes one load a block; the offsets' tables hold (h, l) pairs, rows
+// 132 (or TN + 4) pairs apart so that a warp's fragment reads meet each bank once a phase.
 //
 // A step's global reads go straight to shared memory, between the barriers that close the
 // previous step's products and open this one's: no registers are held across the products for
@@ -205,35 +214,30 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     constexpr bool HALVES = i8_halves<Q>::ON;
     constexpr bool MIN = i8_min<Q>::ON;
     constexpr bool ACT = act_s<Q>::ON;
+    static_assert(!ACT || MIN, "act_s<Q>'s offset is i8w<Q>'s m");
     constexpr u32 NH = HALVES ? 2 : 1; // scales per row and block
+    constexpr u32 KO = NB * NH;        // the offsets' columns a step (mma_tf32x3's K)
     // The rows' scales: per block, an entry for each row pair (r, r + 8) of a 16-row tile, so a
-    // lane reads both its rows' in one load: [r, r + 8][half][s, m (i8_min<Q>)], q2_K's two
-    // halves (s and m each) in planes of their own. Blocks 4 · WE banks apart, so that a warp's
-    // stores (four blocks of eight rows, r .. r + 3 and r + 8 .. r + 11) take the fewest
-    // wavefronts their bytes need.
-    constexpr u32 M2 = MIN ? 2 : 1;                // s, and m where the format has offsets
-    constexpr u32 PL = HALVES && MIN ? 2 : 1;      // planes
-    constexpr u32 HP = NH / PL;                    // halves in an entry
-    constexpr u32 WE = 2 * HP * M2;                // floats an entry: 2 or 4
-    constexpr u32 WB = PL * (TM / 2) * WE + 4 * WE; // floats a block
-    // The tokens' scales: per block, an entry for each pair of tokens (t, t + 1), which a lane's
-    // fragment holds: d (without offsets); d and d · Σ q_x of each token in turn (i8_min<Q>); and
-    // with q2_K's halves, the second half's two d · Σ q_x after them.
-    constexpr u32 XE = MIN ? (HALVES ? 8 : 4) : 2; // floats an entry
-    constexpr u32 XB = (TN / 2) * XE + 8;          // floats a block
+    // lane reads both its rows' in one load: [r, r + 8][half]. Blocks 4 · WE banks apart, so
+    // that a warp's stores (four blocks of eight rows, r .. r + 3 and r + 8 .. r + 11) take the
+    // fewest wavefronts their bytes need.
+    constexpr u32 WE = 2 * NH;                 // floats an entry: 2 or 4
+    constexpr u32 WB = (TM / 2) * WE + 4 * WE; // floats a block
+    constexpr u32 XB = TN + 8;                 // the tokens' d: floats a block
+    constexpr u32 WO = TM + 4, XO = TN + 4;    // the offsets' tables: pairs a column
     __shared__ __align__(16) u32 ws[TM * LD];
     __shared__ __align__(16) u32 xs[TN * LD];
     __shared__ __align__(16) float wsc[NB * WB];
     __shared__ __align__(16) float xsc[NB * XB];
-    __shared__ __align__(16) float wmin[ACT ? NB : 1][TM + 16]; // act_s<Q>: the block offset per row
-    __shared__ __align__(16) float xcor[ACT ? NB : 1][TN];    // act_s<Q>: the correction per token
+    __shared__ __align__(16) f2 wo[MIN ? KO : 1][WO]; // m of row r, column c: wo[c][r], split
+    __shared__ __align__(16) f2 xo[MIN ? KO : 1][XO]; // d · Σ q_x of token t, column c: xo[c][t], split
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const float* __restrict__ x = binding<const float>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
     const MatmulParams& prm = params<MatmulParams>(p);
     const u32 k = prm.k, m = prm.m, rows = prm.rows, row0 = prm.row0, n = prm.n;
     const u32 tid = threadIdx.x;
-    const u32 warp = tid / 32, g = (tid % 32) / 4, tq = tid % 4;
+    const u32 warp = tid / 32, lane = tid % 32, g = lane / 4, tq = tid % 4;
     const u32 wr0 = 32 * (warp % 4); // the warp's first row in the tile
     const u32 wt0 = WN * (warp / 4); // and first token
     const u32 lc = tid % 16, lr = tid / 16; // the chunk this thread loads, of rows (tokens) lr + 16i
@@ -245,15 +249,11 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     const float* __restrict__ xdq = x + qw + n * k / 4;
     const float* __restrict__ xc = x + (unsigned long long)n * k; // act_s<Q>: the corrections
     const u32 steps = (k + TK - 1) / TK, tiles_x = (rows + TM - 1) / TM;
-    // The half (of the block) whose token scales lane lc stores, where it stores them.
+    // The half (of the block) whose offset column lane lc stores.
     const bool s_lane = HALVES ? lc % 2 == 0 : lc % 4 == 0;
     const u32 s_half = HALVES ? (lc / 2) % 2 : 0;
-    // Where row r's (s, m) of half h of block b sit, and token t's d and d · Σ q_x.
-    auto w_at = [&](u32 b, u32 h, u32 r) {
-        return b * WB + ((h / HP) * (TM / 2) + (r / 16) * 8 + r % 8) * WE + ((r % 16) / 8 * HP + h % HP) * M2;
-    };
-    auto xd_at = [&](u32 b, u32 t) { return b * XB + (t / 2) * XE + (t % 2) * M2; };
-    auto xds_at = [&](u32 b, u32 h, u32 t) { return b * XB + (t / 2) * XE + (h == 0 ? (t % 2) * 2 + 1 : 4 + t % 2); };
+    // Where row r's s of half h of block b sits.
+    auto w_at = [&](u32 b, u32 h, u32 r) { return b * WB + ((r / 16) * 8 + r % 8) * WE + (r % 16) / 8 * NH + h; };
 
     // The scales are read once per row, block and half, by a thread of their own (scale items),
     // not by each of the chunk lanes that share them: NBH lanes side by side take a row's, so a
@@ -267,23 +267,27 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         const u32 p = tid / NBH + (256 / NBH) * i;
         return (p & ~12u) | ((p & 4u) << 1) | ((p & 8u) >> 1);
     };
-    // The lane's fragment and scale reads, as constant offsets from bases that depend on the lane
-    // alone (row wr0 + g, token wt0 + g, their words tq; the entries of rows wr0 + g, + 8 and of
-    // tokens wt0 + 2tq, + 1), so no read recomputes its address.
-    const u32* const wa = ws + (wr0 + g) * LD + tq;
-    const u32* const xa = xs + (wt0 + g) * LD + tq;
+    // The lane's reads, as constant offsets from bases that depend on the lane alone: ldmatrix
+    // rows (A: lanes 8i .. 8i + 7 give rows 0 .. 7 of the 16-row tile's matrix i, rows 8 .. 15 for
+    // odd i, the block's second 16 bytes for i ≥ 2; B: tokens 0 .. 7, bytes 16 .. 31 for odd i,
+    // the next 8-token block for i ≥ 2), the scale entries of rows wr0 + g, + 8 and of tokens
+    // wt0 + 2tq, + 1, and the offsets' fragments.
+    const u32* const wa = ws + (wr0 + lane % 8 + 8 * ((lane / 8) % 2)) * LD + 4 * (lane / 16);
+    const u32* const xa = xs + (wt0 + lane % 8 + 8 * (lane / 16)) * LD + 4 * ((lane / 8) % 2);
     const float* const wsa = wsc + w_at(0, 0, wr0 + g);
-    const float* const xsa = xsc + xd_at(0, wt0 + 2 * tq);
+    const float* const xsa = xsc + wt0 + 2 * tq;
+    const f2* const woa = &wo[0][0] + tq * WO + wr0 + g;
+    const f2* const xoa = &xo[0][0] + tq * XO + wt0 + g;
     // Chunks past the matrix (rows, tokens, the end of k) are read at the last one there: their
-    // products go to outputs never stored, or to blocks the step's products skip.
+    // products go to outputs never stored, or to blocks the step's products skip (and whose
+    // offsets it stores as zeros).
     const u32 last_chunk = k / 8 - 1;
 
     // One thread's share of a step, from its global reads to its stores into shared memory.
     struct Loads {
         u2 w[WL]; // the rows' chunks as bytes
         float s[SL], m[SL];
-        float c[SL]; // act_s<Q>: the scale items' block offsets
-        u2 x[XL];    // the tokens' chunks
+        u2 x[XL]; // the tokens' chunks
         float d[XL];
         float xc[XL]; // act_s<Q>: the tokens' corrections
     };
@@ -308,9 +312,6 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                 const u8* wr = w + min(m0 + s_row(i), rows - 1) * rbytes;
                 const QI8 a = i8w<Q>::q(wr, (sc / CPB) * Q::QB, sc % CPB);
                 l.s[i] = a.s, l.m[i] = a.m;
-                if constexpr (ACT) {
-                    l.c[i] = act_s<Q>::m(wr, (sc * 8 / Q::QK) * Q::QB);
-                }
             }
             MF_UNROLL
             for (u32 i = 0; i < XL; i++) {
@@ -323,7 +324,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             }
             return l;
         };
-        auto store = [&](const Loads& l) {
+        auto store = [&](const Loads& l, u32 k0) {
             MF_UNROLL
             for (u32 i = 0; i < WL; i++) {
                 const u32 r = lr + 16 * i;
@@ -332,23 +333,18 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             MF_UNROLL
             for (u32 i = 0; i < SL; i++) {
                 const u32 r = s_row(i);
+                wsc[w_at(s_blk, s_hf, r)] = l.s[i];
                 if constexpr (MIN) {
-                    *reinterpret_cast<f2*>(wsc + w_at(s_blk, s_hf, r)) = f2{l.s[i], l.m[i]};
-                } else {
-                    wsc[w_at(s_blk, s_hf, r)] = l.s[i];
-                }
-                if constexpr (ACT) {
-                    wmin[s_blk][r] = l.c[i];
+                    // Blocks past the step's end add nothing.
+                    wo[s_blk * NH + s_hf][r] = tf32_split(k0 + 32 * s_blk < ke ? l.m[i] : 0.0f);
                 }
             }
             MF_UNROLL
             for (u32 i = 0; i < XL; i++) {
                 const u32 t = lr + 16 * i;
                 *reinterpret_cast<u2*>(xs + t * LD + 2 * lc) = l.x[i];
-                if constexpr (ACT) {
-                    if (lc % 4 == 0) {
-                        xcor[lb][t] = l.xc[i];
-                    }
+                if (lc % 4 == 0) {
+                    xsc[lb * XB + t] = l.d[i];
                 }
                 if constexpr (MIN) {
                     const int ones = 0x01010101;
@@ -357,19 +353,13 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                     if constexpr (!HALVES) {
                         sum += __shfl_xor_sync(0xffffffffu, sum, 2); // the block's other half
                     }
-                    const float ds = mul_rn(l.d[i], (float)sum);
-                    if constexpr (HALVES) {
-                        if (lc % 4 == 0) {
-                            xsc[xd_at(lb, t)] = l.d[i];
-                        }
-                        if (s_lane) {
-                            xsc[xds_at(lb, s_half, t)] = ds;
-                        }
-                    } else if (s_lane) { // lanes lc % 4 == 0: d and d · Σ q_x side by side
-                        *reinterpret_cast<f2*>(xsc + xd_at(lb, t)) = f2{l.d[i], ds};
+                    float ds = mul_rn(l.d[i], (float)sum);
+                    if constexpr (ACT) {
+                        ds += l.xc[i];
                     }
-                } else if (lc % 4 == 0) {
-                    xsc[xd_at(lb, t)] = l.d[i];
+                    if (s_lane) {
+                        xo[lb * NH + s_half][t] = tf32_split(ds);
+                    }
                 }
             }
         };
@@ -379,106 +369,92 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         auto row_of = [&](u32 a, u32 i) { return m0 + wr0 + 16 * a + g + 8 * (i / 2); };
         auto token_of = [&](u32 j, u32 i) { return n0 + wt0 + 8 * j + 2 * tq + i % 2; };
         for (u32 k0 = kb; k0 < ke; k0 += TK) {
-            store(load(k0));
+            store(load(k0), k0);
             __syncthreads();
             MF_UNROLL
             for (u32 b = 0; b < NB; b++) {
                 if (k0 + 32 * b >= ke) {
                     break;
                 }
-                // The lane's A fragments (rows r, r + 8 of each 16-row tile; words tq, 4 + tq of the
-                // block) and its rows' scales.
-                u32 af[2][4];
-                f2 sm[2][NH][2] = {};
-                float cr[2][2];
+                // The lane's A fragments (rows g, g + 8 of each 16-row tile; words tq, 4 + tq of
+                // the block), B fragments (tokens g of each 8-token block; the same words) and its
+                // rows' scales.
+                u32 af[2][4], bf[NJ][2];
+                f2 sm[2][NH];
                 MF_UNROLL
                 for (u32 a = 0; a < 2; a++) {
-                    const u32 r = wr0 + 16 * a + g;
-                    af[a][0] = wa[16 * a * LD + 8 * b];
-                    af[a][1] = wa[(16 * a + 8) * LD + 8 * b];
-                    af[a][2] = wa[16 * a * LD + 8 * b + 4];
-                    af[a][3] = wa[(16 * a + 8) * LD + 8 * b + 4];
-                    MF_UNROLL
-                    for (u32 pl = 0; pl < PL; pl++) {
-                        // w_at(b, pl · HP, r), the entry of rows r and r + 8
-                        const float* we = wsa + b * WB + (pl * (TM / 2) + 8 * a) * WE;
-                        float v[WE];
-                        if constexpr (WE == 4) {
-                            const f4 e = *reinterpret_cast<const f4*>(we);
-                            v[0] = e.x, v[1] = e.y, v[2] = e.z, v[3] = e.w;
-                        } else {
-                            const f2 e = *reinterpret_cast<const f2*>(we);
-                            v[0] = e.x, v[1] = e.y;
-                        }
-                        MF_UNROLL
-                        for (u32 hi = 0; hi < 2; hi++) {
-                            MF_UNROLL
-                            for (u32 hh = 0; hh < HP; hh++) {
-                                f2& o = sm[a][pl * HP + hh][hi];
-                                o.x = v[(hi * HP + hh) * M2];
-                                if constexpr (MIN) {
-                                    o.y = v[(hi * HP + hh) * M2 + 1];
-                                }
-                            }
-                        }
+                    ldsm(af[a], wa + 16 * a * LD + 8 * b);
+                    const float* we = wsa + b * WB + 8 * a * WE; // w_at(b, 0, r), rows r and r + 8
+                    if constexpr (WE == 4) {
+                        const f4 e = *reinterpret_cast<const f4*>(we);
+                        sm[a][0] = f2{e.x, e.z}, sm[a][1] = f2{e.y, e.w};
+                    } else {
+                        sm[a][0] = *reinterpret_cast<const f2*>(we);
                     }
-                    if constexpr (ACT) {
-                        cr[a][0] = wmin[b][r], cr[a][1] = wmin[b][r + 8];
+                }
+                if constexpr (NJ == 1) {
+                    ldsm(bf[0], xa + 8 * b);
+                } else {
+                    MF_UNROLL
+                    for (u32 j = 0; j < NJ; j += 2) {
+                        u32 v[4];
+                        ldsm(v, xa + 8 * j * LD + 8 * b);
+                        bf[j][0] = v[0], bf[j][1] = v[1], bf[j + 1][0] = v[2], bf[j + 1][1] = v[3];
                     }
                 }
                 MF_UNROLL
                 for (u32 j = 0; j < NJ; j++) {
-                    const u32 t = wt0 + 8 * j; // the 8-token block; this lane's tokens t + 2tq, + 1
-                    const u32 b0 = xa[8 * j * LD + 8 * b];
-                    const u32 b1 = xa[8 * j * LD + 8 * b + 4];
-                    const float* xe = xsa + b * XB + 4 * j * XE; // xd_at(b, t + 2tq): the lane's tokens' entry
-                    f2 d, ds[NH] = {};
-                    f2 xcr = {};
-                    if constexpr (MIN) {
-                        const f4 e = *reinterpret_cast<const f4*>(xe);
-                        d = f2{e.x, e.z}, ds[0] = f2{e.y, e.w};
-                        if constexpr (HALVES) {
-                            ds[1] = *reinterpret_cast<const f2*>(xe + 4);
-                        }
-                    } else {
-                        d = *reinterpret_cast<const f2*>(xe);
-                    }
-                    if constexpr (ACT) {
-                        xcr = *reinterpret_cast<const f2*>(&xcor[b][t + 2 * tq]);
-                    }
+                    const f2 d = *reinterpret_cast<const f2*>(xsa + b * XB + 8 * j); // tokens t + 2tq, + 1
                     MF_UNROLL
                     for (u32 a = 0; a < 2; a++) {
                         int c[NH][4];
                         if constexpr (HALVES) {
-                            mma_s8_from(c[0], af[a][0], af[a][1], b0, I2F_BIAS);
-                            mma_s8_from(c[NH - 1], af[a][2], af[a][3], b1, I2F_BIAS);
+                            mma_s8_from(c[0], af[a][0], af[a][1], bf[j][0], I2F_BIAS);
+                            mma_s8_from(c[NH - 1], af[a][2], af[a][3], bf[j][1], I2F_BIAS);
                         } else {
-                            mma_s8_k32_from(c[0], af[a], b0, b1, I2F_BIAS);
+                            mma_s8_k32_from(c[0], af[a], bf[j][0], bf[j][1], I2F_BIAS);
                         }
                         MF_UNROLL
                         for (u32 i = 0; i < 4; i++) {
                             const float dt = i % 2 ? d.y : d.x;
+                            const float s0 = i / 2 ? sm[a][0].y : sm[a][0].x;
                             float& o = acc[a][j][i];
                             if constexpr (HALVES) {
                                 // d · (s0·c0 + s1·c1): the token's scale once for both halves.
-                                const float h0 = mul_rn(sm[a][0][i / 2].x, i2f_biased(c[0][i]));
-                                o = fmaf(dt, fmaf(sm[a][1][i / 2].x, i2f_biased(c[1][i]), h0), o);
+                                const float s1 = i / 2 ? sm[a][NH - 1].y : sm[a][NH - 1].x;
+                                const float h0 = mul_rn(s0, i2f_biased(c[0][i]));
+                                o = fmaf(dt, fmaf(s1, i2f_biased(c[NH - 1][i]), h0), o);
                             } else {
-                                o = fmaf(mul_rn(sm[a][0][i / 2].x, dt), i2f_biased(c[0][i]), o);
-                            }
-                            if constexpr (MIN) {
-                                MF_UNROLL
-                                for (u32 h = 0; h < NH; h++) {
-                                    o = fmaf(sm[a][h][i / 2].y, i % 2 ? ds[h].y : ds[h].x, o);
-                                }
+                                o = fmaf(mul_rn(s0, dt), i2f_biased(c[0][i]), o);
                             }
                         }
-                        if constexpr (ACT) {
-                            MF_UNROLL
-                            for (u32 i = 0; i < 4; i++) {
-                                acc[a][j][i] = fmaf(cr[a][i / 2], i % 2 ? xcr.y : xcr.x, acc[a][j][i]);
-                            }
-                        }
+                    }
+                }
+            }
+            if constexpr (MIN) {
+                // The offsets: rows g, g + 8 of each 16-row tile × columns tq (and tq + 4) ×
+                // tokens g of each 8-token block.
+                u32 oh[2][KO / 2], ol[2][KO / 2];
+                MF_UNROLL
+                for (u32 a = 0; a < 2; a++) {
+                    MF_UNROLL
+                    for (u32 c = 0; c < KO / 4; c++) {
+                        const f2 e0 = woa[4 * c * WO + 16 * a], e1 = woa[4 * c * WO + 16 * a + 8];
+                        oh[a][2 * c] = __float_as_uint(e0.x), ol[a][2 * c] = __float_as_uint(e0.y);
+                        oh[a][2 * c + 1] = __float_as_uint(e1.x), ol[a][2 * c + 1] = __float_as_uint(e1.y);
+                    }
+                }
+                MF_UNROLL
+                for (u32 j = 0; j < NJ; j++) {
+                    u32 ph[KO / 4], pl[KO / 4];
+                    MF_UNROLL
+                    for (u32 c = 0; c < KO / 4; c++) {
+                        const f2 e = xoa[4 * c * XO + 8 * j];
+                        ph[c] = __float_as_uint(e.x), pl[c] = __float_as_uint(e.y);
+                    }
+                    MF_UNROLL
+                    for (u32 a = 0; a < 2; a++) {
+                        mma_tf32x3<KO>(acc[a][j], oh[a], ol[a], ph, pl);
                     }
                 }
             }

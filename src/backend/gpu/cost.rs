@@ -169,9 +169,11 @@ fn wgsl_chunk_loads(q: QType) -> u64 {
 /// the way the kernel reads: each weight load of a warp touches two rows (two wavefronts), as
 /// does each token load; a warp's 64-bit stores of whole rows into shared memory take two,
 /// other stores and every fragment or scale read one (conflict-free, or a few addresses each
-/// shared by several lanes). A lane's two rows' scales (s and m) are one read a block, as are its
-/// two tokens' (d and d · Σ q_x, stored together too); q2_K's halves take one each. A row's
-/// scales are read and stored once a block (and half), by the threads of its scale items.
+/// shared by several lanes); an ldmatrix of four matrices four. A lane's two rows' scales are one
+/// read a block, as are its two tokens' d. A row's scales are read and stored once a block (and
+/// half), by the threads of its scale items. With offsets, the rows' m and the tokens' d · Σ q_x
+/// (split in two for the tf32 products) are 64-bit stores and reads: two wavefronts a warp's,
+/// once a step.
 ///
 /// The same count of the 64-row tiles it replaced (a row per pair of lanes, 16 rows a warp's
 /// load) gives 596 k wavefronts per SM for a 4,096² q4_K weight at 512 tokens; Nsight Compute
@@ -181,19 +183,15 @@ pub fn mma_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u64 
     let halves = matches!(q, QType::Q2K | QType::Q3K | QType::Q6K);
     let min = matches!(q, QType::Q4_1 | QType::Q5_1 | QType::Q2K | QType::Q4K | QType::Q5K) as u64;
     let act = matches!(q, QType::Q4_1 | QType::Q5_1) as u64;
-    // Scale planes: two where both halves have s and m (q2_K), else one.
-    let planes = 1 + (halves && min == 1) as u64;
     let nh = 1 + halves as u64;
     let (wl, xl, nj) = (MMA_ROWS as u64 / 16, cols / 16, cols / 16);
     let blocks_per_step = MMA_STEP as u64 / 32;
-    let global = 2 * wl * i8w_loads(q) + 2 * 2 * xl + act * 2 * (wl + xl);
+    let global = 2 * wl * i8w_loads(q) + 2 * 2 * xl + act * 2 * xl;
     // The scale items (a thread's rows, blocks and halves a step; `matmul_mma`'s s_row): each
-    // store of a warp's takes as many wavefronts as its (s, m) pairs need, twice that with
-    // halves (two lanes a bank), as do the block offsets of q4_1 / q5_1.
+    // store of a warp's s takes one wavefront, two with halves (two lanes a bank); of its m, two.
     let sl = MMA_ROWS as u64 * blocks_per_step * nh / super::table::MMA_MATMUL_THREADS as u64;
-    let scale_stores = sl * (1 + min) * nh;
-    let stores = 2 * wl + scale_stores + 2 * xl + xl * planes + act * (2 * sl + xl);
-    let reads = blocks_per_step * (8 + 2 * planes + 4 * act + nj * (2 + planes + act));
+    let stores = 2 * wl + sl * nh + min * 2 * sl + 2 * xl + xl * (1 + min);
+    let reads = blocks_per_step * (8 + 2 + 3 * nj) + min * nh * (2 * 2 * 2 + 2 * nj);
     let warps = super::table::MMA_MATMUL_THREADS as u64 / 32;
     let tiles = rows.div_ceil(MMA_ROWS as u64) * n.div_ceil(cols);
     tiles * k.div_ceil(MMA_STEP as u64) * warps * (global + stores + reads)
@@ -202,22 +200,23 @@ pub fn mma_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u64 
 /// Instructions a warp of `matmul_mma` issues for one step (128 elements of k) of its tile,
 /// weights `q`, at each tile width (16, 32, 64 tokens), as NVRTC 12.9 compiles them for sm_90
 /// (`nvdisasm`: the loop over the steps; `gpu::cuda::mma_step_instructions_are_the_kernels'`
-/// holds these to the disassembly). Of the 64-wide q4_K step's 1,044: 32 IMMA, 512 scaling the
-/// integer sums (four an output and block), 88 shared-memory reads; the rest loads and unpacks.
+/// holds these to the disassembly). Of the 64-wide q4_K step's 948: 32 IMMA, 384 scaling the
+/// integer sums (three an output and block), 24 tf32 HMMA for the offsets, 48 shared-memory
+/// reads (16 of them ldmatrix); the rest loads, unpacks and stores.
 pub fn mma_step_instructions(q: QType, cols: u64) -> Option<u64> {
     let per = match q {
-        QType::Q4_0 => [539, 687, 969],
-        QType::Q4_1 => [577, 787, 1279],
-        QType::Q5_0 => [751, 899, 1180],
-        QType::Q5_1 => [738, 961, 1454],
-        QType::Q8_0 => [441, 589, 871],
-        QType::IQ4NL => [896, 1041, 1326],
-        QType::MXFP4 => [905, 978, 1267],
-        QType::Q2K => [746, 1059, 1683],
-        QType::Q3K => [848, 1063, 1485],
-        QType::Q4K => [500, 642, 1044],
-        QType::Q5K => [584, 762, 1094],
-        QType::Q6K => [886, 1104, 1517],
+        QType::Q4_0 => [523, 653, 911],
+        QType::Q4_1 => [490, 580, 925],
+        QType::Q5_0 => [735, 865, 1123],
+        QType::Q5_1 => [652, 745, 1136],
+        QType::Q8_0 => [425, 555, 813],
+        QType::IQ4NL => [879, 1007, 1265],
+        QType::MXFP4 => [894, 940, 1220],
+        QType::Q2K => [724, 902, 1477],
+        QType::Q3K => [740, 1031, 1425],
+        QType::Q4K => [490, 598, 948],
+        QType::Q5K => [576, 689, 1008],
+        QType::Q6K => [870, 1072, 1458],
         _ => return None,
     };
     super::kernels::MMA_COLS
