@@ -588,12 +588,11 @@ static __device__ __forceinline__ void ldsm(u32 (&r)[N], const u32* row) {
 }
 
 // The bytes of n, each below 2h (h a power of two), less h, as signed bytes, without a borrow
-// between bytes (q4_0: h 8, q5_0: 16, q6_K: 32).
+// between bytes (q4_0: h 8, q5_0: 16, q6_K: 32): 0x80 + n − h stays within a byte, and flipping
+// its top bit gives n − h. Three instructions a word, the first folded into whatever masked n.
 template <u32 H>
 static __device__ __forceinline__ u32 offset_i8(u32 n) {
-    constexpr u32 HV = H * 0x01010101u;
-    const u32 t = n ^ HV;
-    return t | ((t & HV) * (256u / H - 2u));
+    return ((n | 0x80808080u) - H * 0x01010101u) ^ 0x80808080u;
 }
 
 template <class Q>

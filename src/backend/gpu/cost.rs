@@ -205,9 +205,9 @@ pub fn mma_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u64 
 /// reads (16 of them ldmatrix); the rest loads, unpacks and stores.
 pub fn mma_step_instructions(q: QType, cols: u64) -> Option<u64> {
     let per = match q {
-        QType::Q4_0 => [523, 653, 911],
+        QType::Q4_0 => [507, 637, 895],
         QType::Q4_1 => [490, 580, 925],
-        QType::Q5_0 => [735, 865, 1123],
+        QType::Q5_0 => [719, 849, 1107],
         QType::Q5_1 => [652, 745, 1136],
         QType::Q8_0 => [425, 555, 813],
         QType::IQ4NL => [879, 1007, 1265],
@@ -216,7 +216,7 @@ pub fn mma_step_instructions(q: QType, cols: u64) -> Option<u64> {
         QType::Q3K => [740, 1031, 1425],
         QType::Q4K => [490, 598, 948],
         QType::Q5K => [576, 689, 1008],
-        QType::Q6K => [870, 1072, 1458],
+        QType::Q6K => [854, 1059, 1442],
         _ => return None,
     };
     super::kernels::MMA_COLS
