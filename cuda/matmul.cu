@@ -173,7 +173,10 @@ static __device__ __forceinline__ void mma_outputs(float (&acc)[2][NJ][4], const
 // makes c a float, not the quarter-rate conversion); else two m16n8k16 (mma_s8_from) whose
 // sums are scaled d·(s0·c0 + s1·c1). That scaling takes three or five float instructions per
 // output and block, most of what a step issues: a floor no tile shape moves, since every
-// m16n8k32 adds one block to four outputs a lane.
+// m16n8k32 adds one block to four outputs a lane. The K-quants (i8k<Q>) pass under it: their
+// sub-block scales s are integers under one d per 256 elements, as their q8_K activations have
+// one d there, so a step (half such a block) sums Σ_blocks s · c in integers, an IMAD per output
+// and block (two with halves), and scales that once, (d_w · d_x) · Σ: the CPU's order too.
 //
 // The offsets' part, Σ_blocks m · (d · Σ q_x), is itself a product of a 128-row × KO matrix (m
 // per row and block, or half: KO columns a step) by a KO × TN one (d · Σ q_x per block and
@@ -214,7 +217,9 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     constexpr bool HALVES = i8_halves<Q>::ON;
     constexpr bool MIN = i8_min<Q>::ON;
     constexpr bool ACT = act_s<Q>::ON;
+    constexpr bool KSI = i8k<Q>::ON; // integer sub-block scales under a d per step (the K-quants)
     static_assert(!ACT || MIN, "act_s<Q>'s offset is i8w<Q>'s m");
+    static_assert(!KSI || TK * 2 == 256, "a step is half of every K-quant block");
     constexpr u32 NH = HALVES ? 2 : 1; // scales per row and block
     constexpr u32 KO = NB * NH;        // the offsets' columns a step (mma_tf32x3's K)
     // The rows' scales: per block, an entry for each row pair (r, r + 8) of a 16-row tile, so a
@@ -231,6 +236,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     __shared__ __align__(16) float xsc[NB * XB];
     __shared__ __align__(16) f2 wo[MIN ? KO : 1][WO]; // m of row r, column c: wo[c][r], split
     __shared__ __align__(16) f2 xo[MIN ? KO : 1][XO]; // d · Σ q_x of token t, column c: xo[c][t], split
+    __shared__ __align__(16) float wd[KSI ? TM : 2];  // i8k<Q>: the rows' d, rows r and r + 8 side by side
     const u8* __restrict__ w = binding<const u8>(p, 1);
     const float* __restrict__ x = binding<const float>(p, 2);
     float* __restrict__ y = binding<float>(p, 3);
@@ -254,6 +260,7 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     const u32 s_half = HALVES ? (lc / 2) % 2 : 0;
     // Where row r's s of half h of block b sits.
     auto w_at = [&](u32 b, u32 h, u32 r) { return b * WB + ((r / 16) * 8 + r % 8) * WE + (r % 16) / 8 * NH + h; };
+    auto wd_at = [&](u32 r) { return ((r / 16) * 8 + r % 8) * 2 + (r % 16) / 8; };
 
     // The scales are read once per row, block and half, by a thread of their own (scale items),
     // not by each of the chunk lanes that share them: NBH lanes side by side take a row's, so a
@@ -274,6 +281,8 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     // wt0 + 2tq, + 1, and the offsets' fragments.
     const u32* const wa = ws + (wr0 + lane % 8 + 8 * ((lane / 8) % 2)) * LD + 4 * (lane / 16);
     const u32* const xa = xs + (wt0 + lane % 8 + 8 * (lane / 16)) * LD + 4 * ((lane / 8) % 2);
+    // i8k<Q>: B by blocks instead, two a read (matrices: block 2p's two halves, then 2p + 1's).
+    const u32* const xk = xs + (wt0 + lane % 8) * LD + 4 * ((lane / 8) % 2) + 8 * (lane / 16);
     const float* const wsa = wsc + w_at(0, 0, wr0 + g);
     const float* const xsa = xsc + wt0 + 2 * tq;
     const f2* const woa = &wo[0][0] + tq * WO + wr0 + g;
@@ -286,8 +295,9 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
     // One thread's share of a step, from its global reads to its stores into shared memory.
     struct Loads {
         u2 w[WL]; // the rows' chunks as bytes
-        float s[SL], m[SL];
-        u2 x[XL]; // the tokens' chunks
+        float s[SL], m[SL]; // i8k<Q>: s holds the integer scale's bits
+        float kd[SL];       // i8k<Q>: the row's d
+        u2 x[XL];           // the tokens' chunks
         float d[XL];
         float xc[XL]; // act_s<Q>: the tokens' corrections
     };
@@ -312,6 +322,10 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
                 const u8* wr = w + min(m0 + s_row(i), rows - 1) * rbytes;
                 const QI8 a = i8w<Q>::q(wr, (sc / CPB) * Q::QB, sc % CPB);
                 l.s[i] = a.s, l.m[i] = a.m;
+                if constexpr (KSI) {
+                    const KS ks = i8k<Q>::at(wr, (sc / CPB) * Q::QB, sc % CPB);
+                    l.s[i] = __int_as_float(ks.s), l.kd[i] = ks.d;
+                }
             }
             MF_UNROLL
             for (u32 i = 0; i < XL; i++) {
@@ -334,6 +348,11 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
             for (u32 i = 0; i < SL; i++) {
                 const u32 r = s_row(i);
                 wsc[w_at(s_blk, s_hf, r)] = l.s[i];
+                if constexpr (KSI) {
+                    if (tid % NBH == 0) { // the row's block 0 item: the step's d is the same for all
+                        wd[wd_at(r)] = l.kd[i];
+                    }
+                }
                 if constexpr (MIN) {
                     // Blocks past the step's end add nothing.
                     wo[s_blk * NH + s_hf][r] = tf32_split(k0 + 32 * s_blk < ke ? l.m[i] : 0.0f);
@@ -371,61 +390,125 @@ static __device__ __forceinline__ void matmul_mma_body(const Params& p) {
         for (u32 k0 = kb; k0 < ke; k0 += TK) {
             store(load(k0), k0);
             __syncthreads();
-            MF_UNROLL
-            for (u32 b = 0; b < NB; b++) {
-                if (k0 + 32 * b >= ke) {
-                    break;
-                }
-                // The lane's A fragments (rows g, g + 8 of each 16-row tile; words tq, 4 + tq of
-                // the block), B fragments (tokens g of each 8-token block; the same words) and its
-                // rows' scales.
-                u32 af[2][4], bf[NJ][2];
-                f2 sm[2][NH];
-                MF_UNROLL
-                for (u32 a = 0; a < 2; a++) {
-                    ldsm(af[a], wa + 16 * a * LD + 8 * b);
-                    const float* we = wsa + b * WB + 8 * a * WE; // w_at(b, 0, r), rows r and r + 8
-                    if constexpr (WE == 4) {
-                        const f4 e = *reinterpret_cast<const f4*>(we);
-                        sm[a][0] = f2{e.x, e.z}, sm[a][1] = f2{e.y, e.w};
-                    } else {
-                        sm[a][0] = *reinterpret_cast<const f2*>(we);
-                    }
-                }
-                if constexpr (NJ == 1) {
-                    ldsm(bf[0], xa + 8 * b);
-                } else {
-                    MF_UNROLL
-                    for (u32 j = 0; j < NJ; j += 2) {
-                        u32 v[4];
-                        ldsm(v, xa + 8 * j * LD + 8 * b);
-                        bf[j][0] = v[0], bf[j][1] = v[1], bf[j + 1][0] = v[2], bf[j + 1][1] = v[3];
-                    }
-                }
+            if constexpr (KSI) {
+                // The step's B fragments and tokens' d (the step lies within one 256-element
+                // block: k is whole blocks, so one d a token); then each 16-row tile a in turn:
+                // its A fragments and integer scales for the four blocks, and per token block the
+                // blocks' sums Σ_b Σ_h s · c in integers, scaled once by the row's d and the token's.
+                u32 bk[NJ][NB][2];
+                f2 dx[NJ];
                 MF_UNROLL
                 for (u32 j = 0; j < NJ; j++) {
-                    const f2 d = *reinterpret_cast<const f2*>(xsa + b * XB + 8 * j); // tokens t + 2tq, + 1
                     MF_UNROLL
-                    for (u32 a = 0; a < 2; a++) {
-                        int c[NH][4];
-                        if constexpr (HALVES) {
-                            mma_s8_from(c[0], af[a][0], af[a][1], bf[j][0], I2F_BIAS);
-                            mma_s8_from(c[NH - 1], af[a][2], af[a][3], bf[j][1], I2F_BIAS);
+                    for (u32 bp = 0; bp < NB; bp += 2) {
+                        u32 v[4];
+                        ldsm(v, xk + 8 * j * LD + 8 * bp);
+                        bk[j][bp][0] = v[0], bk[j][bp][1] = v[1], bk[j][bp + 1][0] = v[2], bk[j][bp + 1][1] = v[3];
+                    }
+                    dx[j] = *reinterpret_cast<const f2*>(xsa + 8 * j); // block 0's: the step's
+                }
+                MF_UNROLL
+                for (u32 a = 0; a < 2; a++) {
+                    u32 af[NB][4];
+                    int sc[NB][NH][2]; // [block][half][rows g, g + 8]
+                    MF_UNROLL
+                    for (u32 b = 0; b < NB; b++) {
+                        ldsm(af[b], wa + 16 * a * LD + 8 * b);
+                        const float* we = wsa + b * WB + 8 * a * WE;
+                        if constexpr (WE == 4) {
+                            const f4 e = *reinterpret_cast<const f4*>(we);
+                            sc[b][0][0] = __float_as_int(e.x), sc[b][0][1] = __float_as_int(e.z);
+                            sc[b][NH - 1][0] = __float_as_int(e.y), sc[b][NH - 1][1] = __float_as_int(e.w);
                         } else {
-                            mma_s8_k32_from(c[0], af[a], bf[j][0], bf[j][1], I2F_BIAS);
+                            const f2 e = *reinterpret_cast<const f2*>(we);
+                            sc[b][0][0] = __float_as_int(e.x), sc[b][0][1] = __float_as_int(e.y);
+                        }
+                    }
+                    const f2 dw = *reinterpret_cast<const f2*>(wd + wd_at(wr0 + 16 * a + g));
+                    MF_UNROLL
+                    for (u32 j = 0; j < NJ; j++) {
+                        int ci[4] = {0, 0, 0, 0};
+                        MF_UNROLL
+                        for (u32 b = 0; b < NB; b++) {
+                            int c[NH][4];
+                            if constexpr (HALVES) {
+                                mma_s8_from(c[0], af[b][0], af[b][1], bk[j][b][0], 0);
+                                mma_s8_from(c[NH - 1], af[b][2], af[b][3], bk[j][b][1], 0);
+                            } else {
+                                mma_s8_k32_from(c[0], af[b], bk[j][b][0], bk[j][b][1], 0);
+                            }
+                            MF_UNROLL
+                            for (u32 i = 0; i < 4; i++) {
+                                MF_UNROLL
+                                for (u32 h = 0; h < NH; h++) {
+                                    ci[i] += sc[b][h][i / 2] * c[h][i];
+                                }
+                            }
                         }
                         MF_UNROLL
                         for (u32 i = 0; i < 4; i++) {
-                            const float dt = i % 2 ? d.y : d.x;
-                            const float s0 = i / 2 ? sm[a][0].y : sm[a][0].x;
-                            float& o = acc[a][j][i];
+                            const float dd = mul_rn(i / 2 ? dw.y : dw.x, i % 2 ? dx[j].y : dx[j].x);
+                            acc[a][j][i] = fmaf(dd, (float)ci[i], acc[a][j][i]);
+                        }
+                    }
+                }
+            } else {
+                MF_UNROLL
+                for (u32 b = 0; b < NB; b++) {
+                    if (k0 + 32 * b >= ke) {
+                        break;
+                    }
+                    // The lane's A fragments (rows g, g + 8 of each 16-row tile; words tq, 4 + tq of
+                    // the block), B fragments (tokens g of each 8-token block; the same words) and its
+                    // rows' scales.
+                    u32 af[2][4], bf[NJ][2];
+                    f2 sm[2][NH];
+                    MF_UNROLL
+                    for (u32 a = 0; a < 2; a++) {
+                        ldsm(af[a], wa + 16 * a * LD + 8 * b);
+                        const float* we = wsa + b * WB + 8 * a * WE; // w_at(b, 0, r), rows r and r + 8
+                        if constexpr (WE == 4) {
+                            const f4 e = *reinterpret_cast<const f4*>(we);
+                            sm[a][0] = f2{e.x, e.z}, sm[a][1] = f2{e.y, e.w};
+                        } else {
+                            sm[a][0] = *reinterpret_cast<const f2*>(we);
+                        }
+                    }
+                    if constexpr (NJ == 1) {
+                        ldsm(bf[0], xa + 8 * b);
+                    } else {
+                        MF_UNROLL
+                        for (u32 j = 0; j < NJ; j += 2) {
+                            u32 v[4];
+                            ldsm(v, xa + 8 * j * LD + 8 * b);
+                            bf[j][0] = v[0], bf[j][1] = v[1], bf[j + 1][0] = v[2], bf[j + 1][1] = v[3];
+                        }
+                    }
+                    MF_UNROLL
+                    for (u32 j = 0; j < NJ; j++) {
+                        const f2 d = *reinterpret_cast<const f2*>(xsa + b * XB + 8 * j); // tokens t + 2tq, + 1
+                        MF_UNROLL
+                        for (u32 a = 0; a < 2; a++) {
+                            int c[NH][4];
                             if constexpr (HALVES) {
-                                // d · (s0·c0 + s1·c1): the token's scale once for both halves.
-                                const float s1 = i / 2 ? sm[a][NH - 1].y : sm[a][NH - 1].x;
-                                const float h0 = mul_rn(s0, i2f_biased(c[0][i]));
-                                o = fmaf(dt, fmaf(s1, i2f_biased(c[NH - 1][i]), h0), o);
+                                mma_s8_from(c[0], af[a][0], af[a][1], bf[j][0], I2F_BIAS);
+                                mma_s8_from(c[NH - 1], af[a][2], af[a][3], bf[j][1], I2F_BIAS);
                             } else {
-                                o = fmaf(mul_rn(s0, dt), i2f_biased(c[0][i]), o);
+                                mma_s8_k32_from(c[0], af[a], bf[j][0], bf[j][1], I2F_BIAS);
+                            }
+                            MF_UNROLL
+                            for (u32 i = 0; i < 4; i++) {
+                                const float dt = i % 2 ? d.y : d.x;
+                                const float s0 = i / 2 ? sm[a][0].y : sm[a][0].x;
+                                float& o = acc[a][j][i];
+                                if constexpr (HALVES) {
+                                    // d · (s0·c0 + s1·c1): the token's scale once for both halves.
+                                    const float s1 = i / 2 ? sm[a][NH - 1].y : sm[a][NH - 1].x;
+                                    const float h0 = mul_rn(s0, i2f_biased(c[0][i]));
+                                    o = fmaf(dt, fmaf(s1, i2f_biased(c[NH - 1][i]), h0), o);
+                                } else {
+                                    o = fmaf(mul_rn(s0, dt), i2f_biased(c[0][i]), o);
+                                }
                             }
                         }
                     }

@@ -297,10 +297,13 @@ struct qt_q3_K {
     static constexpr u32 QK = 256, QB = 110;
     // Group scale `is` (0..16) unpacked from the 12 bytes at s: 4 low bits from byte is % 8 (high
     // nibble for is >= 8), 2 high bits from byte 8 + is % 4; minus the offset 32.
-    static __device__ __forceinline__ float scale(const u8* __restrict__ w, u32 s, u32 is) {
+    static __device__ __forceinline__ u32 scale_bits(const u8* __restrict__ w, u32 s, u32 is) {
         const u32 lo = (ld_u8(w, s + (is & 7)) >> (4 * (is >> 3))) & 0xfu;
         const u32 hi = (ld_u8(w, s + 8 + (is & 3)) >> (2 * (is >> 2))) & 3u;
-        return u2f<32>(lo | (hi << 4));
+        return lo | (hi << 4);
+    }
+    static __device__ __forceinline__ float scale(const u8* __restrict__ w, u32 s, u32 is) {
+        return u2f<32>(scale_bits(w, s, is));
     }
     static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
         const u32 h = c >> 4;
@@ -327,14 +330,19 @@ struct K4Head {
         const u4 v = ld_u128_16(w, b);
         return K4Head{f2{f16_to_f32(v.x & 0xffffu), f16_to_f32(v.x >> 16)}, v.y, v.z, v.w};
     }
-    // (scale, min) of group j (0..8). ggml: get_scale_min_k4.
-    __device__ __forceinline__ f2 scale_min(u32 j) const {
+    // (scale, min) of group j (0..8), the 6-bit integers. ggml: get_scale_min_k4.
+    __device__ __forceinline__ u2 scale_min_bits(u32 j) const {
         const u32 sh = 8 * (j & 3u);
         const u32 a = (s0 >> sh) & 0xffu, m = (s1 >> sh) & 0xffu, c = (s2 >> sh) & 0xffu;
         if (j < 4) {
-            return f2{u2f<0>(a & 63u), u2f<0>(m & 63u)};
+            return u2{a & 63u, m & 63u};
         }
-        return f2{u2f<0>((c & 0xfu) | ((a >> 6) << 4)), u2f<0>((c >> 4) | ((m >> 6) << 4))};
+        return u2{(c & 0xfu) | ((a >> 6) << 4), (c >> 4) | ((m >> 6) << 4)};
+    }
+    // The same as floats.
+    __device__ __forceinline__ f2 scale_min(u32 j) const {
+        const u2 v = scale_min_bits(j);
+        return f2{u2f<0>(v.x), u2f<0>(v.y)};
     }
 };
 
@@ -394,9 +402,13 @@ struct qt_q6_K {
         return u2{((l.x >> sl) & 0x0f0f0f0fu) | (((hb.x >> sh) & 0x03030303u) << 4),
                   ((l.y >> sl) & 0x0f0f0f0fu) | (((hb.y >> sh) & 0x03030303u) << 4)};
     }
-    static __device__ __forceinline__ float scale(const u8* __restrict__ w, u32 b, u32 c) {
+    // Chunk c's sub-block scale, a signed byte.
+    static __device__ __forceinline__ u32 scale_byte(const u8* __restrict__ w, u32 b, u32 c) {
         const u32 h = c >> 4, k = (c >> 2) & 3, l0 = (c & 3) * 8;
-        return ld_f16(w, b + 208) * i8f(ld_u8(w, b + 192 + 8 * h + 2 * k + l0 / 16));
+        return ld_u8(w, b + 192 + 8 * h + 2 * k + l0 / 16);
+    }
+    static __device__ __forceinline__ float scale(const u8* __restrict__ w, u32 b, u32 c) {
+        return ld_f16(w, b + 208) * i8f(scale_byte(w, b, c));
     }
     static __device__ __forceinline__ f4x2 dq8(const u8* __restrict__ w, u32 b, u32 c) {
         const u2 v = q(w, b, c);
@@ -756,6 +768,57 @@ struct i8w<qt_q6_K> {
     static __device__ __forceinline__ QI8 q(const u8* __restrict__ w, u32 b, u32 c) {
         const u2 v = qt_q6_K::q(w, b, c);
         return QI8{u2{offset_i8<32>(v.x), offset_i8<32>(v.y)}, qt_q6_K::scale(w, b, c), 0.0f};
+    }
+};
+
+// i8k<Q>: the K-quants, whose sub-block scales are integers under one float d per 256-element
+// block, as are the scales of their q8_K activations: KS{s, d} gives chunk c's integer scale s
+// and its block's d (i8w<Q>'s scale is d · s). Within a 256-element block a tile can then sum
+// s · Σ q_w q_x over sub-blocks in integers, as the CPU's dot products do, and scale once.
+struct KS {
+    int s;
+    float d;
+};
+template <class Q>
+struct i8k {
+    static constexpr bool ON = false;
+};
+template <>
+struct i8k<qt_q2_K> {
+    static constexpr bool ON = true;
+    static __device__ __forceinline__ KS at(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 h = c >> 4, k = (c >> 2) & 3, l0 = (c & 3) * 8;
+        return KS{(int)(ld_u8(w, b + 8 * h + 2 * k + l0 / 16) & 0xfu), ld_f16(w, b + 80)};
+    }
+};
+template <>
+struct i8k<qt_q3_K> {
+    static constexpr bool ON = true;
+    static __device__ __forceinline__ KS at(const u8* __restrict__ w, u32 b, u32 c) {
+        const u32 h = c >> 4, k = (c >> 2) & 3, l0 = (c & 3) * 8;
+        return KS{(int)qt_q3_K::scale_bits(w, b + 96, 8 * h + 2 * k + l0 / 16) - 32, ld_f16(w, b + 108)};
+    }
+};
+template <>
+struct i8k<qt_q4_K> {
+    static constexpr bool ON = true;
+    static __device__ __forceinline__ KS at(const u8* __restrict__ w, u32 b, u32 c) {
+        const K4Head hd = K4Head::at(w, b);
+        return KS{(int)hd.scale_min_bits(2 * (c >> 3) + ((c >> 2) & 1)).x, hd.dm.x};
+    }
+};
+template <>
+struct i8k<qt_q5_K> {
+    static constexpr bool ON = true;
+    static __device__ __forceinline__ KS at(const u8* __restrict__ w, u32 b, u32 c) {
+        return i8k<qt_q4_K>::at(w, b, c);
+    }
+};
+template <>
+struct i8k<qt_q6_K> {
+    static constexpr bool ON = true;
+    static __device__ __forceinline__ KS at(const u8* __restrict__ w, u32 b, u32 c) {
+        return KS{(int)(signed char)qt_q6_K::scale_byte(w, b, c), ld_f16(w, b + 208)};
     }
 };
 

@@ -468,9 +468,10 @@ fn matmul_and_get_rows_every_qtype() {
 /// round; with k a partial step (96: one step, a block a tile), whole steps (256, 1024) and
 /// whole steps and a block (1,056), the longer ones cut into three runs or more (each path
 /// asserted, so every one stays covered); for the formats that take the tile's different
-/// paths: q4_0 (one scale a step), q4_1 (offsets and the q8_1 correction), q2_K (16-element
-/// scales and offsets), q4_K (offsets), q6_K (16-element scales). Every backend runs them;
-/// each must match the CPU to f32 summation order.
+/// paths: q4_0 (one scale a block), q4_1 (offsets and the q8_1 correction), and the K-quants,
+/// whose integer sub-block scales each read in its own way (i8k): q2_K (16-element scales and
+/// offsets), q3_K (signed 16-element scales), q4_K and q5_K (offsets), q6_K (signed 16-element
+/// scales). Every backend runs them; each must match the CPU to f32 summation order.
 fn tensor_core_tiles_of_every_width_match_cpu() {
     use minfer::testing::gpu::{KernelParams, MatmulParams, Variant, MMA_COLS, MMA_ROWS};
     let t = "tensor_core_tiles_of_every_width_match_cpu";
@@ -485,7 +486,15 @@ fn tensor_core_tiles_of_every_width_match_cpu() {
     let cpu = cpu();
     let mut paths = std::collections::BTreeSet::new();
     let mut stream_k = 0; // the most runs a stream-k tile was cut into
-    for q in [QType::Q4_0, QType::Q4_1, QType::Q2K, QType::Q4K, QType::Q6K] {
+    for q in [
+        QType::Q4_0,
+        QType::Q4_1,
+        QType::Q2K,
+        QType::Q3K,
+        QType::Q4K,
+        QType::Q5K,
+        QType::Q6K,
+    ] {
         let ks = if q.block_elems() == 256 {
             [256, 1024]
         } else {

@@ -173,7 +173,8 @@ fn wgsl_chunk_loads(q: QType) -> u64 {
 /// read a block, as are its two tokens' d. A row's scales are read and stored once a block (and
 /// half), by the threads of its scale items. With offsets, the rows' m and the tokens' d · Σ q_x
 /// (split in two for the tf32 products) are 64-bit stores and reads: two wavefronts a warp's,
-/// once a step.
+/// once a step. The K-quants' tiles (integer sub-block scales) read the tokens' d once a step,
+/// and store and read each row's d.
 ///
 /// The same count of the 64-row tiles it replaced (a row per pair of lanes, 16 rows a warp's
 /// load) gives 596 k wavefronts per SM for a 4,096² q4_K weight at 512 tokens; Nsight Compute
@@ -183,6 +184,7 @@ pub fn mma_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u64 
     let halves = matches!(q, QType::Q2K | QType::Q3K | QType::Q6K);
     let min = matches!(q, QType::Q4_1 | QType::Q5_1 | QType::Q2K | QType::Q4K | QType::Q5K) as u64;
     let act = matches!(q, QType::Q4_1 | QType::Q5_1) as u64;
+    let ksi = matches!(q, QType::Q2K | QType::Q3K | QType::Q4K | QType::Q5K | QType::Q6K) as u64;
     let nh = 1 + halves as u64;
     let (wl, xl, nj) = (MMA_ROWS as u64 / 16, cols / 16, cols / 16);
     let blocks_per_step = MMA_STEP as u64 / 32;
@@ -190,8 +192,14 @@ pub fn mma_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u64 
     // The scale items (a thread's rows, blocks and halves a step; `matmul_mma`'s s_row): each
     // store of a warp's s takes one wavefront, two with halves (two lanes a bank); of its m, two.
     let sl = MMA_ROWS as u64 * blocks_per_step * nh / super::table::MMA_MATMUL_THREADS as u64;
-    let stores = 2 * wl + sl * nh + min * 2 * sl + 2 * xl + xl * (1 + min);
-    let reads = blocks_per_step * (8 + 2 + 3 * nj) + min * nh * (2 * 2 * 2 + 2 * nj);
+    let stores = 2 * wl + sl * nh + min * 2 * sl + ksi * sl + 2 * xl + xl * (1 + min);
+    // Per block two ldmatrix of A, two scale reads, B (half an ldmatrix a token block) and the
+    // tokens' d; with integer scales (i8k) the tokens' d once a step, and the rows' d.
+    let reads = if ksi == 1 {
+        blocks_per_step * (8 + 2 + 2 * nj) + nj + 2
+    } else {
+        blocks_per_step * (8 + 2 + 3 * nj)
+    } + min * nh * (2 * 2 * 2 + 2 * nj);
     let warps = super::table::MMA_MATMUL_THREADS as u64 / 32;
     let tiles = rows.div_ceil(MMA_ROWS as u64) * n.div_ceil(cols);
     tiles * k.div_ceil(MMA_STEP as u64) * warps * (global + stores + reads)
@@ -200,9 +208,10 @@ pub fn mma_l1_wavefronts(q: QType, k: u64, rows: u64, n: u64, cols: u64) -> u64 
 /// Instructions a warp of `matmul_mma` issues for one step (128 elements of k) of its tile,
 /// weights `q`, at each tile width (16, 32, 64 tokens), as NVRTC 12.9 compiles them for sm_90
 /// (`nvdisasm`: the loop over the steps; `gpu::cuda::mma_step_instructions_are_the_kernels'`
-/// holds these to the disassembly). Of the 64-wide q4_K step's 948: 32 IMMA, 384 scaling the
-/// integer sums (three an output and block), 24 tf32 HMMA for the offsets, 48 shared-memory
-/// reads (16 of them ldmatrix); the rest loads, unpacks and stores.
+/// holds these to the disassembly). Of the 64-wide q4_K step's 868: 32 IMMA; 128 IMAD, the
+/// integer sub-block scales (one an output and block) and 96 scaling the sums once a step; 24
+/// tf32 HMMA for the offsets; 46 shared-memory reads (24 of them ldmatrix); the rest loads,
+/// unpacks and stores.
 pub fn mma_step_instructions(q: QType, cols: u64) -> Option<u64> {
     let per = match q {
         QType::Q4_0 => [507, 637, 895],
@@ -212,11 +221,11 @@ pub fn mma_step_instructions(q: QType, cols: u64) -> Option<u64> {
         QType::Q8_0 => [425, 555, 813],
         QType::IQ4NL => [879, 1007, 1265],
         QType::MXFP4 => [894, 940, 1220],
-        QType::Q2K => [724, 902, 1477],
-        QType::Q3K => [740, 1031, 1425],
-        QType::Q4K => [490, 598, 948],
-        QType::Q5K => [576, 689, 1008],
-        QType::Q6K => [854, 1059, 1442],
+        QType::Q2K => [641, 826, 1240],
+        QType::Q3K => [757, 889, 1208],
+        QType::Q4K => [426, 492, 868],
+        QType::Q5K => [511, 589, 955],
+        QType::Q6K => [769, 887, 1241],
         _ => return None,
     };
     super::kernels::MMA_COLS
